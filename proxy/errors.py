@@ -1,0 +1,122 @@
+"""Manifold's one exception hierarchy.
+
+Every error Manifold raises on purpose derives from :class:`ManifoldError`. The tree is
+split by *who is at fault*, because that decides what a client is told and what an
+operator is paged for::
+
+    ManifoldError
+    ├── ConfigError                 the operator's config or policy file is wrong
+    ├── ProtocolError               a peer broke JSON-RPC / MCP (carries a JSON-RPC code)
+    │   ├── ParseError              -32700: bytes that are not JSON
+    │   ├── InvalidRequest          -32600: JSON that is not a valid JSON-RPC message
+    │   ├── MethodNotFound          -32601
+    │   └── InvalidParams           -32602: unknown tool, bad cursor, missing name …
+    ├── RemoteError                 a server answered a request with a JSON-RPC error
+    └── ServerUnavailable           a server cannot answer (not started, crashed, gone)
+        └── ServerTimeout           a server did not answer in time
+
+Foreign exceptions (OSError, aiohttp's, anyio's stream errors) are converted into these at
+the transport edge only. Exactly one place turns these into wire errors: the outermost
+stage of the call pipeline (``proxy.pipeline``), via :func:`to_wire_error`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+__all__ = [
+    "CONNECTION_CLOSED",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "REQUEST_TIMEOUT",
+    "ConfigError",
+    "InvalidParams",
+    "InvalidRequest",
+    "ManifoldError",
+    "MethodNotFound",
+    "ParseError",
+    "ProtocolError",
+    "RemoteError",
+    "ServerTimeout",
+    "ServerUnavailable",
+]
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+# MCP's implementation-defined codes, as the official SDKs use them.
+CONNECTION_CLOSED: Final = -32000
+REQUEST_TIMEOUT: Final = -32001
+
+
+class ManifoldError(Exception):
+    """Root of every error Manifold raises on purpose."""
+
+
+class ConfigError(ManifoldError):
+    """The operator's configuration is invalid; the message names file, field and value."""
+
+
+class ProtocolError(ManifoldError):
+    """A peer sent something JSON-RPC or MCP does not allow."""
+
+    code: int = INVALID_REQUEST
+
+    def __init__(self, message: str, *, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class ParseError(ProtocolError):
+    code = PARSE_ERROR
+
+
+class InvalidRequest(ProtocolError):
+    code = INVALID_REQUEST
+
+
+class MethodNotFound(ProtocolError):
+    code = METHOD_NOT_FOUND
+
+
+class InvalidParams(ProtocolError):
+    code = INVALID_PARAMS
+
+
+class RemoteError(ManifoldError):
+    """A server answered with a JSON-RPC error object; relayed to the client as is."""
+
+    def __init__(self, server_id: str, error: dict[str, Any]) -> None:
+        super().__init__(f"server {server_id!r} answered with error {error.get('code')}: {error.get('message')}")
+        self.server_id = server_id
+        self.error = error
+
+
+class ServerUnavailable(ManifoldError):
+    """A configured server cannot take requests right now."""
+
+    code: int = CONNECTION_CLOSED
+
+    def __init__(self, server_id: str, reason: str) -> None:
+        super().__init__(f"server {server_id!r} is unavailable: {reason}")
+        self.server_id = server_id
+        self.reason = reason
+
+
+class ServerTimeout(ServerUnavailable):
+    """A server did not answer one request within its timeout."""
+
+    code = REQUEST_TIMEOUT
+
+    def __init__(self, server_id: str, method: str, seconds: float) -> None:
+        ManifoldError.__init__(
+            self, f"server {server_id!r} did not answer {method} within {seconds:g}s (request timeout)"
+        )
+        self.server_id = server_id
+        self.reason = "timeout"

@@ -1,0 +1,1 @@
+"""Manifold as an MCP client: transports to servers, connections, the registry of servers."""

@@ -1,0 +1,55 @@
+"""The one contract every outbound transport meets.
+
+A transport is a thin shell: it moves whole JSON-RPC messages (already-decoded dicts)
+between Manifold and one MCP server. It knows nothing of ids, timeouts or MCP methods,
+except where its wire format forces it to (the Streamable HTTP session header).
+
+    async with transport.connect() as link:
+        await link.send(message)
+        message = await link.receive()
+
+Foreign exceptions are converted at this edge: a transport raises only
+:class:`proxy.errors.ServerUnavailable` (server gone, refused, closed), never OSError,
+aiohttp or anyio stream errors.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from proxy.protocol.jsonrpc import Message
+
+__all__ = ["Link", "Transport"]
+
+
+class Link(Protocol):
+    """An open message channel to one server."""
+
+    async def send(self, message: Message) -> None:
+        """Hand one message to the server. Returns once it is on its way (not answered).
+
+        Raises:
+            ServerUnavailable: the link is closed or the server cannot be reached.
+        """
+        ...
+
+    async def receive(self) -> Message:
+        """The next message from the server (responses, requests and notifications alike).
+
+        Raises:
+            ServerUnavailable: the server went away; the reason says how (exit code, EOF …).
+        """
+        ...
+
+
+class Transport(Protocol):
+    """Opens links to one configured server."""
+
+    def connect(self) -> AbstractAsyncContextManager[Link]:
+        """Start the server (stdio) or open the session (HTTP), and close it all on exit.
+
+        Raises:
+            ServerUnavailable: the server could not be started or reached.
+        """
+        ...
