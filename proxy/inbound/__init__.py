@@ -1,0 +1,1 @@
+"""Manifold as an MCP server: the HTTP and stdio endpoints clients talk to."""

@@ -1,0 +1,65 @@
+"""stdio, inbound: a desktop client spawns ``manifold stdio`` and speaks NDJSON to it.
+
+Each request is answered in a task of its own, so a slow tool never holds up the next
+request; writes to stdout are serialised. Logs go to stderr only: stdout is the protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterable, Awaitable, Callable
+
+import anyio
+
+from proxy.app import Gateway
+from proxy.errors import ProtocolError
+from proxy.inbound.session import ClientSession, new_session_id
+from proxy.protocol import jsonrpc
+from proxy.protocol.jsonrpc import Message, MessageKind
+
+__all__ = ["serve_stdio"]
+
+logger = logging.getLogger("proxy.inbound.stdio")
+
+Write = Callable[[bytes], Awaitable[None]]
+
+
+async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Write) -> None:
+    """Serve one client session until ``lines`` ends (the client closed our stdin)."""
+    session = ClientSession(id=new_session_id(), transport="stdio")
+    gateway.sessions[session.id] = session
+    lock = anyio.Lock()
+
+    async def emit(message: Message) -> None:
+        data = jsonrpc.encode(message) + b"\n"
+        async with lock:
+            await write(data)
+
+    async def answer(message: Message) -> None:
+        response = await gateway.handle(session, message)
+        if response is not None:
+            await emit(response)
+
+    async def pump_notifications() -> None:
+        while True:
+            await emit(await session.next_notification())
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump_notifications)
+            async for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    message = jsonrpc.parse(line)
+                except ProtocolError as exc:
+                    await emit(jsonrpc.error_response(None, exc.code, exc.message))
+                    continue
+                if jsonrpc.kind_of(message) is MessageKind.REQUEST:
+                    tg.start_soon(answer, message)
+                else:
+                    await gateway.handle(session, message)
+            logger.info("stdin closed; the client is gone")
+            tg.cancel_scope.cancel()
+    finally:
+        gateway.sessions.pop(session.id, None)

@@ -1,0 +1,139 @@
+"""Run a real ``manifold`` process for end-to-end tests, and reach it with real clients."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import orjson
+import yaml
+
+from tests.fixtures.spawn import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+NPM_BIN = REPO / "tests" / "npm" / "node_modules" / ".bin"
+MANIFOLD = [sys.executable, "-m", "proxy.cli"]
+
+
+@dataclass
+class RunningManifold:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@contextmanager
+def _terminating(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+
+
+async def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
+    with anyio.fail_after(30):
+        async with aiohttp.ClientSession() as http:
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"manifold exited with {process.returncode}:\n{log_path.read_text()}")
+                try:
+                    async with http.get(url) as response:
+                        if response.status == 200:
+                            return
+                except aiohttp.ClientConnectionError:
+                    pass
+                await anyio.sleep(0.05)  # polling a port that is not open yet: nothing to wait on
+
+
+@asynccontextmanager
+async def running_manifold(tmp_path: Path, config: dict[str, Any]) -> AsyncIterator[RunningManifold]:
+    """``manifold serve`` on a free loopback port; yields once ``/healthz`` answers."""
+    port = free_port()
+    config_path = write_config(tmp_path / "manifold.yaml", config)
+    log_path = tmp_path / "manifold.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*MANIFOLD, "serve", "--config", str(config_path), "--port", str(port), "--log-level", "info"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    with _terminating(process):
+        await _wait_healthy(f"http://127.0.0.1:{port}/healthz", process, log_path)
+        yield RunningManifold(f"http://127.0.0.1:{port}/mcp", process, log_path)
+
+
+def fixture_server(name: str, **options: Any) -> dict[str, Any]:
+    """Config entry for a stdio fixture server."""
+    from tests.fixtures.spawn import fixture_command
+
+    command = fixture_command(name, **options)
+    return {"command": command[0], "args": command[1:]}
+
+
+def everything_server() -> dict[str, Any]:
+    return {"command": str(NPM_BIN / "mcp-server-everything"), "args": ["stdio"]}
+
+
+async def post(
+    http: aiohttp.ClientSession, url: str, body: bytes | dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], Any]:
+    """One raw POST to /mcp; returns status, headers and the decoded JSON body (or None)."""
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    all_headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    all_headers.update(headers or {})
+    async with http.post(url, data=data, headers=all_headers) as response:
+        raw = await response.read()
+        decoded = orjson.loads(raw) if raw and response.content_type == "application/json" else None
+        return response.status, dict(response.headers), decoded
+
+
+async def raw_session(http: aiohttp.ClientSession, url: str) -> str:
+    """Initialize a session by hand; returns its Mcp-Session-Id."""
+    status, headers, body = await post(
+        http,
+        url,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+        },
+    )
+    assert status == 200, body
+    session_id = headers["mcp-session-id"]
+    status, _, _ = await post(
+        http, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, {"Mcp-Session-Id": session_id}
+    )
+    assert status == 202
+    return session_id
+
+
+def port_is_closed(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
