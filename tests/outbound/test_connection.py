@@ -1,0 +1,226 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from proxy.errors import RemoteError, ServerTimeout, ServerUnavailable
+from proxy.outbound.connection import ServerConnection, ServerState, backoff_delay
+from proxy.protocol.jsonrpc import Message
+from tests.outbound.memory import Handler, MemoryTransport, answer, initialize_result
+
+pytestmark = pytest.mark.anyio
+
+Reply = Callable[[Message], Awaitable[None]]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.listings: list[list[str]] = []
+        self.states: list[tuple[ServerState, str | None]] = []
+        self.listed = anyio.Event()
+
+    def tools_listed(self, server_id: str, tools: list[dict[str, Any]]) -> None:
+        self.listings.append([tool["name"] for tool in tools])
+        self.listed.set()
+        self.listed = anyio.Event()
+
+    def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
+        self.states.append((state, reason))
+
+
+def paged_server(pages: list[tuple[list[str], str | None]], on_call: Handler | None = None) -> Handler:
+    """Serves initialize, tools/list from ``pages`` (cursor "" asks for page 0), and tools/call."""
+
+    async def handle(message: Message, reply: Reply) -> None:
+        method = message.get("method")
+        if method == "initialize":
+            await reply(answer(message, initialize_result()))
+        elif method == "tools/list":
+            cursor = (message.get("params") or {}).get("cursor")
+            index = int(cursor.removeprefix("p")) if cursor else 0
+            names, next_cursor = pages[min(index, len(pages) - 1)]
+            result: dict[str, Any] = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in names]}
+            if next_cursor is not None:
+                result["nextCursor"] = next_cursor
+            await reply(answer(message, result))
+        elif method == "tools/call" and on_call is not None:
+            await on_call(message, reply)
+
+    return handle
+
+
+@asynccontextmanager
+async def connected(
+    transport: MemoryTransport, recorder: Recorder, **options: Any
+) -> AsyncIterator[ServerConnection]:
+    connection = ServerConnection("mem", transport, recorder, connect_timeout=5, **options)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(connection.run)
+        with anyio.fail_after(5):
+            await connection.first_attempt_done.wait()
+        yield connection
+        tg.cancel_scope.cancel()
+
+
+async def test_every_page_is_drained_before_the_server_is_ready() -> None:
+    recorder = Recorder()
+    pages = [(["a", "b"], "p1"), (["c"], "p2"), (["d"], None)]
+    async with connected(MemoryTransport(paged_server(pages)), recorder) as connection:
+        assert connection.state is ServerState.READY
+    assert recorder.listings == [["a", "b", "c", "d"]]
+
+
+@pytest.mark.parametrize(
+    "pages",
+    [
+        [(["a"], "p1"), (["b"], "p1")],  # the server repeats a cursor
+        [(["a"], "p1"), (["b"], "")],  # an empty-string cursor
+    ],
+)
+async def test_bad_cursors_end_the_drain_with_what_was_listed(pages: list[tuple[list[str], str | None]]) -> None:
+    recorder = Recorder()
+    async with connected(MemoryTransport(paged_server(pages)), recorder):
+        pass
+    assert recorder.listings == [["a", "b"]]
+
+
+async def test_a_server_that_pages_forever_is_cut_off_at_max_pages() -> None:
+    recorder = Recorder()
+    pages = [([f"t{i}"], f"p{i + 1}") for i in range(50)]
+    async with connected(MemoryTransport(paged_server(pages)), recorder, max_pages=5):
+        pass
+    assert recorder.listings == [["t0", "t1", "t2", "t3", "t4"]]
+
+
+async def test_answers_out_of_order_reach_the_request_that_asked() -> None:
+    async def on_call(message: Message, reply: Reply) -> None:
+        delay = message["params"]["arguments"]["delay"]
+        await anyio.sleep(delay)
+        await reply(answer(message, {"delay": delay}))
+
+    async with connected(MemoryTransport(paged_server([([], None)], on_call)), Recorder()) as connection:
+        results: dict[float, Any] = {}
+
+        async def call(delay: float) -> None:
+            params = {"name": "x", "arguments": {"delay": delay}}
+            results[delay] = await connection.request("tools/call", params)
+
+        async with anyio.create_task_group() as tg:
+            for delay in (0.05, 0.0, 0.03, 0.01):
+                tg.start_soon(call, delay)
+    assert results == {d: {"delay": d} for d in (0.05, 0.0, 0.03, 0.01)}
+
+
+async def test_a_timeout_raises_and_tells_the_server_under_its_own_id() -> None:
+    async def never(message: Message, reply: Reply) -> None:
+        await anyio.sleep_forever()
+
+    transport = MemoryTransport(paged_server([([], None)], never))
+    async with connected(transport, Recorder()) as connection:
+        with pytest.raises(ServerTimeout, match="did not answer tools/call within 0.1s"):
+            await connection.request("tools/call", {"name": "x"}, timeout=0.1)
+    sent = transport.links[0].sent
+    call = next(m for m in sent if m.get("method") == "tools/call")
+    cancel = next(m for m in sent if m.get("method") == "notifications/cancelled")
+    assert cancel["params"]["requestId"] == call["id"]
+
+
+async def test_a_cancelled_caller_sends_notifications_cancelled() -> None:
+    started = anyio.Event()
+
+    async def never(message: Message, reply: Reply) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    transport = MemoryTransport(paged_server([([], None)], never))
+    async with connected(transport, Recorder()) as connection:
+        with anyio.move_on_after(5) as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(connection.request, "tools/call", {"name": "x"})
+                await started.wait()
+                tg.cancel_scope.cancel()
+        assert not scope.cancelled_caught
+    reasons = [m["params"]["reason"] for m in transport.links[0].sent if m.get("method") == "notifications/cancelled"]
+    assert reasons == ["cancelled by the client"]
+
+
+async def test_a_jsonrpc_error_from_the_server_is_a_remote_error() -> None:
+    async def refuse(message: Message, reply: Reply) -> None:
+        await reply({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": "no such tool"}})
+
+    async with connected(MemoryTransport(paged_server([([], None)], refuse)), Recorder()) as connection:
+        with pytest.raises(RemoteError) as caught:
+            await connection.request("tools/call", {"name": "x"})
+    assert caught.value.error == {"code": -32602, "message": "no such tool"}
+
+
+async def test_a_dying_server_fails_in_flight_calls_then_restarts_and_is_relisted() -> None:
+    started = anyio.Event()
+
+    async def never(message: Message, reply: Reply) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    recorder = Recorder()
+    transport = MemoryTransport(paged_server([(["a"], None)], never))
+    async with connected(transport, recorder) as connection:
+        failure: list[BaseException] = []
+
+        async def call() -> None:
+            try:
+                await connection.request("tools/call", {"name": "x"})
+            except ServerUnavailable as exc:
+                failure.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await started.wait()
+            transport.hang_up.set()
+        assert [str(f) for f in failure] == ["server 'mem' is unavailable: the server hung up"]
+        with pytest.raises(ServerUnavailable):
+            await connection.request("tools/call", {"name": "x"})  # fails fast while down
+        with anyio.fail_after(5):
+            while connection.state is not ServerState.READY or len(recorder.listings) < 2:
+                await recorder.listed.wait()
+    assert recorder.listings == [["a"], ["a"]]
+    assert connection.restarts == 1
+    assert (ServerState.BACKOFF, "the server hung up") in recorder.states
+
+
+async def test_a_server_choosing_an_unknown_revision_is_not_used() -> None:
+    async def handle(message: Message, reply: Reply) -> None:
+        if message.get("method") == "initialize":
+            await reply(answer(message, initialize_result("1999-01-01")))
+
+    recorder = Recorder()
+    async with connected(MemoryTransport(handle), recorder) as connection:
+        assert connection.state is ServerState.BACKOFF
+        assert "1999-01-01" in (connection.reason or "")
+    assert recorder.listings == []
+
+
+async def test_list_changed_from_the_server_triggers_a_relist() -> None:
+    pages: list[tuple[list[str], str | None]] = [(["a"], None)]
+
+    async def on_call(message: Message, reply: Reply) -> None:
+        pages[0] = (["a", "b"], None)
+        await reply(answer(message, {"content": []}))
+        await reply({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+
+    recorder = Recorder()
+    async with connected(MemoryTransport(paged_server(pages, on_call)), recorder) as connection:
+        listed = recorder.listed
+        await connection.request("tools/call", {"name": "grow"})
+        with anyio.fail_after(5):
+            await listed.wait()
+    assert recorder.listings == [["a"], ["a", "b"]]
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    delays = [backoff_delay(n, jitter=0) for n in range(10)]
+    assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert max(delays) == 30.0
