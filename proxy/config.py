@@ -1,0 +1,569 @@
+"""Manifold's configuration: one YAML or JSON file, checked completely before anything starts.
+
+The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML, a superset)::
+
+    listen:
+      host: 127.0.0.1          # default 127.0.0.1
+      port: 8080               # default 8080, 0..65535
+      allowed_origins: []      # extra browser Origins allowed, exact ("https://app.example.com");
+                               # localhost origins are always allowed
+      allowed_hosts: []        # Host header values allowed; empty = derived from the bind address
+    naming:
+      separator: "."           # between prefix and tool name: 1..8 of [A-Za-z0-9_.-]
+      max_length: 128          # longest namespaced name, 16..1024
+    catalog:
+      page_size: 100           # items per tools/list page Manifold serves, 1..10000
+      max_server_pages: 1000   # stop draining a server's pages after this many
+    sessions:
+      idle_timeout: 3600       # seconds an idle inbound HTTP session is kept
+    log_level: info            # debug | info | warning | error
+    servers:                   # server id -> server, in the order given
+      github:                  # ids: [A-Za-z0-9_-]+, without the separator
+        command: npx           # a stdio server ...
+        args: ["-y", "@x/server-github"]
+        env: {GITHUB_TOKEN: "${GITHUB_TOKEN}"}
+        cwd: /srv/github       # optional
+        prefix: gh             # default: the id; "" passes tool names through unprefixed
+        enabled: true          # disabled servers stay configured but are not started
+        connect_timeout: 30    # seconds for start + initialize
+        request_timeout: 60    # seconds for each request
+      search:
+        url: http://127.0.0.1:9000/mcp       # ... or an HTTP server
+        headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
+        transport: auto        # auto (Streamable HTTP, falling back to SSE) | streamable-http | sse
+
+Every string value may use ``${VAR}`` (an error if unset), ``${VAR:-default}`` (used when VAR is
+unset or empty) and ``$${`` for a literal ``${``. Values of ``env`` and ``headers`` are kept as
+secrets: they never appear in a repr or in an error message.
+
+Claude Desktop and Cursor files work as they are: ``mcpServers`` is an alias of ``servers``, and a
+server may say ``type`` (``stdio``, ``http``, ``streamable-http``, ``sse``) instead of
+``transport``, ``disabled`` instead of ``enabled``, and ``timeout`` in milliseconds instead of
+``request_timeout``; ``autoApprove`` and ``alwaysAllow`` are ignored. Any other unknown key is an
+error, so a typo cannot pass silently.
+
+Environment variables override the file for everything but servers: ``MANIFOLD_`` plus the path
+joined by ``__``, e.g. ``MANIFOLD_LISTEN__PORT=9000``, ``MANIFOLD_LOG_LEVEL=debug``; list values
+are JSON (``MANIFOLD_LISTEN__ALLOWED_HOSTS='["gw:8080"]'``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
+
+from proxy.errors import ConfigError
+
+__all__ = [
+    "CatalogConfig",
+    "Config",
+    "ListenConfig",
+    "NamingConfig",
+    "ServerConfig",
+    "SessionsConfig",
+    "config_from_mapping",
+    "load_config",
+]
+
+Loc: TypeAlias = tuple[str | int, ...]
+Transport: TypeAlias = Literal["stdio", "auto", "streamable-http", "sse"]
+
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_REFERENCE = re.compile(r"\$(?P<escape>\$)?\{(?P<body>[^}]*)(?P<close>\})?")
+_VARIABLE = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>.*))?", re.DOTALL)
+_DESKTOP_TYPES: dict[str, Transport] = {
+    "stdio": "stdio",
+    "http": "streamable-http",
+    "streamable-http": "streamable-http",
+    "sse": "sse",
+}
+_URL_TRANSPORTS = "'auto', 'streamable-http' or 'sse'"
+_DESKTOP_KEYS = ("type", "disabled", "timeout", "autoApprove", "alwaysAllow")
+
+
+class _Problems(ValueError):
+    """Problems found by a validator, each at a path relative to the validated object.
+
+    Pydantic keeps a raised ValueError in the error's ``ctx``, which lets a cross-field check
+    report the exact field (``servers.x.transport``) instead of the whole object.
+    """
+
+    def __init__(self, items: Iterable[tuple[Loc, str]]) -> None:
+        self.items = list(items)
+        super().__init__("; ".join(message for _, message in self.items))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ListenConfig(_Model):
+    """Where the inbound HTTP endpoint listens and which browsers and Hosts it accepts."""
+
+    host: str = Field(default="127.0.0.1", min_length=1)
+    port: int = Field(default=8080, ge=0, le=65535)
+    allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _exact_origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
+        # Browsers send an Origin as scheme://host[:port] exactly; a path or a trailing slash
+        # would make the entry silently match nothing.
+        for origin in origins:
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or origin != f"{parts.scheme}://{parts.netloc}":
+                raise ValueError(f"each must look like 'https://app.example.com' (got {origin!r})")
+        return origins
+
+
+class NamingConfig(_Model):
+    """How namespaced tool names are built: ``<prefix><separator><original name>``."""
+
+    separator: str = Field(default=".", min_length=1, max_length=8, pattern=r"^[A-Za-z0-9_.-]+$")
+    max_length: int = Field(default=128, ge=16, le=1024)
+
+
+class CatalogConfig(_Model):
+    """Paging of the merged catalog."""
+
+    page_size: int = Field(default=100, ge=1, le=10000)
+    max_server_pages: int = Field(default=1000, ge=1)
+
+
+class SessionsConfig(_Model):
+    """Lifetime of inbound HTTP sessions."""
+
+    idle_timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+
+
+class ServerConfig(_Model):
+    """One configured MCP server: a command (stdio) or a URL (HTTP)."""
+
+    # Desktop configs write ports and flags in args/env as numbers; they are strings to the OS.
+    model_config = ConfigDict(frozen=True, extra="forbid", coerce_numbers_to_str=True)
+
+    id: str
+    command: str | None = Field(default=None, min_length=1)
+    args: tuple[str, ...] = ()
+    env: dict[str, SecretStr] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    transport: Transport
+    prefix: str
+    enabled: bool = True
+    connect_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    request_timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+
+    @property
+    def kind(self) -> Literal["stdio", "http"]:
+        """``stdio`` for a command server, ``http`` for a URL server."""
+        return "stdio" if self.command is not None else "http"
+
+    def resolved_env(self) -> dict[str, str]:
+        """The environment to add for the server process, secrets revealed."""
+        return {name: value.get_secret_value() for name, value in self.env.items()}
+
+    def resolved_headers(self) -> dict[str, str]:
+        """The HTTP headers to send to the server, secrets revealed."""
+        return {name: value.get_secret_value() for name, value in self.headers.items()}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _desktop_keys_and_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = {key: value for key, value in data.items() if key not in ("autoApprove", "alwaysAllow")}
+        problems: list[tuple[Loc, str]] = []
+        if "type" in data:
+            kind = data.pop("type")
+            if "transport" in data:
+                problems.append((("type",), "give either 'type' or 'transport', not both"))
+            elif isinstance(kind, str) and kind in _DESKTOP_TYPES:
+                data["transport"] = _DESKTOP_TYPES[kind]
+            else:
+                problems.append(
+                    (("type",), f"must be one of {', '.join(map(repr, _DESKTOP_TYPES))} (got {kind!r})")
+                )
+        if "disabled" in data:
+            disabled = data.pop("disabled")
+            if "enabled" in data:
+                problems.append((("disabled",), "give either 'disabled' or 'enabled', not both"))
+            elif isinstance(disabled, bool):
+                data["enabled"] = not disabled
+            else:
+                problems.append((("disabled",), f"must be true or false (got {disabled!r})"))
+        if "timeout" in data:
+            millis = data.pop("timeout")
+            if type(millis) not in (int, float) or not 0 < millis < math.inf:  # bool is not a number here
+                problems.append((("timeout",), f"must be a positive number of milliseconds (got {millis!r})"))
+            else:
+                data.setdefault("request_timeout", millis / 1000)
+        if problems:
+            raise _Problems(problems)
+        if data.get("transport") is None:
+            data["transport"] = "stdio" if data.get("url") is None else "auto"
+        if data.get("prefix") is None and "id" in data:
+            data["prefix"] = data["id"]
+        return data
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
+            raise ValueError(f"must be an http:// or https:// URL (got {url!r})")
+        return url
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ServerConfig:
+        if (self.command is None) == (self.url is None):
+            got = "neither" if self.command is None else "both"
+            raise _Problems([((), f"needs exactly one of 'command' (stdio) or 'url' (HTTP) (got {got})")])
+        problems: list[tuple[Loc, str]] = []
+        if self.command is not None and self.transport != "stdio":
+            problems.append(
+                (("transport",), f"must be 'stdio' for a command server (got {self.transport!r})")
+            )
+        if self.url is not None:
+            if self.transport == "stdio":
+                problems.append((("transport",), f"must be {_URL_TRANSPORTS} for a url server (got 'stdio')"))
+            # Process settings on an HTTP server would be ignored; say so rather than guess.
+            for name in ("args", "env", "cwd"):
+                if getattr(self, name):
+                    problems.append(((name,), "only applies to command servers; this server has a 'url'"))
+        if self.command is not None and self.headers:
+            problems.append((("headers",), "only applies to url servers; this server has a 'command'"))
+        if problems:
+            raise _Problems(problems)
+        return self
+
+
+class Config(_Model):
+    """The whole validated configuration. Build it with :func:`load_config`."""
+
+    listen: ListenConfig = ListenConfig()
+    naming: NamingConfig = NamingConfig()
+    catalog: CatalogConfig = CatalogConfig()
+    sessions: SessionsConfig = SessionsConfig()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    servers: dict[str, ServerConfig] = Field(default_factory=dict)
+
+    def enabled_servers(self) -> list[ServerConfig]:
+        """The servers to start, in configured order."""
+        return [server for server in self.servers.values() if server.enabled]
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lowercase_level(cls, level: Any) -> Any:
+        return level.lower() if isinstance(level, str) else level
+
+    @model_validator(mode="before")
+    @classmethod
+    def _servers_with_ids(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        if "mcpServers" in data:
+            if "servers" in data:
+                raise _Problems([(("mcpServers",), "give either 'servers' or 'mcpServers', not both")])
+            data["servers"] = data.pop("mcpServers")
+        servers = data.get("servers")
+        if isinstance(servers, Mapping):
+            # The key is the id; an "id" inside the entry would contradict it or repeat it.
+            if ids := [key for key, entry in servers.items() if isinstance(entry, Mapping) and "id" in entry]:
+                raise _Problems((("servers", key, "id"), "unknown field (the id is the key)") for key in ids)
+            data["servers"] = {
+                key: {**e, "id": key} if isinstance(e, Mapping) else e for key, e in servers.items()
+            }
+        return data
+
+    @model_validator(mode="after")
+    def _names_fit_the_separator(self) -> Config:
+        # Checked here, not per server: the separator is part of the rule, and a namespaced
+        # name must split back into exactly one (prefix, original name).
+        separator = self.naming.separator
+        problems: list[tuple[Loc, str]] = []
+        owners: dict[str, str] = {}  # non-empty prefix -> the first server id that has it
+        for key, server in self.servers.items():
+            names: list[tuple[Loc, str, str]] = [(("servers", key), "server id ", key)]
+            if server.prefix not in ("", key):  # "" is allowed; a prefix equal to the id is reported once
+                names.append((("servers", key, "prefix"), "", server.prefix))
+            for loc, what, name in names:
+                if not _NAME.fullmatch(name):
+                    problems.append(
+                        (loc, f"{what}may only contain letters, digits, '_' and '-' (got {name!r})")
+                    )
+                elif separator in name:
+                    problems.append(
+                        (loc, f"{what}must not contain the separator {separator!r} (got {name!r})")
+                    )
+            if server.prefix in owners:
+                other = owners[server.prefix]
+                problems.append(
+                    (
+                        ("servers", key, "prefix"),
+                        f"{server.prefix!r} is already the prefix of server {other!r}",
+                    )
+                )
+            elif server.prefix:
+                owners[server.prefix] = key
+        if problems:
+            raise _Problems(problems)
+        return self
+
+
+class _Overridable(BaseSettings):
+    """The part of :class:`Config` that ``MANIFOLD_*`` variables may set (not the servers)."""
+
+    model_config = SettingsConfigDict(env_prefix="MANIFOLD_", env_nested_delimiter="__")
+
+    listen: ListenConfig = ListenConfig()
+    naming: NamingConfig = NamingConfig()
+    catalog: CatalogConfig = CatalogConfig()
+    sessions: SessionsConfig = SessionsConfig()
+    log_level: str = "info"
+
+
+class _EnvironmentOverrides(EnvSettingsSource):
+    """pydantic-settings' environment source, reading an injected mapping instead of os.environ."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ  # read by _load_env_vars, which the base __init__ calls
+        super().__init__(_Overridable)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {name.lower(): value for name, value in self._environ.items()}
+
+
+def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+    """Read, interpolate, override from ``MANIFOLD_*`` variables, and validate a config file.
+
+    ``environ`` (default ``os.environ``) supplies both ``${VAR}`` values and overrides.
+
+    Raises:
+        ConfigError: the file is missing, unreadable, not YAML/JSON, or not a valid config;
+            the message has one line per problem, naming file, field and value.
+    """
+    source = os.fspath(path)
+    try:
+        text = Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the file ({exc.strerror or exc})") from None
+    data = _parse_json(text, source) if Path(source).suffix.lower() == ".json" else _parse_yaml(text, source)
+    if not isinstance(data, Mapping):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{source}: the top level must be a mapping of settings (got {got})")
+    return config_from_mapping(data, source=source, environ=environ)
+
+
+def config_from_mapping(
+    data: Mapping[str, Any], *, source: str = "<config>", environ: Mapping[str, str] | None = None
+) -> Config:
+    """Build a :class:`Config` from already-parsed data, exactly as :func:`load_config` does.
+
+    Raises:
+        ConfigError: the data is not a valid config; ``source`` names it in the message.
+    """
+    environ = os.environ if environ is None else environ
+    problems: list[tuple[Loc, str]] = []
+    interpolated = _interpolate(data, (), environ, problems)
+    if problems:
+        raise ConfigError("\n".join(_line(source, loc, message) for loc, message in problems))
+    try:
+        overrides = _EnvironmentOverrides(environ)()
+    except SettingsError as exc:
+        reason = str(exc).partition(" from source")[0]  # the source is our class: no news to the reader
+        raise ConfigError(
+            f"{source}: MANIFOLD_* environment: {reason} (nested values must be JSON)"
+        ) from None
+    merged = _merge(interpolated, overrides)
+    servers_key = "mcpServers" if "mcpServers" in data else "servers"
+    try:
+        return Config.model_validate(merged)
+    except ValidationError as exc:
+        # `from None`: the ValidationError's own text would print secret inputs in a traceback.
+        raise ConfigError("\n".join(_describe(exc, source, servers_key, overrides))) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe loader that rejects duplicate keys, which plain YAML silently resolves to the last."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` may be overridden by the keys after it; that is its point
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(f"{source}: invalid YAML: {where}{exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: invalid YAML: {exc}") from None
+
+
+def _parse_json(text: str, source: str) -> Any:
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        for key in keys:
+            if keys.count(key) > 1:
+                raise ConfigError(f"{source}: invalid JSON: duplicate key {key!r}")
+        return dict(pairs)
+
+    try:
+        return json.loads(text, object_pairs_hook=unique)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{source}: invalid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+
+
+def _interpolate(value: Any, loc: Loc, environ: Mapping[str, str], problems: list[tuple[Loc, str]]) -> Any:
+    """``value`` with ``${VAR}`` references in every string replaced; problems are collected."""
+    if isinstance(value, str):
+        return _REFERENCE.sub(lambda match: _resolve(match, loc, environ, problems), value)
+    if isinstance(value, Mapping):
+        return {key: _interpolate(item, (*loc, key), environ, problems) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_interpolate(item, (*loc, index), environ, problems) for index, item in enumerate(value)]
+    return value
+
+
+def _resolve(
+    match: re.Match[str], loc: Loc, environ: Mapping[str, str], problems: list[tuple[Loc, str]]
+) -> str:
+    if match["escape"]:
+        return match[0][1:]
+    variable = _VARIABLE.fullmatch(match["body"]) if match["close"] else None
+    if variable is None:
+        problems.append(
+            (loc, f"bad reference {match[0]!r}: write ${{NAME}}, ${{NAME:-default}}, or $${{ for '${{'")
+        )
+        return ""
+    name, default = variable["name"], variable["default"]
+    value = environ.get(name)
+    if default is not None and not value:  # shell semantics: the default also replaces ""
+        return default
+    if value is None:
+        problems.append(
+            (loc, f"environment variable {name!r} is not set (use ${{{name}:-default}} for a default)")
+        )
+        return ""
+    return value
+
+
+def _merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for error in exc.errors(include_url=False):
+        loc: Loc = tuple(error["loc"])
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, _Problems):
+            found = [((*loc, *relative), message) for relative, message in cause.items]
+        else:
+            found = [(loc, _message(error, loc))]
+        for where, message in found:
+            variable = _override_variable(where, overrides)
+            if variable is not None:
+                message += f" (set by {variable})"
+            if where[:1] == ("servers",):
+                where = (servers_key, *where[1:])
+            lines.append(_line(source, where, message))
+    return lines
+
+
+def _message(error: ErrorDetails, loc: Loc) -> str:
+    kind, input_value = error["type"], error["input"]
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc[:-1]), n=1)
+        return "unknown field" + (f" (did you mean {close[0]!r}?)" if close else "")
+    if kind == "value_error":  # raised by our own validators, with the value where it helps
+        return error["msg"].removeprefix("Value error, ")
+    message = error["msg"].replace("Input should be", "must be").replace("String should", "must")
+    if loc[:1] == ("servers",) and len(loc) > 2 and loc[2] in ("env", "headers"):
+        return message  # secrets: never echo an env or header value
+    return f"{message} (got {_show(input_value)})"
+
+
+def _known_keys(parent: Loc) -> Iterable[str]:
+    if parent == ():
+        return [*Config.model_fields, "mcpServers"]
+    if len(parent) == 2 and parent[0] == "servers":
+        return [*(name for name in ServerConfig.model_fields if name != "id"), *_DESKTOP_KEYS]
+    sections: dict[str | int, type[BaseModel]] = {
+        "listen": ListenConfig,
+        "naming": NamingConfig,
+        "catalog": CatalogConfig,
+        "sessions": SessionsConfig,
+    }
+    return list(sections[parent[0]].model_fields) if len(parent) == 1 and parent[0] in sections else []
+
+
+def _override_variable(loc: Loc, overrides: Mapping[str, Any], prefix: str = "MANIFOLD_") -> str | None:
+    """The ``MANIFOLD_*`` variable that set the value at ``loc``, if one did."""
+    if not loc or loc[0] not in overrides:
+        return None
+    value = overrides[str(loc[0])]
+    if isinstance(value, Mapping) and len(loc) > 1:
+        return _override_variable(loc[1:], value, f"{prefix}{str(loc[0]).upper()}__")
+    return f"{prefix}{str(loc[0]).upper()}"
+
+
+def _show(value: Any) -> str:
+    # Only scalars are echoed: a list or mapping in the wrong place may hold secrets.
+    if isinstance(value, str | int | float | bool) or value is None:
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    return f"a {type(value).__name__}"
+
+
+def _line(source: str, loc: Loc, message: str) -> str:
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+    return f"{source}: {path}: {message}" if path else f"{source}: {message}"

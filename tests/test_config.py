@@ -1,0 +1,656 @@
+"""Tests for proxy.config: file formats, desktop compatibility, interpolation, overrides, errors."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from proxy.config import (
+    CatalogConfig,
+    Config,
+    ListenConfig,
+    NamingConfig,
+    SessionsConfig,
+    config_from_mapping,
+    load_config,
+)
+from proxy.errors import ConfigError
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SECRET = "s3cret-value-42"
+
+
+def build(data: dict[str, Any], environ: dict[str, str] | None = None) -> Config:
+    return config_from_mapping(data, source="test.yaml", environ=environ or {})
+
+
+def error_of(data: dict[str, Any], environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        build(data, environ)
+    return str(info.value)
+
+
+def stdio(**fields: Any) -> dict[str, Any]:
+    return {"command": "python3", **fields}
+
+
+# --- formats ---------------------------------------------------------------------------------
+
+
+def test_a_yaml_file_with_every_section_loads(tmp_path: Path) -> None:
+    path = tmp_path / "manifold.yaml"
+    path.write_text(
+        """
+listen: {host: 0.0.0.0, port: 9100, allowed_origins: ["https://app.example.com"], allowed_hosts: ["gw:9100"]}
+naming: {separator: "__", max_length: 64}
+catalog: {page_size: 50, max_server_pages: 10}
+sessions: {idle_timeout: 60}
+log_level: warning
+servers:
+  github:
+    command: npx
+    args: ["-y", "@x/server-github"]
+    cwd: /srv/github
+    prefix: gh
+    connect_timeout: 5
+    request_timeout: 7.5
+  search:
+    url: http://127.0.0.1:9000/mcp
+    transport: sse
+""",
+        encoding="utf-8",
+    )
+    config = load_config(path, environ={})
+    assert config.listen == ListenConfig(
+        host="0.0.0.0", port=9100, allowed_origins=("https://app.example.com",), allowed_hosts=("gw:9100",)
+    )
+    assert config.naming == NamingConfig(separator="__", max_length=64)
+    assert config.catalog == CatalogConfig(page_size=50, max_server_pages=10)
+    assert config.sessions == SessionsConfig(idle_timeout=60)
+    assert config.log_level == "warning"
+    github, search = config.servers["github"], config.servers["search"]
+    assert (github.id, github.command, github.args, github.cwd) == (
+        "github",
+        "npx",
+        ("-y", "@x/server-github"),
+        "/srv/github",
+    )
+    assert (github.prefix, github.connect_timeout, github.request_timeout) == ("gh", 5.0, 7.5)
+    assert (github.kind, github.transport) == ("stdio", "stdio")
+    assert (search.kind, search.url, search.transport) == ("http", "http://127.0.0.1:9000/mcp", "sse")
+
+
+def test_a_json_file_is_parsed_as_json(tmp_path: Path) -> None:
+    path = tmp_path / "manifold.JSON"
+    path.write_text('{"log_level": "debug", "servers": {"a": {"command": "x"}}}', encoding="utf-8")
+    config = load_config(path, environ={})
+    assert config.log_level == "debug"
+    assert config.servers["a"].command == "x"
+
+
+def test_a_file_with_another_suffix_is_read_as_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "manifold.conf"
+    path.write_text("listen:\n  port: 9001\n", encoding="utf-8")
+    assert load_config(path, environ={}).listen.port == 9001
+
+
+def test_yaml_anchors_and_merge_keys_still_work(tmp_path: Path) -> None:
+    path = tmp_path / "manifold.yaml"
+    path.write_text(
+        "servers:\n  a: &base {command: python3, request_timeout: 5}\n  b: {<<: *base, request_timeout: 9}\n",
+        encoding="utf-8",
+    )
+    servers = load_config(path, environ={}).servers
+    assert (servers["b"].command, servers["b"].request_timeout) == ("python3", 9.0)
+
+
+@pytest.mark.parametrize("name", ["manifold.yaml", "claude_desktop.json"])
+def test_the_example_files_load(name: str) -> None:
+    config = load_config(EXAMPLES / name, environ={})
+    assert list(config.servers) == ["notes", "clock"]
+    assert all(server.kind == "stdio" and server.command == "python3" for server in config.servers.values())
+
+
+# --- Claude Desktop / Cursor compatibility ------------------------------------------------------
+
+
+def test_a_claude_desktop_file_with_only_mcp_servers_is_a_complete_config(tmp_path: Path) -> None:
+    path = tmp_path / "claude_desktop_config.json"
+    path.write_text(
+        '{"mcpServers": {"fs": {"command": "npx", "args": ["-y", "fs"], "env": {"K": "v"}},'
+        ' "remote": {"url": "https://example.com/mcp"}}}',
+        encoding="utf-8",
+    )
+    config = load_config(path, environ={})
+    assert list(config.servers) == ["fs", "remote"]
+    assert config.servers["fs"].resolved_env() == {"K": "v"}
+    assert config.servers["remote"].transport == "auto"
+    assert config.listen.port == 8080
+
+
+@pytest.mark.parametrize(
+    ("server", "transport"),
+    [
+        ({"type": "http", "url": "http://h/mcp"}, "streamable-http"),
+        ({"type": "streamable-http", "url": "http://h/mcp"}, "streamable-http"),
+        ({"type": "sse", "url": "http://h/sse"}, "sse"),
+        ({"type": "stdio", "command": "x"}, "stdio"),
+    ],
+)
+def test_desktop_type_is_an_alias_of_transport(server: dict[str, Any], transport: str) -> None:
+    assert build({"mcpServers": {"s": server}}).servers["s"].transport == transport
+
+
+def test_desktop_disabled_timeout_and_approval_keys_are_understood() -> None:
+    server = stdio(disabled=True, timeout=2500, autoApprove=["read"], alwaysAllow=["write"])
+    config = build({"mcpServers": {"s": server, "t": stdio(timeout=2500, request_timeout=9)}})
+    assert config.servers["s"].enabled is False
+    assert config.servers["s"].request_timeout == 2.5
+    assert config.servers["t"].request_timeout == 9.0  # an explicit request_timeout wins
+
+
+@pytest.mark.parametrize(
+    ("server", "line"),
+    [
+        (
+            {"type": "websocket", "url": "http://h"},
+            "test.yaml: mcpServers.s.type: must be one of 'stdio', 'http', 'streamable-http', 'sse' "
+            "(got 'websocket')",
+        ),
+        ({"type": "sse", "transport": "sse", "url": "http://h"}, "mcpServers.s.type: give either 'type' or"),
+        (stdio(disabled="yes"), "test.yaml: mcpServers.s.disabled: must be true or false (got 'yes')"),
+        (stdio(disabled=True, enabled=True), "mcpServers.s.disabled: give either 'disabled' or 'enabled'"),
+        (
+            stdio(timeout=-5),
+            "test.yaml: mcpServers.s.timeout: must be a positive number of milliseconds (got -5)",
+        ),
+    ],
+)
+def test_bad_desktop_keys_are_reported_where_they_were_written(server: dict[str, Any], line: str) -> None:
+    assert line in error_of({"mcpServers": {"s": server}}).splitlines()[0]
+
+
+def test_servers_and_mcp_servers_together_are_an_error() -> None:
+    message = error_of({"servers": {"a": stdio()}, "mcpServers": {"b": stdio()}})
+    assert message == "test.yaml: mcpServers: give either 'servers' or 'mcpServers', not both"
+
+
+# --- defaults and order --------------------------------------------------------------------------
+
+
+def test_servers_keep_the_order_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "manifold.yaml"
+    path.write_text(
+        "servers:\n  zeta: {command: z}\n  alpha: {command: a}\n  mid: {command: m}\n", encoding="utf-8"
+    )
+    config = load_config(path, environ={})
+    assert list(config.servers) == ["zeta", "alpha", "mid"]
+    assert [server.id for server in config.enabled_servers()] == ["zeta", "alpha", "mid"]
+
+
+def test_omitted_sections_take_their_defaults() -> None:
+    config = build({})
+    assert config.listen == ListenConfig(host="127.0.0.1", port=8080, allowed_origins=(), allowed_hosts=())
+    assert config.naming == NamingConfig(separator=".", max_length=128)
+    assert config.catalog == CatalogConfig(page_size=100, max_server_pages=1000)
+    assert config.sessions.idle_timeout == 3600
+    assert (config.log_level, config.servers) == ("info", {})
+
+
+def test_server_fields_take_their_defaults() -> None:
+    server = build({"servers": {"a": stdio()}}).servers["a"]
+    assert (server.args, server.env, server.cwd, server.headers) == ((), {}, None, {})
+    assert (server.enabled, server.connect_timeout, server.request_timeout) == (True, 30.0, 60.0)
+
+
+def test_prefix_defaults_to_the_server_id_and_may_be_empty() -> None:
+    servers = build(
+        {"servers": {"github": stdio(), "plain": stdio(prefix=""), "other": stdio(prefix="")}}
+    ).servers
+    assert [servers[key].prefix for key in ("github", "plain", "other")] == ["github", "", ""]
+
+
+def test_transport_defaults_to_stdio_for_commands_and_auto_for_urls() -> None:
+    servers = build({"servers": {"cmd": stdio(), "web": {"url": "https://h/mcp"}}}).servers
+    assert (servers["cmd"].transport, servers["cmd"].kind) == ("stdio", "stdio")
+    assert (servers["web"].transport, servers["web"].kind) == ("auto", "http")
+
+
+def test_enabled_servers_leaves_out_disabled_ones() -> None:
+    config = build({"servers": {"a": stdio(), "b": stdio(enabled=False), "c": stdio()}})
+    assert [server.id for server in config.enabled_servers()] == ["a", "c"]
+    assert list(config.servers) == ["a", "b", "c"]
+
+
+def test_log_level_is_case_insensitive() -> None:
+    assert build({"log_level": "WARNING"}).log_level == "warning"
+
+
+def test_numbers_in_args_and_env_become_strings() -> None:
+    server = build({"servers": {"a": stdio(args=["--port", 8080], env={"PORT": 8080})}}).servers["a"]
+    assert server.args == ("--port", "8080")
+    assert server.resolved_env() == {"PORT": "8080"}
+
+
+def test_models_are_frozen() -> None:
+    config = build({"servers": {"a": stdio()}})
+    with pytest.raises(pydantic.ValidationError):
+        config.listen.port = 1
+    with pytest.raises(pydantic.ValidationError):
+        config.servers["a"].command = "rm"
+
+
+# --- interpolation ----------------------------------------------------------------------------
+
+
+def test_variables_are_interpolated_in_every_string_value() -> None:
+    environ = {"TOKEN": "t0k", "HOST": "api.example.com", "BIN": "node"}
+    config = build(
+        {
+            "listen": {"host": "${HOST}"},
+            "servers": {
+                "cmd": {"command": "${BIN}", "args": ["--token=${TOKEN}"], "env": {"T": "${TOKEN}"}},
+                "web": {"url": "https://${HOST}/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}},
+            },
+        },
+        environ,
+    )
+    cmd, web = config.servers["cmd"], config.servers["web"]
+    assert (config.listen.host, cmd.command, cmd.args, cmd.resolved_env()) == (
+        "api.example.com",
+        "node",
+        ("--token=t0k",),
+        {"T": "t0k"},
+    )
+    assert (web.url, web.resolved_headers()) == (
+        "https://api.example.com/mcp",
+        {"Authorization": "Bearer t0k"},
+    )
+
+
+def test_interpolated_numbers_are_validated_as_numbers() -> None:
+    assert build({"listen": {"port": "${PORT}"}}, {"PORT": "9443"}).listen.port == 9443
+
+
+def test_a_default_is_used_when_the_variable_is_unset_or_empty() -> None:
+    data = {"listen": {"host": "${BIND:-0.0.0.0}"}}
+    assert build(data, {}).listen.host == "0.0.0.0"
+    assert build(data, {"BIND": ""}).listen.host == "0.0.0.0"
+    assert build(data, {"BIND": "10.0.0.1"}).listen.host == "10.0.0.1"
+
+
+def test_a_set_but_empty_variable_without_default_is_the_empty_string() -> None:
+    server = build({"servers": {"a": stdio(args=["x${EMPTY}y"])}}, {"EMPTY": ""}).servers["a"]
+    assert server.args == ("xy",)
+
+
+def test_double_dollar_brace_is_a_literal_dollar_brace() -> None:
+    server = build({"servers": {"a": stdio(args=["$${HOME} costs $$5", "${A}$${A}"])}}, {"A": "1"}).servers[
+        "a"
+    ]
+    assert server.args == ("${HOME} costs $$5", "1${A}")
+
+
+def test_a_missing_variable_names_the_field_path_and_the_variable() -> None:
+    message = error_of(
+        {"servers": {"gh": stdio(args=["ok", "--t=${NOPE}"], env={"A": f"{SECRET}${{ALSO_NOPE}}"})}},
+        {"SET": SECRET},
+    )
+    assert message.splitlines() == [
+        "test.yaml: servers.gh.args[1]: environment variable 'NOPE' is not set "
+        "(use ${NOPE:-default} for a default)",
+        "test.yaml: servers.gh.env.A: environment variable 'ALSO_NOPE' is not set "
+        "(use ${ALSO_NOPE:-default} for a default)",
+    ]
+
+
+@pytest.mark.parametrize("reference", ["${}", "${1ABC}", "${A B}", "${UNCLOSED"])
+def test_a_malformed_reference_is_an_error(reference: str) -> None:
+    message = error_of({"listen": {"host": f"h{reference}"}})
+    assert message.startswith(f"test.yaml: listen.host: bad reference {reference!r}")
+
+
+# --- environment overrides ---------------------------------------------------------------------
+
+
+def test_manifold_variables_override_the_file() -> None:
+    environ = {
+        "MANIFOLD_LISTEN__PORT": "9000",
+        "MANIFOLD_LOG_LEVEL": "DEBUG",
+        "MANIFOLD_NAMING__SEPARATOR": "__",
+        "MANIFOLD_LISTEN__ALLOWED_HOSTS": '["gw:9000"]',
+    }
+    config = build({"listen": {"port": 8000, "host": "127.0.0.2"}, "log_level": "error"}, environ)
+    assert (config.listen.port, config.listen.host, config.listen.allowed_hosts) == (
+        9000,
+        "127.0.0.2",
+        ("gw:9000",),
+    )
+    assert (config.log_level, config.naming.separator) == ("debug", "__")
+
+
+def test_os_environ_is_read_when_no_environ_is_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MANIFOLD_CATALOG__PAGE_SIZE", "7")
+    monkeypatch.setenv("CONFIG_TEST_BIN", "node")
+    path = tmp_path / "m.yaml"
+    path.write_text("servers:\n  a: {command: '${CONFIG_TEST_BIN}'}\n", encoding="utf-8")
+    config = load_config(path)
+    assert (config.catalog.page_size, config.servers["a"].command) == (7, "node")
+
+
+def test_an_injected_environ_replaces_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MANIFOLD_LISTEN__PORT", "1234")
+    assert build({}, {}).listen.port == 8080
+
+
+def test_a_bad_override_names_the_variable_that_set_it() -> None:
+    message = error_of({"listen": {"port": 80}}, {"MANIFOLD_LISTEN__PORT": "99999"})
+    assert message == (
+        "test.yaml: listen.port: must be less than or equal to 65535 (got '99999') "
+        "(set by MANIFOLD_LISTEN__PORT)"
+    )
+
+
+def test_an_override_that_is_not_json_is_a_config_error() -> None:
+    message = error_of({}, {"MANIFOLD_LISTEN": "{not json"})
+    assert message.startswith("test.yaml: MANIFOLD_* environment: ")
+    assert "listen" in message
+
+
+def test_servers_cannot_be_set_from_the_environment() -> None:
+    config = build({"servers": {"a": stdio()}}, {"MANIFOLD_SERVERS": '{"b": {"command": "evil"}}'})
+    assert list(config.servers) == ["a"]
+
+
+# --- secrets -------------------------------------------------------------------------------------
+
+
+def test_env_and_header_values_never_appear_in_repr_or_str() -> None:
+    config = build(
+        {
+            "servers": {
+                "a": stdio(env={"TOKEN": "${T}"}),
+                "b": {"url": "http://h", "headers": {"X-Key": "${T}"}},
+            }
+        },
+        {"T": SECRET},
+    )
+    for text in (repr(config), str(config), repr(config.servers["a"]), config.model_dump_json()):
+        assert SECRET not in text
+    assert "TOKEN" in repr(config)  # names are not secret, only values
+    assert config.servers["a"].resolved_env() == {"TOKEN": SECRET}
+    assert config.servers["b"].resolved_headers() == {"X-Key": SECRET}
+
+
+def test_env_and_header_values_never_appear_in_errors_or_tracebacks() -> None:
+    data = {
+        "servers": {
+            "a": stdio(env={"TOKEN": [SECRET]}, request_timeout=0),
+            "b": {"url": "http://h", "headers": {"X-Key": {"v": SECRET}}},
+            "c": stdio(enviroment={"TOKEN": SECRET}),
+        }
+    }
+    with pytest.raises(ConfigError) as info:
+        build(data)
+    message = str(info.value)
+    assert "servers.a.env.TOKEN: must be a valid string" in message
+    assert "servers.b.headers.X-Key: must be a valid string" in message
+    assert "servers.c.enviroment: unknown field" in message
+    assert SECRET not in message
+    assert SECRET not in "".join(traceback.format_exception(info.value))
+
+
+def test_no_value_under_env_or_headers_is_echoed_even_a_harmless_looking_one() -> None:
+    message = error_of({"servers": {"a": stdio(env={"FLAG": True})}})
+    assert message == "test.yaml: servers.a.env.FLAG: must be a valid string"
+
+
+# --- validation errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (
+            {"servers": {"github": stdio(request_timeout=-1)}},
+            "test.yaml: servers.github.request_timeout: must be greater than 0 (got -1)",
+        ),
+        (
+            {"servers": {"s": stdio(connect_timeout=0)}},
+            "test.yaml: servers.s.connect_timeout: must be greater than 0 (got 0)",
+        ),
+        (
+            {"servers": {"s": {"args": ["x"]}}},
+            "test.yaml: servers.s: needs exactly one of 'command' (stdio) or 'url' (HTTP) (got neither)",
+        ),
+        (
+            {"servers": {"s": {"command": "x", "url": "http://h"}}},
+            "test.yaml: servers.s: needs exactly one of 'command' (stdio) or 'url' (HTTP) (got both)",
+        ),
+        (
+            {"servers": {"s": stdio(transport="sse")}},
+            "test.yaml: servers.s.transport: must be 'stdio' for a command server (got 'sse')",
+        ),
+        (
+            {"servers": {"s": {"url": "http://h", "transport": "stdio"}}},
+            "test.yaml: servers.s.transport: must be 'auto', 'streamable-http' or 'sse' for a url server "
+            "(got 'stdio')",
+        ),
+        (
+            {"servers": {"s": {"url": "http://h", "transport": "websocket"}}},
+            "test.yaml: servers.s.transport: must be 'stdio', 'auto', 'streamable-http' or 'sse' "
+            "(got 'websocket')",
+        ),
+        (
+            {"servers": {"s": {"url": "ftp://h/mcp"}}},
+            "test.yaml: servers.s.url: must be an http:// or https:// URL (got 'ftp://h/mcp')",
+        ),
+        (
+            {"servers": {"s": {"url": "http://h", "args": ["x"]}}},
+            "test.yaml: servers.s.args: only applies to command servers; this server has a 'url'",
+        ),
+        (
+            {"servers": {"s": stdio(headers={"A": "b"})}},
+            "test.yaml: servers.s.headers: only applies to url servers; this server has a 'command'",
+        ),
+        ({"servers": {"s": stdio(id="t")}}, "test.yaml: servers.s.id: unknown field (the id is the key)"),
+        ({"servers": {"s": stdio(enabled="maybe")}}, "test.yaml: servers.s.enabled: must be a valid boolean"),
+        (
+            {"listen": {"port": 70000}},
+            "test.yaml: listen.port: must be less than or equal to 65535 (got 70000)",
+        ),
+        ({"listen": {"port": "http"}}, "test.yaml: listen.port: must be a valid integer"),
+        (
+            {"listen": {"allowed_origins": ["https://app.example.com/"]}},
+            "test.yaml: listen.allowed_origins: each must look like 'https://app.example.com' "
+            "(got 'https://app.example.com/')",
+        ),
+        (
+            {"naming": {"separator": ""}},
+            "test.yaml: naming.separator: must have at least 1 character (got '')",
+        ),
+        (
+            {"naming": {"separator": "123456789"}},
+            "test.yaml: naming.separator: must have at most 8 characters",
+        ),
+        ({"naming": {"separator": "/"}}, "test.yaml: naming.separator: must match pattern"),
+        (
+            {"naming": {"max_length": 15}},
+            "test.yaml: naming.max_length: must be greater than or equal to 16 (got 15)",
+        ),
+        (
+            {"catalog": {"page_size": 0}},
+            "test.yaml: catalog.page_size: must be greater than or equal to 1 (got 0)",
+        ),
+        (
+            {"catalog": {"page_size": 10001}},
+            "test.yaml: catalog.page_size: must be less than or equal to 10000",
+        ),
+        (
+            {"catalog": {"max_server_pages": 0}},
+            "test.yaml: catalog.max_server_pages: must be greater than or equal to 1",
+        ),
+        (
+            {"sessions": {"idle_timeout": 0}},
+            "test.yaml: sessions.idle_timeout: must be greater than 0 (got 0)",
+        ),
+        (
+            {"log_level": "verbose"},
+            "test.yaml: log_level: must be 'debug', 'info', 'warning' or 'error' (got 'verbose')",
+        ),
+        ({"servers": ["a"]}, "test.yaml: servers: must be a valid dictionary (got a list)"),
+    ],
+)
+def test_each_invalid_value_is_reported_with_file_field_and_value(data: dict[str, Any], line: str) -> None:
+    assert error_of(data).splitlines()[0].startswith(line)
+
+
+def test_every_problem_gets_its_own_line() -> None:
+    message = error_of({"listen": {"port": -1}, "catalog": {"page_size": 0}, "log_level": "loud"})
+    assert len(message.splitlines()) == 3
+    assert all(line.startswith("test.yaml: ") for line in message.splitlines())
+
+
+def test_an_unknown_server_key_suggests_the_closest_field() -> None:
+    message = error_of({"servers": {"github": {"comand": "npx"}}})
+    assert "test.yaml: servers.github.comand: unknown field (did you mean 'command'?)" in message.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        ({"sever": {}}, "test.yaml: sever: unknown field (did you mean 'servers'?)"),
+        ({"listen": {"prot": 1}}, "test.yaml: listen.prot: unknown field (did you mean 'port'?)"),
+        (
+            {"catalog": {"page_sise": 1}},
+            "test.yaml: catalog.page_sise: unknown field (did you mean 'page_size'?)",
+        ),
+        (
+            {"servers": {"s": stdio(dissabled=True)}},
+            "test.yaml: servers.s.dissabled: unknown field (did you mean 'disabled'?)",
+        ),
+        ({"zzz": 1}, "test.yaml: zzz: unknown field"),
+    ],
+)
+def test_unknown_keys_are_errors_with_a_suggestion(data: dict[str, Any], line: str) -> None:
+    assert error_of(data) == line
+
+
+def test_errors_in_a_desktop_file_use_the_mcp_servers_path() -> None:
+    message = error_of({"mcpServers": {"s": stdio(request_timeout=0)}})
+    assert message == "test.yaml: mcpServers.s.request_timeout: must be greater than 0 (got 0)"
+
+
+# --- server ids, prefixes and the separator --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("separator", "server_id"), [("__", "my__srv"), ("-", "my-srv"), ("_", "my_srv")])
+def test_a_server_id_may_not_contain_the_separator(separator: str, server_id: str) -> None:
+    message = error_of({"naming": {"separator": separator}, "servers": {server_id: stdio()}})
+    assert message == (
+        f"test.yaml: servers.{server_id}: "
+        f"server id must not contain the separator {separator!r} (got {server_id!r})"
+    )
+
+
+def test_a_server_id_without_the_separator_is_fine() -> None:
+    assert list(build({"naming": {"separator": "__"}, "servers": {"my_srv": stdio()}}).servers) == ["my_srv"]
+
+
+@pytest.mark.parametrize("server_id", ["my.srv", "my srv", "ünï", ""])
+def test_a_server_id_may_only_use_letters_digits_underscore_and_dash(server_id: str) -> None:
+    message = error_of({"servers": {server_id: stdio()}})
+    assert message == (
+        f"test.yaml: servers.{server_id}: "
+        f"server id may only contain letters, digits, '_' and '-' (got {server_id!r})"
+    )
+
+
+def test_a_prefix_may_not_contain_the_separator() -> None:
+    message = error_of({"naming": {"separator": "-"}, "servers": {"a": stdio(prefix="x-y")}})
+    assert message == "test.yaml: servers.a.prefix: must not contain the separator '-' (got 'x-y')"
+
+
+def test_a_prefix_may_only_use_letters_digits_underscore_and_dash() -> None:
+    message = error_of({"servers": {"a": stdio(prefix="g h")}})
+    assert message == "test.yaml: servers.a.prefix: may only contain letters, digits, '_' and '-' (got 'g h')"
+
+
+def test_two_servers_may_not_share_a_prefix_and_the_error_names_both() -> None:
+    message = error_of({"servers": {"gh": stdio(), "github": stdio(prefix="gh")}})
+    assert message == "test.yaml: servers.github.prefix: 'gh' is already the prefix of server 'gh'"
+
+
+# --- files ------------------------------------------------------------------------------------------
+
+
+def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError, match=r"absent\.yaml: file not found$"):
+        load_config(path, environ={})
+
+
+def test_a_directory_is_an_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot read the file"):
+        load_config(tmp_path, environ={})
+
+
+def test_invalid_yaml_reports_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("listen:\n  port: 1\n servers: [\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value).startswith(f"{path}: invalid YAML: line 3, column 2: ")
+
+
+def test_a_duplicate_yaml_key_is_an_error_rather_than_a_silently_lost_server(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text("servers:\n  a: {command: x}\n  a: {command: y}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == f"{path}: invalid YAML: line 3, column 3: duplicate key 'a'"
+
+
+def test_invalid_json_reports_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('{\n  "listen": {"port": 1,}\n}', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value).startswith(f"{path}: invalid JSON: line 2, column ")
+
+
+def test_a_duplicate_json_key_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "dup.json"
+    path.write_text('{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"invalid JSON: duplicate key 'a'"):
+        load_config(path, environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "got"), [("", "an empty file"), ("- a\n- b\n", "a list"), ("just text\n", "a str")]
+)
+def test_a_top_level_that_is_not_a_mapping_is_an_error(tmp_path: Path, text: str, got: str) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == f"{path}: the top level must be a mapping of settings (got {got})"
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_bytes(b"log_level: \xff\n")
+    with pytest.raises(ConfigError, match=r"not UTF-8 text"):
+        load_config(path, environ={})
+
+
+def test_validation_errors_name_the_file_they_came_from(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("servers:\n  github: {command: npx, request_timeout: -1}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(info.value) == f"{path}: servers.github.request_timeout: must be greater than 0 (got -1)"
