@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.interaction.harness import REPO, fixture_server, write_config
+
+MANIFOLD = [sys.executable, "-m", "proxy.cli"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MANIFOLD, *args], capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+
+
+def test_check_accepts_the_example_configs() -> None:
+    for name in ("examples/manifold.yaml", "examples/claude_desktop.json"):
+        done = run("check", "--config", name)
+        assert done.returncode == 0, done.stderr
+        assert "OK (2 servers: notes, clock)" in done.stdout
+
+
+def test_check_rejects_a_bad_config_naming_file_field_and_value(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("servers:\n  a:\n    command: x\n    request_timeout: -1\n")
+    done = run("check", "--config", str(bad))
+    assert done.returncode == 2
+    assert "bad.yaml" in done.stderr and "servers.a.request_timeout" in done.stderr and "-1" in done.stderr
+
+
+def test_tools_prints_the_merged_catalog_and_reports_a_server_that_cannot_start(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "m.yaml",
+        {
+            "servers": {
+                "alpha": fixture_server("alpha", tools=2, page_size=1),
+                "ghost": {"command": "/nonexistent/server", "connect_timeout": 1},
+            }
+        },
+    )
+    done = run("tools", "--config", str(config), "--json")
+    assert done.returncode == 1  # a configured server is not ready
+    report = json.loads(done.stdout)
+    rows = {row["name"]: row for row in report["tools"]}
+    assert rows["alpha.tool_001"]["server"] == "alpha"
+    assert rows["alpha.tool_001"]["original_name"] == "tool_001"
+    assert report["servers"]["alpha"]["state"] == "ready"
+    assert report["servers"]["ghost"]["state"] == "backoff"
+    assert "cannot start" in report["servers"]["ghost"]["reason"]
+
+    table = run("tools", "--config", str(config))
+    assert "alpha.echo" in table.stdout and "server ghost: backoff" in table.stdout
+
+
+def test_tools_reports_name_collisions(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "m.yaml",
+        {
+            "servers": {
+                "one": {**fixture_server("one", tools=1, page_size=5), "prefix": ""},
+                "two": {**fixture_server("two", tools=1, page_size=5), "prefix": ""},
+            }
+        },
+    )
+    done = run("tools", "--config", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    names = [row["name"] for row in report["tools"]]
+    assert len(names) == len(set(names))
+    collided = {c["name"] for c in report["collisions"]}
+    assert {"echo", "tool_000"} <= collided
+    renamed = {c["renamed_to"] for c in report["collisions"]}
+    assert renamed <= set(names)
