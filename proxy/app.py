@@ -45,7 +45,8 @@ def transport_for(server: ServerConfig) -> Transport:
         return StdioTransport(
             server.id, server.command, server.args, env=server.resolved_env(), cwd=server.cwd
         )
-    assert server.url is not None and server.transport != "stdio"
+    assert server.url is not None
+    assert server.transport != "stdio"
     from proxy.outbound.http import http_transport  # aiohttp loads only when an HTTP server is configured
 
     return http_transport(
@@ -139,7 +140,9 @@ class Gateway:
         with anyio.CancelScope() as scope:
             session.in_flight[request_id] = scope
             try:
-                result = await self._request(session, message["method"], message.get("params") or {}, request_id)
+                result = await self._request(
+                    session, message["method"], message.get("params") or {}, request_id
+                )
             except Exception as exc:
                 return wire_error(exc, request_id)
             finally:
@@ -157,7 +160,9 @@ class Gateway:
             if scope is not None:
                 scope.cancel()
 
-    async def _request(self, session: ClientSession, method: str, params: dict[str, Any], request_id: Any) -> Any:
+    async def _request(
+        self, session: ClientSession, method: str, params: dict[str, Any], request_id: Any
+    ) -> Any:
         if method == "tools/call":
             return await self._tools_call(session, params, request_id)
         if method == "tools/list":

@@ -9,6 +9,7 @@ import argparse
 import logging
 import signal
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -26,14 +27,20 @@ logger = logging.getLogger("proxy.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="manifold", description="One MCP endpoint in front of many MCP servers.")
+    parser = argparse.ArgumentParser(
+        prog="manifold", description="One MCP endpoint in front of many MCP servers."
+    )
     parser.add_argument("--version", action="version", version=f"manifold {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("--config", "-c", required=True, help="YAML or JSON config (or a Claude Desktop mcpServers file)")
-        sub.add_argument("--log-level", help="debug, info, warning or error (default: the config's log_level)")
+        sub.add_argument(
+            "--config", "-c", required=True, help="YAML or JSON config (or a Claude Desktop mcpServers file)"
+        )
+        sub.add_argument(
+            "--log-level", help="debug, info, warning or error (default: the config's log_level)"
+        )
         return sub
 
     serve = add("serve", "Serve Streamable HTTP at http://HOST:PORT/mcp.")
@@ -136,12 +143,11 @@ async def _tools(config: Config, args: argparse.Namespace) -> int:
 
     async with Gateway(config).running() as gateway:
         catalog = gateway.catalog
+        counts = Counter(entry.server_id for entry in catalog.entries)
         servers = {
-            sid: {"state": conn.state.value, "reason": conn.reason, "tools": 0}
+            sid: {"state": conn.state.value, "reason": conn.reason, "tools": counts[sid]}
             for sid, conn in gateway.connections.items()
         }
-        for entry in catalog.entries:
-            servers[entry.server_id]["tools"] += 1
         rows = [
             {
                 "name": e.name,
@@ -172,7 +178,9 @@ def _print_table(
     rows: list[dict[str, Any]], servers: dict[str, dict[str, Any]], collisions: list[Collision]
 ) -> None:
     def hints(annotations: dict[str, Any]) -> str:
-        return ",".join(f"{k.removesuffix('Hint')}={str(v).lower()}" for k, v in annotations.items() if k.endswith("Hint"))
+        return ",".join(
+            f"{k.removesuffix('Hint')}={str(v).lower()}" for k, v in annotations.items() if k.endswith("Hint")
+        )
 
     table = [("NAME", "SERVER", "ORIGINAL NAME", "ANNOTATIONS")]
     table += [(r["name"], r["server"], r["original_name"], hints(r["annotations"])) for r in rows]

@@ -5,6 +5,6 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"

@@ -11,7 +11,9 @@ MANIFOLD = [sys.executable, "-m", "proxy.cli"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MANIFOLD, *args], capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    return subprocess.run(
+        [*MANIFOLD, *args], capture_output=True, text=True, cwd=REPO, timeout=60, check=False
+    )
 
 
 def test_check_accepts_the_example_configs() -> None:
@@ -26,7 +28,9 @@ def test_check_rejects_a_bad_config_naming_file_field_and_value(tmp_path: Path) 
     bad.write_text("servers:\n  a:\n    command: x\n    request_timeout: -1\n")
     done = run("check", "--config", str(bad))
     assert done.returncode == 2
-    assert "bad.yaml" in done.stderr and "servers.a.request_timeout" in done.stderr and "-1" in done.stderr
+    assert "bad.yaml" in done.stderr
+    assert "servers.a.request_timeout" in done.stderr
+    assert "-1" in done.stderr
 
 
 def test_tools_prints_the_merged_catalog_and_reports_a_server_that_cannot_start(tmp_path: Path) -> None:
@@ -50,7 +54,8 @@ def test_tools_prints_the_merged_catalog_and_reports_a_server_that_cannot_start(
     assert "cannot start" in report["servers"]["ghost"]["reason"]
 
     table = run("tools", "--config", str(config))
-    assert "alpha.echo" in table.stdout and "server ghost: backoff" in table.stdout
+    assert "alpha.echo" in table.stdout
+    assert "server ghost: backoff" in table.stdout
 
 
 def test_tools_reports_name_collisions(tmp_path: Path) -> None:

@@ -8,10 +8,11 @@ everything about MCP itself is the gateway's business.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -82,7 +83,9 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _respond(send: Send, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _respond(
+    send: Send, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     head = [*(headers or []), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
@@ -96,7 +99,9 @@ async def _error(send: Send, status: int, code: int, message: str, request_id: A
 class McpEndpoint:
     """The ASGI app behind ``/mcp``."""
 
-    def __init__(self, gateway: Gateway, policy: OriginPolicy, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, gateway: Gateway, policy: OriginPolicy, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._gateway = gateway
         self._policy = policy
         self._clock = clock
@@ -123,11 +128,15 @@ class McpEndpoint:
             return None
         session = self._gateway.sessions.get(session_id)
         if session is None:
-            await _error(send, 404, INVALID_REQUEST, "Not Found: unknown or expired session; initialize again")
+            await _error(
+                send, 404, INVALID_REQUEST, "Not Found: unknown or expired session; initialize again"
+            )
             return None
         version = _header(scope, b"mcp-protocol-version")
         if version is not None and version not in versions.SUPPORTED:
-            await _error(send, 400, INVALID_REQUEST, f"Bad Request: unsupported MCP-Protocol-Version {version!r}")
+            await _error(
+                send, 400, INVALID_REQUEST, f"Bad Request: unsupported MCP-Protocol-Version {version!r}"
+            )
             return None
         session.last_seen = self._clock()
         return session
@@ -138,7 +147,9 @@ class McpEndpoint:
             return await _error(send, 415, INVALID_REQUEST, "Unsupported Media Type: POST application/json")
         accept = _header(scope, b"accept")
         if accept is not None and not any(t in accept for t in ("application/json", "*/*", "application/*")):
-            return await _error(send, 406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json")
+            return await _error(
+                send, 406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json"
+            )
         body = await _read_body(receive)
         if body is None:
             return await _error(send, 413, INVALID_REQUEST, f"Payload Too Large: limit is {_MAX_BODY} bytes")
@@ -173,7 +184,9 @@ class McpEndpoint:
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
         accept = _header(scope, b"accept") or ""
         if "text/event-stream" not in accept:
-            return await _error(send, 406, INVALID_REQUEST, "Not Acceptable: GET needs Accept: text/event-stream")
+            return await _error(
+                send, 406, INVALID_REQUEST, "Not Acceptable: GET needs Accept: text/event-stream"
+            )
         session = await self._session(scope, send)
         if session is None:
             return None
@@ -257,8 +270,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the CLI owns SIGINT/SIGTERM and cancels us."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 async def serve(
-    gateway: Gateway, sock: socket.socket, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    gateway: Gateway,
+    sock: socket.socket,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``/mcp`` on an already-bound socket until cancelled."""
     config = uvicorn.Config(
@@ -269,8 +293,7 @@ async def serve(
         access_log=False,
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the CLI owns signals
+    server = _Server(config)
     stopped = anyio.Event()
 
     async def run_server() -> None:

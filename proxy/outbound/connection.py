@@ -9,6 +9,7 @@ that reuse JSON-RPC ids can never receive each other's answers.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
 import logging
@@ -22,9 +23,9 @@ import anyio
 
 from proxy import __version__
 from proxy.errors import ProtocolError, RemoteError, ServerTimeout, ServerUnavailable
+from proxy.outbound.transport import Link, Transport
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message, MessageKind
-from proxy.outbound.transport import Link, Transport
 
 __all__ = ["ConnectionListener", "ServerConnection", "ServerState", "backoff_delay"]
 
@@ -94,7 +95,9 @@ class ServerConnection:
 
     # ---- public API -------------------------------------------------------------------
 
-    async def request(self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
+    async def request(
+        self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> Any:
         """Send one request and wait for its result.
 
         Raises:
@@ -168,7 +171,9 @@ class ServerConnection:
         if kind is MessageKind.RESPONSE:
             slot = self._pending.get(message["id"]) if isinstance(message.get("id"), int) else None
             if slot is None:
-                logger.debug("server %s: dropped a response to unknown id %r", self.server_id, message.get("id"))
+                logger.debug(
+                    "server %s: dropped a response to unknown id %r", self.server_id, message.get("id")
+                )
                 return
             slot.response = message
             slot.event.set()
@@ -239,7 +244,9 @@ class ServerConnection:
         seen: set[str] = set()
         cursor: str | None = None
         for _ in range(self._max_pages):
-            result = await self._call(link, method, {"cursor": cursor} if cursor else None, self.request_timeout)
+            result = await self._call(
+                link, method, {"cursor": cursor} if cursor else None, self.request_timeout
+            )
             page = result.get(key) if isinstance(result, dict) else None
             if not isinstance(page, list):
                 raise ProtocolError(f"server {self.server_id!r} answered {method} without a {key!r} array")
@@ -254,7 +261,9 @@ class ServerConnection:
                 )  # fmt: skip
                 return items
             seen.add(cursor)
-        logger.warning("server %s: %s still paging after %d pages; stopped", self.server_id, method, self._max_pages)
+        logger.warning(
+            "server %s: %s still paging after %d pages; stopped", self.server_id, method, self._max_pages
+        )
         return items
 
     async def _call(self, link: Link, method: str, params: dict[str, Any] | None, timeout: float) -> Any:
@@ -283,12 +292,10 @@ class ServerConnection:
         return slot.response["result"]
 
     async def _cancel(self, link: Link, request_id: int, reason: str) -> None:
-        try:
+        with contextlib.suppress(ServerUnavailable):
             await link.send(
                 jsonrpc.notification("notifications/cancelled", {"requestId": request_id, "reason": reason})
             )
-        except ServerUnavailable:
-            pass
 
     def _fail_pending(self, reason: str) -> None:
         for slot in self._pending.values():

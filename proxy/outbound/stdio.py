@@ -38,7 +38,8 @@ _READ_CHUNK: Final = 65536
 
 class _StdioLink:
     def __init__(self, server_id: str, process: anyio.abc.Process) -> None:
-        assert process.stdin is not None and process.stdout is not None
+        assert process.stdin is not None
+        assert process.stdout is not None
         self._server_id = server_id
         self._process = process
         self._stdin = process.stdin
@@ -66,7 +67,9 @@ class _StdioLink:
                     return jsonrpc.parse(line)
                 except (ParseError, InvalidRequest) as exc:
                     # A server that prints garbage on stdout breaks only the lines it garbles.
-                    logger.warning("server %s: dropped a non-JSON-RPC line from stdout: %s", self._server_id, exc)
+                    logger.warning(
+                        "server %s: dropped a non-JSON-RPC line from stdout: %s", self._server_id, exc
+                    )
             try:
                 chunk = await self._stdout.receive(_READ_CHUNK)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -162,4 +165,6 @@ class StdioTransport:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
         await process.aclose()
-        logger.info("server %s: process %d stopped (code %s)", self.server_id, process.pid, process.returncode)
+        logger.info(
+            "server %s: process %d stopped (code %s)", self.server_id, process.pid, process.returncode
+        )

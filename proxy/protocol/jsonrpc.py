@@ -90,17 +90,19 @@ def validate(obj: Any) -> Message:
         if "id" in obj and not _valid_id(obj["id"]):
             raise InvalidRequest('"id" must be a string or an integer')
         return obj
-    if "id" not in obj or not _valid_id(obj["id"]):
-        # An error response may carry id null when the request could not be read at all.
-        if not ("error" in obj and obj.get("id") is None):
-            raise InvalidRequest('a response needs an "id" that is a string or an integer')
+    # An error response may carry id null when the request could not be read at all.
+    unreadable_request = "error" in obj and obj.get("id", 0) is None
+    if not unreadable_request and not _valid_id(obj.get("id")):
+        raise InvalidRequest('a response needs an "id" that is a string or an integer')
     has_result, has_error = "result" in obj, "error" in obj
     if has_result == has_error:
         raise InvalidRequest('a response needs exactly one of "result" and "error"')
     if has_error:
         err = obj["error"]
-        if not isinstance(err, dict) or not isinstance(err.get("code"), int) or not isinstance(
-            err.get("message"), str
+        if (
+            not isinstance(err, dict)
+            or not isinstance(err.get("code"), int)
+            or not isinstance(err.get("message"), str)
         ):
             raise InvalidRequest('"error" must be an object with an integer "code" and a string "message"')
     return obj

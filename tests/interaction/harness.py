@@ -7,7 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +35,35 @@ class RunningManifold:
         return self.log_path.read_text(errors="replace")
 
 
+async def wait_for_health(
+    manifold: RunningManifold, predicate: Callable[[dict[str, Any]], bool], timeout: float = 20
+) -> dict[str, Any]:
+    """Poll ``/healthz`` (bounded) until ``predicate`` holds; returns that health report."""
+    url = manifold.url.replace("/mcp", "/healthz")
+    with anyio.fail_after(timeout):
+        async with aiohttp.ClientSession() as http:
+            while True:
+                async with http.get(url) as response:
+                    health: dict[str, Any] = await response.json()
+                if predicate(health):
+                    return health
+                await anyio.sleep(0.1)  # a restart with backoff has no event we can see from outside
+
+
 def write_config(path: Path, config: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def _spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [*MANIFOLD, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
 
 @contextmanager
@@ -59,7 +85,7 @@ async def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Pa
         async with aiohttp.ClientSession() as http:
             while True:
                 if process.poll() is not None:
-                    raise RuntimeError(f"manifold exited with {process.returncode}:\n{log_path.read_text()}")
+                    raise RuntimeError(f"manifold exited with {process.returncode}; see {log_path}")
                 try:
                     async with http.get(url) as response:
                         if response.status == 200:
@@ -75,14 +101,9 @@ async def running_manifold(tmp_path: Path, config: dict[str, Any]) -> AsyncItera
     port = free_port()
     config_path = write_config(tmp_path / "manifold.yaml", config)
     log_path = tmp_path / "manifold.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*MANIFOLD, "serve", "--config", str(config_path), "--port", str(port), "--log-level", "info"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+    process = _spawn(
+        ["serve", "--config", str(config_path), "--port", str(port), "--log-level", "info"], log_path
+    )
     with _terminating(process):
         await _wait_healthy(f"http://127.0.0.1:{port}/healthz", process, log_path)
         yield RunningManifold(f"http://127.0.0.1:{port}/mcp", process, log_path)
@@ -122,7 +143,11 @@ async def raw_session(http: aiohttp.ClientSession, url: str) -> str:
             "jsonrpc": "2.0",
             "id": 1,
             "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
         },
     )
     assert status == 200, body

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -16,11 +16,13 @@ from proxy.protocol.jsonrpc import Message
 
 # A handler gets each message the client sent and a `reply` function; it may reply any number
 # of times (a response, notifications, nothing) and may block.
-Handler = Callable[[Message, Callable[[Message], Awaitable[None]]], Awaitable[None]]
+Handler = Callable[[Message, Callable[[Message], Awaitable[None]]], Coroutine[Any, Any, None]]
 
 
 class MemoryLink:
-    def __init__(self, to_server: MemoryObjectSendStream[Message], from_server: MemoryObjectReceiveStream[Message]):
+    def __init__(
+        self, to_server: MemoryObjectSendStream[Message], from_server: MemoryObjectReceiveStream[Message]
+    ):
         self._to_server = to_server
         self._from_server = from_server
         self.sent: list[Message] = []
@@ -64,17 +66,26 @@ class MemoryTransport:
             await from_server_send.aclose()
             scope.cancel()
 
-        async with to_server_send, to_server_receive, from_server_send, from_server_receive:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(serve)
-                try:
-                    yield link
-                finally:
-                    tg.cancel_scope.cancel()
+        async with (
+            to_server_send,
+            to_server_receive,
+            from_server_send,
+            from_server_receive,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(serve)
+            try:
+                yield link
+            finally:
+                tg.cancel_scope.cancel()
 
 
 def initialize_result(version: str = "2025-11-25") -> dict[str, Any]:
-    return {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "mem", "version": "0"}}
+    return {
+        "protocolVersion": version,
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "mem", "version": "0"},
+    }
 
 
 def answer(message: Message, result: Any) -> Message:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,7 +32,7 @@ class Recorder:
         self.states.append((state, reason))
 
 
-def paged_server(pages: list[tuple[list[str], str | None]], on_call: Handler | None = None) -> Handler:
+def paged_server(pages: Sequence[tuple[list[str], str | None]], on_call: Handler | None = None) -> Handler:
     """Serves initialize, tools/list from ``pages`` (cursor "" asks for page 0), and tools/call."""
 
     async def handle(message: Message, reply: Reply) -> None:
@@ -43,7 +43,9 @@ def paged_server(pages: list[tuple[list[str], str | None]], on_call: Handler | N
             cursor = (message.get("params") or {}).get("cursor")
             index = int(cursor.removeprefix("p")) if cursor else 0
             names, next_cursor = pages[min(index, len(pages) - 1)]
-            result: dict[str, Any] = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in names]}
+            result: dict[str, Any] = {
+                "tools": [{"name": n, "inputSchema": {"type": "object"}} for n in names]
+            }
             if next_cursor is not None:
                 result["nextCursor"] = next_cursor
             await reply(answer(message, result))
@@ -81,7 +83,9 @@ async def test_every_page_is_drained_before_the_server_is_ready() -> None:
         [(["a"], "p1"), (["b"], "")],  # an empty-string cursor
     ],
 )
-async def test_bad_cursors_end_the_drain_with_what_was_listed(pages: list[tuple[list[str], str | None]]) -> None:
+async def test_bad_cursors_end_the_drain_with_what_was_listed(
+    pages: list[tuple[list[str], str | None]],
+) -> None:
     recorder = Recorder()
     async with connected(MemoryTransport(paged_server(pages)), recorder):
         pass
@@ -121,7 +125,7 @@ async def test_a_timeout_raises_and_tells_the_server_under_its_own_id() -> None:
 
     transport = MemoryTransport(paged_server([([], None)], never))
     async with connected(transport, Recorder()) as connection:
-        with pytest.raises(ServerTimeout, match="did not answer tools/call within 0.1s"):
+        with pytest.raises(ServerTimeout, match=r"did not answer tools/call within 0\.1s"):
             await connection.request("tools/call", {"name": "x"}, timeout=0.1)
     sent = transport.links[0].sent
     call = next(m for m in sent if m.get("method") == "tools/call")
@@ -144,13 +148,17 @@ async def test_a_cancelled_caller_sends_notifications_cancelled() -> None:
                 await started.wait()
                 tg.cancel_scope.cancel()
         assert not scope.cancelled_caught
-    reasons = [m["params"]["reason"] for m in transport.links[0].sent if m.get("method") == "notifications/cancelled"]
+    reasons = [
+        m["params"]["reason"] for m in transport.links[0].sent if m.get("method") == "notifications/cancelled"
+    ]
     assert reasons == ["cancelled by the client"]
 
 
 async def test_a_jsonrpc_error_from_the_server_is_a_remote_error() -> None:
     async def refuse(message: Message, reply: Reply) -> None:
-        await reply({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": "no such tool"}})
+        await reply(
+            {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": "no such tool"}}
+        )
 
     async with connected(MemoryTransport(paged_server([([], None)], refuse)), Recorder()) as connection:
         with pytest.raises(RemoteError) as caught:
