@@ -1,6 +1,6 @@
 """The gateway: every configured server behind one MCP endpoint.
 
-``Gateway`` owns the server connections, the merged catalog and the client sessions. The
+``Gateway`` owns the server connections, the merged catalogs and the client sessions. The
 inbound transports (``proxy.inbound.http``, ``proxy.inbound.stdio``) hand it whole messages
 with :meth:`Gateway.handle` and deliver what it answers; they hold no MCP logic of their own.
 """
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import anyio
+import anyio.abc
 import orjson
 from cachetools import LRUCache
 
@@ -21,22 +22,44 @@ from proxy import __version__
 from proxy.catalog.cursors import CursorCodec, paginate
 from proxy.catalog.merge import EMPTY_CATALOG, Catalog, ServerSlice, build_catalog, replace_slice
 from proxy.catalog.naming import NamingCodec
+from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resource_index
 from proxy.config import Config, ServerConfig
-from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound
-from proxy.inbound.session import ClientSession
-from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
+from proxy.inbound.session import LOG_LEVELS, ClientSession, InboundRequest
+from proxy.outbound.connection import LIST_KINDS, ServerConnection, ServerState
 from proxy.outbound.stdio import StdioTransport
 from proxy.outbound.transport import Transport
 from proxy.pipeline import CallContext, Handler, compose, wire_error
 from proxy.protocol import jsonrpc, versions
-from proxy.protocol.jsonrpc import Message, MessageKind
+from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.router import Router
 
 __all__ = ["Gateway", "transport_for"]
 
 logger = logging.getLogger("proxy.app")
 
-_LIST_CHANGED: Final = jsonrpc.notification("notifications/tools/list_changed")
+_LISTS: Final = {
+    "tools/list": "tools",
+    "prompts/list": "prompts",
+    "resources/list": "resources",
+    "resources/templates/list": "resourceTemplates",
+}
+_CHANGED: Final = {
+    "tools": jsonrpc.notification("notifications/tools/list_changed"),
+    "prompts": jsonrpc.notification("notifications/prompts/list_changed"),
+    "resources": jsonrpc.notification("notifications/resources/list_changed"),
+    "resourceTemplates": jsonrpc.notification("notifications/resources/list_changed"),
+}
+CAPABILITIES: Final = {
+    "tools": {"listChanged": True},
+    "prompts": {"listChanged": True},
+    "resources": {"subscribe": True, "listChanged": True},
+    "completions": {},
+    "logging": {},
+}
+
+Params = dict[str, Any]
+_Method = Callable[[InboundRequest, Params, RequestId], Awaitable[Any]]
 
 
 def transport_for(server: ServerConfig) -> Transport:
@@ -58,12 +81,54 @@ def transport_for(server: ServerConfig) -> Transport:
     )
 
 
+async def _run_in(scope: anyio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
+    with scope:
+        await run()
+
+
+class _SessionListener:
+    """Listens to a ``per_client`` connection: its lists are the shared connection's business;
+    what it says unprompted is for its one session."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self._session = session
+
+    def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
+        return None
+
+    def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
+        return None
+
+    def server_notification(self, server_id: str, message: Message) -> None:
+        if _concerns(self._session, message):
+            self._session.notify(message)
+
+
+def _concerns(session: ClientSession, message: Message) -> bool:
+    """Whether a server notification about no request is for ``session``: a log line at or above
+    the level it asked for, or an update of a resource it subscribed to."""
+    params = message.get("params") or {}
+    if message["method"] == "notifications/message":
+        return session.wants_log(params.get("level"))
+    if message["method"] == "notifications/resources/updated":
+        return params.get("uri") in session.subscriptions
+    return False
+
+
+def _string(params: Params, key: str, method: str) -> str:
+    value = params.get(key)
+    if not isinstance(value, str):
+        raise InvalidParams(f'{method} needs a string "{key}"')
+    return value
+
+
 class Gateway:
     def __init__(self, config: Config, *, cursor_key: bytes | None = None) -> None:
         self.config = config
         self.codec = NamingCodec(config.naming.separator, config.naming.max_length)
         self.cursors = CursorCodec(cursor_key or secrets.token_bytes(32))
         self.sessions: dict[str, ClientSession] = {}
+        servers = config.enabled_servers()
         self.connections: dict[str, ServerConnection] = {
             server.id: ServerConnection(
                 server.id,
@@ -73,15 +138,30 @@ class Gateway:
                 request_timeout=server.request_timeout,
                 max_pages=config.catalog.max_server_pages,
             )
-            for server in config.enabled_servers()
+            for server in servers
         }
-        self._slices = tuple(ServerSlice(s.id, s.prefix, ()) for s in config.enabled_servers())
-        self._prefixes = {s.id: s.prefix for s in config.enabled_servers()}
-        self.catalog: Catalog = EMPTY_CATALOG
-        # Encoded pages of the merged list, keyed by (generation, cursor): a warm tools/list
-        # costs one dict lookup and no re-encoding of the tool definitions.
-        self._pages: LRUCache[tuple[str, str | None], orjson.Fragment] = LRUCache(maxsize=512)
-        self._call: Handler = compose([], Router(self.connections))
+        self._servers = {s.id: s for s in servers}
+        self._prefixes = {s.id: s.prefix for s in servers}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._client_connections: dict[tuple[str, str], ServerConnection] = {}
+        self._client_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
+        self._slices = {kind: tuple(ServerSlice(s.id, s.prefix, ()) for s in servers) for kind in LIST_KINDS}
+        self.tools: Catalog = EMPTY_CATALOG
+        self.prompts: Catalog = EMPTY_CATALOG
+        self.resources: ResourceIndex = EMPTY_RESOURCES
+        # Encoded pages of the merged lists, keyed by (kind, generation, cursor): a warm list
+        # request costs one dict lookup and no re-encoding of the definitions.
+        self._pages: LRUCache[tuple[str, str, str | None], orjson.Fragment] = LRUCache(maxsize=1024)
+        self._forward: Handler = compose([], Router(self._connection_for))
+        self._methods: dict[str, _Method] = {
+            "tools/call": self._tools_call,
+            "prompts/get": self._prompts_get,
+            "resources/read": self._resources_read,
+            "resources/subscribe": self._subscribe,
+            "resources/unsubscribe": self._unsubscribe,
+            "completion/complete": self._complete,
+            "logging/setLevel": self._set_level,
+        }
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -89,6 +169,7 @@ class Gateway:
     async def running(self) -> AsyncIterator[Gateway]:
         """Start every server; yield once each has connected or failed its first attempt."""
         async with anyio.create_task_group() as tg:
+            self._tg = tg
             for connection in self.connections.values():
                 tg.start_soon(connection.run, name=f"server {connection.server_id}")
             for connection in self.connections.values():
@@ -97,35 +178,67 @@ class Gateway:
             try:
                 yield self
             finally:
+                self._tg = None
                 tg.cancel_scope.cancel()
+
+    def end_session(self, session: ClientSession) -> None:
+        """Forget a session (DELETE, idle expiry, stdin closed) and stop its requests."""
+        self.sessions.pop(session.id, None)
+        for scope in list(session.in_flight.values()):
+            scope.cancel()
+        session.subscriptions.clear()
+        for key in [key for key in self._client_scopes if key[0] == session.id]:
+            self._client_scopes.pop(key).cancel()
+            del self._client_connections[key]
 
     # ---- ConnectionListener ------------------------------------------------------------
 
-    def tools_listed(self, server_id: str, tools: list[dict[str, Any]]) -> None:
-        self._slices = replace_slice(self._slices, ServerSlice(server_id, self._prefixes[server_id], tools))
-        catalog = build_catalog(self._slices, self.codec)
-        for collision in catalog.collisions:
-            if collision not in self.catalog.collisions:
-                logger.warning("name collision: %s", collision.describe())
-        for server, reason in catalog.invalid:
-            logger.warning("server %s: skipped a tool: %s", server, reason)
-        if catalog.generation == self.catalog.generation:
-            return
-        self.catalog = catalog
-        self._pages.clear()
-        for session in self.sessions.values():
-            if session.initialized:
-                session.notify(_LIST_CHANGED)
+    def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
+        slices = replace_slice(self._slices[kind], ServerSlice(server_id, self._prefixes[server_id], items))
+        self._slices[kind] = slices
+        if kind in ("tools", "prompts"):
+            old: Catalog = getattr(self, kind)
+            catalog = build_catalog(slices, self.codec)
+            for collision in catalog.collisions:
+                if collision not in old.collisions:
+                    logger.warning("%s name collision: %s", kind, collision.describe())
+            for server, reason in catalog.invalid:
+                logger.warning("server %s: skipped one of its %s: %s", server, kind, reason)
+            changed = catalog.generation != old.generation
+            setattr(self, kind, catalog)
+        else:
+            before = self.resources
+            self.resources = build_resource_index(
+                self._slices["resources"], self._slices["resourceTemplates"]
+            )
+            for uri_collision in self.resources.collisions:
+                if uri_collision not in before.collisions:
+                    logger.warning("URI collision: %s", uri_collision.describe())
+            changed = (self.resources.generation, self.resources.templates_generation) != (
+                before.generation,
+                before.templates_generation,
+            )
+        if changed:
+            for session in self.sessions.values():
+                if session.initialized:
+                    session.notify(_CHANGED[kind])
 
     def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
-        if state is ServerState.READY:
-            logger.info("server %s: %s", server_id, state.value)
+        logger.debug("server %s: %s %s", server_id, state.value, reason or "")
+
+    def server_notification(self, server_id: str, message: Message) -> None:
+        for session in self.sessions.values():
+            if _concerns(session, message):
+                session.notify(message)
 
     # ---- inbound messages --------------------------------------------------------------
 
-    async def handle(self, session: ClientSession, message: Message) -> Message | None:
+    async def handle(
+        self, session: ClientSession, message: Message, stream: Callable[[Message], None] | None = None
+    ) -> Message | None:
         """Answer one validated message from ``session``; ``None`` when there is nothing to send.
 
+        ``stream`` is the request's own channel back to the client, if its transport has one.
         Never raises for a bad request: every failure becomes an error response here.
         Cancellation propagates (nothing is written back for a cancelled request).
         """
@@ -134,14 +247,16 @@ class Gateway:
             self._notification(session, message)
             return None
         if kind is MessageKind.RESPONSE:
-            return None  # Manifold sends clients no requests yet; nothing waits for answers
+            session.answered(message)
+            return None
         request_id = message["id"]
         # The client may cancel this request by id (notifications/cancelled): its own scope.
         with anyio.CancelScope() as scope:
             session.in_flight[request_id] = scope
             try:
+                params = message.get("params") or {}
                 result = await self._request(
-                    session, message["method"], message.get("params") or {}, request_id
+                    InboundRequest(session, stream), message["method"], params, request_id
                 )
             except Exception as exc:
                 return wire_error(exc, request_id)
@@ -161,62 +276,202 @@ class Gateway:
                 scope.cancel()
 
     async def _request(
-        self, session: ClientSession, method: str, params: dict[str, Any], request_id: Any
+        self, inbound: InboundRequest, method: str, params: Params, request_id: RequestId
     ) -> Any:
-        if method == "tools/call":
-            return await self._tools_call(session, params, request_id)
-        if method == "tools/list":
-            return self._tools_list(params)
+        handler = self._methods.get(method)
+        if handler is not None:
+            return await handler(inbound, params, request_id)
+        if method in _LISTS:
+            return self._list(_LISTS[method], params)
         if method == "ping":
             return {}
         if method == "initialize":
-            return self.initialize(session, params)
+            return self._initialize(inbound.session, params)
         raise MethodNotFound(f"method not found: {method}")
 
-    def initialize(self, session: ClientSession, params: dict[str, Any]) -> dict[str, Any]:
+    def _initialize(self, session: ClientSession, params: Params) -> dict[str, Any]:
         if session.protocol_version is not None:
             raise InvalidRequest("this session is already initialized")
-        requested = params.get("protocolVersion")
-        if not isinstance(requested, str):
-            raise InvalidParams('initialize needs a string "protocolVersion"')
+        requested = _string(params, "protocolVersion", "initialize")
         session.protocol_version = versions.negotiate(requested)
         session.capabilities = params.get("capabilities") or {}
         session.client_info = params.get("clientInfo") or {}
-        return {
+        result: dict[str, Any] = {
             "protocolVersion": session.protocol_version,
-            "capabilities": {"tools": {"listChanged": True}},
+            "capabilities": CAPABILITIES,
             "serverInfo": {"name": "manifold", "version": __version__},
         }
+        notes = [f"{sid}: {c.instructions}" for sid, c in self.connections.items() if c.instructions]
+        if notes:
+            result["instructions"] = "\n\n".join(notes)
+        return result
 
-    def _tools_list(self, params: dict[str, Any]) -> orjson.Fragment:
+    def _list(self, kind: str, params: Params) -> orjson.Fragment:
         cursor = params.get("cursor")
-        key = (self.catalog.generation, cursor if isinstance(cursor, str) else None)
+        items: Sequence[Mapping[str, Any]]
+        if kind == "resources":
+            items, generation = self.resources.resources, self.resources.generation
+        elif kind == "resourceTemplates":
+            items, generation = self.resources.templates, self.resources.templates_generation
+        else:
+            catalog: Catalog = getattr(self, kind)
+            items, generation = catalog.definitions, catalog.generation
+        key = (kind, generation, cursor if isinstance(cursor, str) else None)
         cached = self._pages.get(key) if cursor is None or isinstance(cursor, str) else None
         if cached is not None:
             return cached
         page = paginate(
-            self.catalog.definitions,
+            items,
             cursor=cursor,
             page_size=self.config.catalog.page_size,
             codec=self.cursors,
-            generation=self.catalog.generation,
+            generation=generation,
+            scope=kind,
         )
-        result: dict[str, Any] = {"tools": page.items}
+        result: dict[str, Any] = {kind: page.items}
         if page.next_cursor is not None:
             result["nextCursor"] = page.next_cursor
         fragment = orjson.Fragment(orjson.dumps(result))
         self._pages[key] = fragment
         return fragment
 
-    async def _tools_call(self, session: ClientSession, params: dict[str, Any], request_id: Any) -> Any:
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise InvalidParams('tools/call needs a string "name"')
-        entry = self.catalog.by_name.get(name)
+    # ---- forwarded requests -------------------------------------------------------------
+
+    async def _connection_for(self, ctx: CallContext) -> ServerConnection:
+        if self._servers[ctx.server_id].session_mode == "shared":
+            return self.connections[ctx.server_id]
+        return await self._client_connection(ctx.request.session, ctx.server_id)
+
+    async def _client_connection(self, session: ClientSession, server_id: str) -> ServerConnection:
+        """The ``per_client`` connection of ``session`` to ``server_id``, started on first use.
+
+        It tells the server exactly the capabilities the client declared, and it needs no
+        guessing about whose request a server's question belongs to.
+        """
+        key = (session.id, server_id)
+        connection = self._client_connections.get(key)
+        if connection is None:
+            assert self._tg is not None, "the gateway is not running"
+            server = self._servers[server_id]
+            relayed = {
+                k: v for k, v in session.capabilities.items() if k in ("sampling", "elicitation", "roots")
+            }
+            connection = ServerConnection(
+                server_id,
+                transport_for(server),
+                _SessionListener(session),
+                connect_timeout=server.connect_timeout,
+                request_timeout=server.request_timeout,
+                max_pages=self.config.catalog.max_server_pages,
+                client_capabilities=relayed,
+                default_relay=InboundRequest(session),
+            )
+            scope = anyio.CancelScope()
+            self._client_connections[key] = connection
+            self._client_scopes[key] = scope
+            self._tg.start_soon(
+                _run_in, scope, connection.run, name=f"server {server_id} for {session.id[:8]}"
+            )
+        with anyio.move_on_after(connection.connect_timeout + 1):
+            await connection.first_attempt_done.wait()
+        return connection
+
+    async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        name = _string(params, "name", "tools/call")
+        entry = self.tools.by_name.get(name)
         if entry is None:
             raise InvalidParams(f"unknown tool: {name}")
-        arguments = params.get("arguments")
-        if arguments is not None and not isinstance(arguments, dict):
+        if params.get("arguments") is not None and not isinstance(params["arguments"], dict):
             raise InvalidParams('"arguments" must be an object')
-        ctx = CallContext(session.id, request_id, entry, arguments or {}, params)
-        return await self._call(ctx)
+        forwarded = {**params, "name": entry.original_name}
+        return await self._forward(
+            CallContext(inbound, request_id, "tools/call", entry.server_id, name, forwarded, entry)
+        )
+
+    async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        name = _string(params, "name", "prompts/get")
+        entry = self.prompts.by_name.get(name)
+        if entry is None:
+            raise InvalidParams(f"unknown prompt: {name}")
+        forwarded = {**params, "name": entry.original_name}
+        return await self._forward(
+            CallContext(inbound, request_id, "prompts/get", entry.server_id, name, forwarded, entry)
+        )
+
+    def _resource_server(self, uri: str) -> str:
+        server = self.resources.route(uri)
+        if server is None:
+            raise ResourceNotFound(f"resource not found: {uri}", data={"uri": uri})
+        return server
+
+    async def _resources_read(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        uri = _string(params, "uri", "resources/read")
+        server = self._resource_server(uri)
+        return await self._forward(CallContext(inbound, request_id, "resources/read", server, uri, params))
+
+    async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        uri = _string(params, "uri", "resources/subscribe")
+        server = self._resource_server(uri)
+        # One server-side subscription serves every session that wants the URI.
+        if not self._subscribed(uri, besides=inbound.session):
+            await self._forward(CallContext(inbound, request_id, "resources/subscribe", server, uri, params))
+        inbound.session.subscriptions.add(uri)
+        return {}
+
+    async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        uri = _string(params, "uri", "resources/unsubscribe")
+        server = self._resource_server(uri)
+        inbound.session.subscriptions.discard(uri)
+        if not self._subscribed(uri, besides=inbound.session):
+            await self._forward(
+                CallContext(inbound, request_id, "resources/unsubscribe", server, uri, params)
+            )
+        return {}
+
+    def _subscribed(self, uri: str, *, besides: ClientSession) -> bool:
+        return any(uri in s.subscriptions for s in self.sessions.values() if s is not besides)
+
+    async def _complete(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        ref = params.get("ref")
+        if not isinstance(ref, dict):
+            raise InvalidParams('completion/complete needs a "ref" object')
+        if ref.get("type") == "ref/prompt":
+            name = _string(ref, "name", "a ref/prompt")
+            entry = self.prompts.by_name.get(name)
+            if entry is None:
+                raise InvalidParams(f"unknown prompt: {name}")
+            forwarded = {**params, "ref": {**ref, "name": entry.original_name}}
+            ctx = CallContext(
+                inbound, request_id, "completion/complete", entry.server_id, name, forwarded, entry
+            )
+        elif ref.get("type") == "ref/resource":
+            uri = _string(ref, "uri", "a ref/resource")
+            server = self.resources.by_template.get(uri) or self._resource_server(uri)
+            ctx = CallContext(inbound, request_id, "completion/complete", server, uri, params)
+        else:
+            raise InvalidParams(f"unknown completion ref type: {ref.get('type')!r}")
+        return await self._forward(ctx)
+
+    async def _set_level(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        level = params.get("level")
+        if level not in LOG_LEVELS:
+            raise InvalidParams(f"unknown log level {level!r}; one of: {', '.join(LOG_LEVELS)}")
+        inbound.session.log_level = str(level)
+        # Shared connections log at the most verbose level any session asked for; each session
+        # then gets only the lines at or above its own level.
+        wanted = min(
+            (LOG_LEVELS.index(s.log_level) for s in self.sessions.values() if s.log_level), default=None
+        )
+        effective = LOG_LEVELS[wanted] if wanted is not None else str(level)
+
+        async def tell(connection: ServerConnection) -> None:
+            try:
+                await connection.request("logging/setLevel", {"level": effective})
+            except Exception as exc:  # one server's refusal must not fail the client's request
+                logger.warning("server %s: logging/setLevel failed: %s", connection.server_id, exc)
+
+        async with anyio.create_task_group() as tg:
+            for connection in self.connections.values():
+                if "logging" in connection.capabilities and connection.state is ServerState.READY:
+                    tg.start_soon(tell, connection)
+        return {}

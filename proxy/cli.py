@@ -142,7 +142,7 @@ async def _tools(config: Config, args: argparse.Namespace) -> int:
     from proxy.app import Gateway
 
     async with Gateway(config).running() as gateway:
-        catalog = gateway.catalog
+        catalog = gateway.tools
         counts = Counter(entry.server_id for entry in catalog.entries)
         servers = {
             sid: {"state": conn.state.value, "reason": conn.reason, "tools": counts[sid]}

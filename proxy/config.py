@@ -27,6 +27,7 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         enabled: true          # disabled servers stay configured but are not started
         connect_timeout: 30    # seconds for start + initialize
         request_timeout: 60    # seconds for each request
+        session_mode: shared   # shared (one connection for all clients) | per_client
       search:
         url: http://127.0.0.1:9000/mcp       # ... or an HTTP server
         headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
@@ -175,6 +176,10 @@ class ServerConfig(_Model):
     enabled: bool = True
     connect_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     request_timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    # shared: one connection serves every client (the default, cheapest). per_client: one
+    # connection per client session, for servers that ask clients things (sampling,
+    # elicitation, roots) over stdio, where a shared connection cannot tell whose call asked.
+    session_mode: Literal["shared", "per_client"] = "shared"
 
     @property
     def kind(self) -> Literal["stdio", "http"]:

@@ -10,14 +10,16 @@ operator is paged for::
     │   ├── ParseError              -32700: bytes that are not JSON
     │   ├── InvalidRequest          -32600: JSON that is not a valid JSON-RPC message
     │   ├── MethodNotFound          -32601
-    │   └── InvalidParams           -32602: unknown tool, bad cursor, missing name …
+    │   ├── InvalidParams           -32602: unknown tool, bad cursor, missing name …
+    │   └── ResourceNotFound        -32002: no server serves that URI
     ├── RemoteError                 a server answered a request with a JSON-RPC error
     └── ServerUnavailable           a server cannot answer (not started, crashed, gone)
         └── ServerTimeout           a server did not answer in time
 
+``ProtocolError`` also names a client's own mistake: its code says which.
+
 Foreign exceptions (OSError, aiohttp's, anyio's stream errors) are converted into these at
-the transport edge only. Exactly one place turns these into wire errors: the outermost
-stage of the call pipeline (``proxy.pipeline``), via :func:`to_wire_error`.
+the transport edge only. Exactly one place turns these into wire errors: ``proxy.pipeline.wire_error``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ __all__ = [
     "MethodNotFound",
     "ParseError",
     "ProtocolError",
+    "RESOURCE_NOT_FOUND",
     "RemoteError",
+    "ResourceNotFound",
     "ServerTimeout",
     "ServerUnavailable",
 ]
@@ -52,6 +56,7 @@ INTERNAL_ERROR: Final = -32603
 # MCP's implementation-defined codes, as the official SDKs use them.
 CONNECTION_CLOSED: Final = -32000
 REQUEST_TIMEOUT: Final = -32001
+RESOURCE_NOT_FOUND: Final = -32002
 
 
 class ManifoldError(Exception):
@@ -89,11 +94,17 @@ class InvalidParams(ProtocolError):
     code = INVALID_PARAMS
 
 
+class ResourceNotFound(ProtocolError):
+    code = RESOURCE_NOT_FOUND
+
+
 class RemoteError(ManifoldError):
     """A server answered with a JSON-RPC error object; relayed to the client as is."""
 
     def __init__(self, server_id: str, error: dict[str, Any]) -> None:
-        super().__init__(f"server {server_id!r} answered with error {error.get('code')}: {error.get('message')}")
+        super().__init__(
+            f"server {server_id!r} answered with error {error.get('code')}: {error.get('message')}"
+        )
         self.server_id = server_id
         self.error = error
 

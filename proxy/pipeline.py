@@ -1,12 +1,13 @@
 """The call path's stages, and the one place where exceptions become wire errors.
 
-A ``tools/call`` runs through middleware, outermost first::
+Every request Manifold forwards to a server (``tools/call``, ``prompts/get``,
+``resources/read``, ``completion/complete`` …) runs through middleware, outermost first::
 
     errors → (metrics → audit → authorize → ratelimit: later stages) → router
 
 Each stage is ``async (ctx, call_next) -> result``; :func:`compose` builds the chain once.
 :func:`wire_error` is the errors stage: it is the only code that turns an exception into a
-JSON-RPC error, and it wraps every inbound request, not only tool calls.
+JSON-RPC error, for inbound requests and for the answers Manifold gives servers alike.
 """
 
 from __future__ import annotations
@@ -14,18 +15,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy.catalog.merge import Entry
-from proxy.errors import (
-    INTERNAL_ERROR,
-    ManifoldError,
-    ProtocolError,
-    RemoteError,
-    ServerUnavailable,
-)
+from proxy.errors import INTERNAL_ERROR, ManifoldError, ProtocolError, RemoteError, ServerUnavailable
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
+
+if TYPE_CHECKING:
+    from proxy.inbound.session import InboundRequest
 
 __all__ = ["CallContext", "Handler", "Middleware", "compose", "wire_error"]
 
@@ -34,13 +32,20 @@ logger = logging.getLogger("proxy.pipeline")
 
 @dataclass(frozen=True, slots=True)
 class CallContext:
-    """One resolved ``tools/call``, immutable while it travels the pipeline."""
+    """One resolved request to a server, immutable while it travels the pipeline."""
 
-    session_id: str
+    request: InboundRequest  # who asked, and the way back to them
     request_id: RequestId
-    tool: Entry
-    arguments: Mapping[str, Any]
-    params: Mapping[str, Any]  # the client's params, as sent (name still namespaced)
+    method: str
+    server_id: str
+    name: str  # the namespaced tool or prompt name, or the resource URI
+    params: Mapping[str, Any]  # as the server gets them: names already un-namespaced
+    entry: Entry | None = None  # the catalog entry, for tools and prompts
+
+    @property
+    def arguments(self) -> Mapping[str, Any]:
+        arguments = self.params.get("arguments")
+        return arguments if isinstance(arguments, Mapping) else {}
 
 
 Handler = Callable[[CallContext], Awaitable[Any]]
@@ -65,9 +70,9 @@ def _bind(stage: Middleware, call_next: Handler) -> Handler:
 def wire_error(exc: Exception, request_id: RequestId | None) -> Message:
     """The JSON-RPC error response for ``exc``. Cancellation never reaches here: it is re-raised.
 
-    Who is at fault decides what the client learns: its own mistakes and a server's
-    unavailability are explained; a server's JSON-RPC error is relayed as the server sent
-    it; anything unexpected gets a generic message, with the details only in our log.
+    Who is at fault decides what the peer learns: its own mistakes and a server's
+    unavailability are explained; a JSON-RPC error from the other side is relayed as it was
+    sent; anything unexpected gets a generic message, with the details only in our log.
     """
     if isinstance(exc, ProtocolError):
         return jsonrpc.error_response(request_id, exc.code, exc.message, exc.data)
@@ -79,5 +84,5 @@ def wire_error(exc: Exception, request_id: RequestId | None) -> Message:
     if isinstance(exc, ManifoldError):
         logger.error("request %r failed: %s", request_id, exc)
     else:
-        logger.exception("request %r failed unexpectedly", request_id, exc_info=exc)
+        logger.error("request %r failed unexpectedly", request_id, exc_info=exc)
     return jsonrpc.error_response(request_id, INTERNAL_ERROR, "internal error in Manifold; see its log")

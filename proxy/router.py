@@ -1,8 +1,8 @@
-"""The innermost stage: send a resolved call to its server under the server's own name."""
+"""The innermost stage: send a resolved request to its server, over the right connection."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from proxy.outbound.connection import ServerConnection
@@ -12,11 +12,10 @@ __all__ = ["Router"]
 
 
 class Router:
-    def __init__(self, connections: Mapping[str, ServerConnection]) -> None:
-        self._connections = connections
+    def __init__(self, connection_for: Callable[[CallContext], Awaitable[ServerConnection]]) -> None:
+        self._connection_for = connection_for
 
     async def __call__(self, ctx: CallContext) -> Any:
         """Raises: ServerUnavailable, ServerTimeout, RemoteError (from the connection)."""
-        params = dict(ctx.params)
-        params["name"] = ctx.tool.original_name
-        return await self._connections[ctx.tool.server_id].request("tools/call", params)
+        connection = await self._connection_for(ctx)
+        return await connection.request(ctx.method, dict(ctx.params), relay=ctx.request)

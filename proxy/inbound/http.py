@@ -27,6 +27,7 @@ from starlette.routing import Route
 from proxy.app import Gateway
 from proxy.errors import INVALID_REQUEST, ProtocolError
 from proxy.inbound.session import ClientSession, new_session_id
+from proxy.inbound.streams import EventStream, parse_event_id
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
@@ -42,6 +43,9 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 _MAX_BODY: Final = 4 * 1024 * 1024
 _KEEPALIVE: Final = 15.0
+_RETRY_MS: Final = 1000
+# Requests Manifold forwards to a server, which may answer through an SSE stream.
+_RELAYED: Final = frozenset({"tools/call", "prompts/get", "resources/read", "completion/complete"})
 _JSON: Final = [(b"content-type", b"application/json")]
 _SSE: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -154,22 +158,77 @@ class McpEndpoint:
         if body is None:
             return await _error(send, 413, INVALID_REQUEST, f"Payload Too Large: limit is {_MAX_BODY} bytes")
         try:
-            message = jsonrpc.parse(body)
+            decoded = jsonrpc.decode(body)
+            message = None if isinstance(decoded, list) else jsonrpc.validate(decoded)
         except ProtocolError as exc:
             return await _error(send, 400, exc.code, exc.message)
-        if message.get("method") == "initialize" and "id" in message:
+        if message is not None and message.get("method") == "initialize" and "id" in message:
             return await self._initialize(message, send)
         session = await self._session(scope, send)
         if session is None:
             return None
+        if message is None:
+            return await self._batch(session, decoded, send)
         if jsonrpc.kind_of(message) is not MessageKind.REQUEST:
             await self._gateway.handle(session, message)
             return await _respond(send, 202)
+        if _wants_stream(session, message):
+            return await self._stream_response(session, message, receive, send)
         response = await self._gateway.handle(session, message)
         if response is None:
             # Cancelled by the client: it hears nothing back, so the stream closes empty.
             return await _respond(send, 200, b"", _SSE)
         return await _respond(send, 200, jsonrpc.encode(response), _JSON)
+
+    async def _stream_response(
+        self, session: ClientSession, message: Message, receive: Receive, send: Send
+    ) -> None:
+        """Answer on an SSE stream that also carries the request's progress, logs and questions.
+
+        A dropped connection does not cancel the request (the spec says so): the stream keeps
+        its events, and the client may resume it with GET and Last-Event-ID.
+        """
+        stream = session.open_stream()
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        write = _sse_writer(send)
+        if session.protocol_version is not None and session.protocol_version >= "2025-11-25":
+            await send({"type": "http.response.body", "body": stream.priming(_RETRY_MS), "more_body": True})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_follow_until_disconnect, stream, 0, write, receive)
+            try:
+                response = await self._gateway.handle(session, message, stream.push)
+                if response is not None:
+                    stream.push(response)
+            finally:
+                stream.close()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _batch(self, session: ClientSession, batch: list[Any], send: Send) -> None:
+        """JSON-RPC batches: part of revision 2025-03-26 only (2025-06-18 removed them)."""
+        if session.protocol_version != "2025-03-26" or not batch:
+            why = (
+                "an empty batch"
+                if not batch
+                else f"batches, which revision {session.protocol_version} does not allow"
+            )
+            return await _error(send, 400, INVALID_REQUEST, f"Invalid Request: {why}")
+        responses: list[Message | None] = [None] * len(batch)
+
+        async def one(index: int, item: Any) -> None:
+            try:
+                message = jsonrpc.validate(item)
+            except ProtocolError as exc:
+                responses[index] = jsonrpc.error_response(None, exc.code, exc.message)
+                return
+            responses[index] = await self._gateway.handle(session, message)
+
+        async with anyio.create_task_group() as tg:
+            for index, item in enumerate(batch):
+                tg.start_soon(one, index, item)
+        answers = [r for r in responses if r is not None]
+        if not answers:
+            return await _respond(send, 202)
+        return await _respond(send, 200, jsonrpc.encode(answers), _JSON)
 
     async def _initialize(self, message: Message, send: Send) -> None:
         session = ClientSession(id=new_session_id(), transport="http", last_seen=self._clock())
@@ -182,6 +241,7 @@ class McpEndpoint:
         return await _respond(send, 200, jsonrpc.encode(response), headers)
 
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The standalone stream, or the resumption of a stream after ``Last-Event-ID``."""
         accept = _header(scope, b"accept") or ""
         if "text/event-stream" not in accept:
             return await _error(
@@ -190,29 +250,76 @@ class McpEndpoint:
         session = await self._session(scope, send)
         if session is None:
             return None
+        last = _header(scope, b"last-event-id")
+        resume = parse_event_id(last) if last else None
+        stream = session.find_stream(resume[0]) if resume else None
+        if last is not None and stream is None:
+            return await _error(
+                send, 404, INVALID_REQUEST, f"Not Found: no stream to resume for event {last!r}"
+            )
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        write = _sse_writer(send)
+        if stream is None:
+            stream = session.standalone
+            if session.protocol_version is not None and session.protocol_version >= "2025-11-25":
+                await send(
+                    {"type": "http.response.body", "body": stream.priming(_RETRY_MS), "more_body": True}
+                )
+        after = resume[1] if resume else stream.delivered
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
-            while session.id in self._gateway.sessions:
-                with anyio.move_on_after(_KEEPALIVE):
-                    data = jsonrpc.encode(await session.next_notification())
-                    await send({"type": "http.response.body", "body": encode_event(data), "more_body": True})
-                    continue
-                session.last_seen = self._clock()  # an open stream is not an idle session
-                await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+            if stream is session.standalone:
+                tg.start_soon(self._keepalive, session, write)
+            await _follow_until_disconnect(stream, after, write, receive)
             tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         return None
 
+    async def _keepalive(
+        self, session: ClientSession, write: Callable[[str, bytes], Awaitable[None]]
+    ) -> None:
+        while True:
+            await anyio.sleep(_KEEPALIVE)
+            session.last_seen = self._clock()  # an open stream is not an idle session
+            await write("", b"")
+
     async def _delete(self, scope: Scope, send: Send) -> None:
         session = await self._session(scope, send)
         if session is None:
             return None
-        self._gateway.sessions.pop(session.id, None)
-        for in_flight in list(session.in_flight.values()):
-            in_flight.cancel()
+        self._gateway.end_session(session)
         return await _respond(send, 200)
+
+
+def _wants_stream(session: ClientSession, message: Message) -> bool:
+    """Answer with SSE when the server may send something first: progress the client asked
+    for, or a request (sampling, elicitation, roots) the client said it can answer."""
+    if message["method"] not in _RELAYED or session.protocol_version == "2024-11-05":
+        return False
+    meta = (message.get("params") or {}).get("_meta")
+    if isinstance(meta, dict) and "progressToken" in meta:
+        return True
+    return any(capability in session.capabilities for capability in ("sampling", "elicitation", "roots"))
+
+
+def _sse_writer(send: Send) -> Callable[[str, bytes], Awaitable[None]]:
+    lock = anyio.Lock()
+
+    async def write(event_id: str, data: bytes) -> None:
+        body = encode_event(data, event_id=event_id) if event_id else b": keepalive\n\n"
+        async with lock:
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+
+    return write
+
+
+async def _follow_until_disconnect(
+    stream: EventStream, after: int, write: Callable[[str, bytes], Awaitable[None]], receive: Receive
+) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+        await stream.follow(after, write)
+        tg.cancel_scope.cancel()
 
 
 async def _read_body(receive: Receive) -> bytes | None:
@@ -244,7 +351,7 @@ async def _expire_sessions(gateway: Gateway, idle_timeout: float, clock: Callabl
         deadline = clock() - idle_timeout
         for session_id, session in list(gateway.sessions.items()):
             if session.transport == "http" and session.last_seen < deadline and not session.in_flight:
-                del gateway.sessions[session_id]
+                gateway.end_session(session)
                 logger.info("session %s expired after %gs idle", session_id[:8], idle_timeout)
 
 

@@ -1,27 +1,54 @@
-"""Our session with one client: what it negotiated, and what we still have to tell it."""
+"""Our session with one client: what it negotiated, and the channels back to it.
+
+Messages to a client travel one of two ways. A message about a request (progress, a log
+line, a server's sampling request) goes on that request's own stream when it has one (an SSE
+response on HTTP); everything else, and request-related messages when the request has no
+stream, goes on the session's standalone stream (the GET stream on HTTP, stdout on stdio).
+"""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
 
+from proxy.errors import MethodNotFound, RemoteError
+from proxy.inbound.streams import EventStream
+from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
 
-__all__ = ["ClientSession", "new_session_id"]
+__all__ = ["ClientSession", "InboundRequest", "LOG_LEVELS", "new_session_id"]
 
 logger = logging.getLogger("proxy.inbound.session")
 
-_OUTBOX_LIMIT: Final = 256
+_KEEP_CLOSED_STREAMS: Final = 8  # finished request streams kept for Last-Event-ID replay
+_CLIENT_ANSWER_TIMEOUT: Final = 600.0  # a person may be answering an elicitation
+# RFC 5424 severities, as MCP's logging uses them, least severe first.
+LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+# A server request is passed on only if the client declared the capability it needs.
+_NEEDS: Final = {
+    "sampling/createMessage": "sampling",
+    "elicitation/create": "elicitation",
+    "roots/list": "roots",
+}
+
+Deliver = Callable[[Message], None]
 
 
 def new_session_id() -> str:
     """A cryptographically random id of visible ASCII, as the transport spec requires."""
     return secrets.token_urlsafe(32)
+
+
+@dataclass(slots=True)
+class _Asked:
+    event: anyio.Event = field(default_factory=anyio.Event)
+    response: Message | None = None
 
 
 @dataclass(eq=False)
@@ -33,22 +60,99 @@ class ClientSession:
     capabilities: dict[str, Any] = field(default_factory=dict)
     initialized: bool = False
     last_seen: float = 0.0
+    log_level: str | None = None
+    subscriptions: set[str] = field(default_factory=set)
     in_flight: dict[RequestId, anyio.CancelScope] = field(default_factory=dict)
-    _outbox: deque[Message] = field(default_factory=lambda: deque(maxlen=_OUTBOX_LIMIT))
-    _wakeup: anyio.Event = field(default_factory=anyio.Event)
+    standalone: EventStream = field(default_factory=lambda: EventStream("0"))
+    streams: dict[str, EventStream] = field(default_factory=dict)
+    _last_notice: Message | None = None
+    _asked: dict[str, _Asked] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _stream_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def notify(self, message: Message) -> None:
-        """Queue a notification for the client; never blocks (the oldest is dropped when full)."""
-        if self._outbox and self._outbox[-1] == message:
-            return  # a second identical list_changed in a row tells the client nothing new
-        if len(self._outbox) == _OUTBOX_LIMIT:
-            logger.warning("session %s: outbox full; dropped the oldest notification", self.id[:8])
-        self._outbox.append(message)
-        self._wakeup.set()
+        """Queue a message on the client's standalone stream; never blocks."""
+        if message is self._last_notice and self.standalone.pending:
+            return  # the same list_changed, still unread, tells the client nothing new
+        self._last_notice = message
+        self.standalone.push(message)
 
-    async def next_notification(self) -> Message:
-        """Wait for the next queued notification (for the one stream that delivers them)."""
-        while not self._outbox:
-            await self._wakeup.wait()
-            self._wakeup = anyio.Event()
-        return self._outbox.popleft()
+    def open_stream(self) -> EventStream:
+        """A new stream for one request's response; old finished ones are forgotten."""
+        stream = EventStream(str(next(self._stream_ids)))
+        self.streams[stream.id] = stream
+        finished = [sid for sid, s in self.streams.items() if s.closed]
+        for sid in finished[: max(0, len(finished) - _KEEP_CLOSED_STREAMS)]:
+            del self.streams[sid]
+        return stream
+
+    def find_stream(self, stream_id: str) -> EventStream | None:
+        return self.standalone if stream_id == self.standalone.id else self.streams.get(stream_id)
+
+    def wants_log(self, level: object) -> bool:
+        """Whether a server log line at ``level`` reaches this client (it set a level at or below)."""
+        if self.log_level is None or level not in LOG_LEVELS:
+            return False
+        return LOG_LEVELS.index(str(level)) >= LOG_LEVELS.index(self.log_level)
+
+    def supports(self, method: str, params: dict[str, Any] | None) -> bool:
+        need = _NEEDS.get(method)
+        if need is None or need not in self.capabilities:
+            return False
+        if method == "elicitation/create" and (params or {}).get("mode") == "url":
+            return "url" in (self.capabilities.get("elicitation") or {})
+        return True
+
+    async def ask(self, method: str, params: dict[str, Any] | None, deliver: Deliver) -> Any:
+        """Send the client a request of our own and wait for its answer.
+
+        Raises:
+            RemoteError: the client answered with an error.
+            TimeoutError: no answer within the (generous) client answer timeout.
+        """
+        request_id = f"manifold-{next(self._ids)}"
+        asked = self._asked[request_id] = _Asked()
+        try:
+            deliver(jsonrpc.request(request_id, method, params))
+            with anyio.fail_after(_CLIENT_ANSWER_TIMEOUT):
+                await asked.event.wait()
+        except anyio.get_cancelled_exc_class():
+            # The server gave up on its request: let the client stop asking its user.
+            deliver(jsonrpc.notification("notifications/cancelled", {"requestId": request_id}))
+            raise
+        finally:
+            del self._asked[request_id]
+        assert asked.response is not None
+        if "error" in asked.response:
+            raise RemoteError("client", asked.response["error"])
+        return asked.response.get("result")
+
+    def answered(self, response: Message) -> None:
+        """A response from the client to one of our requests (unknown ids are dropped)."""
+        request_id = response.get("id")
+        asked = self._asked.get(request_id) if isinstance(request_id, str) else None
+        if asked is None:
+            logger.debug("session %s: dropped a response to unknown id %r", self.id[:8], response.get("id"))
+            return
+        asked.response = response
+        asked.event.set()
+
+
+@dataclass(frozen=True, slots=True)
+class InboundRequest:
+    """One client request in progress: the :class:`~proxy.outbound.connection.Relay` for it."""
+
+    session: ClientSession
+    stream: Deliver | None = None  # the request's own stream, if its transport gives it one
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    def notify(self, message: Message) -> None:
+        (self.stream or self.session.notify)(message)
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> Any:
+        if not self.session.supports(method, params):
+            raise MethodNotFound(f"the client did not declare the capability {method} needs")
+        return await self.session.ask(method, params, self.notify)

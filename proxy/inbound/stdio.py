@@ -31,9 +31,8 @@ async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Writ
     lock = anyio.Lock()
 
     async def emit(message: Message) -> None:
-        data = jsonrpc.encode(message) + b"\n"
         async with lock:
-            await write(data)
+            await write(jsonrpc.encode(message) + b"\n")
 
     async def answer(message: Message) -> None:
         response = await gateway.handle(session, message)
@@ -41,8 +40,13 @@ async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Writ
             await emit(response)
 
     async def pump_notifications() -> None:
-        while True:
-            await emit(await session.next_notification())
+        # Everything but responses (notifications, our requests to the client) is queued on
+        # the session's standalone stream; on stdio that is simply more lines on stdout.
+        async def write_event(_: str, data: bytes) -> None:
+            async with lock:
+                await write(data + b"\n")
+
+        await session.standalone.follow(0, write_event)
 
     try:
         async with anyio.create_task_group() as tg:
@@ -62,4 +66,4 @@ async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Writ
             logger.info("stdin closed; the client is gone")
             tg.cancel_scope.cancel()
     finally:
-        gateway.sessions.pop(session.id, None)
+        gateway.end_session(session)

@@ -1,10 +1,15 @@
 """One long-lived, multiplexed connection to one MCP server, kept alive by a supervisor.
 
-``ServerConnection.run`` owns the server for Manifold's lifetime: it connects, performs
-the ``initialize`` handshake, drains the tool list, then serves requests until the link
-dies, and starts over after an exponential backoff. Requests from every client session
-share the one link: each gets a fresh id from this connection's own counter, so clients
-that reuse JSON-RPC ids can never receive each other's answers.
+``ServerConnection.run`` owns the server for Manifold's lifetime: it connects, performs the
+``initialize`` handshake, drains every list the server offers (tools, prompts, resources,
+resource templates), then serves requests until the link dies, and starts over after an
+exponential backoff. Requests from every client session share the one link: each gets a fresh
+id from this connection's own counter, so clients that reuse JSON-RPC ids never receive each
+other's answers, and progress tokens are remapped the same way.
+
+Messages a server sends *about* a request (progress, log lines, sampling/elicitation/roots
+requests) go back through that request's :class:`Relay`, i.e. to the one client session that
+caused them, never to everyone.
 """
 
 from __future__ import annotations
@@ -20,19 +25,50 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import anyio
+import anyio.abc
 
 from proxy import __version__
-from proxy.errors import ProtocolError, RemoteError, ServerTimeout, ServerUnavailable
+from proxy.errors import (
+    MethodNotFound,
+    ProtocolError,
+    RemoteError,
+    ServerTimeout,
+    ServerUnavailable,
+)
 from proxy.outbound.transport import Link, Transport
+from proxy.pipeline import wire_error
 from proxy.protocol import jsonrpc, versions
-from proxy.protocol.jsonrpc import Message, MessageKind
+from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 
-__all__ = ["ConnectionListener", "ServerConnection", "ServerState", "backoff_delay"]
+__all__ = [
+    "LIST_KINDS",
+    "ConnectionListener",
+    "Relay",
+    "ServerConnection",
+    "ServerState",
+    "backoff_delay",
+]
 
 logger = logging.getLogger("proxy.outbound.connection")
 
 _STABLE_AFTER: Final = 30.0  # seconds up before a crash no longer counts toward the backoff
 _CANCEL_GRACE: Final = 1.0
+
+# kind -> (the capability that offers it, its list method). The kind is also the result key.
+LIST_KINDS: Final[dict[str, tuple[str, str]]] = {
+    "tools": ("tools", "tools/list"),
+    "prompts": ("prompts", "prompts/list"),
+    "resources": ("resources", "resources/list"),
+    "resourceTemplates": ("resources", "resources/templates/list"),
+}
+_CHANGED: Final[dict[str, tuple[str, ...]]] = {
+    "notifications/tools/list_changed": ("tools",),
+    "notifications/prompts/list_changed": ("prompts",),
+    "notifications/resources/list_changed": ("resources", "resourceTemplates"),
+}
+# What Manifold tells servers it can do as a client: it relays these to the client session
+# whose request caused them, if that client declared them too (else the server gets an error).
+CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
 
 
 class ServerState(enum.Enum):
@@ -41,12 +77,36 @@ class ServerState(enum.Enum):
     BACKOFF = "backoff"
 
 
+class Relay(Protocol):
+    """The client request on whose behalf a request goes out; related traffic goes back to it."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    def notify(self, message: Message) -> None:
+        """Queue a notification for that client (in order; never blocks)."""
+        ...
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> Any:
+        """Ask that client; returns its result.
+
+        Raises:
+            MethodNotFound: the client did not declare the capability.
+            RemoteError: the client answered with an error.
+        """
+        ...
+
+
 class ConnectionListener(Protocol):
     """What a connection tells the gateway. Called synchronously; must not block."""
 
-    def tools_listed(self, server_id: str, tools: list[dict[str, Any]]) -> None: ...
+    def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None: ...
 
     def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None: ...
+
+    def server_notification(self, server_id: str, message: Message) -> None:
+        """A notification related to no request (a log line, resources/updated)."""
+        ...
 
 
 def backoff_delay(attempt: int, *, base: float = 0.5, cap: float = 30.0, jitter: float = 0.2) -> float:
@@ -57,9 +117,11 @@ def backoff_delay(attempt: int, *, base: float = 0.5, cap: float = 30.0, jitter:
 
 @dataclass(slots=True)
 class _Pending:
+    relay: Relay | None
     event: anyio.Event = field(default_factory=anyio.Event)
     response: Message | None = None
     failure: ServerUnavailable | None = None
+    progress_token: Any = None  # the client's own token, when the request carried one
 
 
 class ServerConnection:
@@ -72,6 +134,8 @@ class ServerConnection:
         connect_timeout: float = 30.0,
         request_timeout: float = 60.0,
         max_pages: int = 1000,
+        client_capabilities: dict[str, Any] | None = None,
+        default_relay: Relay | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.server_id = server_id
@@ -80,25 +144,43 @@ class ServerConnection:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self._max_pages = max_pages
+        self._client_capabilities = (
+            CLIENT_CAPABILITIES if client_capabilities is None else client_capabilities
+        )
+        # A connection that serves one client session only: server requests outside any
+        # request of the client (roots/list after initialize) still have somewhere to go.
+        self._default_relay = default_relay
         self._clock = clock
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
+        self._server_requests: dict[RequestId, anyio.CancelScope] = {}
         self._link: Link | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stale: set[str] = set()
         self._refresh = anyio.Event()
         self.state = ServerState.STARTING
         self.reason: str | None = None
         self.restarts = 0
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
+        self.instructions: str | None = None
         self.protocol_version: str | None = None
         self.first_attempt_done = anyio.Event()
 
     # ---- public API -------------------------------------------------------------------
 
     async def request(
-        self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        relay: Relay | None = None,
     ) -> Any:
         """Send one request and wait for its result.
+
+        ``relay`` is the client request this one serves: the server's progress, log lines and
+        requests about it are passed back through it.
 
         Raises:
             ServerUnavailable: the server is not connected, or went away mid-request.
@@ -108,7 +190,16 @@ class ServerConnection:
         link = self._link
         if link is None or self.state is not ServerState.READY:
             raise ServerUnavailable(self.server_id, self.reason or self.state.value)
-        return await self._call(link, method, params, self.request_timeout if timeout is None else timeout)
+        return await self._call(
+            link, method, params, self.request_timeout if timeout is None else timeout, relay
+        )
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """Send a notification if connected; dropped silently otherwise (nothing waits for it)."""
+        link = self._link
+        if link is not None:
+            with contextlib.suppress(ServerUnavailable):
+                await link.send(jsonrpc.notification(method, params))
 
     async def run(self) -> None:
         """Keep the server connected until cancelled."""
@@ -136,11 +227,12 @@ class ServerConnection:
         down: list[str] = []
         try:
             async with self._transport.connect() as link, anyio.create_task_group() as tg:
+                self._tg = tg
                 tg.start_soon(self._read_loop, link, down, tg.cancel_scope)
                 try:
                     with anyio.fail_after(self.connect_timeout):
                         await self._handshake(link)
-                        tools = await self._list_tools(link)
+                        lists = {kind: await self._list(link, kind) for kind in self._offered()}
                 except TimeoutError:
                     down.append(f"no handshake within {self.connect_timeout:g}s (connect timeout)")
                 except (ServerUnavailable, RemoteError, ProtocolError) as exc:
@@ -150,23 +242,31 @@ class ServerConnection:
                     return down[0]
                 self._link = link
                 self._set_state(ServerState.READY, None)
-                self._listener.tools_listed(self.server_id, tools)
+                for kind in LIST_KINDS:
+                    self._listener.listed(self.server_id, kind, lists.get(kind, []))
                 self.first_attempt_done.set()
-                logger.info("server %s: ready, %d tools", self.server_id, len(tools))
-                tg.start_soon(self._refresher, link, down, tg.cancel_scope)
+                counts = ", ".join(f"{len(items)} {kind}" for kind, items in lists.items())
+                logger.info("server %s: ready (%s)", self.server_id, counts or "nothing listed")
+                tg.start_soon(self._refresher, link)
         except ServerUnavailable as exc:
             return exc.reason if not down else down[0]
+        finally:
+            self._tg = None
         return down[0] if down else "the connection closed"
+
+    def _offered(self) -> list[str]:
+        return [kind for kind, (capability, _) in LIST_KINDS.items() if capability in self.capabilities]
 
     async def _read_loop(self, link: Link, down: list[str], scope: anyio.CancelScope) -> None:
         try:
             while True:
-                await self._dispatch(link, await link.receive())
+                message, related = await link.receive()
+                await self._dispatch(link, message, related)
         except ServerUnavailable as exc:
             down.append(exc.reason)
         scope.cancel()
 
-    async def _dispatch(self, link: Link, message: Message) -> None:
+    async def _dispatch(self, link: Link, message: Message, related: RequestId | None) -> None:
         kind = jsonrpc.kind_of(message)
         if kind is MessageKind.RESPONSE:
             slot = self._pending.get(message["id"]) if isinstance(message.get("id"), int) else None
@@ -178,35 +278,90 @@ class ServerConnection:
             slot.response = message
             slot.event.set()
         elif kind is MessageKind.REQUEST:
-            await self._answer_server_request(link, message)
-        elif message["method"] == "notifications/tools/list_changed":
-            self._refresh.set()
-        elif message["method"] == "notifications/message":
-            params = message.get("params") or {}
-            logger.info("server %s: log %s: %s", self.server_id, params.get("level"), params.get("data"))
-
-    async def _answer_server_request(self, link: Link, message: Message) -> None:
-        if message["method"] == "ping":
-            reply = jsonrpc.result_response(message["id"], {})
+            if message["method"] == "ping":
+                await link.send(jsonrpc.result_response(message["id"], {}))
+            elif self._tg is not None:
+                self._tg.start_soon(self._relay_request, link, message, related)
         else:
-            # Manifold advertises no client capabilities to servers, so a spec-abiding server
-            # does not send these; answer rather than leave the server waiting.
-            reply = jsonrpc.error_response(
-                message["id"], -32601, f"Manifold does not relay {message['method']} to clients"
-            )
-        await link.send(reply)
+            self._notification(message, related)
 
-    async def _refresher(self, link: Link, down: list[str], scope: anyio.CancelScope) -> None:
-        """Re-list tools after the server says they changed; bursts coalesce into one re-list."""
+    def _notification(self, message: Message, related: RequestId | None) -> None:
+        method = message["method"]
+        params = message.get("params") or {}
+        if method == "notifications/progress":
+            token = params.get("progressToken")
+            slot = self._pending.get(token) if isinstance(token, int) else None
+            if slot is not None and slot.relay is not None and slot.progress_token is not None:
+                slot.relay.notify(
+                    jsonrpc.notification(method, {**params, "progressToken": slot.progress_token})
+                )
+        elif method in _CHANGED:
+            self._stale.update(_CHANGED[method])
+            self._refresh.set()
+        elif method == "notifications/cancelled":
+            request_id = params.get("requestId")
+            scope = self._server_requests.get(request_id) if isinstance(request_id, int | str) else None
+            if scope is not None:
+                scope.cancel()
+        else:
+            slot = self._pending.get(related) if isinstance(related, int) else None
+            if slot is not None and slot.relay is not None:
+                slot.relay.notify(message)
+            else:
+                self._listener.server_notification(self.server_id, message)
+
+    def _relay_for(self, related: RequestId | None) -> Relay:
+        """The client request a server request belongs to.
+
+        Streamable HTTP says which request's stream carried it. Other transports do not, so it
+        is attributable only while one client session alone has requests in flight here.
+
+        Raises:
+            MethodNotFound: no client, or no single client, can be named.
+        """
+        if isinstance(related, int) and (slot := self._pending.get(related)) is not None and slot.relay:
+            return slot.relay
+        relays = [slot.relay for slot in self._pending.values() if slot.relay is not None]
+        sessions = {relay.session_id for relay in relays}
+        if len(sessions) == 1:
+            return relays[0]
+        if self._default_relay is not None:
+            return self._default_relay
+        if not sessions:
+            raise MethodNotFound("Manifold relays server requests only during a client's request")
+        raise MethodNotFound(
+            f"{len(sessions)} client sessions have requests in flight on this shared connection, so "
+            "Manifold cannot tell which one this request is for (configure session_mode: per_client)"
+        )
+
+    async def _relay_request(self, link: Link, message: Message, related: RequestId | None) -> None:
+        """Pass a server's request (sampling, elicitation, roots) to its client; answer the server."""
+        request_id = message["id"]
+        with anyio.CancelScope() as scope:
+            self._server_requests[request_id] = scope
+            try:
+                result = await self._relay_for(related).request(message["method"], message.get("params"))
+                reply = jsonrpc.result_response(request_id, result)
+            except Exception as exc:
+                reply = wire_error(exc, request_id)
+            finally:
+                del self._server_requests[request_id]
+            with contextlib.suppress(ServerUnavailable):
+                await link.send(reply)
+
+    async def _refresher(self, link: Link) -> None:
+        """Re-list what the server says changed; bursts coalesce into one re-list per kind."""
         while True:
             await self._refresh.wait()
             self._refresh = anyio.Event()
-            try:
-                tools = await self._list_tools(link)
-            except (ServerUnavailable, RemoteError, ProtocolError) as exc:
-                logger.warning("server %s: re-listing tools failed: %s", self.server_id, exc)
-                continue
-            self._listener.tools_listed(self.server_id, tools)
+            kinds, self._stale = self._stale, set()
+            for kind in (k for k in LIST_KINDS if k in kinds and k in self._offered()):
+                try:
+                    items = await self._list(link, kind)
+                except (ServerUnavailable, RemoteError, ProtocolError) as exc:
+                    logger.warning("server %s: re-listing %s failed: %s", self.server_id, kind, exc)
+                    continue
+                self._listener.listed(self.server_id, kind, items)
 
     # ---- protocol steps --------------------------------------------------------------
 
@@ -216,7 +371,7 @@ class ServerConnection:
             "initialize",
             {
                 "protocolVersion": versions.LATEST,
-                "capabilities": {},
+                "capabilities": self._client_capabilities,
                 "clientInfo": {"name": "manifold", "version": __version__},
             },
             self.connect_timeout,
@@ -231,25 +386,32 @@ class ServerConnection:
         self.protocol_version = version
         self.capabilities = result.get("capabilities") or {}
         self.server_info = result.get("serverInfo") or {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
         await link.send(jsonrpc.notification("notifications/initialized"))
 
-    async def _list_tools(self, link: Link) -> list[dict[str, Any]]:
-        if "tools" not in self.capabilities:
-            return []
-        return await self._drain(link, "tools/list", "tools")
+    async def _list(self, link: Link, kind: str) -> list[dict[str, Any]]:
+        """Every page of one list, guarded against servers that page forever.
 
-    async def _drain(self, link: Link, method: str, key: str) -> list[dict[str, Any]]:
-        """Every page of a list, guarded against servers that page forever."""
+        A server that offers a capability but not one of its lists (resources without
+        templates, say) answers -32601: that list is empty, not a broken server.
+        """
+        method = LIST_KINDS[kind][1]
         items: list[dict[str, Any]] = []
         seen: set[str] = set()
         cursor: str | None = None
         for _ in range(self._max_pages):
-            result = await self._call(
-                link, method, {"cursor": cursor} if cursor else None, self.request_timeout
-            )
-            page = result.get(key) if isinstance(result, dict) else None
+            try:
+                result = await self._call(
+                    link, method, {"cursor": cursor} if cursor else None, self.request_timeout
+                )
+            except RemoteError as exc:
+                if exc.error.get("code") == -32601 and not items:
+                    return []
+                raise
+            page = result.get(kind) if isinstance(result, dict) else None
             if not isinstance(page, list):
-                raise ProtocolError(f"server {self.server_id!r} answered {method} without a {key!r} array")
+                raise ProtocolError(f"server {self.server_id!r} answered {method} without a {kind!r} array")
             items.extend(page)
             cursor = result.get("nextCursor")
             if cursor is None:
@@ -266,9 +428,23 @@ class ServerConnection:
         )
         return items
 
-    async def _call(self, link: Link, method: str, params: dict[str, Any] | None, timeout: float) -> Any:
+    async def _call(
+        self,
+        link: Link,
+        method: str,
+        params: dict[str, Any] | None,
+        timeout: float,
+        relay: Relay | None = None,
+    ) -> Any:
         request_id = next(self._ids)
-        slot = _Pending()
+        slot = _Pending(relay)
+        meta = params.get("_meta") if params else None
+        if relay is not None and isinstance(meta, dict) and "progressToken" in meta:
+            # Tokens are the client's; on a shared connection they could collide, so the server
+            # sees our request id as the token, and progress is mapped back on the way out.
+            assert params is not None
+            slot.progress_token = meta["progressToken"]
+            params = {**params, "_meta": {**meta, "progressToken": request_id}}
         self._pending[request_id] = slot
         try:
             await link.send(jsonrpc.request(request_id, method, params))

@@ -22,6 +22,7 @@ import anyio
 import anyio.abc
 
 from proxy.errors import InvalidRequest, ParseError, ServerUnavailable
+from proxy.outbound.transport import Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.protocol.jsonrpc import Message
@@ -59,12 +60,12 @@ class _StdioLink:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             raise ServerUnavailable(self._server_id, f"cannot write to the process: {exc!r}") from None
 
-    async def receive(self) -> Message:
+    async def receive(self) -> Received:
         while True:
             while self._ready:
                 line = self._ready.popleft()
                 try:
-                    return jsonrpc.parse(line)
+                    return jsonrpc.parse(line), None
                 except (ParseError, InvalidRequest) as exc:
                     # A server that prints garbage on stdout breaks only the lines it garbles.
                     logger.warning(

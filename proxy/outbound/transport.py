@@ -6,7 +6,7 @@ except where its wire format forces it to (the Streamable HTTP session header).
 
     async with transport.connect() as link:
         await link.send(message)
-        message = await link.receive()
+        message, related = await link.receive()
 
 Foreign exceptions are converted at this edge: a transport raises only
 :class:`proxy.errors.ServerUnavailable` (server gone, refused, closed), never OSError,
@@ -18,9 +18,11 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
-from proxy.protocol.jsonrpc import Message
+from proxy.protocol.jsonrpc import Message, RequestId
 
-__all__ = ["Link", "Transport"]
+__all__ = ["Link", "Received", "Transport"]
+
+Received = tuple[Message, RequestId | None]
 
 
 class Link(Protocol):
@@ -34,8 +36,12 @@ class Link(Protocol):
         """
         ...
 
-    async def receive(self) -> Message:
+    async def receive(self) -> Received:
         """The next message from the server (responses, requests and notifications alike).
+
+        With it comes the id of the request whose response stream carried it, where the
+        transport knows (Streamable HTTP), else None: that is how a server's request during a
+        tool call finds the client that made the call.
 
         Raises:
             ServerUnavailable: the server went away; the reason says how (exit code, EOF …).

@@ -11,6 +11,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from proxy.errors import ServerUnavailable
+from proxy.outbound.transport import Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
 
@@ -34,9 +35,9 @@ class MemoryLink:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             raise ServerUnavailable("mem", "link closed") from None
 
-    async def receive(self) -> Message:
+    async def receive(self) -> Received:
         try:
-            return await self._from_server.receive()
+            return await self._from_server.receive(), None
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise ServerUnavailable("mem", "the server hung up") from None
 

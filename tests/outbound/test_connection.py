@@ -21,12 +21,18 @@ class Recorder:
     def __init__(self) -> None:
         self.listings: list[list[str]] = []
         self.states: list[tuple[ServerState, str | None]] = []
-        self.listed = anyio.Event()
+        self.updated = anyio.Event()
+        self.notifications: list[Message] = []
 
-    def tools_listed(self, server_id: str, tools: list[dict[str, Any]]) -> None:
-        self.listings.append([tool["name"] for tool in tools])
-        self.listed.set()
-        self.listed = anyio.Event()
+    def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
+        if kind != "tools":
+            return
+        self.listings.append([tool["name"] for tool in items])
+        self.updated.set()
+        self.updated = anyio.Event()
+
+    def server_notification(self, server_id: str, message: Message) -> None:
+        self.notifications.append(message)
 
     def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
         self.states.append((state, reason))
@@ -193,7 +199,7 @@ async def test_a_dying_server_fails_in_flight_calls_then_restarts_and_is_reliste
             await connection.request("tools/call", {"name": "x"})  # fails fast while down
         with anyio.fail_after(5):
             while connection.state is not ServerState.READY or len(recorder.listings) < 2:
-                await recorder.listed.wait()
+                await recorder.updated.wait()
     assert recorder.listings == [["a"], ["a"]]
     assert connection.restarts == 1
     assert (ServerState.BACKOFF, "the server hung up") in recorder.states
@@ -221,7 +227,7 @@ async def test_list_changed_from_the_server_triggers_a_relist() -> None:
 
     recorder = Recorder()
     async with connected(MemoryTransport(paged_server(pages, on_call)), recorder) as connection:
-        listed = recorder.listed
+        listed = recorder.updated
         await connection.request("tools/call", {"name": "grow"})
         with anyio.fail_after(5):
             await listed.wait()
