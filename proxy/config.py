@@ -51,7 +51,6 @@ are JSON (``MANIFOLD_LISTEN__ALLOWED_HOSTS='["gw:8080"]'``).
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import os
 import re
@@ -60,7 +59,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -73,7 +71,10 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
+from proxy.auth.settings import AuthSettings
+from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
+from proxy.policy.settings import PolicySettings
 
 __all__ = [
     "CatalogConfig",
@@ -88,6 +89,7 @@ __all__ = [
 
 Loc: TypeAlias = tuple[str | int, ...]
 Transport: TypeAlias = Literal["stdio", "auto", "streamable-http", "sse"]
+Hint: TypeAlias = Literal["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 _REFERENCE = re.compile(r"\$(?P<escape>\$)?\{(?P<body>[^}]*)(?P<close>\})?")
@@ -180,6 +182,10 @@ class ServerConfig(_Model):
     # connection per client session, for servers that ask clients things (sampling,
     # elicitation, roots) over stdio, where a shared connection cannot tell whose call asked.
     session_mode: Literal["shared", "per_client"] = "shared"
+    # Annotation trust: an untrusted server's hints are replaced by the spec's cautious
+    # defaults; per-tool overrides (by the server's own tool name) are the operator's word.
+    trusted: bool = False
+    annotations: dict[str, dict[Hint, bool]] = Field(default_factory=dict)
 
     @property
     def kind(self) -> Literal["stdio", "http"]:
@@ -272,6 +278,8 @@ class Config(_Model):
     catalog: CatalogConfig = CatalogConfig()
     sessions: SessionsConfig = SessionsConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    auth: AuthSettings = AuthSettings()
+    policy: PolicySettings = PolicySettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
 
     def enabled_servers(self) -> list[ServerConfig]:
@@ -379,7 +387,7 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
         raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read the file ({exc.strerror or exc})") from None
-    data = _parse_json(text, source) if Path(source).suffix.lower() == ".json" else _parse_yaml(text, source)
+    data = parse_document(text, source)
     if not isinstance(data, Mapping):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: the top level must be a mapping of settings (got {got})")
@@ -413,50 +421,6 @@ def config_from_mapping(
     except ValidationError as exc:
         # `from None`: the ValidationError's own text would print secret inputs in a traceback.
         raise ConfigError("\n".join(_describe(exc, source, servers_key, overrides))) from None
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that rejects duplicate keys, which plain YAML silently resolves to the last."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # `<<: *base` may be overridden by the keys after it; that is its point
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str | int | float | bool) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _parse_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError(f"{source}: invalid YAML: {where}{exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: invalid YAML: {exc}") from None
-
-
-def _parse_json(text: str, source: str) -> Any:
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [key for key, _ in pairs]
-        for key in keys:
-            if keys.count(key) > 1:
-                raise ConfigError(f"{source}: invalid JSON: duplicate key {key!r}")
-        return dict(pairs)
-
-    try:
-        return json.loads(text, object_pairs_hook=unique)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{source}: invalid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
 
 
 def _interpolate(value: Any, loc: Loc, environ: Mapping[str, str], problems: list[tuple[Loc, str]]) -> Any:
@@ -532,23 +496,28 @@ def _message(error: ErrorDetails, loc: Loc) -> str:
     if kind == "value_error":  # raised by our own validators, with the value where it helps
         return error["msg"].removeprefix("Value error, ")
     message = error["msg"].replace("Input should be", "must be").replace("String should", "must")
-    if loc[:1] == ("servers",) and len(loc) > 2 and loc[2] in ("env", "headers"):
-        return message  # secrets: never echo an env or header value
-    return f"{message} (got {_show(input_value)})"
+    if (loc[:1] == ("servers",) and len(loc) > 2 and loc[2] in ("env", "headers")) or (
+        loc[:1] == ("auth",) and {"key", "secret"} & set(map(str, loc))
+    ):
+        return message  # secrets: never echo an env or header value, an API key or a JWT secret
+    return f"{message} (got {show_value(input_value)})"
 
 
 def _known_keys(parent: Loc) -> Iterable[str]:
-    if parent == ():
-        return [*Config.model_fields, "mcpServers"]
-    if len(parent) == 2 and parent[0] == "servers":
-        return [*(name for name in ServerConfig.model_fields if name != "id"), *_DESKTOP_KEYS]
-    sections: dict[str | int, type[BaseModel]] = {
-        "listen": ListenConfig,
-        "naming": NamingConfig,
-        "catalog": CatalogConfig,
-        "sessions": SessionsConfig,
-    }
-    return list(sections[parent[0]].model_fields) if len(parent) == 1 and parent[0] in sections else []
+    """The field names allowed at ``parent``, for "did you mean" hints."""
+    model: type[BaseModel] = Config
+    extra: list[str] = ["mcpServers"] if parent == () else []
+    path = list(parent)
+    if path[:1] == ["servers"] and len(path) >= 2:
+        model, path = ServerConfig, path[2:]
+        extra = [] if path else list(_DESKTOP_KEYS)
+    for key in path:
+        field = model.model_fields.get(str(key))
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return [*(name for name in model.model_fields if name != "id"), *extra]
 
 
 def _override_variable(loc: Loc, overrides: Mapping[str, Any], prefix: str = "MANIFOLD_") -> str | None:
@@ -559,14 +528,6 @@ def _override_variable(loc: Loc, overrides: Mapping[str, Any], prefix: str = "MA
     if isinstance(value, Mapping) and len(loc) > 1:
         return _override_variable(loc[1:], value, f"{prefix}{str(loc[0]).upper()}__")
     return f"{prefix}{str(loc[0]).upper()}"
-
-
-def _show(value: Any) -> str:
-    # Only scalars are echoed: a list or mapping in the wrong place may hold secrets.
-    if isinstance(value, str | int | float | bool) or value is None:
-        text = repr(value)
-        return text if len(text) <= 80 else text[:77] + "..."
-    return f"a {type(value).__name__}"
 
 
 def _line(source: str, loc: Loc, message: str) -> str:

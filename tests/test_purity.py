@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1] / "proxy"
 FORBIDDEN = {"anyio", "asyncio", "socket", "time", "httpx", "aiohttp", "starlette", "uvicorn", "subprocess"}
 
 
-@pytest.mark.parametrize("package", ["protocol", "catalog"])
+@pytest.mark.parametrize("package", ["protocol", "catalog", "policy"])
 def test_pure_packages_import_no_io(package: str) -> None:
     offenders = []
     for path in sorted((ROOT / package).glob("*.py")):

@@ -1,0 +1,314 @@
+"""The policy's data: who asks (:class:`Identity`), what rules say (:class:`Rule`), what came out
+(:class:`Decision`), and how far a server's annotations are believed (:class:`ServerTrust`).
+
+Everything here is frozen. The rule models are the policy language itself (``policies/README.md``
+describes it for operators; :mod:`proxy.policy.loader` turns files into them and words the
+errors); :mod:`proxy.policy.engine` compiles them and decides.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    model_validator,
+)
+
+__all__ = [
+    "ANONYMOUS",
+    "HINT_NAMES",
+    "AnnotationMatch",
+    "Decision",
+    "Effect",
+    "Identity",
+    "Kind",
+    "Match",
+    "Policy",
+    "PolicyDocument",
+    "Rule",
+    "ServerTrust",
+    "glob_problem",
+]
+
+Effect: TypeAlias = Literal["allow", "deny"]
+Kind: TypeAlias = Literal["tool", "prompt", "resource"]
+HintName: TypeAlias = Literal["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"]
+HINT_NAMES: Final[tuple[HintName, ...]] = (
+    "readOnlyHint",
+    "destructiveHint",
+    "idempotentHint",
+    "openWorldHint",
+)
+
+_RULE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who is asking, as authentication established it (data only: checking it is not ours).
+
+    ``source`` says how: ``"api_key"``, ``"jwt"``, ``"stdio"`` (the local user who started
+    Manifold), or ``"anonymous"`` (nobody proved anything).
+    """
+
+    name: str
+    roles: frozenset[str]
+    source: str
+
+    def __post_init__(self) -> None:
+        # Identities key the engine's decision cache: a plain set here would make them unhashable.
+        # (frozenset() of a frozenset returns it unchanged, so this costs nothing when typed right.)
+        object.__setattr__(self, "roles", frozenset(self.roles))
+
+    @property
+    def authenticated(self) -> bool:
+        """True unless the source is ``"anonymous"``."""
+        return self.source != "anonymous"
+
+
+ANONYMOUS: Final = Identity(name="anonymous", roles=frozenset(), source="anonymous")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the policy says about one identity and one subject, and why.
+
+    Attributes:
+        effect: ``"allow"`` or ``"deny"``.
+        rule_ids: sorted ids of the rules that decided it: every matching deny rule when
+            denied, else every matching allow rule; empty when the document default decided.
+        reasons: one sentence per deciding rule (or one for the default), for logs, audit
+            records and the message a denied client reads.
+    """
+
+    effect: Effect
+    rule_ids: tuple[str, ...]
+    reasons: tuple[str, ...]
+
+    @property
+    def allowed(self) -> bool:
+        return self.effect == "allow"
+
+    @property
+    def by_default(self) -> bool:
+        """True when no rule matched and the document default decided."""
+        return not self.rule_ids
+
+    @property
+    def reason(self) -> str:
+        """The reasons as one line."""
+        return "; ".join(self.reasons)
+
+    def enforced_effect(self, dry_run: bool) -> Effect:
+        """What the caller should do: the effect, except that a dry run never denies.
+
+        In a dry run the caller still logs :attr:`effect` ("would deny"), which is the point.
+        """
+        return "allow" if dry_run else self.effect
+
+
+# --- the language -------------------------------------------------------------------------------
+
+
+def glob_problem(glob: str) -> str | None:
+    """Why ``glob`` is not a usable glob, or None when it is.
+
+    Globs are fnmatch-style and case-sensitive: ``*`` (any run, dots and slashes included),
+    ``?`` (one character), ``[abc]``, ``[!abc]``. fnmatch reads an unclosed ``[`` as a literal,
+    which silently matches nothing the author meant, so it is an error here.
+    """
+    if not glob:
+        return "a glob must not be empty"
+    index = 0
+    while index < len(glob):
+        if glob[index] == "[":
+            end = index + 1
+            if end < len(glob) and glob[end] == "!":
+                end += 1
+            if end < len(glob) and glob[end] == "]":
+                end += 1  # a leading ']' is a member of the set, as in fnmatch
+            end = glob.find("]", end)
+            if end < 0:
+                return f"unclosed '[' at position {index} (write '[[]' for a literal '[') (got {glob!r})"
+            index = end
+        index += 1
+    try:
+        re.compile(fnmatch.translate(glob))
+    except re.error as exc:
+        return f"not a valid glob: {exc} (got {glob!r})"
+    return None
+
+
+def _checked_glob(glob: str) -> str:
+    problem = glob_problem(glob)
+    if problem is not None:
+        raise ValueError(problem)
+    return glob
+
+
+def _non_empty(values: tuple[str, ...]) -> tuple[str, ...]:
+    if not values:
+        raise ValueError(
+            "must not be empty: an empty list matches nothing (leave the field out to match any)"
+        )
+    return values
+
+
+def _given(value: Any) -> Any:
+    # YAML reads `roles:` with nothing after it as null. Taken as "no condition", that would
+    # silently widen a rule to everyone, so an explicit null is an error, never "left out".
+    if value is None:
+        raise ValueError("is empty (null): give a value, or leave the field out")
+    return value
+
+
+_T = TypeVar("_T")
+Omittable = Annotated[_T | None, BeforeValidator(_given)]
+"""A field that may be left out, but not given as null."""
+
+Name = Annotated[StrictStr, Field(min_length=1)]
+Glob = Annotated[StrictStr, AfterValidator(_checked_glob)]
+Names = Annotated[tuple[Name, ...], AfterValidator(_non_empty)]
+Globs = Annotated[tuple[Glob, ...], AfterValidator(_non_empty)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class AnnotationMatch(_Model):
+    """Conditions on a tool's *effective* annotations; every one given must be equal."""
+
+    readOnly: Omittable[StrictBool] = None
+    destructive: Omittable[StrictBool] = None
+    idempotent: Omittable[StrictBool] = None
+    openWorld: Omittable[StrictBool] = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> AnnotationMatch:
+        if (self.readOnly, self.destructive, self.idempotent, self.openWorld) == (None, None, None, None):
+            raise ValueError("give at least one of readOnly, destructive, idempotent, openWorld")
+        return self
+
+
+class Match(_Model):
+    """When a rule applies: every condition given must hold; a list holds when any element does.
+
+    ``tools``, ``prompts`` and ``resources`` also say which kinds of subject the rule is about:
+    a rule naming only ``tools`` never applies to a prompt. A rule naming none of them applies
+    to every kind.
+    """
+
+    identities: Omittable[Names] = None
+    roles: Omittable[Names] = None
+    sources: Omittable[Names] = None
+    authenticated: Omittable[StrictBool] = None
+    servers: Omittable[Names] = None
+    tools: Omittable[Globs] = None
+    prompts: Omittable[Globs] = None
+    resources: Omittable[Globs] = None
+    annotations: Omittable[AnnotationMatch] = None
+
+    @property
+    def kinds(self) -> frozenset[Kind] | None:
+        """The kinds this match is limited to, or None for every kind."""
+        named: set[Kind] = set()
+        if self.tools is not None:
+            named.add("tool")
+        if self.prompts is not None:
+            named.add("prompt")
+        if self.resources is not None:
+            named.add("resource")
+        return frozenset(named) or None
+
+    @model_validator(mode="after")
+    def _annotations_need_tools(self) -> Match:
+        # Annotations exist on tools only: with only prompts/resources named, the rule is dead.
+        if self.annotations is not None and self.kinds is not None and "tool" not in self.kinds:
+            raise ValueError("'annotations' only apply to tools, but this match names only prompts/resources")
+        return self
+
+
+class Rule(_Model):
+    """One rule: an id, an effect, and when it applies (``match`` and not ``unless``)."""
+
+    id: Annotated[StrictStr, Field(pattern=_RULE_ID, max_length=128)]
+    effect: Effect
+    description: Omittable[StrictStr] = None
+    match: Match
+    unless: Omittable[Match] = None
+
+    def sentence(self) -> str:
+        """Why a decision went this way, e.g. ``denied by rule x: contractors may not …``."""
+        verb = "denied" if self.effect == "deny" else "allowed"
+        text = f"{verb} by rule {self.id}"
+        return (
+            f"{text}: {self.description.strip()}" if self.description and self.description.strip() else text
+        )
+
+
+class PolicyDocument(_Model):
+    """One policy file. ``default`` may be left out when another file loaded with it sets it."""
+
+    version: Literal[1]
+    default: Omittable[Effect] = None
+    rules: tuple[Rule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Every loaded rule and the one default: what :class:`~proxy.policy.engine.PolicyEngine` runs.
+
+    Build it with :func:`proxy.policy.loader.load_policy` (or directly, in tests).
+
+    Raises:
+        ValueError: two rules share an id (the loader reports that as a ConfigError first).
+    """
+
+    default: Effect
+    rules: tuple[Rule, ...]
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.id in seen:
+                raise ValueError(f"rule id {rule.id!r} is used twice")
+            seen.add(rule.id)
+
+
+# --- trust in a server's annotations (a section of the server config) -------------------------
+
+
+class ServerTrust(_Model):
+    """How far a server's tool annotations are believed.
+
+    ``trusted: false`` (the default) ignores what the server declares and assumes the spec's
+    most cautious values. ``annotations`` lets the operator set hints per tool, by the server's
+    own (original) tool name, whatever the server says::
+
+        trusted: false
+        annotations:
+          list_issues: {readOnlyHint: true}
+          delete_repo: {destructiveHint: true, idempotentHint: true}
+    """
+
+    trusted: StrictBool = False
+    annotations: dict[Name, dict[HintName, StrictBool]] = Field(default_factory=dict)
+
+    def override_for(self, original_name: str) -> dict[str, bool] | None:
+        """The operator's hints for one tool (a copy), or None."""
+        found = self.annotations.get(original_name)
+        if found is None:
+            return None
+        hints: dict[str, bool] = dict(found.items())
+        return hints

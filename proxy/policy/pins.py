@@ -1,0 +1,193 @@
+"""Tool pinning: noticing when a server changes a tool after it was approved (a "rug pull").
+
+A pin is a hash of what a client and a model rely on in a tool definition: the server's own
+name for it, ``title``, ``description``, ``inputSchema``, ``outputSchema`` and ``annotations``
+(canonical JSON, sorted keys, SHA-256). The namespaced name is left out on purpose: renaming a
+prefix in the config is not a change of the tool. Pins are kept by ``"<server id>/<original
+name>"`` (server ids cannot contain ``/``).
+
+Trust on first use: a tool seen for the first time is pinned as it is (:func:`pin_new`); from
+then on :func:`compare` reports every tool whose hash differs as a :class:`Drift`. What a drift
+does is the operator's choice of mode:
+
+* ``off``: no pins are computed or checked.
+* ``warn`` (the suggested default): drifts are logged and audited; the tool is served changed.
+* ``block``: a drifted tool is hidden from ``tools/list`` and calls to it are refused, with the
+  drift as the reason, until the operator accepts the new definition (re-pins it with
+  :func:`accept`, e.g. from a CLI command).
+
+Everything here is pure except :func:`load_pins` and :func:`save_pins`, the package's only file
+writes: a small JSON file, replaced atomically (temporary file in the same directory, then
+``os.replace``), so a crash never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, TypeAlias
+
+import orjson
+
+from proxy.catalog.merge import Entry
+from proxy.errors import ConfigError
+
+__all__ = [
+    "PINNED_FIELDS",
+    "Drift",
+    "PinMode",
+    "accept",
+    "blocked_names",
+    "compare",
+    "current_pins",
+    "load_pins",
+    "pin_key",
+    "pin_new",
+    "save_pins",
+    "tool_hash",
+]
+
+PinMode: TypeAlias = Literal["warn", "block", "off"]
+PINNED_FIELDS: Final = ("title", "description", "inputSchema", "outputSchema", "annotations")
+_FILE_VERSION: Final = 1
+
+
+def pin_key(server_id: str, original_name: str) -> str:
+    """The key a tool is pinned under: ``"github/create_issue"``."""
+    return f"{server_id}/{original_name}"
+
+
+def tool_hash(entry: Entry) -> str:
+    """``"sha256:<hex>"`` of the pinned fields of ``entry``'s definition (absent fields left out)."""
+    pinned = {field: entry.definition[field] for field in PINNED_FIELDS if field in entry.definition}
+    pinned["name"] = entry.original_name
+    return "sha256:" + hashlib.sha256(orjson.dumps(pinned, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """A pinned tool whose definition changed since it was pinned."""
+
+    name: str  # the namespaced name clients see
+    server: str
+    original_name: str
+    old_hash: str
+    new_hash: str
+
+    @property
+    def key(self) -> str:
+        return pin_key(self.server, self.original_name)
+
+    def describe(self) -> str:
+        """One line for the log and for a blocked call's message."""
+        return (
+            f"tool {self.name!r} (server {self.server!r}, {self.original_name!r}) changed since it was "
+            f"pinned ({self.old_hash[:19]}… → {self.new_hash[:19]}…); an operator must accept the change"
+        )
+
+
+def current_pins(entries: Iterable[Entry]) -> dict[str, str]:
+    """The pins of ``entries`` as they are now (for ``accept everything``)."""
+    return {pin_key(entry.server_id, entry.original_name): tool_hash(entry) for entry in entries}
+
+
+def compare(pins: Mapping[str, str], entries: Iterable[Entry]) -> list[Drift]:
+    """Every entry that is pinned with a different hash, in entry order.
+
+    Entries not pinned yet are not drifts (see :func:`pin_new`); pins whose tool is gone are
+    left alone (the server may be down; the pin still guards its return).
+    """
+    drifts = []
+    for entry in entries:
+        old = pins.get(pin_key(entry.server_id, entry.original_name))
+        if old is None:
+            continue
+        new = tool_hash(entry)
+        if new != old:
+            drifts.append(Drift(entry.name, entry.server_id, entry.original_name, old, new))
+    return drifts
+
+
+def pin_new(pins: Mapping[str, str], entries: Iterable[Entry]) -> dict[str, str]:
+    """``pins`` plus a pin for every entry not pinned yet (trust on first use).
+
+    Existing pins are never changed here, so a drift stays a drift until it is accepted.
+    """
+    updated = dict(pins)
+    for entry in entries:
+        updated.setdefault(pin_key(entry.server_id, entry.original_name), tool_hash(entry))
+    return updated
+
+
+def accept(pins: Mapping[str, str], drifts: Iterable[Drift]) -> dict[str, str]:
+    """``pins`` with the new hash of each of ``drifts``: the operator approved the change."""
+    updated = dict(pins)
+    for drift in drifts:
+        updated[drift.key] = drift.new_hash
+    return updated
+
+
+def blocked_names(drifts: Iterable[Drift], mode: PinMode) -> frozenset[str]:
+    """The namespaced names to hide and refuse: every drifted tool in ``block`` mode, else none."""
+    return frozenset(drift.name for drift in drifts) if mode == "block" else frozenset()
+
+
+# --- the file -------------------------------------------------------------------------------------
+
+
+def load_pins(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The pins saved at ``path``; ``{}`` when the file does not exist yet.
+
+    Raises:
+        ConfigError: the file exists but cannot be read or is not a pins file.
+    """
+    source = os.fspath(path)
+    try:
+        raw = Path(source).read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the pins file ({exc.strerror or exc})") from None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{source}: the pins file is not JSON ({exc})") from None
+    if (
+        not isinstance(data, dict)
+        or data.get("version") != _FILE_VERSION
+        or not isinstance(data.get("pins"), dict)
+    ):
+        raise ConfigError(f'{source}: not a pins file (expected {{"version": 1, "pins": {{...}}}})')
+    pins: dict[str, object] = data["pins"]
+    bad = [
+        key for key, value in pins.items() if not isinstance(value, str) or not value.startswith("sha256:")
+    ]
+    if bad:
+        raise ConfigError(f"{source}: pins.{bad[0]}: must be a 'sha256:…' string (got {pins[bad[0]]!r})")
+    return {key: str(value) for key, value in pins.items()}
+
+
+def save_pins(path: str | os.PathLike[str], pins: Mapping[str, str]) -> None:
+    """Write ``pins`` to ``path`` atomically: readers see the old file or the new one, never half.
+
+    Raises:
+        OSError: the directory is not writable, the disk is full …; ``path`` is then unchanged.
+    """
+    target = Path(path)
+    body = orjson.dumps(
+        {"version": _FILE_VERSION, "pins": dict(pins)}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
+    )
+    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(body + b"\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,169 @@
+"""Checking a call's arguments against the tool's ``inputSchema``, and a result's
+``structuredContent`` against its ``outputSchema``, before either crosses Manifold.
+
+Rules:
+
+* The dialect is JSON Schema 2020-12 unless the schema's ``$schema`` names another known one
+  (the spec's rule for tool schemas).
+* Nothing is ever fetched: a ``$ref`` outside the schema (``https://…``) cannot be resolved and
+  is reported as a problem. A gateway that fetched URLs named by servers would let any server
+  make it reach anywhere.
+* Format checking is off (``format`` is an annotation in 2020-12, and checking it is costly).
+* Cost is bounded: a validator is compiled once per schema object and kept in an LRU cache; at
+  most :data:`MAX_PROBLEMS` problems are collected per check; each message is shortened.
+* A schema that is not valid JSON Schema is one problem (``the tool's inputSchema is invalid:
+  …``), never an exception.
+
+Problems are sentences naming the JSON path: ``arguments.count: 'x' is not of type 'integer'``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, cast
+
+import referencing
+import referencing.exceptions
+from cachetools import LRUCache
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+
+__all__ = ["MAX_PROBLEMS", "SchemaValidators", "ToolLike"]
+
+MAX_PROBLEMS: Final = 10
+_MAX_MESSAGE: Final = 200
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+class ToolLike(Protocol):
+    """Anything with a name and a tool definition, such as a catalog :class:`~proxy.catalog.merge.Entry`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def definition(self) -> Mapping[str, Any]: ...
+
+
+def _refuse(uri: str) -> referencing.Resource[Any]:
+    raise referencing.exceptions.NoSuchResource(uri)
+
+
+# Only what is inside the schema itself (and the dialects' own metaschemas, which jsonschema
+# adds) can be referenced.
+_OFFLINE: Final[referencing.Registry[Any]] = referencing.Registry(retrieve=_refuse)  # type: ignore[call-arg]
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    schema: object  # held so its id() cannot be reused while this entry is cached
+    validator: Validator | None
+    problem: str | None
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def _path(root: str, parts: Any) -> str:
+    path = root
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif _IDENTIFIER.fullmatch(str(part)):
+            path += f".{part}"
+        else:
+            path += f"[{str(part)!r}]"
+    return path
+
+
+class SchemaValidators:
+    """Compiled validators, cached per schema object (bounded, least recently used dropped).
+
+    Tool definitions are read-only once in the catalog, so the schema object's identity is a
+    safe key, and far cheaper than hashing its content on every call. A catalog refresh brings
+    new objects, which compile once; the old ones age out.
+    """
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        self._cache: LRUCache[int, _Compiled] = LRUCache(maxsize=maxsize)
+        self.compilations = 0
+        """How many schemas were compiled so far (each cache miss is one)."""
+
+    def check_arguments(self, tool: ToolLike, arguments: Mapping[str, Any]) -> list[str]:
+        """Problems with ``arguments`` for ``tool``; ``[]`` when they are valid.
+
+        A tool without an ``inputSchema`` accepts anything (the catalog serves it as it is).
+        Pass ``{}`` when the request had no ``arguments``.
+        """
+        schema = tool.definition.get("inputSchema")
+        if schema is None:
+            return []
+        return self._check(schema, arguments, what="inputSchema", root="arguments")
+
+    def check_structured_content(self, tool: ToolLike, result: Mapping[str, Any]) -> list[str]:
+        """Problems with a ``tools/call`` result's ``structuredContent``; ``[]`` when fine.
+
+        Checked only when the tool declares an ``outputSchema``. Then a result without
+        ``structuredContent`` is a problem too, unless it is an error result (``isError``).
+        """
+        schema = tool.definition.get("outputSchema")
+        if schema is None:
+            return []
+        if "structuredContent" not in result:
+            if result.get("isError") is True:
+                return []
+            return ["structuredContent is missing, but the tool declares an outputSchema"]
+        return self._check(schema, result["structuredContent"], what="outputSchema", root="structuredContent")
+
+    def _check(self, schema: object, instance: object, *, what: str, root: str) -> list[str]:
+        compiled = self._compiled(schema)
+        if compiled.validator is None:
+            return [f"the tool's {what} is invalid: {compiled.problem}"]
+        try:
+            errors = list(
+                itertools.islice(compiled.validator.iter_errors(cast(Any, instance)), MAX_PROBLEMS + 1)
+            )
+        except referencing.exceptions.Unresolvable as exc:
+            return [
+                f"the tool's {what} refers to {_unresolved(exc)!r}, which cannot be resolved (never fetched)"
+            ]
+        except RecursionError:
+            return [f"the tool's {what} recurses without end on this value"]
+        problems = [_shorten(f"{_path(root, error.absolute_path)}: {error.message}") for error in errors]
+        if len(problems) > MAX_PROBLEMS:
+            problems[MAX_PROBLEMS:] = ["(more problems not shown)"]
+        return problems
+
+    def _compiled(self, schema: object) -> _Compiled:
+        key = id(schema)
+        cached = self._cache.get(key)
+        if cached is not None and cached.schema is schema:
+            return cached
+        compiled = self._compile(schema)
+        self._cache[key] = compiled
+        return compiled
+
+    def _compile(self, schema: object) -> _Compiled:
+        self.compilations += 1
+        if not isinstance(schema, Mapping):
+            return _Compiled(schema, None, f"a schema must be an object (got a {type(schema).__name__})")
+        try:
+            cls = validator_for(schema, default=Draft202012Validator)
+            cls.check_schema(cast(Any, schema))
+            validator = cls(schema, registry=_OFFLINE, format_checker=None)
+        except SchemaError as exc:
+            where = _path("", exc.absolute_path).lstrip(".") or "(root)"
+            return _Compiled(schema, None, _shorten(f"{where}: {exc.message}"))
+        except Exception as exc:  # a server's schema must never take a call down with it
+            return _Compiled(schema, None, _shorten(f"{type(exc).__name__}: {exc}"))
+        return _Compiled(schema, validator, None)
+
+
+def _unresolved(exc: referencing.exceptions.Unresolvable) -> str:
+    return str(getattr(exc, "ref", exc))

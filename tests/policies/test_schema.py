@@ -1,0 +1,69 @@
+"""policies/schema.json agrees with the loader, and every shipped policy has a decision table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+
+from proxy.errors import ConfigError
+from proxy.policy.loader import document_from_mapping
+from tests.policies.tables import POLICIES
+
+SCHEMA = json.loads((POLICIES / "schema.json").read_text())
+VALIDATOR = Draft202012Validator(SCHEMA)
+SHIPPED = sorted([POLICIES / "default.yaml", *(POLICIES / "examples").glob("*.yaml")])
+
+
+def test_the_schema_is_valid_json_schema_2020_12() -> None:
+    assert SCHEMA["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    Draft202012Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_every_shipped_policy_is_valid_for_the_schema_and_the_loader(path: Path) -> None:
+    data = yaml.safe_load(path.read_text())
+    assert list(VALIDATOR.iter_errors(data)) == []
+    document_from_mapping(data, source=str(path))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda path: path.stem)
+def test_every_shipped_policy_has_a_decision_table(path: Path) -> None:
+    table = Path(__file__).parent / f"test_{path.stem.replace('-', '_')}.py"
+    assert table.exists(), f"{path.name} has no decision table {table.name}"
+
+
+def rule(**fields: Any) -> dict[str, Any]:
+    return {"version": 1, "rules": [{"id": "r", "effect": "allow", "match": {}, **fields}]}
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"version": 2},
+        {"rules": []},
+        {"version": 1, "default": "maybe"},
+        {"version": 1, "extra": True},
+        rule(effect="permit"),
+        rule(id="has space"),
+        rule(match={"rolez": ["x"]}),
+        rule(match={"roles": []}),
+        rule(match={"roles": "admin"}),
+        rule(match={"tools": [""]}),
+        rule(match={"authenticated": "yes"}),
+        rule(match={"annotations": {}}),
+        rule(match={"roles": None, "servers": ["x"]}),
+        rule(description=None),
+        rule(match={"annotations": {"readOnlyHint": True}}),
+        rule(unless={"servers": [1]}),
+        {"version": 1, "rules": [{"id": "r", "effect": "allow"}]},
+    ],
+)
+def test_the_schema_rejects_what_the_loader_rejects(document: dict[str, Any]) -> None:
+    assert list(VALIDATOR.iter_errors(document)) != []
+    with pytest.raises(ConfigError):
+        document_from_mapping(document)
