@@ -30,11 +30,18 @@ class SSEDecoder:
         self._retry: int | None = None
         self._size = 0
         self._max = max_event_size
+        self._at_start = True
         self.last_event_id: str | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Raises: ValueError when one event grows past ``max_event_size``."""
         self._pending += chunk
+        if self._at_start:
+            # The stream may begin with one UTF-8 BOM, which is not part of the first field name.
+            if len(self._pending) < len(_BOM) and _BOM.startswith(self._pending):
+                return []  # maybe the first bytes of a BOM: wait for the rest
+            self._pending = self._pending.removeprefix(_BOM)
+            self._at_start = False
         events: list[SSEEvent] = []
         while True:
             cut = _line_end(self._pending)
@@ -65,7 +72,7 @@ class SSEDecoder:
         elif name == "id" and "\0" not in value:
             self._id = value
             self.last_event_id = value
-        elif name == "retry" and value.isdigit():
+        elif name == "retry" and value.isascii() and value.isdigit():  # "²".isdigit() is True too
             self._retry = int(value)
         return None
 
@@ -75,6 +82,9 @@ class SSEDecoder:
         if not data and event_id is None and retry is None:
             return None
         return SSEEvent(data="\n".join(data), event=event or "message", id=event_id, retry=retry)
+
+
+_BOM = b"\xef\xbb\xbf"
 
 
 def _line_end(buffer: bytes) -> tuple[int, int] | None:

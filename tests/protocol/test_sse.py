@@ -8,7 +8,7 @@ from proxy.protocol.sse import SSEDecoder, SSEEvent, encode_event
 def test_events_split_across_chunks_are_reassembled() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b"id: 7\nevent: mess") == []
-    assert decoder.feed(b"age\ndata: {\"a\":\r\ndata: 1}\r\n\r\n") == [
+    assert decoder.feed(b'age\ndata: {"a":\r\ndata: 1}\r\n\r\n') == [
         SSEEvent(data='{"a":\n1}', event="message", id="7")
     ]
     assert decoder.last_event_id == "7"

@@ -1,0 +1,145 @@
+"""The legacy HTTP+SSE transport against the SDK's SSE server and scripted peers on loopback."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+
+import anyio
+import anyio.abc
+import orjson
+import pytest
+
+from proxy.errors import ServerUnavailable
+from proxy.outbound.sse_legacy import LegacySseTransport
+from proxy.protocol import jsonrpc
+from tests.fixtures.spawn import (
+    INIT,
+    LIST_CHANGED,
+    HttpRequest,
+    ScriptedServer,
+    call,
+    collect,
+    exercise,
+    free_port,
+    handshake,
+    http_response,
+    running_http_fixture,
+    scripted_http_server,
+    text_of,
+)
+
+pytestmark = pytest.mark.anyio
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+
+
+def sse_server(
+    *events: bytes, stay_open: bool = True, post_status: int = 202
+) -> AbstractAsyncContextManager[ScriptedServer]:
+    """A scripted legacy server: GET streams ``events`` and stays open (or not); POSTs get ``post_status``."""
+
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        if request.method == "POST":
+            await stream.send(http_response(post_status, reason="Whatever", content_type="text/plain"))
+            return
+        await stream.send(SSE_HEAD + b"".join(events))
+        if stay_open:
+            await anyio.sleep_forever()
+
+    return scripted_http_server(handler)
+
+
+async def test_a_session_lists_every_page_and_answers_each_concurrent_call_with_its_own_result() -> None:
+    async with (
+        running_http_fixture("gamma", transport="sse") as url,
+        LegacySseTransport("gamma", url).connect() as link,
+    ):
+        with anyio.fail_after(20):
+            await exercise(link, "gamma")
+
+
+async def test_a_notification_from_the_server_arrives_on_the_event_stream() -> None:
+    async with (
+        running_http_fixture("gamma", transport="sse") as url,
+        LegacySseTransport("gamma", url).connect() as link,
+    ):
+        with anyio.fail_after(20):
+            await handshake(link)
+            await link.send(call(7, "add_tool", {"name": "late_tool"}))
+            answers, others = await collect(link, 1)
+            assert others == [(LIST_CHANGED, None)]
+            assert text_of(answers[7]) == "added late_tool"
+
+
+async def test_a_refused_port_fails_connect_promptly() -> None:
+    transport = LegacySseTransport("gamma", f"http://127.0.0.1:{free_port()}/sse")
+    with anyio.fail_after(5), pytest.raises(ServerUnavailable, match=r"GET .* failed"):
+        async with transport.connect():
+            pass
+
+
+async def test_an_endpoint_on_another_origin_is_refused() -> None:
+    async with sse_server(b"event: endpoint\ndata: http://evil.example/messages?s=1\n\n") as server:
+        transport = LegacySseTransport("gamma", server.url + "/sse")
+        with anyio.fail_after(5), pytest.raises(ServerUnavailable, match="not on the origin"):
+            async with transport.connect():
+                pass
+
+
+async def test_no_endpoint_event_within_the_connect_timeout_fails_connect() -> None:
+    async with sse_server(b": just a comment\n\n") as server:
+        transport = LegacySseTransport("gamma", server.url + "/sse", connect_timeout=0.3)
+        with anyio.fail_after(5), pytest.raises(ServerUnavailable, match="no endpoint event"):
+            async with transport.connect():
+                pass
+
+
+async def test_messages_go_to_the_endpoint_resolved_against_the_sse_url() -> None:
+    answer = orjson.dumps(jsonrpc.result_response(1, {"ok": True}))
+    # The stream opens with a byte order mark, which the event-stream format allows.
+    events = (
+        b"\xef\xbb\xbfevent: endpoint\ndata: /messages/?session_id=abc\n\nevent: message\ndata: "
+        + answer
+        + b"\n\n"
+    )
+    async with (
+        sse_server(events) as server,
+        LegacySseTransport("gamma", server.url + "/sse", {"X-Api-Key": "k"}).connect() as link,
+    ):
+        with anyio.fail_after(5):
+            await link.send(INIT)
+            assert await link.receive() == (jsonrpc.result_response(1, {"ok": True}), None)
+    get, post = server.requests
+    assert (get.method, get.path, get.headers["accept"]) == ("GET", "/sse", "text/event-stream")
+    assert (post.method, post.path) == ("POST", "/messages/?session_id=abc")
+    assert jsonrpc.parse(post.body) == INIT
+    assert get.headers["x-api-key"] == post.headers["x-api-key"] == "k"
+
+
+async def test_a_post_the_server_rejects_answers_the_request_with_an_error() -> None:
+    async with (
+        sse_server(b"event: endpoint\ndata: /messages/\n\n", post_status=500) as server,
+        LegacySseTransport("gamma", server.url + "/sse").connect() as link,
+    ):
+        with anyio.fail_after(5):
+            await link.send(INIT)
+            answer, _ = await link.receive()
+    assert answer == jsonrpc.error_response(1, -32000, "server 'gamma': HTTP 500 Whatever")
+
+
+async def test_when_the_event_stream_ends_receive_and_send_raise_server_unavailable() -> None:
+    async with (
+        sse_server(b"event: endpoint\ndata: /messages/\n\n", stay_open=False) as server,
+        LegacySseTransport("gamma", server.url + "/sse").connect() as link,
+    ):
+        with anyio.fail_after(5), pytest.raises(ServerUnavailable, match="SSE stream closed"):
+            await link.receive()
+        with pytest.raises(ServerUnavailable, match="SSE stream closed"):
+            await link.send(INIT)
+
+
+async def test_an_exception_in_the_caller_s_block_leaves_the_link_unchanged() -> None:
+    async with sse_server(b"event: endpoint\ndata: /messages/\n\n") as server:
+        with anyio.fail_after(5), pytest.raises(KeyError, match="mine"):
+            async with LegacySseTransport("gamma", server.url + "/sse").connect():
+                raise KeyError("mine")
