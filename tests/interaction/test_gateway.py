@@ -34,9 +34,17 @@ pytestmark = pytest.mark.anyio
 PAGE = 7
 
 
+async def _unused_callback(*args: Any) -> Any:
+    raise AssertionError("listing tools asks the client nothing")
+
+
 async def _direct_tool_names(server: Any) -> list[str]:
+    # Declared like Manifold declares them to servers: server-everything lists more tools to
+    # clients that can answer sampling and elicitation requests.
     names: list[str] = []
-    async with Client(server, mode="legacy") as client:
+    async with Client(
+        server, mode="legacy", sampling_callback=_unused_callback, elicitation_callback=_unused_callback
+    ) as client:
         cursor: str | None = None
         while True:
             page = await client.list_tools(cursor=cursor)
