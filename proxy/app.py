@@ -8,6 +8,7 @@ with :meth:`Gateway.handle` and deliver what it answers; they hold no MCP logic 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -19,17 +20,22 @@ import orjson
 from cachetools import LRUCache
 
 from proxy import __version__
+from proxy.access import Access, ServedTools
+from proxy.auth.authenticator import Authenticator
 from proxy.catalog.cursors import CursorCodec, paginate
-from proxy.catalog.merge import EMPTY_CATALOG, Catalog, ServerSlice, build_catalog, replace_slice
+from proxy.catalog.merge import EMPTY_CATALOG, Catalog, Entry, ServerSlice, build_catalog, replace_slice
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resource_index
 from proxy.config import Config, ServerConfig
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
 from proxy.inbound.session import LOG_LEVELS, ClientSession, InboundRequest
+from proxy.middleware.authorize import AuditLog, Authorize
+from proxy.middleware.validate import Validate
 from proxy.outbound.connection import LIST_KINDS, ServerConnection, ServerState
 from proxy.outbound.stdio import StdioTransport
 from proxy.outbound.transport import Transport
-from proxy.pipeline import CallContext, Handler, compose, wire_error
+from proxy.pipeline import CallContext, Handler, Middleware, compose, wire_error
+from proxy.policy import Identity, SchemaValidators, Subject
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.router import Router
@@ -146,13 +152,18 @@ class Gateway:
         self._client_connections: dict[tuple[str, str], ServerConnection] = {}
         self._client_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
         self._slices = {kind: tuple(ServerSlice(s.id, s.prefix, ()) for s in servers) for kind in LIST_KINDS}
+        self.access = Access(config.policy, self._servers)
+        self.access.load()
+        self.auth = Authenticator.from_settings(config.auth, os.environ)
+        self._audit = AuditLog(config.policy.audit) if config.policy.audit.path else None
         self.tools: Catalog = EMPTY_CATALOG
+        self.served: ServedTools = self.access.serve_tools(EMPTY_CATALOG)
         self.prompts: Catalog = EMPTY_CATALOG
         self.resources: ResourceIndex = EMPTY_RESOURCES
         # Encoded pages of the merged lists, keyed by (kind, generation, cursor): a warm list
         # request costs one dict lookup and no re-encoding of the definitions.
-        self._pages: LRUCache[tuple[str, str, str | None], orjson.Fragment] = LRUCache(maxsize=1024)
-        self._forward: Handler = compose([], Router(self._connection_for))
+        self._pages: LRUCache[tuple[str, str, str | None], orjson.Fragment] = LRUCache(maxsize=2048)
+        self._forward: Handler = compose(self._stages(), Router(self._connection_for))
         self._methods: dict[str, _Method] = {
             "tools/call": self._tools_call,
             "prompts/get": self._prompts_get,
@@ -163,6 +174,27 @@ class Gateway:
             "logging/setLevel": self._set_level,
         }
 
+    def _stages(self) -> list[Middleware]:
+        """The call pipeline between the errors boundary and the router, outermost first.
+
+        A stage that has nothing to do is left out, so switched-off features cost nothing.
+        """
+        policy = self.config.policy
+        stages: list[Middleware] = []
+        if policy.files or self._audit is not None:
+            stages.append(Authorize(self.access, self._audit))
+        if policy.validate_arguments or policy.validate_results:
+            validators = SchemaValidators()
+            stages.append(
+                Validate(validators, arguments=policy.validate_arguments, results=policy.validate_results)
+            )
+        return stages
+
+    def reload_policy(self) -> None:
+        """Re-read the policy files (SIGHUP); a bad file is refused and the old policy stays."""
+        if self.access.reload():
+            self._policy_changed()
+
     # ---- lifecycle ---------------------------------------------------------------------
 
     @asynccontextmanager
@@ -170,6 +202,9 @@ class Gateway:
         """Start every server; yield once each has connected or failed its first attempt."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            await tg.start(self.auth.run)
+            if self.config.policy.files and self.config.policy.reload:
+                tg.start_soon(self.access.watch, self._policy_changed)
             for connection in self.connections.values():
                 tg.start_soon(connection.run, name=f"server {connection.server_id}")
             for connection in self.connections.values():
@@ -180,6 +215,17 @@ class Gateway:
             finally:
                 self._tg = None
                 tg.cancel_scope.cancel()
+                if self._audit is not None:
+                    self._audit.close()
+
+    def _policy_changed(self) -> None:
+        """What each identity may see may have changed: clients re-list."""
+        self.served = self.access.serve_tools(self.tools)
+        self._pages.clear()
+        for session in self.sessions.values():
+            if session.initialized:
+                for kind in ("tools", "prompts", "resources"):
+                    session.notify(_CHANGED[kind])
 
     def end_session(self, session: ClientSession) -> None:
         """Forget a session (DELETE, idle expiry, stdin closed) and stop its requests."""
@@ -206,6 +252,10 @@ class Gateway:
                 logger.warning("server %s: skipped one of its %s: %s", server, kind, reason)
             changed = catalog.generation != old.generation
             setattr(self, kind, catalog)
+            if kind == "tools":
+                blocked_before = self.served.blocked
+                self.served = self.access.serve_tools(catalog)
+                changed = changed or self.served.blocked != blocked_before
         else:
             before = self.resources
             self.resources = build_resource_index(
@@ -282,7 +332,7 @@ class Gateway:
         if handler is not None:
             return await handler(inbound, params, request_id)
         if method in _LISTS:
-            return self._list(_LISTS[method], params)
+            return self._list(_LISTS[method], params, inbound.session.identity)
         if method == "ping":
             return {}
         if method == "initialize":
@@ -306,17 +356,29 @@ class Gateway:
             result["instructions"] = "\n\n".join(notes)
         return result
 
-    def _list(self, kind: str, params: Params) -> orjson.Fragment:
+    def _view(self, kind: str, identity: Identity) -> tuple[Sequence[Mapping[str, Any]], str]:
+        """What ``identity`` may see of one list, and the generation its cursors are bound to."""
+        if kind == "tools":
+            served = self.served
+            items = self.access.tools_view(served, identity)
+            return items, f"{served.catalog.generation}.{self.access.version}.{len(served.blocked)}"
+        if kind == "prompts":
+            return self.access.prompts_view(
+                self.prompts, identity
+            ), f"{self.prompts.generation}.{self.access.version}"
+        index = self.resources
+        templates = kind == "resourceTemplates"
+        generation = index.templates_generation if templates else index.generation
+        return self.access.resources_view(
+            index, identity, templates=templates
+        ), f"{generation}.{self.access.version}"
+
+    def _list(self, kind: str, params: Params, identity: Identity) -> orjson.Fragment:
         cursor = params.get("cursor")
-        items: Sequence[Mapping[str, Any]]
-        if kind == "resources":
-            items, generation = self.resources.resources, self.resources.generation
-        elif kind == "resourceTemplates":
-            items, generation = self.resources.templates, self.resources.templates_generation
-        else:
-            catalog: Catalog = getattr(self, kind)
-            items, generation = catalog.definitions, catalog.generation
-        key = (kind, generation, cursor if isinstance(cursor, str) else None)
+        items, generation = self._view(kind, identity)
+        # A cursor is good only for the view it was cut from: the list kind and the identity.
+        scope = f"{kind}|{identity.source}|{identity.name}|{','.join(sorted(identity.roles))}"
+        key = (scope, generation, cursor if isinstance(cursor, str) else None)
         cached = self._pages.get(key) if cursor is None or isinstance(cursor, str) else None
         if cached is not None:
             return cached
@@ -326,7 +388,7 @@ class Gateway:
             page_size=self.config.catalog.page_size,
             codec=self.cursors,
             generation=generation,
-            scope=kind,
+            scope=scope,
         )
         result: dict[str, Any] = {kind: page.items}
         if page.next_cursor is not None:
@@ -379,39 +441,57 @@ class Gateway:
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
         entry = self.tools.by_name.get(name)
-        if entry is None:
+        if entry is None or not self.access.tool_visible(self.served, name, inbound.session.identity):
             raise InvalidParams(f"unknown tool: {name}")
         if params.get("arguments") is not None and not isinstance(params["arguments"], dict):
             raise InvalidParams('"arguments" must be an object')
         forwarded = {**params, "name": entry.original_name}
         return await self._forward(
-            CallContext(inbound, request_id, "tools/call", entry.server_id, name, forwarded, entry)
+            CallContext(
+                inbound,
+                request_id,
+                "tools/call",
+                entry.server_id,
+                name,
+                forwarded,
+                entry,
+                self.served.subject(name),
+            )
         )
 
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        name = _string(params, "name", "prompts/get")
-        entry = self.prompts.by_name.get(name)
-        if entry is None:
-            raise InvalidParams(f"unknown prompt: {name}")
+        entry = self._prompt(_string(params, "name", "prompts/get"), inbound.session.identity)
         forwarded = {**params, "name": entry.original_name}
+        subject = Subject.prompt(entry)
         return await self._forward(
-            CallContext(inbound, request_id, "prompts/get", entry.server_id, name, forwarded, entry)
+            CallContext(
+                inbound, request_id, "prompts/get", entry.server_id, entry.name, forwarded, entry, subject
+            )
         )
 
-    def _resource_server(self, uri: str) -> str:
+    def _prompt(self, name: str, identity: Identity) -> Entry:
+        entry = self.prompts.by_name.get(name)
+        if entry is None or not self.access.allows(identity, Subject.prompt(entry)):
+            raise InvalidParams(f"unknown prompt: {name}")
+        return entry
+
+    def _resource_server(self, uri: str, identity: Identity) -> str:
         server = self.resources.route(uri)
-        if server is None:
+        if server is None or not self.access.allows(identity, Subject.resource(uri, server)):
             raise ResourceNotFound(f"resource not found: {uri}", data={"uri": uri})
         return server
 
     async def _resources_read(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = _string(params, "uri", "resources/read")
-        server = self._resource_server(uri)
-        return await self._forward(CallContext(inbound, request_id, "resources/read", server, uri, params))
+        server = self._resource_server(uri, inbound.session.identity)
+        subject = Subject.resource(uri, server)
+        return await self._forward(
+            CallContext(inbound, request_id, "resources/read", server, uri, params, subject=subject)
+        )
 
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = _string(params, "uri", "resources/subscribe")
-        server = self._resource_server(uri)
+        server = self._resource_server(uri, inbound.session.identity)
         # One server-side subscription serves every session that wants the URI.
         if not self._subscribed(uri, besides=inbound.session):
             await self._forward(CallContext(inbound, request_id, "resources/subscribe", server, uri, params))
@@ -420,7 +500,7 @@ class Gateway:
 
     async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = _string(params, "uri", "resources/unsubscribe")
-        server = self._resource_server(uri)
+        server = self._resource_server(uri, inbound.session.identity)
         inbound.session.subscriptions.discard(uri)
         if not self._subscribed(uri, besides=inbound.session):
             await self._forward(
@@ -437,16 +517,18 @@ class Gateway:
             raise InvalidParams('completion/complete needs a "ref" object')
         if ref.get("type") == "ref/prompt":
             name = _string(ref, "name", "a ref/prompt")
-            entry = self.prompts.by_name.get(name)
-            if entry is None:
-                raise InvalidParams(f"unknown prompt: {name}")
+            entry = self._prompt(name, inbound.session.identity)
             forwarded = {**params, "ref": {**ref, "name": entry.original_name}}
             ctx = CallContext(
                 inbound, request_id, "completion/complete", entry.server_id, name, forwarded, entry
             )
         elif ref.get("type") == "ref/resource":
             uri = _string(ref, "uri", "a ref/resource")
-            server = self.resources.by_template.get(uri) or self._resource_server(uri)
+            server = self.resources.by_template.get(uri) or self._resource_server(
+                uri, inbound.session.identity
+            )
+            if not self.access.allows(inbound.session.identity, Subject.resource(uri, server)):
+                raise ResourceNotFound(f"resource not found: {uri}", data={"uri": uri})
             ctx = CallContext(inbound, request_id, "completion/complete", server, uri, params)
         else:
             raise InvalidParams(f"unknown completion ref type: {ref.get('type')!r}")

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
-from collections import Counter
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 import anyio
-import orjson
 
 from proxy import __version__
-from proxy.catalog.merge import Collision
+from proxy.app import Gateway
 from proxy.config import Config, load_config
 from proxy.errors import ConfigError
 
@@ -50,32 +48,91 @@ def _parser() -> argparse.ArgumentParser:
     add("check", "Validate the config and exit: 0 when valid, 2 with the problems listed otherwise.")
     tools = add("tools", "Start every server, print the merged tool catalog and each server's state.")
     tools.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
+    _identity_options(tools, required=False)
+    explain = add("explain", "Print the policy decision for one identity and one tool, prompt or resource.")
+    _identity_options(explain, required=True)
+    subject = explain.add_mutually_exclusive_group(required=True)
+    subject.add_argument("--tool", help="a namespaced tool name, e.g. github.delete_repo")
+    subject.add_argument("--prompt", help="a namespaced prompt name")
+    subject.add_argument("--resource", help="a resource URI")
+    explain.add_argument("--json", action="store_true", help="print JSON")
+    pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
+    pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
+    pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
+    keygen = commands.add_parser("keygen", help="Generate an API key and the form to store in auth.api_keys.")
+    keygen.add_argument("--name", default="client", help="the identity name for the config snippet")
+    keygen.add_argument("--role", action="append", help="a role for the config snippet (repeatable)")
     return parser
+
+
+def _identity_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument("--identity", required=required, help="judge as this identity name")
+    parser.add_argument("--role", action="append", help="a role of that identity (repeatable)")
+    sources = ["api_key", "jwt", "stdio", "anonymous"]
+    parser.add_argument("--source", default="api_key", choices=sources, help="how it signed in")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "keygen":
+        return _keygen(args)
     try:
         config = load_config(args.config)
+        if args.command == "check":
+            return _check(config, args.config)
     except ConfigError as exc:
         print(f"manifold: invalid config\n{exc}", file=sys.stderr)
         return 2
     _setup_logging(args.log_level or config.log_level)
-    if args.command == "check":
-        servers = ", ".join(config.servers) or "none"
-        print(f"{args.config}: OK ({len(config.servers)} servers: {servers})")
-        return 0
     if args.command == "serve":
         listen = config.listen.model_copy(
             update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
         )
         config = config.model_copy(update={"listen": listen})
-    runners = {"serve": _serve, "stdio": _stdio, "tools": _tools}
+    from proxy import inspect
+
+    runners = {
+        "serve": _serve,
+        "stdio": _stdio,
+        "tools": inspect.tools,
+        "explain": inspect.explain,
+        "pins": inspect.pins_accept,
+    }
     try:
         code: int = anyio.run(runners[args.command], config, args, backend_options={"use_uvloop": True})
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _check(config: Config, path: str) -> int:
+    """Everything ``serve`` would refuse, without starting anything.
+
+    Raises:
+        ConfigError: the config, a policy file or an API key reference is invalid.
+    """
+    from proxy.access import Access
+    from proxy.auth.authenticator import Authenticator
+
+    Access(config.policy, {s.id: s for s in config.enabled_servers()}).load()
+    Authenticator.from_settings(config.auth, os.environ)
+    for warning in config.auth.warnings(config.listen.host):
+        print(f"warning: {warning}", file=sys.stderr)
+    servers = ", ".join(config.servers) or "none"
+    policy = f", policy: {', '.join(config.policy.files)}" if config.policy.files else ""
+    print(f"{path}: OK ({len(config.servers)} servers: {servers}{policy})")
+    return 0
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    from proxy.auth.apikeys import generate_api_key
+
+    key, stored = generate_api_key()
+    roles = ", ".join(args.role or ())
+    print(f"API key (give it to the client; it is not stored anywhere): {key}")
+    print("config:")
+    print(f'  auth:\n    api_keys:\n      - {{name: {args.name}, key: "{stored}", roles: [{roles}]}}')
+    return 0
 
 
 def _setup_logging(level: str) -> None:
@@ -86,16 +143,21 @@ def _setup_logging(level: str) -> None:
     )
 
 
-async def _until_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+async def _until_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
+    """SIGINT/SIGTERM stop; SIGHUP re-reads the policy files and pins."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
+            if signum == signal.SIGHUP:
+                if gateway is not None:
+                    logger.info("received SIGHUP; reloading the policy")
+                    gateway.reload_policy()
+                continue
             logger.info("received %s; shutting down", signal.Signals(signum).name)
             scope.cancel()
             return
 
 
 async def _serve(config: Config, _: argparse.Namespace) -> int:
-    from proxy.app import Gateway
     from proxy.inbound.http import bind, serve
 
     try:
@@ -104,13 +166,12 @@ async def _serve(config: Config, _: argparse.Namespace) -> int:
         logger.error("cannot listen on %s:%d: %s", config.listen.host, config.listen.port, exc.strerror)
         return 2
     host, port = sock.getsockname()[:2]
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_until_signal, tg.cancel_scope)
-        async with Gateway(config).running() as gateway:
-            await tg.start(serve, gateway, sock)
-            shown = f"[{host}]" if ":" in host else host
-            logger.info("Manifold %s listening on http://%s:%d/mcp", __version__, shown, port)
-            await anyio.sleep_forever()
+    async with anyio.create_task_group() as tg, Gateway(config).running() as gateway:
+        tg.start_soon(_until_signal, tg.cancel_scope, gateway)
+        await tg.start(serve, gateway, sock)
+        shown = f"[{host}]" if ":" in host else host
+        logger.info("Manifold %s listening on http://%s:%d/mcp", __version__, shown, port)
+        await anyio.sleep_forever()
     return 0
 
 
@@ -121,7 +182,6 @@ async def _stdin_lines() -> AsyncIterator[bytes]:
 
 
 async def _stdio(config: Config, _: argparse.Namespace) -> int:
-    from proxy.app import Gateway
     from proxy.inbound.stdio import serve_stdio
 
     stdout = anyio.wrap_file(sys.stdout.buffer)
@@ -130,69 +190,11 @@ async def _stdio(config: Config, _: argparse.Namespace) -> int:
         await stdout.write(data)
         await stdout.flush()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_until_signal, tg.cancel_scope)
-        async with Gateway(config).running() as gateway:
-            await serve_stdio(gateway, _stdin_lines(), write)
+    async with anyio.create_task_group() as tg, Gateway(config).running() as gateway:
+        tg.start_soon(_until_signal, tg.cancel_scope, gateway)
+        await serve_stdio(gateway, _stdin_lines(), write)
         tg.cancel_scope.cancel()
     return 0
-
-
-async def _tools(config: Config, args: argparse.Namespace) -> int:
-    from proxy.app import Gateway
-
-    async with Gateway(config).running() as gateway:
-        catalog = gateway.tools
-        counts = Counter(entry.server_id for entry in catalog.entries)
-        servers = {
-            sid: {"state": conn.state.value, "reason": conn.reason, "tools": counts[sid]}
-            for sid, conn in gateway.connections.items()
-        }
-        rows = [
-            {
-                "name": e.name,
-                "server": e.server_id,
-                "original_name": e.original_name,
-                "annotations": dict(e.definition.get("annotations") or {}),
-            }
-            for e in catalog.entries
-        ]
-        collisions = list(catalog.collisions)
-    not_ready = [sid for sid, s in servers.items() if s["state"] != "ready"]
-    if args.json:
-        report = {
-            "tools": rows,
-            "servers": servers,
-            "collisions": [
-                {"name": c.name, "first": c.first, "second": c.second, "renamed_to": c.renamed_to}
-                for c in collisions
-            ],
-        }
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        _print_table(rows, servers, collisions)
-    return 1 if not_ready else 0
-
-
-def _print_table(
-    rows: list[dict[str, Any]], servers: dict[str, dict[str, Any]], collisions: list[Collision]
-) -> None:
-    def hints(annotations: dict[str, Any]) -> str:
-        return ",".join(
-            f"{k.removesuffix('Hint')}={str(v).lower()}" for k, v in annotations.items() if k.endswith("Hint")
-        )
-
-    table = [("NAME", "SERVER", "ORIGINAL NAME", "ANNOTATIONS")]
-    table += [(r["name"], r["server"], r["original_name"], hints(r["annotations"])) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(3)]
-    for row in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[3])
-    print()
-    for sid, state in servers.items():
-        why = f" ({state['reason']})" if state["reason"] else ""
-        print(f"server {sid}: {state['state']}{why}, {state['tools']} tools")
-    for collision in collisions:
-        print(f"collision: {collision.describe()}")
 
 
 if __name__ == "__main__":

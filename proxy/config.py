@@ -391,7 +391,30 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
     if not isinstance(data, Mapping):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: the top level must be a mapping of settings (got {got})")
-    return config_from_mapping(data, source=source, environ=environ)
+    return _relative_to(config_from_mapping(data, source=source, environ=environ), Path(source).parent)
+
+
+def _relative_to(config: Config, base: Path) -> Config:
+    """Files Manifold itself reads and writes (policies, pins, audit) are found next to the
+    config file, as Prometheus finds its rule files, not wherever Manifold was started.
+    Server commands and their args are not touched: they run in the server's ``cwd``."""
+
+    def resolve(path: str) -> str:
+        return path if path == "-" or Path(path).is_absolute() else str(base / path)
+
+    policy = config.policy
+    audit = policy.audit
+    return config.model_copy(
+        update={
+            "policy": policy.model_copy(
+                update={
+                    "files": tuple(resolve(f) for f in policy.files),
+                    "pins": policy.pins.model_copy(update={"path": resolve(policy.pins.path)}),
+                    "audit": audit.model_copy(update={"path": resolve(audit.path) if audit.path else None}),
+                }
+            )
+        }
+    )
 
 
 def config_from_mapping(

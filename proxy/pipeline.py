@@ -18,14 +18,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from proxy.catalog.merge import Entry
-from proxy.errors import INTERNAL_ERROR, ManifoldError, ProtocolError, RemoteError, ServerUnavailable
+from proxy.errors import (
+    INTERNAL_ERROR,
+    ManifoldError,
+    ProtocolError,
+    RemoteError,
+    ServerTimeout,
+    ServerUnavailable,
+)
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
 
 if TYPE_CHECKING:
     from proxy.inbound.session import InboundRequest
+    from proxy.policy.engine import Subject
 
-__all__ = ["CallContext", "Handler", "Middleware", "compose", "wire_error"]
+__all__ = ["CallContext", "Handler", "Middleware", "compose", "outcome_of", "tool_error", "wire_error"]
 
 logger = logging.getLogger("proxy.pipeline")
 
@@ -41,6 +49,7 @@ class CallContext:
     name: str  # the namespaced tool or prompt name, or the resource URI
     params: Mapping[str, Any]  # as the server gets them: names already un-namespaced
     entry: Entry | None = None  # the catalog entry, for tools and prompts
+    subject: Subject | None = None  # what the policy decides about
 
     @property
     def arguments(self) -> Mapping[str, Any]:
@@ -65,6 +74,29 @@ def _bind(stage: Middleware, call_next: Handler) -> Handler:
         return await stage(ctx, call_next)
 
     return run
+
+
+def tool_error(text: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A tool result that tells the model what went wrong (``isError: true``)."""
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
+    if meta:
+        result["_meta"] = meta
+    return result
+
+
+def outcome_of(ended: object) -> str:
+    """How a forwarded request ended, in the words metrics and the audit log use."""
+    if isinstance(ended, BaseException):
+        if isinstance(ended, ServerTimeout):
+            return "timeout"
+        if isinstance(ended, ServerUnavailable | RemoteError):
+            return "server_error"
+        if isinstance(ended, ProtocolError):
+            return "invalid"
+        return "cancelled" if not isinstance(ended, Exception) else "error"
+    if isinstance(ended, dict) and ended.get("isError"):
+        return "tool_error"
+    return "ok"
 
 
 def wire_error(exc: Exception, request_id: RequestId | None) -> Message:

@@ -25,9 +25,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from proxy.app import Gateway
+from proxy.auth.authenticator import Rejected
 from proxy.errors import INVALID_REQUEST, ProtocolError
 from proxy.inbound.session import ClientSession, new_session_id
 from proxy.inbound.streams import EventStream, parse_event_id
+from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
@@ -116,13 +118,24 @@ class McpEndpoint:
         if not self._policy.host_ok(_header(scope, b"host")):
             return await _error(send, 403, INVALID_REQUEST, "Forbidden: Host not allowed")
         method = scope["method"]
+        if method not in ("POST", "GET", "DELETE"):
+            return await _respond(send, 405, b"", [(b"allow", b"GET, POST, DELETE")])
+        credentials = {
+            n: v for n in ("authorization", "x-api-key") if (v := _header(scope, n.encode())) is not None
+        }
+        verdict = await self._gateway.auth.authenticate(credentials)
+        if isinstance(verdict, Rejected):
+            body = jsonrpc.encode(
+                jsonrpc.error_response(None, INVALID_REQUEST, f"Unauthorized: {verdict.message}")
+            )
+            challenge = (b"www-authenticate", verdict.www_authenticate().encode("latin-1"))
+            return await _respond(send, verdict.status, body, [*_JSON, challenge])
+        scope["manifold.identity"] = verdict.identity
         if method == "POST":
             return await self._post(scope, receive, send)
         if method == "GET":
             return await self._get(scope, receive, send)
-        if method == "DELETE":
-            return await self._delete(scope, send)
-        return await _respond(send, 405, b"", [(b"allow", b"GET, POST, DELETE")])
+        return await self._delete(scope, send)
 
     async def _session(self, scope: Scope, send: Send) -> ClientSession | None:
         """The session a non-initialize request names, or None after answering 400/404."""
@@ -135,6 +148,10 @@ class McpEndpoint:
             await _error(
                 send, 404, INVALID_REQUEST, "Not Found: unknown or expired session; initialize again"
             )
+            return None
+        if session.identity != scope["manifold.identity"]:
+            # A session id alone is not a credential: it works only with the credential that made it.
+            await _error(send, 403, INVALID_REQUEST, "Forbidden: this session belongs to another identity")
             return None
         version = _header(scope, b"mcp-protocol-version")
         if version is not None and version not in versions.SUPPORTED:
@@ -163,7 +180,7 @@ class McpEndpoint:
         except ProtocolError as exc:
             return await _error(send, 400, exc.code, exc.message)
         if message is not None and message.get("method") == "initialize" and "id" in message:
-            return await self._initialize(message, send)
+            return await self._initialize(message, scope["manifold.identity"], send)
         session = await self._session(scope, send)
         if session is None:
             return None
@@ -230,8 +247,10 @@ class McpEndpoint:
             return await _respond(send, 202)
         return await _respond(send, 200, jsonrpc.encode(answers), _JSON)
 
-    async def _initialize(self, message: Message, send: Send) -> None:
-        session = ClientSession(id=new_session_id(), transport="http", last_seen=self._clock())
+    async def _initialize(self, message: Message, identity: Identity, send: Send) -> None:
+        session = ClientSession(
+            id=new_session_id(), transport="http", last_seen=self._clock(), identity=identity
+        )
         response = await self._gateway.handle(session, message)
         assert response is not None
         if "error" in response:

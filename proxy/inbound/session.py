@@ -19,6 +19,7 @@ import anyio
 
 from proxy.errors import MethodNotFound, RemoteError
 from proxy.inbound.streams import EventStream
+from proxy.policy.model import ANONYMOUS, Identity
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
 
@@ -59,6 +60,7 @@ class ClientSession:
     client_info: dict[str, Any] = field(default_factory=dict)
     capabilities: dict[str, Any] = field(default_factory=dict)
     initialized: bool = False
+    identity: Identity = ANONYMOUS
     last_seen: float = 0.0
     log_level: str | None = None
     subscriptions: set[str] = field(default_factory=set)

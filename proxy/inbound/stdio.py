@@ -26,7 +26,7 @@ Write = Callable[[bytes], Awaitable[None]]
 
 async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Write) -> None:
     """Serve one client session until ``lines`` ends (the client closed our stdin)."""
-    session = ClientSession(id=new_session_id(), transport="stdio")
+    session = ClientSession(id=new_session_id(), transport="stdio", identity=gateway.auth.stdio_identity)
     gateway.sessions[session.id] = session
     lock = anyio.Lock()
 

@@ -178,6 +178,7 @@ def save_pins(path: str | os.PathLike[str], pins: Mapping[str, str]) -> None:
         OSError: the directory is not writable, the disk is full …; ``path`` is then unchanged.
     """
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     body = orjson.dumps(
         {"version": _FILE_VERSION, "pins": dict(pins)}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
     )

@@ -1,0 +1,210 @@
+"""Who sees what: the policy, annotation trust and tool pins, applied to the merged catalogs.
+
+The policy package decides (pure); this module keeps the state that deciding needs at run
+time: the engine in force (swapped atomically on reload), each server's trust, the pins file,
+and per-identity views of the lists (cached per catalog generation and policy version).
+The same decision filters a list and gates a call, so what an identity cannot call it never
+sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+from cachetools import LRUCache
+
+from proxy.catalog.merge import Catalog
+from proxy.catalog.resources import ResourceIndex
+from proxy.config import ServerConfig
+from proxy.errors import ConfigError
+from proxy.policy import (
+    CAUTIOUS,
+    Decision,
+    EffectiveAnnotations,
+    Identity,
+    PolicyEngine,
+    ServerTrust,
+    Subject,
+    blocked_names,
+    compare,
+    effective_for_entry,
+    load_pins,
+    load_policy,
+    pin_new,
+    rewrite_definition,
+    save_pins,
+)
+from proxy.policy.settings import PolicySettings
+
+__all__ = ["Access", "ServedTools"]
+
+logger = logging.getLogger("proxy.access")
+
+_ALLOW_ALL: Final = Decision("allow", (), ("no policy is configured; everything is allowed",))
+_WATCH_INTERVAL: Final = 2.0
+
+
+@dataclass(frozen=True)
+class ServedTools:
+    """One tools catalog as clients may be shown it: effective annotations, blocked tools out."""
+
+    catalog: Catalog
+    definitions: Mapping[str, Mapping[str, Any]]  # namespaced name -> definition clients see
+    effective: Mapping[str, EffectiveAnnotations]
+    blocked: frozenset[str]
+
+    def subject(self, name: str) -> Subject:
+        entry = self.catalog.by_name[name]
+        return Subject.tool(entry, self.effective.get(name, CAUTIOUS))
+
+
+def _file_state(paths: Sequence[str]) -> tuple[tuple[float, int] | None, ...]:
+    states: list[tuple[float, int] | None] = []
+    for path in paths:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            states.append(None)
+        else:
+            states.append((stat.st_mtime, stat.st_size))
+    return tuple(states)
+
+
+class Access:
+    def __init__(self, settings: PolicySettings, servers: Mapping[str, ServerConfig]) -> None:
+        self.settings = settings
+        self._trust = {
+            sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
+        }
+        self.engine: PolicyEngine | None = None
+        self.version = 0  # moves on every successful reload; views and cursors follow it
+        self._files = _file_state(settings.files)
+        self._pins: dict[str, str] = {}
+        if settings.pins.mode != "off":
+            self._pins = load_pins(settings.pins.path)
+        self._reported: set[tuple[str, str]] = set()
+        self._views: LRUCache[tuple[Any, ...], tuple[Mapping[str, Any], ...]] = LRUCache(maxsize=512)
+
+    # ---- the policy in force ----------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the policy files.
+
+        Raises:
+            ConfigError: a file is missing or invalid (the policy in force is not changed).
+        """
+        if self.settings.files:
+            engine = PolicyEngine(load_policy(list(self.settings.files)))
+            self.engine = engine
+        self.version += 1
+        self._views.clear()
+
+    def reload(self) -> bool:
+        """Re-read the files; a bad file is logged and the old policy stays. True if it changed."""
+        self._files = _file_state(self.settings.files)
+        try:
+            self.load()
+        except ConfigError as exc:
+            logger.error("policy reload refused, the previous policy stays in force:\n%s", exc)
+            return False
+        logger.info("policy reloaded from %s (version %d)", ", ".join(self.settings.files), self.version)
+        return True
+
+    async def watch(self, on_change: Any) -> None:
+        """Reload when a policy file changes (polled: inotify is not portable)."""
+        while True:
+            await anyio.sleep(_WATCH_INTERVAL)
+            if _file_state(self.settings.files) != self._files and self.reload():
+                on_change()
+
+    def decide(self, identity: Identity, subject: Subject) -> Decision:
+        return _ALLOW_ALL if self.engine is None else self.engine.decide(identity, subject)
+
+    def allows(self, identity: Identity, subject: Subject) -> bool:
+        if self.engine is None:
+            return True
+        return self.engine.decide(identity, subject).enforced_effect(self.settings.dry_run) == "allow"
+
+    # ---- tools: trust and pins ------------------------------------------------------
+
+    def serve_tools(self, catalog: Catalog) -> ServedTools:
+        """Apply trust (effective annotations) and pins to a freshly merged tools catalog."""
+        effective = {e.name: effective_for_entry(e, self._trust.get(e.server_id)) for e in catalog.entries}
+        definitions = {e.name: rewrite_definition(e.definition, effective[e.name]) for e in catalog.entries}
+        blocked: frozenset[str] = frozenset()
+        mode = self.settings.pins.mode
+        if mode != "off":
+            drifts = compare(self._pins, catalog.entries)
+            for drift in drifts:
+                if (drift.key, drift.new_hash) not in self._reported:
+                    self._reported.add((drift.key, drift.new_hash))
+                    action = "hidden until accepted (manifold pins accept)" if mode == "block" else "served"
+                    logger.warning("pin drift: %s; %s", drift.describe(), action)
+            blocked = blocked_names(drifts, mode)
+            pins = pin_new(self._pins, catalog.entries)
+            if pins != self._pins:
+                self._pins = pins
+                save_pins(self.settings.pins.path, pins)
+        return ServedTools(catalog, definitions, effective, blocked)
+
+    def tool_visible(self, served: ServedTools, name: str, identity: Identity) -> bool:
+        return (
+            name in served.definitions
+            and name not in served.blocked
+            and self.allows(identity, served.subject(name))
+        )
+
+    # ---- per-identity views ----------------------------------------------------------
+
+    def tools_view(self, served: ServedTools, identity: Identity) -> tuple[Mapping[str, Any], ...]:
+        key = ("tools", served.catalog.generation, served.blocked, self.version, identity)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = tuple(
+                served.definitions[e.name]
+                for e in served.catalog.entries
+                if e.name not in served.blocked and self.allows(identity, served.subject(e.name))
+            )
+        return view
+
+    def prompts_view(self, catalog: Catalog, identity: Identity) -> Sequence[Mapping[str, Any]]:
+        if self.engine is None:
+            return catalog.definitions
+        key = ("prompts", catalog.generation, self.version, identity)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = tuple(
+                e.definition for e in catalog.entries if self.allows(identity, Subject.prompt(e))
+            )
+        return view
+
+    def resources_view(
+        self, index: ResourceIndex, identity: Identity, *, templates: bool
+    ) -> Sequence[Mapping[str, Any]]:
+        items, field, owners = (
+            (index.templates, "uriTemplate", index.by_template)
+            if templates
+            else (index.resources, "uri", index.by_uri)
+        )
+        if self.engine is None:
+            return items
+        key = (
+            "templates" if templates else "resources",
+            index.generation,
+            index.templates_generation,
+            self.version,
+            identity,
+        )
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = tuple(
+                item
+                for item in items
+                if self.allows(identity, Subject.resource(item[field], owners[item[field]]))
+            )
+        return view

@@ -1,0 +1,164 @@
+"""The commands that look inside a configured gateway: ``tools``, ``explain``, ``pins accept``.
+
+Each starts every server (as ``serve`` would), answers from the live catalog and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from typing import Any
+
+import orjson
+
+from proxy.app import Gateway
+from proxy.config import Config
+from proxy.policy import Identity, Subject, accept, compare, load_pins, save_pins
+
+__all__ = ["explain", "identity_from", "pins_accept", "tools"]
+
+
+def identity_from(args: argparse.Namespace) -> Identity | None:
+    """The identity named by ``--identity/--role/--source``, or None when none was named."""
+    if args.identity is None:
+        return None
+    return Identity(args.identity, frozenset(args.role or ()), args.source)
+
+
+def _hints(annotations: dict[str, Any]) -> str:
+    return ",".join(
+        f"{k.removesuffix('Hint')}={str(v).lower()}" for k, v in annotations.items() if k.endswith("Hint")
+    )
+
+
+async def tools(config: Config, args: argparse.Namespace) -> int:
+    """The merged catalog (as one identity sees it, with ``--identity``); exit 1 if a server is down."""
+    identity = identity_from(args)
+    async with Gateway(config).running() as gateway:
+        served = gateway.served
+        entries = [
+            e
+            for e in served.catalog.entries
+            if identity is None or gateway.access.tool_visible(served, e.name, identity)
+        ]
+        counts = Counter(entry.server_id for entry in served.catalog.entries)
+        servers = {
+            sid: {"state": conn.state.value, "reason": conn.reason, "tools": counts[sid]}
+            for sid, conn in gateway.connections.items()
+        }
+        rows: list[dict[str, Any]] = [
+            {
+                "name": e.name,
+                "server": e.server_id,
+                "original_name": e.original_name,
+                "annotations": dict(served.definitions[e.name].get("annotations") or {}),
+                "annotations_source": served.effective[e.name].source,
+                "blocked": e.name in served.blocked,
+            }
+            for e in entries
+        ]
+        collisions = list(served.catalog.collisions)
+    if args.json:
+        report = {
+            "tools": rows,
+            "servers": servers,
+            "collisions": [
+                {"name": c.name, "first": c.first, "second": c.second, "renamed_to": c.renamed_to}
+                for c in collisions
+            ],
+        }
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        table = [("NAME", "SERVER", "ORIGINAL NAME", "ANNOTATIONS")]
+        for r in rows:
+            note = f" ({r['annotations_source']})" + (" BLOCKED: pin drift" if r["blocked"] else "")
+            table.append((r["name"], r["server"], r["original_name"], _hints(r["annotations"]) + note))
+        widths = [max(len(row[i]) for row in table) for i in range(3)]
+        for row in table:
+            print(
+                "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
+                + "  "
+                + row[3]
+            )
+        print()
+        for sid, state in servers.items():
+            why = f" ({state['reason']})" if state["reason"] else ""
+            print(f"server {sid}: {state['state']}{why}, {state['tools']} tools")
+        for collision in collisions:
+            print(f"collision: {collision.describe()}")
+    return 1 if any(s["state"] != "ready" for s in servers.values()) else 0
+
+
+async def explain(config: Config, args: argparse.Namespace) -> int:
+    """Print the decision for one identity and one tool/prompt/resource, and the rules behind it."""
+    identity = identity_from(args)
+    assert identity is not None
+    async with Gateway(config).running() as gateway:
+        report: dict[str, Any] = {
+            "identity": identity.name,
+            "roles": sorted(identity.roles),
+            "source": identity.source,
+        }
+        subject: Subject | None = None
+        if args.tool is not None:
+            entry = gateway.served.catalog.by_name.get(args.tool)
+            if entry is not None:
+                subject = gateway.served.subject(entry.name)
+                effective = gateway.served.effective[entry.name]
+                report["annotations"] = {**effective.hints(), "source": effective.source}
+                report["blocked_by_pin_drift"] = entry.name in gateway.served.blocked
+            name = args.tool
+        elif args.prompt is not None:
+            prompt = gateway.prompts.by_name.get(args.prompt)
+            subject = Subject.prompt(prompt) if prompt is not None else None
+            name = args.prompt
+        else:
+            server = gateway.resources.route(args.resource)
+            subject = Subject.resource(args.resource, server) if server is not None else None
+            name = args.resource
+        if subject is None:
+            kind = "tool" if args.tool else "prompt" if args.prompt else "resource"
+            print(f"manifold: no such {kind}: {name}", file=sys.stderr)
+            return 1
+        decision = gateway.access.decide(identity, subject)
+        report |= {
+            "subject": {"kind": subject.kind, "name": subject.name, "server": subject.server_id},
+            "effect": decision.effect,
+            "enforced": decision.enforced_effect(config.policy.dry_run),
+            "rules": list(decision.rule_ids),
+            "reason": decision.reason,
+        }
+    if args.json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        target = f"{subject.kind} {subject.name} (server {subject.server_id})"
+        print(f"{report['effect'].upper()}: {identity.name} -> {target}")
+        print(f"  rules:  {', '.join(report['rules']) or '(none: the default applies)'}")
+        print(f"  reason: {report['reason']}")
+        if "annotations" in report:
+            print(f"  effective annotations: {report['annotations']}")
+        if report["enforced"] != report["effect"]:
+            print("  dry_run is on: this is logged, not enforced")
+    return 0 if decision.effect == "allow" else 3
+
+
+async def pins_accept(config: Config, args: argparse.Namespace) -> int:
+    """Accept drifted tool definitions (all, or those named) into the pins file."""
+    settings = config.policy.pins
+    if settings.mode == "off":
+        print("manifold: pins are off (policy.pins.mode: off); nothing to accept", file=sys.stderr)
+        return 2
+    async with Gateway(config).running() as gateway:
+        entries = gateway.tools.entries
+    pins = load_pins(settings.path)
+    drifts = [d for d in compare(pins, entries) if not args.tool or d.name in args.tool]
+    if not drifts:
+        print("no pin drift to accept")
+        return 0
+    save_pins(settings.path, accept(pins, drifts))
+    for drift in drifts:
+        where = f"{drift.server}/{drift.original_name}"
+        print(f"accepted: {drift.name} ({where}) now pinned at {drift.new_hash[:19]}…")
+    print("a running Manifold picks this up on SIGHUP or restart")
+    return 0

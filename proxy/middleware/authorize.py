@@ -1,0 +1,118 @@
+"""The authorize stage: the policy decides each forwarded request, and the audit log records it.
+
+One stage does both because an audit record needs the decision *and* how the call ended.
+Denied tool calls become a tool result with ``isError: true`` and a message a model can act
+on; a denied prompt or resource looks like one that does not exist (leaking nothing).
+In ``dry_run`` a would-be denial is logged and audited, and the call goes ahead.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import IO, Any
+
+import orjson
+
+from proxy.access import Access
+from proxy.errors import InvalidParams, ResourceNotFound
+from proxy.pipeline import CallContext, Handler, outcome_of, tool_error
+from proxy.policy.settings import AuditSettings
+
+__all__ = ["AuditLog", "Authorize"]
+
+logger = logging.getLogger("proxy.middleware.authorize")
+
+
+class AuditLog:
+    """JSON lines, one per decision: to a file (appended, line-buffered) or to stdout."""
+
+    def __init__(self, settings: AuditSettings) -> None:
+        self.include_arguments = settings.include_arguments
+        assert settings.path is not None
+        self._out: IO[bytes] = sys.stdout.buffer if settings.path == "-" else open(settings.path, "ab")  # noqa: SIM115
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._out.write(orjson.dumps(record) + b"\n")
+        self._out.flush()
+
+    def close(self) -> None:
+        if self._out is not sys.stdout.buffer:
+            self._out.close()
+
+
+class Authorize:
+    def __init__(
+        self, access: Access, audit: AuditLog | None, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self._access = access
+        self._audit = audit
+        self._clock = clock
+
+    async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
+        if ctx.subject is None:
+            return await call_next(ctx)
+        identity = ctx.request.session.identity
+        decision = self._access.decide(identity, ctx.subject)
+        enforced = decision.enforced_effect(self._access.settings.dry_run)
+        started = self._clock()
+        outcome = "denied"
+        try:
+            if enforced == "deny":
+                if ctx.method != "tools/call":
+                    raise (ResourceNotFound if ctx.subject.kind == "resource" else InvalidParams)(
+                        f"unknown {ctx.subject.kind}: {ctx.name}"
+                    )
+                return tool_error(
+                    f"Manifold's policy does not let {identity.name!r} call {ctx.name!r}: {decision.reason}. "
+                    "Use another tool, or ask an operator to change the policy."
+                )
+            if decision.effect == "deny":
+                logger.warning(
+                    "dry run: would deny %s %s to %s: %s",
+                    ctx.method,
+                    ctx.name,
+                    identity.name,
+                    decision.reason,
+                )
+            result = await call_next(ctx)
+            outcome = outcome_of(result)
+            return result
+        except BaseException as exc:
+            outcome = outcome_of(exc) if enforced == "allow" else "denied"
+            raise
+        finally:
+            if self._audit is not None:
+                self._audit.write(self._record(ctx, decision.effect, enforced, decision, outcome, started))
+
+    def _record(
+        self, ctx: CallContext, effect: str, enforced: str, decision: Any, outcome: str, started: float
+    ) -> dict[str, Any]:
+        assert ctx.subject is not None
+        identity = ctx.request.session.identity
+        record: dict[str, Any] = {
+            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "identity": identity.name,
+            "roles": sorted(identity.roles),
+            "source": identity.source,
+            "method": ctx.method,
+            "name": ctx.name,
+            "server": ctx.server_id,
+            "effect": effect,
+            "enforced": enforced,
+            "rules": list(decision.rule_ids),
+            "reason": decision.reason,
+            "outcome": outcome,
+            "latency_ms": round((self._clock() - started) * 1000, 3),
+        }
+        if ctx.subject.annotations is not None:
+            record["annotations"] = {
+                **ctx.subject.annotations.hints(),
+                "source": ctx.subject.annotations.source,
+            }
+        if self._audit is not None and self._audit.include_arguments:
+            record["arguments"] = dict(ctx.arguments)
+        return record
