@@ -40,6 +40,7 @@ from proxy.policy import (
     save_pins,
 )
 from proxy.policy.settings import PolicySettings
+from proxy.ratelimit.rules import LimitRule
 
 __all__ = ["Access", "ServedTools"]
 
@@ -82,6 +83,8 @@ class Access:
             sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
         }
         self.engine: PolicyEngine | None = None
+        self.limits: tuple[LimitRule, ...] = ()
+        self._limits_by_id: dict[str, LimitRule] = {}
         self.version = 0  # moves on every successful reload; views and cursors follow it
         self._files = _file_state(settings.files)
         self._pins: dict[str, str] = {}
@@ -99,8 +102,10 @@ class Access:
             ConfigError: a file is missing or invalid (the policy in force is not changed).
         """
         if self.settings.files:
-            engine = PolicyEngine(load_policy(list(self.settings.files)))
-            self.engine = engine
+            policy = load_policy(list(self.settings.files))
+            self.engine = PolicyEngine(policy)
+            self.limits = policy.limits
+            self._limits_by_id = {rule.id: rule for rule in policy.limits}
         self.version += 1
         self._views.clear()
 
@@ -121,6 +126,9 @@ class Access:
             await anyio.sleep(_WATCH_INTERVAL)
             if _file_state(self.settings.files) != self._files and self.reload():
                 on_change()
+
+    def limit(self, rule_id: str) -> LimitRule | None:
+        return self._limits_by_id.get(rule_id)
 
     def decide(self, identity: Identity, subject: Subject) -> Decision:
         return _ALLOW_ALL if self.engine is None else self.engine.decide(identity, subject)

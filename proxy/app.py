@@ -30,6 +30,7 @@ from proxy.config import Config, ServerConfig
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
 from proxy.inbound.session import LOG_LEVELS, ClientSession, InboundRequest
 from proxy.middleware.authorize import AuditLog, Authorize
+from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.validate import Validate
 from proxy.outbound.connection import LIST_KINDS, ServerConnection, ServerState
 from proxy.outbound.stdio import StdioTransport
@@ -38,6 +39,7 @@ from proxy.pipeline import CallContext, Handler, Middleware, compose, wire_error
 from proxy.policy import Identity, SchemaValidators, Subject
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
+from proxy.ratelimit import make_backend
 from proxy.router import Router
 
 __all__ = ["Gateway", "transport_for"]
@@ -156,6 +158,8 @@ class Gateway:
         self.access.load()
         self.auth = Authenticator.from_settings(config.auth, os.environ)
         self._audit = AuditLog(config.policy.audit) if config.policy.audit.path else None
+        # Limits live in the policy files, so without files there is nothing to count.
+        self.limiter = make_backend(config.rate_limits) if config.policy.files else None
         self.tools: Catalog = EMPTY_CATALOG
         self.served: ServedTools = self.access.serve_tools(EMPTY_CATALOG)
         self.prompts: Catalog = EMPTY_CATALOG
@@ -188,6 +192,8 @@ class Gateway:
             stages.append(
                 Validate(validators, arguments=policy.validate_arguments, results=policy.validate_results)
             )
+        if self.limiter is not None:
+            stages.append(RateLimit(self.access, self.limiter))
         return stages
 
     def reload_policy(self) -> None:
@@ -217,6 +223,9 @@ class Gateway:
                 tg.cancel_scope.cancel()
                 if self._audit is not None:
                     self._audit.close()
+                if self.limiter is not None:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                        await self.limiter.aclose()
 
     def _policy_changed(self) -> None:
         """What each identity may see may have changed: clients re-list."""

@@ -75,6 +75,7 @@ from proxy.auth.settings import AuthSettings
 from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
 from proxy.policy.settings import PolicySettings
+from proxy.ratelimit import RateLimitSettings
 
 __all__ = [
     "CatalogConfig",
@@ -280,6 +281,7 @@ class Config(_Model):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     auth: AuthSettings = AuthSettings()
     policy: PolicySettings = PolicySettings()
+    rate_limits: RateLimitSettings = RateLimitSettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
 
     def enabled_servers(self) -> list[ServerConfig]:

@@ -11,7 +11,8 @@ operator is paged for::
     │   ├── InvalidRequest          -32600: JSON that is not a valid JSON-RPC message
     │   ├── MethodNotFound          -32601
     │   ├── InvalidParams           -32602: unknown tool, bad cursor, missing name …
-    │   └── ResourceNotFound        -32002: no server serves that URI
+    │   ├── ResourceNotFound        -32002: no server serves that URI
+    │   └── RateLimited             -32029: a rate limit denied a request that is not a tool call
     ├── RemoteError                 a server answered a request with a JSON-RPC error
     └── ServerUnavailable           a server cannot answer (not started, crashed, gone)
         └── ServerTimeout           a server did not answer in time
@@ -41,7 +42,9 @@ __all__ = [
     "MethodNotFound",
     "ParseError",
     "ProtocolError",
+    "RATE_LIMITED",
     "RESOURCE_NOT_FOUND",
+    "RateLimited",
     "RemoteError",
     "ResourceNotFound",
     "ServerTimeout",
@@ -57,6 +60,7 @@ INTERNAL_ERROR: Final = -32603
 CONNECTION_CLOSED: Final = -32000
 REQUEST_TIMEOUT: Final = -32001
 RESOURCE_NOT_FOUND: Final = -32002
+RATE_LIMITED: Final = -32029  # Manifold's own: "429" in JSON-RPC's implementation-defined range
 
 
 class ManifoldError(Exception):
@@ -96,6 +100,10 @@ class InvalidParams(ProtocolError):
 
 class ResourceNotFound(ProtocolError):
     code = RESOURCE_NOT_FOUND
+
+
+class RateLimited(ProtocolError):
+    code = RATE_LIMITED
 
 
 class RemoteError(ManifoldError):

@@ -76,12 +76,20 @@ def _bind(stage: Middleware, call_next: Handler) -> Handler:
     return run
 
 
-def tool_error(text: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A tool result that tells the model what went wrong (``isError: true``)."""
-    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": True}
-    if meta:
-        result["_meta"] = meta
-    return result
+OUTCOME_KEY = "dev.manifold/outcome"
+
+
+def tool_error(text: str, *, outcome: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A tool result Manifold answers itself, telling the model what went wrong (``isError``).
+
+    ``_meta`` says, machine-readably, why Manifold (not the tool) answered: ``denied``,
+    ``rate_limited``, ``invalid_arguments`` or ``invalid_result``.
+    """
+    return {
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "_meta": {OUTCOME_KEY: outcome, **(meta or {})},
+    }
 
 
 def outcome_of(ended: object) -> str:
@@ -95,7 +103,9 @@ def outcome_of(ended: object) -> str:
             return "invalid"
         return "cancelled" if not isinstance(ended, Exception) else "error"
     if isinstance(ended, dict) and ended.get("isError"):
-        return "tool_error"
+        meta = ended.get("_meta")
+        ours = meta.get(OUTCOME_KEY) if isinstance(meta, dict) else None
+        return ours if ours in ("denied", "rate_limited") else "tool_error"
     return "ok"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
@@ -26,13 +27,14 @@ from starlette.routing import Route
 
 from proxy.app import Gateway
 from proxy.auth.authenticator import Rejected
-from proxy.errors import INVALID_REQUEST, ProtocolError
+from proxy.errors import INVALID_REQUEST, RATE_LIMITED, ProtocolError
 from proxy.inbound.session import ClientSession, new_session_id
 from proxy.inbound.streams import EventStream, parse_event_id
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
+from proxy.ratelimit import LimitCheck, MemoryBackend
 
 __all__ = ["OriginPolicy", "McpEndpoint", "build_app", "serve"]
 
@@ -111,8 +113,18 @@ class McpEndpoint:
         self._gateway = gateway
         self._policy = policy
         self._clock = clock
+        self._flood = gateway.config.rate_limits.http
+        self._flood_buckets = MemoryBackend()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._flood is not None:
+            address = (scope.get("client") or ("unknown", 0))[0]
+            check = LimitCheck(f"http:{address}", self._flood.rate.interval, self._flood.burst, "http")
+            outcome = self._flood_buckets.hit_now([check])
+            if not outcome.allowed:
+                wait = str(max(1, math.ceil(outcome.retry_after))).encode()
+                body = jsonrpc.encode(jsonrpc.error_response(None, RATE_LIMITED, "Too Many Requests"))
+                return await _respond(send, 429, body, [*_JSON, (b"retry-after", wait)])
         if not self._policy.origin_ok(_header(scope, b"origin")):
             return await _error(send, 403, INVALID_REQUEST, "Forbidden: Origin not allowed")
         if not self._policy.host_ok(_header(scope, b"host")):

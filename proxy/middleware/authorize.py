@@ -68,7 +68,8 @@ class Authorize:
                     )
                 return tool_error(
                     f"Manifold's policy does not let {identity.name!r} call {ctx.name!r}: {decision.reason}. "
-                    "Use another tool, or ask an operator to change the policy."
+                    "Use another tool, or ask an operator to change the policy.",
+                    outcome="denied",
                 )
             if decision.effect == "deny":
                 logger.warning(

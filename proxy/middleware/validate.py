@@ -25,15 +25,15 @@ class Validate:
         if self._arguments:
             problems = self._validators.check_arguments(ctx.entry, ctx.arguments)
             if problems:
-                return tool_error(
-                    f"Invalid arguments for {ctx.name}:\n" + "\n".join(f"- {p}" for p in problems)
-                )
+                listed = "\n".join(f"- {p}" for p in problems)
+                return tool_error(f"Invalid arguments for {ctx.name}:\n{listed}", outcome="invalid_arguments")
         result = await call_next(ctx)
         if self._results and isinstance(result, dict) and not result.get("isError"):
             problems = self._validators.check_structured_content(ctx.entry, result)
             if problems:
                 return tool_error(
                     f"{ctx.name} returned a result that does not match its outputSchema, so Manifold "
-                    "withheld it:\n" + "\n".join(f"- {p}" for p in problems)
+                    "withheld it:\n" + "\n".join(f"- {p}" for p in problems),
+                    outcome="invalid_result",
                 )
         return result

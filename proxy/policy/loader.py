@@ -28,6 +28,7 @@ from pydantic_core import ErrorDetails
 from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
 from proxy.policy.model import AnnotationMatch, Effect, Match, Policy, PolicyDocument, Rule
+from proxy.ratelimit.rules import LimitRule, parse_limits
 
 __all__ = ["combine", "document_from_mapping", "load_policy", "parse_policy_text"]
 
@@ -89,6 +90,8 @@ def document_from_mapping(data: Mapping[str, Any], *, source: str = "<policy>") 
     ]
     if problems:
         raise ConfigError("\n".join(problems))
+    if document.limits:
+        document = document.model_copy(update={"limits": parse_limits(list(document.limits), source)})
     return document
 
 
@@ -102,7 +105,18 @@ def combine(documents: Iterable[tuple[str, PolicyDocument]]) -> Policy:
     owners: dict[str, str] = {}  # rule id -> the source that has it first
     default: tuple[str, Effect] | None = None
     rules: list[Rule] = []
+    limits: list[LimitRule] = []
+    limit_owners: dict[str, str] = {}
     for source, document in documents:
+        for index, limit in enumerate(document.limits):
+            if limit.id in limit_owners:
+                problems.append(
+                    f"{source}: limits[{index}] (id {limit.id!r}): id: already used by a limit in "
+                    f"{limit_owners[limit.id]}"
+                )
+            else:
+                limit_owners[limit.id] = source
+                limits.append(limit)
         if document.default is not None:
             if default is None:
                 default = (source, document.default)
@@ -122,7 +136,9 @@ def combine(documents: Iterable[tuple[str, PolicyDocument]]) -> Policy:
                 rules.append(rule)
     if problems:
         raise ConfigError("\n".join(problems))
-    return Policy(default=default[1] if default is not None else "deny", rules=tuple(rules))
+    return Policy(
+        default=default[1] if default is not None else "deny", rules=tuple(rules), limits=tuple(limits)
+    )
 
 
 def _duplicates(rules: Sequence[Rule]) -> list[tuple[int, Rule, int]]:

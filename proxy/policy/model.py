@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from proxy.ratelimit.rules import LimitRule
+
 __all__ = [
     "ANONYMOUS",
     "HINT_NAMES",
@@ -263,6 +265,7 @@ class PolicyDocument(_Model):
     version: Literal[1]
     default: Omittable[Effect] = None
     rules: tuple[Rule, ...] = ()
+    limits: tuple[Any, ...] = ()  # rate limits: parsed by proxy.ratelimit.rules (policies/RATELIMITS.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +280,7 @@ class Policy:
 
     default: Effect
     rules: tuple[Rule, ...]
+    limits: tuple[LimitRule, ...] = ()
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
