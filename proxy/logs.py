@@ -1,0 +1,300 @@
+"""Logging: JSON lines for machines, plain lines for people, and no secrets in either.
+
+:func:`setup_logging` installs one handler on the root logger, always on stderr (stdout may be
+the MCP channel, ``manifold stdio``). With ``format: auto`` a terminal gets plain lines and
+anything else (a container, systemd, a pipe) gets one JSON object per line::
+
+    {"ts":"2025-01-31T12:00:00.123Z","level":"info","logger":"manifold.access","message":"POST /mcp 200 …",
+     "method":"POST","path":"/mcp","status":200,"duration_ms":1.234,"bytes":512,"session":"Xk3v9QbA"}
+
+Structured fields are passed as ``extra`` (``logger.info("...", extra={"server": "github"})``)
+and become top-level keys.
+
+Redaction happens in a filter on the handler, before either format sees the record:
+
+* an ``extra`` whose name looks secret (``authorization``, ``cookie``, ``*token*``,
+  ``*secret*``, ``*passw*``, ``*key*``, ``*credential*``) is replaced by ``[REDACTED]``,
+  also inside nested dicts, lists and ``(name, value)`` header pairs;
+* an ``extra`` named ``session``/``session_id`` keeps only its first 8 characters: a session id
+  is a bearer credential for the session;
+* in the message, tracebacks and string values: ``Bearer``/``Basic`` credentials and
+  ``name=value`` / ``name: value`` pairs whose name looks secret.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, Final, Literal, TextIO
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "ACCESS_LOGGER",
+    "REDACTED",
+    "JsonFormatter",
+    "LogFormat",
+    "LogSettings",
+    "PlainFormatter",
+    "RedactingFilter",
+    "access_line",
+    "log_access",
+    "redact_text",
+    "redact_value",
+    "setup_logging",
+]
+
+LogFormat = Literal["auto", "json", "plain"]
+
+ACCESS_LOGGER: Final = "manifold.access"  # not a module name: proxy.access is the policy's logger
+REDACTED: Final = "[REDACTED]"
+SESSION_PREFIX: Final = 8
+
+_LEVELS: Final = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
+_SECRET_NAME: Final = re.compile(r"authorization|cookie|token|secret|passw|key|credential", re.IGNORECASE)
+_SESSION_NAMES: Final = frozenset({"session", "session_id", "mcp-session-id", "mcp_session_id"})
+# In free text "key" alone is too common ("missing key: name"); only the unambiguous words.
+# A name starts only where a run of [\w.-] starts (the lookbehind) and is matched atomically,
+# so each run is scanned once: long dotted or repeated text stays linear, never quadratic.
+_TEXT_SECRET_WORD: Final = r"(?:authorization|cookie|token|secret|passw(?:or)?d|api[_-]?key|credential)"
+_TEXT_SECRET_NAME: Final = rf"(?<![\w.-])[\"']?(?>[\w.-]*{_TEXT_SECRET_WORD}[\w.-]*)"
+_TEXT_PAIR: Final = re.compile(
+    rf"""(?P<name>{_TEXT_SECRET_NAME}["']?)(?P<sep>\s*[:=]\s*)"""
+    r"""(?P<value>"[^"]*"|'[^']*'|(?:(?:bearer|basic|token)\s+)?[^\s"',;&}\]]+)""",
+    re.IGNORECASE,
+)
+_SCHEME_CREDENTIAL: Final = re.compile(r"\b(?P<scheme>bearer|basic)\s+[A-Za-z0-9\-._~+/]+=*", re.IGNORECASE)
+_MAX_DEPTH: Final = 6
+
+# Attributes every LogRecord has; anything else on a record came in through ``extra``.
+_RECORD_ATTRS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+_CORE_KEYS: Final = ("ts", "level", "logger", "message")
+
+
+class LogSettings(BaseModel):
+    """The ``logging:`` section of the config."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: LogFormat = "auto"
+    access_log: bool = True  # one line per inbound HTTP request, on the manifold.access logger
+
+
+# ---- redaction ----------------------------------------------------------------------------
+
+
+def _redact_pair(match: re.Match[str]) -> str:
+    value = match["value"]
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    return f"{match['name']}{match['sep']}{quote}{REDACTED}{quote}"
+
+
+def redact_text(text: str) -> str:
+    """``text`` with credentials replaced by ``[REDACTED]``."""
+    text = _TEXT_PAIR.sub(_redact_pair, text)
+    return _SCHEME_CREDENTIAL.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
+
+
+def _is_secret_name(name: object) -> bool:
+    if isinstance(name, bytes):
+        name = name.decode("latin-1")
+    return isinstance(name, str) and _SECRET_NAME.search(name) is not None
+
+
+def redact_value(name: str, value: Any, depth: int = 0) -> Any:
+    """``value`` of the field ``name``, with anything secret in it redacted."""
+    if _is_secret_name(name):
+        return REDACTED
+    if name.lower() in _SESSION_NAMES and isinstance(value, str):
+        return value[:SESSION_PREFIX]
+    return _scrub(value, depth)
+
+
+def _scrub(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, bytes | bytearray):
+        return redact_text(bytes(value).decode("utf-8", "replace"))
+    if depth >= _MAX_DEPTH:
+        return value if isinstance(value, int | float | bool | None) else "…"
+    if isinstance(value, Mapping):
+        return {key: redact_value(str(key), item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        if len(value) == 2 and _is_secret_name(value[0]):  # a (name, value) header pair
+            return [_scrub(value[0], depth + 1), REDACTED]
+        return [_scrub(item, depth + 1) for item in value]
+    return value
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record in place so that no handler can write a secret from it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_manifold_redacted", False):
+            return True
+        record.msg = redact_text(record.getMessage())
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact_text(record.stack_info)
+        for name, value in _extras(record).items():
+            setattr(record, name, redact_value(name, value))
+        setattr(record, "_manifold_redacted", True)  # noqa: B010  # once, however many handlers
+        return True
+
+
+# ---- formats ------------------------------------------------------------------------------
+
+
+def _extras(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _RECORD_ATTRS and not k.startswith("_")}
+
+
+def _timestamp(created: float) -> str:
+    """RFC 3339, UTC, milliseconds: ``2025-01-31T12:00:00.123Z``."""
+    seconds = int(created)
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int((created - seconds) * 1000):03d}Z"
+    )
+
+
+def _details(record: logging.LogRecord) -> str | None:
+    parts = [text for text in (record.exc_text, record.stack_info) if text]
+    return "\n".join(parts) if parts else None
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ts, level, logger, message, the extras, and ``exc``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        payload: dict[str, Any] = {
+            "ts": _timestamp(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name, value in _extras(record).items():
+            payload[f"extra_{name}" if name in _CORE_KEYS else name] = value
+        if (details := _details(record)) is not None:
+            payload["exc"] = details
+        try:
+            return orjson.dumps(payload, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:  # e.g. an int beyond 64 bits; the standard library copes
+            return json.dumps(payload, default=str, ensure_ascii=False)
+
+
+class PlainFormatter(logging.Formatter):
+    """``ts LEVEL logger: message key=value …`` for a person at a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        line = f"{_timestamp(record.created)} {record.levelname} {record.name}: {record.getMessage()}"
+        extras = _extras(record)
+        if extras:
+            line += " " + " ".join(f"{name}={_plain_value(value)}" for name, value in extras.items())
+        if (details := _details(record)) is not None:
+            line += "\n" + details
+        return line
+
+
+def _plain_value(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value and value.isprintable() and " " not in value else json.dumps(value)
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return repr(value)
+
+
+class _Handler(logging.StreamHandler[TextIO]):
+    """Ours, so that a second setup_logging replaces it and leaves other handlers (pytest's) be."""
+
+
+def setup_logging(
+    level: str, fmt: LogFormat = "auto", *, access_log: bool = True, stream: TextIO | None = None
+) -> None:
+    """Send every logger's records to ``stream`` (stderr), redacted, in the chosen format.
+
+    Calling it again replaces the previous setup.
+
+    Raises:
+        ValueError: ``level`` is not debug, info, warning, error or critical.
+    """
+    name = level.upper()
+    if name not in _LEVELS:
+        raise ValueError(f"unknown log level {level!r}; expected debug, info, warning or error")
+    stream = stream if stream is not None else sys.stderr
+    if fmt == "auto":
+        isatty = getattr(stream, "isatty", None)
+        fmt = "plain" if isatty is not None and isatty() else "json"
+    handler = _Handler(stream)
+    handler.addFilter(RedactingFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else PlainFormatter())
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Handler)]:
+        root.removeHandler(old)
+        old.close()
+    root.addHandler(handler)
+    root.setLevel(name)
+    # Off means off even at debug level; NOTSET inherits the root's level.
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.NOTSET if access_log else logging.WARNING)
+
+
+# ---- access log ---------------------------------------------------------------------------
+
+_ACCESS: Final = logging.getLogger(ACCESS_LOGGER)
+_MAX_PATH: Final = 256
+
+
+def _printable(text: str, limit: int) -> str:
+    text = text[:limit]
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def access_line(
+    method: str, path: str, status: int, duration_ms: float, size: int, session_id: str | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The message and the structured fields of one access-log record.
+
+    The query string is dropped (it may carry credentials), client-controlled text is made
+    printable and bounded, and only the first 8 characters of the session id are kept.
+    """
+    path = _printable(path.split("?", 1)[0], _MAX_PATH)
+    method = _printable(method, 16)
+    session = session_id[:SESSION_PREFIX] if session_id else None
+    message = f"{method} {path} {status} {duration_ms:.1f}ms {size}B"
+    if session:
+        message += f" session={session}"
+    extra: dict[str, Any] = {
+        "method": method,
+        "path": path,
+        "status": status,
+        "duration_ms": round(duration_ms, 3),
+        "bytes": size,
+        "session": session,
+    }
+    return message, extra
+
+
+def log_access(
+    method: str, path: str, status: int, duration_ms: float, size: int, session_id: str | None = None
+) -> None:
+    """Write one access-log record on ``manifold.access`` (nothing is built when it is off)."""
+    if _ACCESS.isEnabledFor(logging.INFO):
+        message, extra = access_line(method, path, status, duration_ms, size, session_id)
+        _ACCESS.info(message, extra=extra)
