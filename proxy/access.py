@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -77,8 +77,15 @@ def _file_state(paths: Sequence[str]) -> tuple[tuple[float, int] | None, ...]:
 
 
 class Access:
-    def __init__(self, settings: PolicySettings, servers: Mapping[str, ServerConfig]) -> None:
+    def __init__(
+        self,
+        settings: PolicySettings,
+        servers: Mapping[str, ServerConfig],
+        *,
+        on_drift: Callable[[str], None] | None = None,
+    ) -> None:
         self.settings = settings
+        self._on_drift = on_drift
         self._trust = {
             sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
         }
@@ -134,9 +141,10 @@ class Access:
         return _ALLOW_ALL if self.engine is None else self.engine.decide(identity, subject)
 
     def allows(self, identity: Identity, subject: Subject) -> bool:
-        if self.engine is None:
+        """Whether lists show ``subject`` to ``identity`` (and so whether it exists for them)."""
+        if self.engine is None or self.settings.dry_run:
             return True
-        return self.engine.decide(identity, subject).enforced_effect(self.settings.dry_run) == "allow"
+        return self.engine.decide(identity, subject).visible
 
     # ---- tools: trust and pins ------------------------------------------------------
 
@@ -153,6 +161,8 @@ class Access:
                     self._reported.add((drift.key, drift.new_hash))
                     action = "hidden until accepted (manifold pins accept)" if mode == "block" else "served"
                     logger.warning("pin drift: %s; %s", drift.describe(), action)
+                    if self._on_drift is not None:
+                        self._on_drift(drift.server)
             blocked = blocked_names(drifts, mode)
             pins = pin_new(self._pins, catalog.entries)
             if pins != self._pins:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -29,7 +30,9 @@ from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resour
 from proxy.config import Config, ServerConfig
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
 from proxy.inbound.session import LOG_LEVELS, ClientSession, InboundRequest
+from proxy.metrics import UNKNOWN, Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
+from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.validate import Validate
 from proxy.outbound.connection import LIST_KINDS, ServerConnection, ServerState
@@ -154,12 +157,23 @@ class Gateway:
         self._client_connections: dict[tuple[str, str], ServerConnection] = {}
         self._client_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
         self._slices = {kind: tuple(ServerSlice(s.id, s.prefix, ()) for s in servers) for kind in LIST_KINDS}
-        self.access = Access(config.policy, self._servers)
+        self.metrics = Metrics(config.metrics)
+        for server in servers:
+            self.metrics.server_up(server.id, False)
+        self._starting: dict[str, float] = {}
+        self.access = Access(config.policy, self._servers, on_drift=self.metrics.pin_drift)
         self.access.load()
         self.auth = Authenticator.from_settings(config.auth, os.environ)
         self._audit = AuditLog(config.policy.audit) if config.policy.audit.path else None
         # Limits live in the policy files, so without files there is nothing to count.
-        self.limiter = make_backend(config.rate_limits) if config.policy.files else None
+        backend = config.rate_limits.backend
+        self.limiter = (
+            make_backend(
+                config.rate_limits, on_backend_error=lambda _: self.metrics.rate_limit_backend_error(backend)
+            )
+            if config.policy.files
+            else None
+        )
         self.tools: Catalog = EMPTY_CATALOG
         self.served: ServedTools = self.access.serve_tools(EMPTY_CATALOG)
         self.prompts: Catalog = EMPTY_CATALOG
@@ -185,15 +199,17 @@ class Gateway:
         """
         policy = self.config.policy
         stages: list[Middleware] = []
+        if self.config.metrics.enabled:
+            stages.append(Measure(self.metrics))
         if policy.files or self._audit is not None:
-            stages.append(Authorize(self.access, self._audit))
+            stages.append(Authorize(self.access, self._audit, self.metrics))
         if policy.validate_arguments or policy.validate_results:
             validators = SchemaValidators()
             stages.append(
                 Validate(validators, arguments=policy.validate_arguments, results=policy.validate_results)
             )
         if self.limiter is not None:
-            stages.append(RateLimit(self.access, self.limiter))
+            stages.append(RateLimit(self.access, self.limiter, self.metrics))
         return stages
 
     def reload_policy(self) -> None:
@@ -238,7 +254,8 @@ class Gateway:
 
     def end_session(self, session: ClientSession) -> None:
         """Forget a session (DELETE, idle expiry, stdin closed) and stop its requests."""
-        self.sessions.pop(session.id, None)
+        if self.sessions.pop(session.id, None) is not None:
+            self.metrics.session_closed(session.transport)
         for scope in list(session.in_flight.values()):
             scope.cancel()
         session.subscriptions.clear()
@@ -251,6 +268,8 @@ class Gateway:
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         slices = replace_slice(self._slices[kind], ServerSlice(server_id, self._prefixes[server_id], items))
         self._slices[kind] = slices
+        if kind == "tools":
+            self.metrics.catalog_size(server_id, len(items))
         if kind in ("tools", "prompts"):
             old: Catalog = getattr(self, kind)
             catalog = build_catalog(slices, self.codec)
@@ -284,6 +303,13 @@ class Gateway:
 
     def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
         logger.debug("server %s: %s %s", server_id, state.value, reason or "")
+        self.metrics.server_up(server_id, state is ServerState.READY)
+        if state is ServerState.STARTING:
+            if server_id in self._starting:  # a second start is a restart
+                self.metrics.server_restart(server_id)
+            self._starting[server_id] = time.monotonic()
+        elif state is ServerState.READY and server_id in self._starting:
+            self.metrics.server_connect_seconds(server_id, time.monotonic() - self._starting[server_id])
 
     def server_notification(self, server_id: str, message: Message) -> None:
         for session in self.sessions.values():
@@ -310,7 +336,7 @@ class Gateway:
             return None
         request_id = message["id"]
         # The client may cancel this request by id (notifications/cancelled): its own scope.
-        with anyio.CancelScope() as scope:
+        with anyio.CancelScope() as scope, self.metrics.in_flight():
             session.in_flight[request_id] = scope
             try:
                 params = message.get("params") or {}
@@ -384,6 +410,10 @@ class Gateway:
 
     def _list(self, kind: str, params: Params, identity: Identity) -> orjson.Fragment:
         cursor = params.get("cursor")
+        if cursor is None:
+            self.metrics.list_request(kind)  # type: ignore[arg-type]
+        else:
+            self.metrics.list_page_served(kind)  # type: ignore[arg-type]
         items, generation = self._view(kind, identity)
         # A cursor is good only for the view it was cut from: the list kind and the identity.
         scope = f"{kind}|{identity.source}|{identity.name}|{','.join(sorted(identity.roles))}"
@@ -451,6 +481,7 @@ class Gateway:
         name = _string(params, "name", "tools/call")
         entry = self.tools.by_name.get(name)
         if entry is None or not self.access.tool_visible(self.served, name, inbound.session.identity):
+            self.metrics.tool_call(UNKNOWN, None, "invalid", 0.0)  # never the client's string as a label
             raise InvalidParams(f"unknown tool: {name}")
         if params.get("arguments") is not None and not isinstance(params["arguments"], dict):
             raise InvalidParams('"arguments" must be an object')

@@ -18,6 +18,7 @@ from proxy import __version__
 from proxy.app import Gateway
 from proxy.config import Config, load_config
 from proxy.errors import ConfigError
+from proxy.logs import setup_logging
 
 __all__ = ["main"]
 
@@ -83,7 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"manifold: invalid config\n{exc}", file=sys.stderr)
         return 2
-    _setup_logging(args.log_level or config.log_level)
+    setup_logging(
+        args.log_level or config.log_level, config.logging.format, access_log=config.logging.access_log
+    )
     if args.command == "serve":
         listen = config.listen.model_copy(
             update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
@@ -135,14 +138,6 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,  # stdout may be the MCP channel (manifold stdio)
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
 async def _until_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
     """SIGINT/SIGTERM stop; SIGHUP re-reads the policy files and pins."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
@@ -158,17 +153,19 @@ async def _until_signal(scope: anyio.CancelScope, gateway: Gateway | None = None
 
 
 async def _serve(config: Config, _: argparse.Namespace) -> int:
-    from proxy.inbound.http import bind, serve
+    from proxy.inbound.server import bind, serve
 
+    metrics_port = config.metrics.port if config.metrics.enabled else None
     try:
         sock = bind(config.listen.host, config.listen.port)
+        metrics_sock = bind(config.listen.host, metrics_port) if metrics_port is not None else None
     except OSError as exc:
-        logger.error("cannot listen on %s:%d: %s", config.listen.host, config.listen.port, exc.strerror)
+        logger.error("cannot listen on %s: %s", config.listen.host, exc.strerror)
         return 2
     host, port = sock.getsockname()[:2]
     async with anyio.create_task_group() as tg, Gateway(config).running() as gateway:
         tg.start_soon(_until_signal, tg.cancel_scope, gateway)
-        await tg.start(serve, gateway, sock)
+        await tg.start(serve, gateway, sock, metrics_sock)
         shown = f"[{host}]" if ":" in host else host
         logger.info("Manifold %s listening on http://%s:%d/mcp", __version__, shown, port)
         await anyio.sleep_forever()

@@ -74,6 +74,8 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 from proxy.auth.settings import AuthSettings
 from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
+from proxy.logs import LogSettings
+from proxy.metrics import MetricsSettings
 from proxy.policy.settings import PolicySettings
 from proxy.ratelimit import RateLimitSettings
 
@@ -186,6 +188,7 @@ class ServerConfig(_Model):
     # Annotation trust: an untrusted server's hints are replaced by the spec's cautious
     # defaults; per-tool overrides (by the server's own tool name) are the operator's word.
     trusted: bool = False
+    required: bool = False  # /readyz answers 503 until every required server is up
     annotations: dict[str, dict[Hint, bool]] = Field(default_factory=dict)
 
     @property
@@ -282,6 +285,8 @@ class Config(_Model):
     auth: AuthSettings = AuthSettings()
     policy: PolicySettings = PolicySettings()
     rate_limits: RateLimitSettings = RateLimitSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    logging: LogSettings = LogSettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
 
     def enabled_servers(self) -> list[ServerConfig]:

@@ -31,6 +31,7 @@ from proxy.protocol.jsonrpc import Message, RequestId
 
 if TYPE_CHECKING:
     from proxy.inbound.session import InboundRequest
+    from proxy.metrics import Outcome
     from proxy.policy.engine import Subject
 
 __all__ = ["CallContext", "Handler", "Middleware", "compose", "outcome_of", "tool_error", "wire_error"]
@@ -92,7 +93,7 @@ def tool_error(text: str, *, outcome: str, meta: dict[str, Any] | None = None) -
     }
 
 
-def outcome_of(ended: object) -> str:
+def outcome_of(ended: object) -> Outcome:
     """How a forwarded request ended, in the words metrics and the audit log use."""
     if isinstance(ended, BaseException):
         if isinstance(ended, ServerTimeout):
@@ -105,7 +106,11 @@ def outcome_of(ended: object) -> str:
     if isinstance(ended, dict) and ended.get("isError"):
         meta = ended.get("_meta")
         ours = meta.get(OUTCOME_KEY) if isinstance(meta, dict) else None
-        return ours if ours in ("denied", "rate_limited") else "tool_error"
+        if ours == "denied":
+            return "denied"
+        if ours == "rate_limited":
+            return "rate_limited"
+        return "invalid" if ours == "invalid_arguments" else "tool_error"
     return "ok"
 
 

@@ -8,22 +8,15 @@ everything about MCP itself is the gateway's business.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from proxy.app import Gateway
 from proxy.auth.authenticator import Rejected
@@ -36,7 +29,7 @@ from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
 from proxy.ratelimit import LimitCheck, MemoryBackend
 
-__all__ = ["OriginPolicy", "McpEndpoint", "build_app", "serve"]
+__all__ = ["McpEndpoint", "OriginPolicy", "Receive", "Scope", "Send"]
 
 logger = logging.getLogger("proxy.inbound.http")
 
@@ -268,6 +261,7 @@ class McpEndpoint:
         if "error" in response:
             return await _respond(send, 200, jsonrpc.encode(response), _JSON)
         self._gateway.sessions[session.id] = session
+        self._gateway.metrics.session_opened("http")
         headers = [*_JSON, (b"mcp-session-id", session.id.encode())]
         return await _respond(send, 200, jsonrpc.encode(response), headers)
 
@@ -373,83 +367,3 @@ async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> N
     while (await receive())["type"] != "http.disconnect":
         pass
     scope.cancel()
-
-
-async def _expire_sessions(gateway: Gateway, idle_timeout: float, clock: Callable[[], float]) -> None:
-    """Forget HTTP sessions that have been idle longer than ``idle_timeout``."""
-    while True:
-        await anyio.sleep(min(60.0, idle_timeout / 2))
-        deadline = clock() - idle_timeout
-        for session_id, session in list(gateway.sessions.items()):
-            if session.transport == "http" and session.last_seen < deadline and not session.in_flight:
-                gateway.end_session(session)
-                logger.info("session %s expired after %gs idle", session_id[:8], idle_timeout)
-
-
-def build_app(gateway: Gateway) -> Starlette:
-    listen = gateway.config.listen
-    endpoint = McpEndpoint(gateway, OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts))
-
-    async def healthz(_: Request) -> JSONResponse:
-        servers = {sid: conn.state.value for sid, conn in gateway.connections.items()}
-        return JSONResponse({"status": "ok", "servers": servers})
-
-    return Starlette(routes=[Route("/mcp", endpoint), Route("/healthz", healthz)])
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """Bind the listening socket up front, so ``port=0`` works and readiness is exact."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: the CLI owns SIGINT/SIGTERM and cancels us."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-async def serve(
-    gateway: Gateway,
-    sock: socket.socket,
-    *,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve ``/mcp`` on an already-bound socket until cancelled."""
-    config = uvicorn.Config(
-        build_app(gateway),
-        http="httptools",
-        lifespan="off",
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=2,
-    )
-    server = _Server(config)
-    stopped = anyio.Event()
-
-    async def run_server() -> None:
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            stopped.set()
-
-    idle = gateway.config.sessions.idle_timeout
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_expire_sessions, gateway, idle, time.monotonic)
-        tg.start_soon(run_server)
-        task_status.started()
-        try:
-            await stopped.wait()
-        finally:
-            # Ask uvicorn to drain and close its connections rather than cancelling it mid-write.
-            server.should_exit = True
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await stopped.wait()
-            tg.cancel_scope.cancel()

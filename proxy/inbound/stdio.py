@@ -28,11 +28,14 @@ async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Writ
     """Serve one client session until ``lines`` ends (the client closed our stdin)."""
     session = ClientSession(id=new_session_id(), transport="stdio", identity=gateway.auth.stdio_identity)
     gateway.sessions[session.id] = session
+    gateway.metrics.session_opened("stdio")
     lock = anyio.Lock()
 
     async def emit(message: Message) -> None:
+        data = jsonrpc.encode(message) + b"\n"
+        gateway.metrics.bytes_out("stdio", len(data))
         async with lock:
-            await write(jsonrpc.encode(message) + b"\n")
+            await write(data)
 
     async def answer(message: Message) -> None:
         response = await gateway.handle(session, message)
@@ -43,6 +46,7 @@ async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Writ
         # Everything but responses (notifications, our requests to the client) is queued on
         # the session's standalone stream; on stdio that is simply more lines on stdout.
         async def write_event(_: str, data: bytes) -> None:
+            gateway.metrics.bytes_out("stdio", len(data) + 1)
             async with lock:
                 await write(data + b"\n")
 
@@ -52,6 +56,7 @@ async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Writ
         async with anyio.create_task_group() as tg:
             tg.start_soon(pump_notifications)
             async for line in lines:
+                gateway.metrics.bytes_in("stdio", len(line))
                 if not line.strip():
                     continue
                 try:

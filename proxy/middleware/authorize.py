@@ -19,6 +19,7 @@ import orjson
 
 from proxy.access import Access
 from proxy.errors import InvalidParams, ResourceNotFound
+from proxy.metrics import Metrics
 from proxy.pipeline import CallContext, Handler, outcome_of, tool_error
 from proxy.policy.settings import AuditSettings
 
@@ -46,10 +47,16 @@ class AuditLog:
 
 class Authorize:
     def __init__(
-        self, access: Access, audit: AuditLog | None, *, clock: Callable[[], float] = time.perf_counter
+        self,
+        access: Access,
+        audit: AuditLog | None,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._access = access
         self._audit = audit
+        self._metrics = metrics
         self._clock = clock
 
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
@@ -58,6 +65,7 @@ class Authorize:
         identity = ctx.request.session.identity
         decision = self._access.decide(identity, ctx.subject)
         enforced = decision.enforced_effect(self._access.settings.dry_run)
+        self._metrics.policy_decision(decision.effect, decision.rule_ids[0] if decision.rule_ids else None)
         started = self._clock()
         outcome = "denied"
         try:

@@ -11,6 +11,7 @@ from typing import Any
 
 from proxy.access import Access
 from proxy.errors import RateLimited
+from proxy.metrics import Metrics
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.ratelimit import LimitBackend, denial_message, limit_checks, retry_meta
 
@@ -18,9 +19,10 @@ __all__ = ["RateLimit"]
 
 
 class RateLimit:
-    def __init__(self, access: Access, backend: LimitBackend) -> None:
+    def __init__(self, access: Access, backend: LimitBackend, metrics: Metrics) -> None:
         self._access = access
         self._backend = backend
+        self._metrics = metrics
 
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
         rules = self._access.limits
@@ -35,6 +37,7 @@ class RateLimit:
         if outcome.allowed:
             return await call_next(ctx)
         rule = self._access.limit(outcome.denied_by.rule_id) if outcome.denied_by is not None else None
+        self._metrics.rate_limited(rule.id if rule is not None else None)
         message = denial_message(rule, outcome.retry_after)
         meta = retry_meta(outcome.retry_after)
         if ctx.method == "tools/call":

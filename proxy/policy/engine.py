@@ -150,6 +150,7 @@ class _CompiledRule:
     id: str
     sentence: str
     applies: _Check
+    show: bool
 
 
 def _compile_rule(rule: Rule) -> _CompiledRule:
@@ -162,7 +163,7 @@ def _compile_rule(rule: Rule) -> _CompiledRule:
         def applies(identity: Identity, subject: Subject) -> bool:
             return match(identity, subject) and not unless(identity, subject)
 
-    return _CompiledRule(rule.id, rule.sentence(), applies)
+    return _CompiledRule(rule.id, rule.sentence(), applies, rule.show)
 
 
 class PolicyEngine:
@@ -197,9 +198,11 @@ class PolicyEngine:
         for group in (self._denies, self._allows):
             deciding = [rule for rule in group if rule.applies(identity, subject)]
             if deciding:
+                denied = group is self._denies
                 return Decision(
-                    "deny" if group is self._denies else "allow",
+                    "deny" if denied else "allow",
                     tuple(rule.id for rule in deciding),
                     tuple(rule.sentence for rule in deciding),
+                    shown=denied and all(rule.show for rule in deciding),
                 )
         return self._default

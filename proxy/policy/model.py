@@ -96,6 +96,14 @@ class Decision:
     effect: Effect
     rule_ids: tuple[str, ...]
     reasons: tuple[str, ...]
+    # A deny whose every deciding rule says ``show: true``: listed, but calls are refused with
+    # a message the model can act on. Any other deny hides the subject entirely.
+    shown: bool = False
+
+    @property
+    def visible(self) -> bool:
+        """Whether lists show the subject (allowed, or denied by ``show: true`` rules only)."""
+        return self.effect == "allow" or self.shown
 
     @property
     def allowed(self) -> bool:
@@ -249,6 +257,13 @@ class Rule(_Model):
     description: Omittable[StrictStr] = None
     match: Match
     unless: Omittable[Match] = None
+    show: StrictBool = False  # deny rules only: keep the subject listed, refuse the call
+
+    @model_validator(mode="after")
+    def _show_only_denies(self) -> Rule:
+        if self.show and self.effect != "deny":
+            raise ValueError("'show' only applies to deny rules (an allowed subject is listed anyway)")
+        return self
 
     def sentence(self) -> str:
         """Why a decision went this way, e.g. ``denied by rule x: contractors may not …``."""

@@ -176,10 +176,10 @@ async def test_a_server_crashing_mid_call_fails_that_call_and_others_go_on(manif
             assert caught.value.error.code == -32000
             assert "beta" in caught.value.error.message
             assert json.loads(_text(await client.call_tool("alpha.echo", {"x": 1})))["server"] == "alpha"
-            health = await wait_for_health(manifold, lambda h: h["servers"]["beta"] == "ready")
+            health = await wait_for_health(manifold, lambda h: h["servers"]["beta"]["state"] == "ready")
             result = await client.call_tool("beta.echo", {"again": True})
         assert json.loads(_text(result))["arguments"] == {"again": True}
-        assert health["servers"]["alpha"] == "ready"
+        assert health["servers"]["alpha"]["state"] == "ready"
         assert manifold.log().count("beta: started pid") == 2  # restarted once
 
 
@@ -193,9 +193,9 @@ async def test_a_server_that_never_answers_gets_a_timeout_error(manifold: Runnin
 
 
 async def test_a_server_that_never_starts_is_reported_and_blocks_nothing(manifold: RunningManifold) -> None:
-    health = await wait_for_health(manifold, lambda h: h["servers"]["ghost"] != "starting")
-    assert health["servers"]["ghost"] == "backoff"
-    assert health["servers"]["alpha"] == "ready"
+    health = await wait_for_health(manifold, lambda h: h["servers"]["ghost"]["state"] != "starting")
+    assert health["servers"]["ghost"]["state"] == "backoff"
+    assert health["servers"]["alpha"]["state"] == "ready"
     assert "server ghost: cannot start '/nonexistent/mcp-server'" in manifold.log()
 
 

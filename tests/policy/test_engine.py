@@ -299,3 +299,22 @@ def test_subjects_are_built_from_catalog_entries() -> None:
     assert Subject.tool(entry, READ_ONLY) == Subject("tool", "gh.get_issue", "github", READ_ONLY)
     assert Subject.prompt(entry) == Subject("prompt", "gh.get_issue", "github", None)
     assert Subject.resource("file:///a", "docs") == Subject("resource", "file:///a", "docs", None)
+
+
+def test_a_deny_rule_with_show_keeps_the_tool_listed_but_denied() -> None:
+    shown = Rule.model_validate({"id": "shown", "effect": "deny", "show": True, "match": {"tools": ["a.*"]}})
+    decision = engine(rule("all", "allow"), shown).decide(who(), tool("a.delete"))
+    assert (decision.effect, decision.visible, decision.rule_ids) == ("deny", True, ("shown",))
+
+
+def test_a_tool_is_hidden_when_any_applying_deny_rule_does_not_say_show() -> None:
+    shown = Rule.model_validate({"id": "shown", "effect": "deny", "show": True, "match": {"tools": ["a.*"]}})
+    hidden = rule("hidden", "deny", tools=["a.delete"])
+    decision = engine(rule("all", "allow"), shown, hidden).decide(who(), tool("a.delete"))
+    assert (decision.effect, decision.visible) == ("deny", False)
+    assert engine(rule("all", "allow"), shown, hidden).decide(who(), tool("a.read")).visible
+
+
+def test_show_on_an_allow_rule_is_refused() -> None:
+    with pytest.raises(ValueError, match="'show' only applies to deny rules"):
+        Rule.model_validate({"id": "x", "effect": "allow", "show": True, "match": {}})

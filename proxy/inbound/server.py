@@ -1,0 +1,215 @@
+"""The HTTP server around the MCP endpoint: routes, probes, metrics, access log, uvicorn.
+
+    /mcp       the MCP endpoint (proxy.inbound.http)
+    /healthz   200 while the process runs, with each server's state
+    /readyz    200 once every server marked ``required`` is up, else 503
+    /metrics   Prometheus text (here, or on ``metrics.port`` when that is set)
+
+The outermost ASGI layer counts bytes and writes one access-log line per request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from proxy.app import Gateway
+from proxy.auth.authenticator import Rejected
+from proxy.inbound.http import McpEndpoint, OriginPolicy, Receive, Scope, Send
+from proxy.logs import log_access
+from proxy.metrics import Metrics
+from proxy.outbound.connection import ServerState
+
+__all__ = ["bind", "build_app", "metrics_app", "serve"]
+
+logger = logging.getLogger("proxy.inbound.server")
+
+
+class _Observed:
+    """Counts request and response bytes and writes the access-log line, for every request."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self._app = app
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+        sizes = [0, 0]  # received, sent
+
+        async def counted_receive() -> MutableMapping[str, Any]:
+            message = await receive()
+            sizes[0] += len(message.get("body", b""))
+            return message
+
+        async def counted_send(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            else:
+                sizes[1] += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self._app(scope, counted_receive, counted_send)
+        finally:
+            self._metrics.bytes_in("http", sizes[0])
+            self._metrics.bytes_out("http", sizes[1])
+            session = next(
+                (bytes(v).decode("latin-1") for k, v in scope["headers"] if k == b"mcp-session-id"), None
+            )
+            elapsed = (time.perf_counter() - started) * 1000
+            log_access(scope["method"], scope["path"], status, elapsed, sizes[1], session)
+
+
+def _metrics_route(gateway: Gateway) -> Route:
+    settings = gateway.config.metrics
+
+    async def metrics(request: Request) -> Response:
+        if settings.require_auth:
+            credentials = {
+                k: v for k in ("authorization", "x-api-key") if (v := request.headers.get(k)) is not None
+            }
+            verdict = await gateway.auth.authenticate(credentials)
+            if isinstance(verdict, Rejected):
+                challenge = {"www-authenticate": verdict.www_authenticate()}
+                return Response(
+                    f"Unauthorized: {verdict.message}\n", status_code=verdict.status, headers=challenge
+                )
+        # Rendering walks every series: seconds for a big catalog, so not on the event loop.
+        body, content_type = await anyio.to_thread.run_sync(
+            gateway.metrics.render, request.headers.get("accept")
+        )
+        return Response(body, media_type=content_type)
+
+    return Route(settings.path, metrics)
+
+
+def build_app(gateway: Gateway) -> Any:
+    listen = gateway.config.listen
+    endpoint = McpEndpoint(gateway, OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts))
+
+    def servers() -> dict[str, dict[str, Any]]:
+        return {
+            sid: {
+                "state": conn.state.value,
+                "required": gateway.config.servers[sid].required,
+                "reason": conn.reason,
+            }
+            for sid, conn in gateway.connections.items()
+        }
+
+    async def healthz(_: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "servers": servers()})
+
+    async def readyz(_: Request) -> JSONResponse:
+        down = [
+            sid
+            for sid, conn in gateway.connections.items()
+            if gateway.config.servers[sid].required and conn.state is not ServerState.READY
+        ]
+        body = {"status": "ready" if not down else "not ready", "waiting_for": down, "servers": servers()}
+        return JSONResponse(body, status_code=200 if not down else 503)
+
+    routes = [Route("/mcp", endpoint), Route("/healthz", healthz), Route("/readyz", readyz)]
+    if gateway.config.metrics.enabled and gateway.config.metrics.port is None:
+        routes.append(_metrics_route(gateway))
+    return _Observed(Starlette(routes=routes), gateway.metrics)
+
+
+def metrics_app(gateway: Gateway) -> Any:
+    """The app of the separate metrics listener (``metrics.port``)."""
+    return Starlette(routes=[_metrics_route(gateway)])
+
+
+async def _expire_sessions(gateway: Gateway, idle_timeout: float) -> None:
+    """Forget HTTP sessions that have been idle longer than ``idle_timeout``."""
+    while True:
+        await anyio.sleep(min(60.0, idle_timeout / 2))
+        deadline = time.monotonic() - idle_timeout
+        for session_id, session in list(gateway.sessions.items()):
+            if session.transport == "http" and session.last_seen < deadline and not session.in_flight:
+                gateway.end_session(session)
+                logger.info("session %s expired after %gs idle", session_id[:8], idle_timeout)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind the listening socket up front, so ``port=0`` works and readiness is exact."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the CLI owns SIGINT/SIGTERM and cancels us."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _run_uvicorn(app: Any, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` until cancelled, then let uvicorn drain its connections."""
+    config = uvicorn.Config(
+        app,
+        http="httptools",
+        lifespan="off",
+        log_config=None,  # our logging setup (JSON, redaction) applies to uvicorn's lines too
+        access_log=False,  # _Observed writes the access log
+        timeout_graceful_shutdown=2,
+    )
+    server = _Server(config)
+    stopped = anyio.Event()
+
+    async def run() -> None:
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            stopped.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            await stopped.wait()
+        finally:
+            # Ask uvicorn to drain and close its connections rather than cancelling it mid-write.
+            server.should_exit = True
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await stopped.wait()
+            tg.cancel_scope.cancel()
+
+
+async def serve(
+    gateway: Gateway,
+    sock: socket.socket,
+    metrics_sock: socket.socket | None = None,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``/mcp`` (and the probes) on an already-bound socket until cancelled."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_expire_sessions, gateway, gateway.config.sessions.idle_timeout)
+        tg.start_soon(_run_uvicorn, build_app(gateway), sock)
+        if metrics_sock is not None:
+            tg.start_soon(_run_uvicorn, metrics_app(gateway), metrics_sock)
+        task_status.started()
