@@ -4,8 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NPM_STAMP := tests/npm/node_modules/.installed
+CONFORMANCE_STAMP := tests/conformance/node_modules/.installed
 
-.PHONY: run test lint typecheck unit fmt clean
+.PHONY: run test lint typecheck unit conformance bench system-deps fmt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,12 +18,22 @@ $(NPM_STAMP): tests/npm/package.json tests/npm/package-lock.json
 	cd tests/npm && npm ci --no-audit --no-fund --loglevel=error
 	touch $(NPM_STAMP)
 
+$(CONFORMANCE_STAMP): tests/conformance/package.json tests/conformance/package-lock.json
+	cd tests/conformance && npm ci --no-audit --no-fund --loglevel=error
+	touch $(CONFORMANCE_STAMP)
+
+## Debian packages the tests use: Prometheus (promtool and a real scraper) and Redis.
+system-deps:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v redis-server >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	     prometheus redis-server >/dev/null)
+
 ## Run Manifold on the example config (two bundled example servers, no external services).
 run: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/manifold serve --config examples/manifold.yaml
 
 ## Lint, type-check and run every test.
-test: $(STAMP) $(NPM_STAMP) lint typecheck unit
+test: $(STAMP) $(NPM_STAMP) system-deps lint typecheck unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check proxy tests benchmarks examples
@@ -34,9 +45,21 @@ typecheck: $(STAMP)
 unit: $(STAMP) $(NPM_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
 
+## The official MCP conformance suite: the fixture alone, then Manifold as server (over stdio
+## and over HTTP to the fixture) and as client. 100% of scored checks, or it fails.
+conformance: $(STAMP) $(CONFORMANCE_STAMP)
+	$(BIN)/python tests/conformance/run.py --min-scored 44
+	$(BIN)/python tests/conformance/run.py --through-manifold --min-scored 45
+	$(BIN)/python tests/conformance/run.py --through-manifold --fixture-transport streamable-http --min-scored 45
+	$(BIN)/python tests/conformance/run.py --client --min-scored 10
+
+## What Manifold costs against no proxy at all (see benchmarks/README.md).
+bench: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
+
 fmt: $(STAMP)
 	$(BIN)/ruff format proxy tests benchmarks examples
 	$(BIN)/ruff check --fix proxy tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) tests/npm/node_modules
+	rm -rf $(VENV) tests/npm/node_modules tests/conformance/node_modules

@@ -15,8 +15,15 @@ import aiohttp
 import anyio
 import pytest
 from mcp import Client
+from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp.types import TextContent
+from mcp.types import (
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ElicitRequestParams,
+    ElicitResult,
+    TextContent,
+)
 
 from tests.fixtures.spawn import running_http_fixture
 from tests.interaction.harness import (
@@ -34,7 +41,13 @@ pytestmark = pytest.mark.anyio
 PAGE = 7
 
 
-async def _unused_callback(*args: Any) -> Any:
+async def _no_sampling(
+    context: ClientRequestContext, params: CreateMessageRequestParams
+) -> CreateMessageResult:
+    raise AssertionError("listing tools asks the client nothing")
+
+
+async def _no_elicitation(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
     raise AssertionError("listing tools asks the client nothing")
 
 
@@ -43,7 +56,7 @@ async def _direct_tool_names(server: Any) -> list[str]:
     # clients that can answer sampling and elicitation requests.
     names: list[str] = []
     async with Client(
-        server, mode="legacy", sampling_callback=_unused_callback, elicitation_callback=_unused_callback
+        server, mode="legacy", sampling_callback=_no_sampling, elicitation_callback=_no_elicitation
     ) as client:
         cursor: str | None = None
         while True:

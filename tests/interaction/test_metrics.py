@@ -57,7 +57,10 @@ def calls(text: str, server: str, tool: str, outcome: str) -> float:
 
 
 async def scrape(manifold: RunningManifold) -> str:
-    async with aiohttp.ClientSession() as http, http.get(manifold.url.replace("/mcp", "/metrics")) as response:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(manifold.url.replace("/mcp", "/metrics")) as response,
+    ):
         assert response.status == 200
         return await response.text()
 
@@ -83,7 +86,9 @@ async def test_every_outcome_moves_its_own_counter_by_exactly_one(manifold: Runn
     before = await scrape(manifold)
     async with Client(manifold.url) as client:
         await client.call_tool("alpha.echo", {"n": 1})  # ok
-        assert (await client.call_tool("clock.add_days", {"date": "not a date", "days": 1})).is_error  # tool_error
+        assert (
+            await client.call_tool("clock.add_days", {"date": "not a date", "days": 1})
+        ).is_error  # tool_error
         assert (await client.call_tool("alpha.tool_001", {})).is_error  # denied by policy
         await client.call_tool("alpha.add", {"a": 1, "b": 2})
         await client.call_tool("alpha.add", {"a": 1, "b": 2})
@@ -111,7 +116,10 @@ async def test_every_outcome_moves_its_own_counter_by_exactly_one(manifold: Runn
         ("unknown", "unknown", "invalid"): 1,
     }
     for (server, tool, outcome), moved in expected.items():
-        assert calls(after, server, tool, outcome) - calls(before, server, tool, outcome) == moved, (tool, outcome)
+        assert calls(after, server, tool, outcome) - calls(before, server, tool, outcome) == moved, (
+            tool,
+            outcome,
+        )
     tools = {dict(key)["tool"] for key in samples(after, "manifold_tool_calls_total")}
     assert "no.such_tool" not in tools
     denials = samples(after, "manifold_policy_decisions_total")
@@ -125,7 +133,9 @@ async def test_servers_catalog_sessions_and_restarts_are_reported(manifold: Runn
         text = await scrape(manifold)
         assert samples(text, "manifold_client_sessions_active")[(("transport", "http"),)] >= 1
     assert samples(text, "manifold_server_up")[(("server", "clock"),)] == 1
-    assert samples(text, "manifold_catalog_tools")[(("server", "alpha"),)] == 3 + 7  # tool_000… plus fixed tools
+    assert (
+        samples(text, "manifold_catalog_tools")[(("server", "alpha"),)] == 3 + 7
+    )  # tool_000… plus fixed tools
     assert samples(text, "manifold_list_requests_total")[(("kind", "tools"),)] >= 1
     assert sum(samples(text, "manifold_received_bytes_total").values()) > 0
     labels = {name for key in samples(text, "manifold_tool_calls_total") for name, _ in key}

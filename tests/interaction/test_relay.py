@@ -29,6 +29,7 @@ from mcp.types import (
     TextContent,
     TextResourceContents,
 )
+from pydantic import FileUrl
 
 from tests.fixtures.spawn import free_port, running_http_process
 from tests.interaction.harness import REPO, RunningManifold, running_manifold
@@ -56,14 +57,20 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
             "servers": {
                 "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"]},
                 "r2": {"url": f"http://127.0.0.1:{port}/mcp", "transport": "streamable-http"},
-                "r3": {"command": sys.executable, "args": [RELAY, "--name", "r3"], "session_mode": "per_client"},
+                "r3": {
+                    "command": sys.executable,
+                    "args": [RELAY, "--name", "r3"],
+                    "session_mode": "per_client",
+                },
             }
         }
         async with running_manifold(tmp_path_factory.mktemp("relay"), config) as running:
             yield running
 
 
-async def answer_sampling(context: ClientRequestContext, params: CreateMessageRequestParams) -> CreateMessageResult:
+async def answer_sampling(
+    context: ClientRequestContext, params: CreateMessageRequestParams
+) -> CreateMessageResult:
     asked = params.messages[0].content
     assert isinstance(asked, TextContent)
     return CreateMessageResult(
@@ -78,7 +85,9 @@ def answer_elicitation(name: str) -> Any:
     return answer
 
 
-async def test_prompts_from_every_server_are_listed_and_each_goes_to_its_server(manifold: RunningManifold) -> None:
+async def test_prompts_from_every_server_are_listed_and_each_goes_to_its_server(
+    manifold: RunningManifold,
+) -> None:
     async with Client(manifold.url) as client:
         names = [prompt.name for prompt in (await client.list_prompts()).prompts]
         assert names == ["r1.greet", "r2.greet", "r3.greet"]
@@ -92,13 +101,18 @@ async def test_prompts_from_every_server_are_listed_and_each_goes_to_its_server(
         assert caught.value.error.code == -32602
 
 
-async def test_resources_keep_their_uris_and_reads_route_by_uri_and_template(manifold: RunningManifold) -> None:
+async def test_resources_keep_their_uris_and_reads_route_by_uri_and_template(
+    manifold: RunningManifold,
+) -> None:
     async with Client(manifold.url) as client:
         uris = [str(resource.uri) for resource in (await client.list_resources()).resources]
         assert uris == ["note://r1/static", "note://r2/static", "note://r3/static"]
         templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
         assert templates == ["note://r1/{topic}", "note://r2/{topic}", "note://r3/{topic}"]
-        for uri, text in [("note://r2/static", "static note of r2"), ("note://r1/cats", "r1 note about cats")]:
+        for uri, text in [
+            ("note://r2/static", "static note of r2"),
+            ("note://r1/cats", "r1 note about cats"),
+        ]:
             contents = (await client.read_resource(uri)).contents[0]
             assert isinstance(contents, TextResourceContents)
             assert contents.text == text
@@ -128,7 +142,9 @@ async def test_progress_from_a_shared_connection_reaches_only_the_client_that_as
             seen[who].append(progress)
 
         async with Client(manifold.url) as client:
-            result = await client.call_tool(f"{server}.progress", {"steps": steps}, progress_callback=on_progress)
+            result = await client.call_tool(
+                f"{server}.progress", {"steps": steps}, progress_callback=on_progress
+            )
             assert _text(result) == f"{server}: {steps} steps"
 
     with anyio.fail_after(30):
@@ -143,7 +159,10 @@ async def test_sampling_reaches_the_calling_client_and_a_client_without_it_gets_
 ) -> None:
     async with Client(manifold.url, sampling_callback=answer_sampling) as client:
         for server in ("r1", "r2", "r3"):
-            assert _text(await client.call_tool(f"{server}.sample", {"prompt": server})) == f"sampled: reply to {server}"
+            assert (
+                _text(await client.call_tool(f"{server}.sample", {"prompt": server}))
+                == f"sampled: reply to {server}"
+            )
     async with Client(manifold.url) as client:
         with pytest.raises(MCPError, match="did not declare the capability sampling"):
             await client.call_tool("r1.sample", {"prompt": "x"})
@@ -166,9 +185,11 @@ async def test_two_clients_sharing_an_http_server_each_answer_their_own_elicitat
     assert answers == {f"{s}/{n}": f"accept: {n}" for s in ("r2", "r3") for n in ("alice", "bob")}
 
 
-async def test_roots_are_asked_of_the_client_behind_a_per_client_connection(manifold: RunningManifold) -> None:
+async def test_roots_are_asked_of_the_client_behind_a_per_client_connection(
+    manifold: RunningManifold,
+) -> None:
     async def roots(context: ClientRequestContext) -> ListRootsResult:
-        return ListRootsResult(roots=[Root(uri="file:///srv/project")])
+        return ListRootsResult(roots=[Root(uri=FileUrl("file:///srv/project"))])
 
     async with Client(manifold.url, list_roots_callback=roots) as client:
         assert _text(await client.call_tool("r3.roots", {})) == "file:///srv/project"
@@ -177,10 +198,13 @@ async def test_roots_are_asked_of_the_client_behind_a_per_client_connection(mani
 
 async def test_log_lines_reach_clients_that_asked_for_that_level(manifold: RunningManifold) -> None:
     received: dict[str, list[str]] = {"listener": [], "quiet": []}
+    unrelated_arrived = anyio.Event()
 
     def collect(who: str) -> Any:
         async def on_log(params: LoggingMessageNotificationParams) -> None:
             received[who].append(str(params.data))
+            if params.data == "unrelated: hi":
+                unrelated_arrived.set()
 
         return on_log
 
@@ -192,8 +216,7 @@ async def test_log_lines_reach_clients_that_asked_for_that_level(manifold: Runni
         await quiet.set_logging_level("emergency")
         assert _text(await listener.call_tool("r1.log", {"message": "hi"})) == "logged"
         with anyio.fail_after(10):
-            while "unrelated: hi" not in received["listener"]:
-                await anyio.sleep(0.05)  # the standalone stream delivers it asynchronously
+            await unrelated_arrived.wait()  # the standalone stream delivers it asynchronously
     assert "unrelated: hi" in received["listener"]
     assert received["quiet"] == []
 
@@ -208,19 +231,22 @@ async def test_a_cancelled_call_is_cancelled_at_the_server_and_the_other_client_
         result = await second.call_tool("r1.wait", {"seconds": 0.1, "marker": str(tmp_path / "unused")})
         assert _text(result) == "waited"
     with anyio.fail_after(10):
-        while not marker.exists():
-            await anyio.sleep(0.05)  # the server writes the marker when its handler is cancelled
+        while not marker.exists():  # noqa: ASYNC110 - another process writes it; no event reaches us
+            await anyio.sleep(0.05)
     assert marker.read_text() == "cancelled"
     assert not (tmp_path / "unused").exists()
 
 
 async def test_resource_updates_reach_only_subscribed_sessions(manifold: RunningManifold) -> None:
     updates: dict[str, list[str]] = {"subscriber": [], "other": []}
+    subscriber_told = anyio.Event()
 
     def collect(who: str) -> Any:
         async def on_message(message: Any) -> None:
             if getattr(message, "method", None) == "notifications/resources/updated":
                 updates[who].append(str(message.params.uri))
+                if who == "subscriber":
+                    subscriber_told.set()
 
         return on_message
 
@@ -231,6 +257,5 @@ async def test_resource_updates_reach_only_subscribed_sessions(manifold: Running
         await subscriber.subscribe_resource("note://r1/static")
         await other.call_tool("r1.touch", {"uri": "note://r1/static"})
         with anyio.fail_after(10):
-            while not updates["subscriber"]:
-                await anyio.sleep(0.05)
+            await subscriber_told.wait()
     assert updates == {"subscriber": ["note://r1/static"], "other": []}
