@@ -18,7 +18,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 import orjson
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 
 from proxy import __version__
 from proxy.access import Access, ServedTools
@@ -30,6 +30,7 @@ from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resour
 from proxy.config import Config, ServerConfig
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
 from proxy.inbound.session import LOG_LEVELS, ClientSession, InboundRequest
+from proxy.inbound.tokens import SessionTokens, derive_key
 from proxy.metrics import UNKNOWN, Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.metrics import Measure
@@ -137,7 +138,12 @@ class Gateway:
     def __init__(self, config: Config, *, cursor_key: bytes | None = None) -> None:
         self.config = config
         self.codec = NamingCodec(config.naming.separator, config.naming.max_length)
-        self.cursors = CursorCodec(cursor_key or secrets.token_bytes(32))
+        shared = config.sessions.secret
+        secret = shared.get_secret_value().encode() if shared is not None else secrets.token_bytes(32)
+        self.cursors = CursorCodec(cursor_key or derive_key(secret, "cursor"))
+        self.session_tokens = SessionTokens(derive_key(secret, "session"))
+        # Ended here (DELETE, expiry): a signed id must not bring them back on this replica.
+        self.ended_sessions: TTLCache[str, bool] = TTLCache(maxsize=100_000, ttl=config.sessions.idle_timeout)
         self.sessions: dict[str, ClientSession] = {}
         servers = config.enabled_servers()
         self.connections: dict[str, ServerConnection] = {
@@ -256,6 +262,7 @@ class Gateway:
         """Forget a session (DELETE, idle expiry, stdin closed) and stop its requests."""
         if self.sessions.pop(session.id, None) is not None:
             self.metrics.session_closed(session.transport)
+        self.ended_sessions[session.id] = True
         for scope in list(session.in_flight.values()):
             scope.cancel()
         session.subscriptions.clear()

@@ -161,6 +161,10 @@ class SessionsConfig(_Model):
     """Lifetime of inbound HTTP sessions."""
 
     idle_timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    # Shared by replicas: signs session ids and list cursors, so any replica serves any
+    # session. Unset: a random secret per process (sessions and cursors then stay on the
+    # replica that issued them). At least 32 characters; give it with ${VAR}.
+    secret: SecretStr | None = Field(default=None, min_length=32)
 
 
 class ServerConfig(_Model):

@@ -21,7 +21,7 @@ import anyio.abc
 from proxy.app import Gateway
 from proxy.auth.authenticator import Rejected
 from proxy.errors import INVALID_REQUEST, RATE_LIMITED, ProtocolError
-from proxy.inbound.session import ClientSession, new_session_id
+from proxy.inbound.session import ClientSession
 from proxy.inbound.streams import EventStream, parse_event_id
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc, versions
@@ -148,7 +148,9 @@ class McpEndpoint:
         if session_id is None:
             await _error(send, 400, INVALID_REQUEST, "Bad Request: missing Mcp-Session-Id header")
             return None
-        session = self._gateway.sessions.get(session_id)
+        session = self._gateway.sessions.get(session_id) or self._take_over(
+            session_id, scope["manifold.identity"]
+        )
         if session is None:
             await _error(
                 send, 404, INVALID_REQUEST, "Not Found: unknown or expired session; initialize again"
@@ -252,14 +254,37 @@ class McpEndpoint:
             return await _respond(send, 202)
         return await _respond(send, 200, jsonrpc.encode(answers), _JSON)
 
-    async def _initialize(self, message: Message, identity: Identity, send: Send) -> None:
+    def _take_over(self, session_id: str, identity: Identity) -> ClientSession | None:
+        """A session another replica (or an earlier run of this one) opened, from its signed id."""
+        if session_id in self._gateway.ended_sessions:
+            return None
+        claims = self._gateway.session_tokens.restore(session_id, identity)
+        if claims is None:
+            return None
         session = ClientSession(
-            id=new_session_id(), transport="http", last_seen=self._clock(), identity=identity
+            id=session_id,
+            transport="http",
+            protocol_version=claims.protocol_version,
+            capabilities=claims.capabilities,
+            initialized=True,
+            last_seen=self._clock(),
+            identity=identity,
         )
+        self._gateway.sessions[session_id] = session
+        self._gateway.metrics.session_opened("http")
+        logger.info("session %s taken over from its signed id", session_id[:8])
+        return session
+
+    async def _initialize(self, message: Message, identity: Identity, send: Send) -> None:
+        session = ClientSession(id="", transport="http", last_seen=self._clock(), identity=identity)
         response = await self._gateway.handle(session, message)
         assert response is not None
         if "error" in response:
             return await _respond(send, 200, jsonrpc.encode(response), _JSON)
+        assert session.protocol_version is not None
+        session.id = self._gateway.session_tokens.issue(
+            session.protocol_version, session.capabilities, identity
+        )
         self._gateway.sessions[session.id] = session
         self._gateway.metrics.session_opened("http")
         headers = [*_JSON, (b"mcp-session-id", session.id.encode())]

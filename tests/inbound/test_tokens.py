@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from proxy.inbound.tokens import SessionTokens, derive_key
+from proxy.policy.model import Identity
+
+ALICE = Identity("alice", frozenset({"dev"}), "api_key")
+KEY = derive_key(b"s" * 32, "session")
+
+
+def test_a_session_id_restores_its_revision_and_capabilities_on_another_instance() -> None:
+    token = SessionTokens(KEY).issue("2025-06-18", {"sampling": {}}, ALICE)
+    claims = SessionTokens(KEY).restore(token, ALICE)
+    assert claims is not None
+    assert (claims.protocol_version, claims.capabilities) == ("2025-06-18", {"sampling": {}})
+
+
+def test_ids_are_unique_and_visible_ascii() -> None:
+    tokens = SessionTokens(KEY)
+    ids = {tokens.issue("2025-11-25", {}, ALICE) for _ in range(100)}
+    assert len(ids) == 100
+    assert all(0x21 <= ord(c) <= 0x7E for token in ids for c in token)
+
+
+def test_a_tampered_id_another_key_or_another_identity_restores_nothing() -> None:
+    token = SessionTokens(KEY).issue("2025-11-25", {}, ALICE)
+    body, mac = token.split(".")
+    assert (
+        SessionTokens(KEY).restore(body[:-1] + ("A" if body[-1] != "A" else "B") + "." + mac, ALICE) is None
+    )
+    assert SessionTokens(derive_key(b"t" * 32, "session")).restore(token, ALICE) is None
+    assert SessionTokens(KEY).restore(token, Identity("alice", frozenset({"admin"}), "api_key")) is None
+    assert SessionTokens(KEY).restore(token, Identity("mallory", frozenset({"dev"}), "api_key")) is None
+    assert SessionTokens(KEY).restore("garbage", ALICE) is None
+
+
+def test_keys_for_different_purposes_differ() -> None:
+    assert derive_key(b"x" * 32, "session") != derive_key(b"x" * 32, "cursor")
