@@ -27,7 +27,7 @@ from proxy.catalog.cursors import CursorCodec, paginate
 from proxy.catalog.merge import EMPTY_CATALOG, Catalog, Entry, ServerSlice, build_catalog, replace_slice
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resource_index
-from proxy.config import Config, ServerConfig
+from proxy.config import Config
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
 from proxy.inbound.session import LOG_LEVELS, ClientSession, InboundRequest
 from proxy.inbound.tokens import SessionTokens, derive_key
@@ -37,8 +37,8 @@ from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.validate import Validate
 from proxy.outbound.connection import LIST_KINDS, ServerConnection, ServerState
-from proxy.outbound.stdio import StdioTransport
-from proxy.outbound.transport import Transport
+from proxy.outbound.factory import transport_for
+from proxy.per_client import ClientConnections
 from proxy.pipeline import CallContext, Handler, Middleware, compose, wire_error
 from proxy.policy import Identity, SchemaValidators, Subject
 from proxy.protocol import jsonrpc, versions
@@ -46,7 +46,7 @@ from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.ratelimit import make_backend
 from proxy.router import Router
 
-__all__ = ["Gateway", "transport_for"]
+__all__ = ["Gateway"]
 
 logger = logging.getLogger("proxy.app")
 
@@ -72,59 +72,6 @@ CAPABILITIES: Final = {
 
 Params = dict[str, Any]
 _Method = Callable[[InboundRequest, Params, RequestId], Awaitable[Any]]
-
-
-def transport_for(server: ServerConfig) -> Transport:
-    if server.kind == "stdio":
-        assert server.command is not None
-        return StdioTransport(
-            server.id, server.command, server.args, env=server.resolved_env(), cwd=server.cwd
-        )
-    assert server.url is not None
-    assert server.transport != "stdio"
-    from proxy.outbound.http import http_transport  # aiohttp loads only when an HTTP server is configured
-
-    return http_transport(
-        server.id,
-        server.url,
-        server.resolved_headers(),
-        server.transport,
-        connect_timeout=server.connect_timeout,
-    )
-
-
-async def _run_in(scope: anyio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
-    with scope:
-        await run()
-
-
-class _SessionListener:
-    """Listens to a ``per_client`` connection: its lists are the shared connection's business;
-    what it says unprompted is for its one session."""
-
-    def __init__(self, session: ClientSession) -> None:
-        self._session = session
-
-    def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
-        return None
-
-    def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
-        return None
-
-    def server_notification(self, server_id: str, message: Message) -> None:
-        if _concerns(self._session, message):
-            self._session.notify(message)
-
-
-def _concerns(session: ClientSession, message: Message) -> bool:
-    """Whether a server notification about no request is for ``session``: a log line at or above
-    the level it asked for, or an update of a resource it subscribed to."""
-    params = message.get("params") or {}
-    if message["method"] == "notifications/message":
-        return session.wants_log(params.get("level"))
-    if message["method"] == "notifications/resources/updated":
-        return params.get("uri") in session.subscriptions
-    return False
 
 
 def _string(params: Params, key: str, method: str) -> str:
@@ -159,9 +106,7 @@ class Gateway:
         }
         self._servers = {s.id: s for s in servers}
         self._prefixes = {s.id: s.prefix for s in servers}
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._client_connections: dict[tuple[str, str], ServerConnection] = {}
-        self._client_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
+        self.per_client = ClientConnections(self._servers, max_pages=config.catalog.max_server_pages)
         self._slices = {kind: tuple(ServerSlice(s.id, s.prefix, ()) for s in servers) for kind in LIST_KINDS}
         self.metrics = Metrics(config.metrics)
         for server in servers:
@@ -229,7 +174,7 @@ class Gateway:
     async def running(self) -> AsyncIterator[Gateway]:
         """Start every server; yield once each has connected or failed its first attempt."""
         async with anyio.create_task_group() as tg:
-            self._tg = tg
+            self.per_client.task_group = tg
             await tg.start(self.auth.run)
             if self.config.policy.files and self.config.policy.reload:
                 tg.start_soon(self.access.watch, self._policy_changed)
@@ -241,7 +186,7 @@ class Gateway:
             try:
                 yield self
             finally:
-                self._tg = None
+                self.per_client.task_group = None
                 tg.cancel_scope.cancel()
                 if self._audit is not None:
                     self._audit.close()
@@ -266,9 +211,7 @@ class Gateway:
         for scope in list(session.in_flight.values()):
             scope.cancel()
         session.subscriptions.clear()
-        for key in [key for key in self._client_scopes if key[0] == session.id]:
-            self._client_scopes.pop(key).cancel()
-            del self._client_connections[key]
+        self.per_client.close(session.id)
 
     # ---- ConnectionListener ------------------------------------------------------------
 
@@ -320,7 +263,7 @@ class Gateway:
 
     def server_notification(self, server_id: str, message: Message) -> None:
         for session in self.sessions.values():
-            if _concerns(session, message):
+            if session.wants_notification(message):
                 session.notify(message)
 
     # ---- inbound messages --------------------------------------------------------------
@@ -448,41 +391,7 @@ class Gateway:
     async def _connection_for(self, ctx: CallContext) -> ServerConnection:
         if self._servers[ctx.server_id].session_mode == "shared":
             return self.connections[ctx.server_id]
-        return await self._client_connection(ctx.request.session, ctx.server_id)
-
-    async def _client_connection(self, session: ClientSession, server_id: str) -> ServerConnection:
-        """The ``per_client`` connection of ``session`` to ``server_id``, started on first use.
-
-        It tells the server exactly the capabilities the client declared, and it needs no
-        guessing about whose request a server's question belongs to.
-        """
-        key = (session.id, server_id)
-        connection = self._client_connections.get(key)
-        if connection is None:
-            assert self._tg is not None, "the gateway is not running"
-            server = self._servers[server_id]
-            relayed = {
-                k: v for k, v in session.capabilities.items() if k in ("sampling", "elicitation", "roots")
-            }
-            connection = ServerConnection(
-                server_id,
-                transport_for(server),
-                _SessionListener(session),
-                connect_timeout=server.connect_timeout,
-                request_timeout=server.request_timeout,
-                max_pages=self.config.catalog.max_server_pages,
-                client_capabilities=relayed,
-                default_relay=InboundRequest(session),
-            )
-            scope = anyio.CancelScope()
-            self._client_connections[key] = connection
-            self._client_scopes[key] = scope
-            self._tg.start_soon(
-                _run_in, scope, connection.run, name=f"server {server_id} for {session.id[:8]}"
-            )
-        with anyio.move_on_after(connection.connect_timeout + 1):
-            await connection.first_attempt_done.wait()
-        return connection
+        return await self.per_client.connection(ctx.request.session, ctx.server_id)
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")

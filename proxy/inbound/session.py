@@ -97,6 +97,16 @@ class ClientSession:
             return False
         return LOG_LEVELS.index(str(level)) >= LOG_LEVELS.index(self.log_level)
 
+    def wants_notification(self, message: Message) -> bool:
+        """Whether a server notification about no request is for this session: a log line at or
+        above the level it asked for, or an update of a resource it subscribed to."""
+        params = message.get("params") or {}
+        if message["method"] == "notifications/message":
+            return self.wants_log(params.get("level"))
+        if message["method"] == "notifications/resources/updated":
+            return params.get("uri") in self.subscriptions
+        return False
+
     def supports(self, method: str, params: dict[str, Any] | None) -> bool:
         need = _NEEDS.get(method)
         if need is None or need not in self.capabilities:

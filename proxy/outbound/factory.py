@@ -1,0 +1,28 @@
+"""From a server's config to the transport that reaches it."""
+
+from __future__ import annotations
+
+from proxy.config import ServerConfig
+from proxy.outbound.stdio import StdioTransport
+from proxy.outbound.transport import Transport
+
+__all__ = ["transport_for"]
+
+
+def transport_for(server: ServerConfig) -> Transport:
+    if server.kind == "stdio":
+        assert server.command is not None
+        return StdioTransport(
+            server.id, server.command, server.args, env=server.resolved_env(), cwd=server.cwd
+        )
+    assert server.url is not None
+    assert server.transport != "stdio"
+    from proxy.outbound.http import http_transport  # aiohttp loads only when an HTTP server is configured
+
+    return http_transport(
+        server.id,
+        server.url,
+        server.resolved_headers(),
+        server.transport,
+        connect_timeout=server.connect_timeout,
+    )
