@@ -31,10 +31,14 @@ async def replica(
     url: str,
     *,
     failure_mode: Literal["fail_open", "fail_closed"] = "fail_open",
-    timeout: float = 0.25,
+    timeout: float = 2.0,
     on_backend_error: Callable[[BaseException], None] | None = None,
 ) -> AsyncIterator[RedisBackend]:
-    """One Manifold replica's backend, with its own client and connections."""
+    """One Manifold replica's backend, with its own client and connections.
+
+    The timeout is roomier than production's 0.25 s: on a loaded test machine a healthy Redis
+    can take longer than that, and a timeout would turn a test of counting into one of fail_open.
+    """
     settings = RateLimitSettings(backend="redis", redis_url=url, failure_mode=failure_mode, timeout=timeout)
     backend = RedisBackend.from_settings(settings, on_backend_error=on_backend_error)
     try:
