@@ -52,7 +52,8 @@ CLIENT_WRAPPER: Final = HERE / "client_wrapper.py"
 CLIENT_SCENARIOS: Final = ("initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry")
 
 FIXTURE_READY: Final = re.compile(r"conformance fixture listening on (http://\S+)")
-MANIFOLD_READY: Final = re.compile(r"listening on (http://\S+)")
+# Manifold may log JSON lines (not a terminal): stop the URL at a quote, too.
+MANIFOLD_READY: Final = re.compile(r"listening on (http://[^\s\"]+)")
 # "✓ tools-list: 1 passed, 0 failed" in the suite's summary; it lists scenarios that crashed too.
 SUMMARY_LINE: Final = re.compile(r"^[✓✗] (\S+): (\d+) passed, (\d+) failed")
 RESULT_DIR: Final = re.compile(r"^server-(.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
