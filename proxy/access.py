@@ -57,7 +57,7 @@ class ServedTools:
     catalog: Catalog
     definitions: Mapping[str, Mapping[str, Any]]  # namespaced name -> definition clients see
     effective: Mapping[str, EffectiveAnnotations]
-    blocked: frozenset[str]
+    blocked: Mapping[str, str]  # namespaced name -> why (the pin drift), for tools hidden by pins
 
     def subject(self, name: str) -> Subject:
         entry = self.catalog.by_name[name]
@@ -113,6 +113,8 @@ class Access:
             self.engine = PolicyEngine(policy)
             self.limits = policy.limits
             self._limits_by_id = {rule.id: rule for rule in policy.limits}
+        if self.settings.pins.mode != "off":
+            self._pins = load_pins(self.settings.pins.path)
         self.version += 1
         self._views.clear()
 
@@ -152,9 +154,11 @@ class Access:
         """Apply trust (effective annotations) and pins to a freshly merged tools catalog."""
         effective = {e.name: effective_for_entry(e, self._trust.get(e.server_id)) for e in catalog.entries}
         definitions = {e.name: rewrite_definition(e.definition, effective[e.name]) for e in catalog.entries}
-        blocked: frozenset[str] = frozenset()
+        blocked: dict[str, str] = {}
         mode = self.settings.pins.mode
         if mode != "off":
+            # The file is the source of truth: `manifold pins accept` may have changed it.
+            self._pins = load_pins(self.settings.pins.path)
             drifts = compare(self._pins, catalog.entries)
             for drift in drifts:
                 if (drift.key, drift.new_hash) not in self._reported:
@@ -163,7 +167,12 @@ class Access:
                     logger.warning("pin drift: %s; %s", drift.describe(), action)
                     if self._on_drift is not None:
                         self._on_drift(drift.server)
-            blocked = blocked_names(drifts, mode)
+            names = blocked_names(drifts, mode)
+            blocked = {
+                d.name: f"Manifold is withholding this tool: {d.describe()}."
+                for d in drifts
+                if d.name in names
+            }
             pins = pin_new(self._pins, catalog.entries)
             if pins != self._pins:
                 self._pins = pins
@@ -180,7 +189,7 @@ class Access:
     # ---- per-identity views ----------------------------------------------------------
 
     def tools_view(self, served: ServedTools, identity: Identity) -> tuple[Mapping[str, Any], ...]:
-        key = ("tools", served.catalog.generation, served.blocked, self.version, identity)
+        key = ("tools", served.catalog.generation, frozenset(served.blocked), self.version, identity)
         view = self._views.get(key)
         if view is None:
             view = self._views[key] = tuple(

@@ -39,7 +39,7 @@ from proxy.middleware.validate import Validate
 from proxy.outbound.connection import LIST_KINDS, ServerConnection, ServerState
 from proxy.outbound.factory import transport_for
 from proxy.per_client import ClientConnections
-from proxy.pipeline import CallContext, Handler, Middleware, compose, wire_error
+from proxy.pipeline import CallContext, Handler, Middleware, compose, tool_error, wire_error
 from proxy.policy import Identity, SchemaValidators, Subject
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
@@ -396,9 +396,13 @@ class Gateway:
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
         entry = self.tools.by_name.get(name)
-        if entry is None or not self.access.tool_visible(self.served, name, inbound.session.identity):
+        if entry is None:
             self.metrics.tool_call(UNKNOWN, None, "invalid", 0.0)  # never the client's string as a label
             raise InvalidParams(f"unknown tool: {name}")
+        if name in self.served.blocked:
+            self.metrics.tool_call(entry.server_id, name, "denied", 0.0)
+            return tool_error(self.served.blocked[name], outcome="denied")
+        # Whether the policy hides it is the authorize stage's call: it audits, then answers.
         if params.get("arguments") is not None and not isinstance(params["arguments"], dict):
             raise InvalidParams('"arguments" must be an object')
         forwarded = {**params, "name": entry.original_name}

@@ -11,6 +11,7 @@ operator is paged for::
     │   ├── InvalidRequest          -32600: JSON that is not a valid JSON-RPC message
     │   ├── MethodNotFound          -32601
     │   ├── InvalidParams           -32602: unknown tool, bad cursor, missing name …
+    │   │   └── HiddenByPolicy      -32602: as unknown, to the client; "denied" to metrics
     │   ├── ResourceNotFound        -32002: no server serves that URI
     │   └── RateLimited             -32029: a rate limit denied a request that is not a tool call
     ├── RemoteError                 a server answered a request with a JSON-RPC error
@@ -36,6 +37,7 @@ __all__ = [
     "PARSE_ERROR",
     "REQUEST_TIMEOUT",
     "ConfigError",
+    "HiddenByPolicy",
     "InvalidParams",
     "InvalidRequest",
     "ManifoldError",
@@ -96,6 +98,10 @@ class MethodNotFound(ProtocolError):
 
 class InvalidParams(ProtocolError):
     code = INVALID_PARAMS
+
+
+class HiddenByPolicy(InvalidParams):
+    """The policy hides the subject: the client hears "unknown", exactly as for a missing one."""
 
 
 class ResourceNotFound(ProtocolError):

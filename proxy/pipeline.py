@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from proxy.catalog.merge import Entry
 from proxy.errors import (
     INTERNAL_ERROR,
+    HiddenByPolicy,
     ManifoldError,
     ProtocolError,
     RemoteError,
@@ -100,6 +101,8 @@ def outcome_of(ended: object) -> Outcome:
             return "timeout"
         if isinstance(ended, ServerUnavailable | RemoteError):
             return "server_error"
+        if isinstance(ended, HiddenByPolicy):
+            return "denied"
         if isinstance(ended, ProtocolError):
             return "invalid"
         return "cancelled" if not isinstance(ended, Exception) else "error"

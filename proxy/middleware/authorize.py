@@ -18,7 +18,7 @@ from typing import IO, Any
 import orjson
 
 from proxy.access import Access
-from proxy.errors import InvalidParams, ResourceNotFound
+from proxy.errors import HiddenByPolicy, ResourceNotFound
 from proxy.metrics import Metrics
 from proxy.pipeline import CallContext, Handler, outcome_of, tool_error
 from proxy.policy.settings import AuditSettings
@@ -70,8 +70,8 @@ class Authorize:
         outcome = "denied"
         try:
             if enforced == "deny":
-                if ctx.method != "tools/call":
-                    raise (ResourceNotFound if ctx.subject.kind == "resource" else InvalidParams)(
+                if ctx.method != "tools/call" or not decision.shown:
+                    raise (ResourceNotFound if ctx.subject.kind == "resource" else HiddenByPolicy)(
                         f"unknown {ctx.subject.kind}: {ctx.name}"
                     )
                 return tool_error(

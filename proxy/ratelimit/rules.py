@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Annotated, Any, Literal, Self, TypeAlias
+from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 from urllib.parse import quote
 
 from pydantic import (
@@ -127,6 +127,18 @@ class LimitMatch(_Model):
         return names
 
 
+# What Manifold forwards to a server, through the pipeline where limits are checked. Lists are
+# answered from Manifold's own cache and cost a server nothing, so they are not limited here.
+LIMITABLE_METHODS: Final = (
+    "tools/call",
+    "prompts/get",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+)
+
+
 class LimitRule(_Model):
     """One limit; :func:`applicable` says when it applies and which bucket a call spends from."""
 
@@ -155,6 +167,12 @@ class LimitRule(_Model):
     @field_validator("methods")
     @classmethod
     def _some_methods(cls, methods: tuple[str, ...]) -> tuple[str, ...]:
+        unsupported = [m for m in methods if m not in LIMITABLE_METHODS]
+        if unsupported:
+            raise ValueError(
+                f"limits count requests forwarded to servers ({', '.join(LIMITABLE_METHODS)}); "
+                f"not {', '.join(map(repr, unsupported))}"
+            )
         if not methods:
             raise ValueError("must list at least one method (leave the field out for [tools/call])")
         return methods
