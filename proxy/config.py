@@ -72,7 +72,7 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
 from proxy.auth.settings import AuthSettings
-from proxy.documents import parse_document, show_value
+from proxy.documents import parse_document, read_text, show_value
 from proxy.errors import ConfigError
 from proxy.logs import LogSettings
 from proxy.metrics import MetricsSettings
@@ -390,15 +390,7 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
             the message has one line per problem, naming file, field and value.
     """
     source = os.fspath(path)
-    try:
-        text = Path(source).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{source}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read the file ({exc.strerror or exc})") from None
-    data = parse_document(text, source)
+    data = parse_document(read_text(source), source)
     if not isinstance(data, Mapping):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: the top level must be a mapping of settings (got {got})")

@@ -14,7 +14,23 @@ import yaml
 
 from proxy.errors import ConfigError
 
-__all__ = ["parse_document", "parse_json", "parse_yaml", "show_value"]
+__all__ = ["parse_document", "parse_json", "parse_yaml", "read_text", "show_value"]
+
+
+def read_text(source: str) -> str:
+    """A document's text.
+
+    Raises:
+        ConfigError: the file is missing, unreadable or not UTF-8, naming it.
+    """
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the file ({exc.strerror or exc})") from None
 
 
 def parse_document(text: str, source: str) -> Any:

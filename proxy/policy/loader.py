@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -25,7 +24,7 @@ from pydantic_core import ErrorDetails
 
 # The config module's parsers reject duplicate keys, which plain YAML would silently resolve
 # to the last one: exactly the kind of slip a security policy must not absorb.
-from proxy.documents import parse_document, show_value
+from proxy.documents import parse_document, read_text, show_value
 from proxy.errors import ConfigError
 from proxy.policy.model import AnnotationMatch, Effect, Match, Policy, PolicyDocument, Rule
 from proxy.ratelimit.rules import LimitRule, parse_limits
@@ -49,15 +48,7 @@ def load_policy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     documents: list[tuple[str, PolicyDocument]] = []
     for path in paths:
         source = os.fspath(path)
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"{source}: file not found") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        except OSError as exc:
-            raise ConfigError(f"{source}: cannot read the file ({exc.strerror or exc})") from None
-        documents.append((source, parse_policy_text(text, source)))
+        documents.append((source, parse_policy_text(read_text(source), source)))
     return combine(documents)
 
 
