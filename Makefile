@@ -55,6 +55,7 @@ conformance: $(STAMP) $(CONFORMANCE_STAMP)
 
 ## What Manifold costs against no proxy at all (see benchmarks/README.md).
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
 
 fmt: $(STAMP)

@@ -1,0 +1,343 @@
+"""Results of one run: raw records, the figures made from them, and the issue's targets.
+
+Every figure is given twice: absolute, and as a ratio to the direct run (the fixture server
+reached with no proxy) of the same invocation. Call ratios are *paired*: each round's Manifold
+run is divided by that round's direct run, and the median of those ratios is reported, so a
+machine that gets busier or quieter during the run moves both sides of each ratio together.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.load import CallRun
+from benchmarks.profile import Profile
+
+__all__ = [
+    "MANIFOLD_PREFIXES",
+    "MIB",
+    "CallRecord",
+    "CallRow",
+    "ListRecord",
+    "MemoryRecord",
+    "Results",
+    "SessionRecord",
+    "Target",
+    "evaluate",
+    "summarize",
+]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One measured call run, as stored in the JSON."""
+
+    group: str  # calls | clients | middleware | profile
+    target: str
+    round: int
+    concurrency: int
+    calls: int
+    seconds: float
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    client_cpu_us: float  # per call, the load generator
+    manifold_cpu_us: float | None  # per call, the Manifold process
+    servers_cpu_us: float  # per call, every server process behind the target
+
+    @classmethod
+    def of(cls, group: str, round_: int, run: CallRun) -> CallRecord:
+        calls = max(run.calls, 1)
+        return cls(
+            group,
+            run.target,
+            round_,
+            run.concurrency,
+            run.calls,
+            run.seconds,
+            run.rps,
+            run.p(0.50),
+            run.p(0.99),
+            run.client_cpu / calls * 1e6,
+            run.manifold_cpu / calls * 1e6 if run.manifold_cpu is not None else None,
+            run.servers_cpu / calls * 1e6,
+        )
+
+
+@dataclass(frozen=True)
+class CallRow:
+    """A target at one concurrency: medians over rounds, and paired ratios to a reference."""
+
+    target: str
+    concurrency: int
+    rounds: int
+    calls: int
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    client_cpu_us: float
+    manifold_cpu_us: float | None
+    servers_cpu_us: float
+    reference: str
+    p50_x: float
+    p99_x: float
+    rps_x: float
+    client_cpu_x: float
+    manifold_cpu_x: float | None  # Manifold's CPU per call / the direct server's CPU per call
+    servers_cpu_x: float
+
+
+@dataclass(frozen=True)
+class ListRecord:
+    target: str
+    via: str  # "manifold (stdio)", "manifold (http)", "direct"
+    shape: str  # "16x10": servers x numbered tools each
+    tools: int
+    pages: int
+    cold_ms: float
+    warm_ms: float  # median over the warm drains
+    warm_drains: int
+    reference: str = ""
+    cold_x: float = math.nan
+    warm_x: float = math.nan
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    target: str
+    servers: int
+    transport: str
+    rss_mib: float
+    reference_rss_mib: float  # one direct fixture server, idle
+    x: float
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    target: str
+    sessions: int
+    seconds: float
+    rss_before_mib: float
+    rss_after_mib: float
+    kib_per_session: float
+    reference_kib_per_session: float = math.nan
+    x: float = math.nan
+
+
+@dataclass(frozen=True)
+class Target:
+    what: str
+    threshold: str
+    measured: str
+    verdict: str  # PASS | FAIL | SKIP
+
+
+@dataclass
+class Results:
+    meta: dict[str, Any]
+    calls: list[CallRecord] = field(default_factory=list)
+    call_rows: list[CallRow] = field(default_factory=list)
+    same_transport_rows: list[CallRow] = field(default_factory=list)  # vs direct over the same transport
+    client_rows: list[CallRow] = field(default_factory=list)
+    middleware_rows: list[CallRow] = field(default_factory=list)
+    middleware_direct_rows: list[CallRow] = field(default_factory=list)  # the same, vs the direct run
+    middleware_notes: dict[str, str] = field(default_factory=dict)  # variant -> config / skip reason
+    lists: list[ListRecord] = field(default_factory=list)
+    memory: list[MemoryRecord] = field(default_factory=list)
+    sessions: list[SessionRecord] = field(default_factory=list)
+    profiles: list[Profile] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _median(values: Iterable[float]) -> float:
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(present) if present else math.nan
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    if a is None or b is None or b == 0 or math.isnan(a) or math.isnan(b):
+        return math.nan
+    return a / b
+
+
+def summarize(
+    records: Sequence[CallRecord],
+    group: str,
+    reference_of: Callable[[str], str | None],
+    *,
+    manifold_vs_manifold: bool = False,
+    include: Callable[[str], bool] = lambda _: True,
+) -> list[CallRow]:
+    """One row per (target, concurrency) of ``group``, with paired ratios to ``reference_of(target)``.
+
+    A reference's records may belong to another group (the direct run is in ``calls``). Manifold's
+    CPU per call is compared with the reference's server CPU per call (a direct run), or with the
+    reference's Manifold CPU per call when ``manifold_vs_manifold`` (middleware on vs off).
+    """
+    by_key: dict[tuple[str, int], list[CallRecord]] = {}
+    for record in records:
+        by_key.setdefault((record.target, record.concurrency), []).append(record)
+    rows: list[CallRow] = []
+    for record in records:
+        key = (record.target, record.concurrency)
+        if record.group != group or key not in by_key or not include(record.target):
+            continue
+        mine = by_key.pop(key)
+        reference = reference_of(record.target) or record.target
+        theirs = {
+            r.round: r for r in records if r.target == reference and r.concurrency == record.concurrency
+        }
+
+        def paired(
+            get: Callable[[CallRecord], float | None],
+            base: Callable[[CallRecord], float | None],
+            mine: list[CallRecord] = mine,
+            theirs: dict[int, CallRecord] = theirs,
+        ) -> float:
+            return _median(_ratio(get(m), base(theirs[m.round])) for m in mine if m.round in theirs)
+
+        manifold = [m.manifold_cpu_us for m in mine if m.manifold_cpu_us is not None]
+        rows.append(
+            CallRow(
+                target=record.target,
+                concurrency=record.concurrency,
+                rounds=len(mine),
+                calls=sum(m.calls for m in mine),
+                p50_ms=_median(m.p50_ms for m in mine),
+                p99_ms=_median(m.p99_ms for m in mine),
+                rps=_median(m.rps for m in mine),
+                client_cpu_us=_median(m.client_cpu_us for m in mine),
+                manifold_cpu_us=_median(manifold) if manifold else None,
+                servers_cpu_us=_median(m.servers_cpu_us for m in mine),
+                reference=reference,
+                p50_x=paired(lambda r: r.p50_ms, lambda r: r.p50_ms),
+                p99_x=paired(lambda r: r.p99_ms, lambda r: r.p99_ms),
+                rps_x=paired(lambda r: r.rps, lambda r: r.rps),
+                client_cpu_x=paired(lambda r: r.client_cpu_us, lambda r: r.client_cpu_us),
+                manifold_cpu_x=(
+                    paired(
+                        lambda r: r.manifold_cpu_us,
+                        (lambda r: r.manifold_cpu_us)
+                        if manifold_vs_manifold
+                        else (lambda r: r.servers_cpu_us),
+                    )
+                    if manifold
+                    else None
+                ),
+                servers_cpu_x=paired(lambda r: r.servers_cpu_us, lambda r: r.servers_cpu_us),
+            )
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------- targets
+
+MANIFOLD_PREFIXES = ("stdio-", "http-")
+
+
+def _verdict(ok: bool | None) -> str:
+    return "SKIP" if ok is None else ("PASS" if ok else "FAIL")
+
+
+def _listing(pairs: Sequence[tuple[str, float]]) -> str:
+    return ", ".join(f"{name} {_x(value)}" for name, value in pairs) or "not measured"
+
+
+def evaluate(results: Results, *, low: int, high: int) -> list[Target]:
+    """The issue's targets, from the summarized figures; ``low``/``high``: the two concurrencies."""
+    through = [r for r in results.call_rows if r.target.startswith(MANIFOLD_PREFIXES)]
+    targets: list[Target] = []
+
+    def check(what: str, threshold: str, pairs: list[tuple[str, float]], ok: Callable[[float], bool]) -> None:
+        values = [v for _, v in pairs if not math.isnan(v)]
+        passed = all(ok(v) for v in values) if values else None
+        targets.append(Target(what, threshold, _listing(pairs), _verdict(passed)))
+
+    check(
+        f"tools/call p50 at c={low} vs direct",
+        "≤ 1.5x",
+        [(r.target, r.p50_x) for r in through if r.concurrency == low],
+        lambda v: v <= 1.5,
+    )
+    check(
+        f"tools/call throughput at c={high} vs direct",
+        "≥ 0.9x",
+        [(r.target, r.rps_x) for r in through if r.concurrency == high],
+        lambda v: v >= 0.9,
+    )
+    like = results.same_transport_rows
+    check(
+        f"  like for like: p50 at c={low} vs the same server reached directly the same way",
+        "≤ 1.5x (informative)",
+        [(f"{r.target}/{r.reference}", r.p50_x) for r in like if r.concurrency == low],
+        lambda v: v <= 1.5,
+    )
+    check(
+        f"  like for like: throughput at c={high} vs the same server reached directly the same way",
+        "≥ 0.9x (informative)",
+        [(f"{r.target}/{r.reference}", r.rps_x) for r in like if r.concurrency == high],
+        lambda v: v >= 0.9,
+    )
+    for shape in sorted({r.shape for r in results.lists if r.via != "direct"}, reverse=True):
+        check(
+            f"warm merged tools/list {shape} vs one server listing as many",
+            "≤ 1.0x (no slower)",
+            [(r.target, r.warm_x) for r in results.lists if r.shape == shape and r.via != "direct"],
+            lambda v: v <= 1.0,
+        )
+    stdio_rss = [r for r in results.memory if r.transport == "stdio"]
+    biggest = max(stdio_rss, key=lambda r: r.servers, default=None)
+    targets.append(
+        Target(
+            f"Manifold RSS, idle, {biggest.servers if biggest else '?'} stdio servers",
+            "≤ 80 MiB",
+            f"{_f(biggest.rss_mib, 1)} MiB" if biggest else "not measured",
+            _verdict(biggest.rss_mib <= 80 if biggest else None),
+        )
+    )
+    mine = [s for s in results.sessions if s.target.startswith(MANIFOLD_PREFIXES)]
+    targets.append(
+        Target(
+            "memory per idle client session",
+            "≤ 50 KiB",
+            ", ".join(f"{s.target} {_f(s.kib_per_session, 1)} KiB" for s in mine) or "not measured",
+            _verdict(all(s.kib_per_session <= 50 for s in mine) if mine else None),
+        )
+    )
+    variants = {r.target for r in results.middleware_rows} - {"mw:all-off"}
+    everything = "mw:all-on" if "mw:all-on" in variants else next(iter(variants), None)  # one alone = all
+    on = {r.concurrency: r for r in results.middleware_rows if r.target == everything}
+    if on:
+        pairs = [(f"p50 c={low}", on[low].p50_x), (f"1/throughput c={high}", 1 / on[high].rps_x)]
+        check("everything on vs everything off", "≤ 1.10x slower", pairs, lambda v: v <= 1.10)
+        cpu = [(f"c={c}", on[c].manifold_cpu_x or math.nan) for c in (low, high)]
+        check(
+            "  everything on vs off: Manifold CPU per call", "≤ 1.10x (informative)", cpu, lambda v: v <= 1.10
+        )
+    else:
+        reason = results.middleware_notes.get("mw:all-on", "no middleware is configurable yet")
+        targets.append(Target("everything on vs everything off", "≤ 1.10x slower", reason, "SKIP"))
+    check(
+        f"Manifold CPU per call vs the direct server's, c={high}",
+        "≤ 0.5x (well under)",
+        [(r.target, r.manifold_cpu_x or math.nan) for r in through if r.concurrency == high],
+        lambda v: v <= 0.5,
+    )
+    return targets
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}x"

@@ -1,0 +1,269 @@
+"""The report of one run: Markdown tables of every figure, absolute and as a ratio, plus the JSON.
+
+The figures themselves come from :mod:`benchmarks.figures`; nothing here computes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from benchmarks.figures import CallRow, Results
+
+__all__ = ["render", "write"]
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}x"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _call_table(rows: Sequence[CallRow], reference_label: str, manifold_label: str) -> list[str]:
+    header = [
+        "target",
+        "c",
+        "calls",
+        "p50 ms",
+        f"p50 x{reference_label}",
+        "p99 ms",
+        f"p99 x{reference_label}",
+        "calls/s",
+        f"calls/s x{reference_label}",
+        "Manifold CPU µs/call",
+        manifold_label,
+        "servers CPU µs/call",
+        f"x{reference_label}",
+        "client CPU µs/call",
+        f"x{reference_label}",
+    ]
+    return _table(
+        header,
+        (
+            [
+                r.target,
+                str(r.concurrency),
+                f"{r.calls:,}",
+                _f(r.p50_ms, 3),
+                _x(r.p50_x),
+                _f(r.p99_ms, 3),
+                _x(r.p99_x),
+                _f(r.rps, 0),
+                _x(r.rps_x),
+                _f(r.manifold_cpu_us, 0),
+                _x(r.manifold_cpu_x),
+                _f(r.servers_cpu_us, 0),
+                _x(r.servers_cpu_x),
+                _f(r.client_cpu_us, 0),
+                _x(r.client_cpu_x),
+            ]
+            for r in rows
+        ),
+    )
+
+
+def render(results: Results) -> str:
+    meta = results.meta
+    out = [
+        "# Manifold benchmark: what the gateway costs compared with no proxy",
+        "",
+        f"Run {meta.get('started', '?')} on {meta.get('host', '?')} ({meta.get('cpus', '?')} CPUs, "
+        f"load average before the run {meta.get('loadavg', '?')}, after {meta.get('loadavg_after', '?')}); "
+        f"Manifold at {meta.get('revision', '?')}; took {_f(meta.get('seconds'), 0)} s. "
+        f"Plan: {meta.get('plan_summary', '')}.",
+        "",
+        "Ratios are to the direct run of the same invocation (the fixture server reached with no proxy, "
+        "Streamable HTTP, JSON responses); call ratios are medians of per-round paired ratios.",
+        "",
+        "## Targets",
+        "",
+    ]
+    out += _table(
+        ["target", "threshold", "measured", "verdict"],
+        ([t.what, t.threshold, t.measured, t.verdict] for t in results.targets),
+    )
+    out += ["", "## tools/call", ""]
+    out += _call_table(results.call_rows, "direct", "x direct server CPU")
+    out += [
+        "",
+        "`direct-json`: the load generator straight to one fixture server (`--json-response`); "
+        "`direct-sse`: the same in SSE mode; `direct-stdio`: the same server over stdio (requests "
+        "multiplexed on its pipes, as Manifold does). `stdio-K`/`http-K`: through Manifold with K servers "
+        "reached over stdio / Streamable HTTP, calls spread round-robin over their `echo` tools. Manifold "
+        "CPU per call is compared with the direct fixture server's CPU per call.",
+        "",
+        "### Like for like: through Manifold vs the same kind of server reached directly",
+        "",
+        "`stdio-K` against `direct-stdio`, `http-K` against `direct-json`: the SDK's stdio server costs more "
+        "per call than its HTTP one, which the table above charges to Manifold.",
+        "",
+    ]
+    out += _call_table(results.same_transport_rows, "same", "x same server CPU")
+    out += [
+        "",
+        "## tools/list: a full drain",
+        "",
+    ]
+    out += _table(
+        [
+            "target",
+            "via",
+            "shape",
+            "tools",
+            "pages",
+            "cold ms",
+            "cold xdirect",
+            "warm ms",
+            "warm xdirect",
+            "warm n",
+        ],
+        (
+            [
+                r.target,
+                r.via,
+                r.shape,
+                str(r.tools),
+                str(r.pages),
+                _f(r.cold_ms, 2),
+                _x(r.cold_x),
+                _f(r.warm_ms, 2),
+                _x(r.warm_x),
+                str(r.warm_drains),
+            ]
+            for r in results.lists
+        ),
+    )
+    out += ["", "## Memory (Manifold's own RSS; servers are separate processes)", ""]
+    out += _table(
+        ["target", "servers", "transport", "RSS MiB", "direct server RSS MiB", "xdirect"],
+        (
+            [r.target, str(r.servers), r.transport, _f(r.rss_mib, 1), _f(r.reference_rss_mib, 1), _x(r.x)]
+            for r in results.memory
+        ),
+    )
+    out += [""]
+    out += _table(
+        [
+            "idle sessions on",
+            "sessions",
+            "seconds",
+            "RSS before MiB",
+            "RSS after MiB",
+            "KiB/session",
+            "xdirect",
+        ],
+        (
+            [
+                r.target,
+                str(r.sessions),
+                _f(r.seconds, 1),
+                _f(r.rss_before_mib, 1),
+                _f(r.rss_after_mib, 1),
+                _f(r.kib_per_session, 1),
+                _x(r.x),
+            ]
+            for r in results.sessions
+        ),
+    )
+    out += ["", "## Middleware cost (each switched on alone; ratios to all off)", ""]
+    out += _call_table(results.middleware_rows, "all-off", "x all-off Manifold CPU")
+    out += ["", "The same runs against the direct run (`direct-json`):", ""]
+    out += _table(
+        [
+            "target",
+            "c",
+            "p50 ms",
+            "p50 xdirect",
+            "calls/s",
+            "calls/s xdirect",
+            "Manifold CPU µs/call",
+            "x direct server CPU",
+        ],
+        (
+            [
+                r.target,
+                str(r.concurrency),
+                _f(r.p50_ms, 3),
+                _x(r.p50_x),
+                _f(r.rps, 0),
+                _x(r.rps_x),
+                _f(r.manifold_cpu_us, 0),
+                _x(r.manifold_cpu_x),
+            ]
+            for r in results.middleware_direct_rows
+        ),
+    )
+    out += [""]
+    out += [f"- `{name}`: {note}" for name, note in results.middleware_notes.items()]
+    out += ["", "## HTTP clients (the load generator's candidates, against the direct fixture)", ""]
+    out += _call_table(results.client_rows, "raw", "x")
+    for profile in results.profiles:
+        cpu = profile.cpu_us_per_call
+        out += ["", f"## Profile: {profile.target} ({profile.samples} samples under c=16 load)", ""]
+        if profile.note:
+            out += [profile.note, ""]
+        out += [
+            f"Manifold CPU per call during the profile: {_f(cpu, 0)} µs (py-spy's own sampling included); "
+            "µs/call below = share x that. Native time is charged to the Python frame that called into "
+            "it: `Runner.run` is the event loop itself (uvloop: epoll, socket and pipe reads), "
+            "`StreamWriter.write` a write(2) on a stdio server's pipe, `RequestResponseCycle.send` "
+            "uvicorn's socket writes (two per response: head, then body).",
+            "",
+        ]
+        if profile.areas:
+            out += [
+                "Busy time by area (leaf frame): "
+                + ", ".join(f"{k} {v:.0%}" for k, v in profile.areas.items())
+            ]
+            out += [""]
+
+        def us(share: float, cpu: float | None = cpu) -> str:
+            return _f(share * cpu, 0) if cpu is not None else "-"
+
+        out += _table(
+            ["self time: function", "share", "~µs/call"],
+            ([h.where, f"{h.share:.1%}", us(h.share)] for h in profile.self_top),
+        )
+        out += [""]
+        out += _table(
+            ["Manifold code incl. callees", "share", "~µs/call"],
+            ([h.where, f"{h.share:.1%}", us(h.share)] for h in profile.manifold_inclusive),
+        )
+    if results.notes:
+        out += ["", "## Notes", ""] + [f"- {note}" for note in results.notes]
+    return "\n".join(out) + "\n"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def write(results: Results, directory: Path, stem: str = "latest") -> tuple[Path, Path]:
+    """Write ``<stem>.md`` and ``<stem>.json`` into ``directory``; returns both paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    markdown = directory / f"{stem}.md"
+    markdown.write_text(render(results))
+    data = directory / f"{stem}.json"
+    data.write_bytes(orjson.dumps(_jsonable(asdict(results)), option=orjson.OPT_INDENT_2))
+    return markdown, data
