@@ -261,3 +261,41 @@ def test_log_settings_are_frozen_and_strict() -> None:
         LogSettings(colour=True)  # type: ignore[call-arg]
     with pytest.raises(ValidationError):
         settings.access_log = False
+
+
+def test_the_access_fast_path_writes_what_the_json_formatter_would() -> None:
+    stream = io.StringIO()
+    setup_logging("info", "json", stream=stream)
+    try:
+        log_access("POST", "/mcp?token=abc", 200, 1.25, 512, "Xk3v9QbA-rest-of-the-session-id")
+        logging.getLogger("proxy.other").info("a normal record")
+    finally:
+        setup_logging("info", "json", stream=io.StringIO())
+    access, other = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert set(access) == {
+        "ts",
+        "level",
+        "logger",
+        "message",
+        "method",
+        "path",
+        "status",
+        "duration_ms",
+        "bytes",
+        "session",
+    }
+    assert set(other) >= {"ts", "level", "logger", "message"}
+    assert (access["logger"], access["path"], access["session"]) == ("manifold.access", "/mcp", "Xk3v9QbA")
+    assert access["ts"].endswith("Z")
+    assert len(access["ts"]) == len(other["ts"])
+
+
+def test_the_access_fast_path_redacts_a_secret_in_the_path() -> None:
+    stream = io.StringIO()
+    setup_logging("info", "plain", stream=stream)
+    try:
+        log_access("GET", "/mcp/api_key=hunter2", 404, 0.5, 0)
+    finally:
+        setup_logging("info", "json", stream=io.StringIO())
+    assert "hunter2" not in stream.getvalue()
+    assert "manifold.access: GET /mcp/api_key=[REDACTED] 404" in stream.getvalue()

@@ -64,6 +64,20 @@ class _Compiled:
     schema: object  # held so its id() cannot be reused while this entry is cached
     validator: Validator | None
     problem: str | None
+    any_object: bool = False  # the schema accepts every JSON object: nothing to run for one
+
+
+# Keys that say nothing about an object's contents: a schema of only these (and "type": "object",
+# and additionalProperties not false) accepts every object, and arguments are always an object.
+_INERT_KEYS: Final = frozenset({"type", "$schema", "$id", "title", "description", "additionalProperties"})
+
+
+def _accepts_any_object(schema: Mapping[str, Any]) -> bool:
+    return (
+        schema.get("type") in ("object", None)
+        and schema.get("additionalProperties", True) is True
+        and set(schema) <= _INERT_KEYS
+    )
 
 
 def _shorten(text: str) -> str:
@@ -125,6 +139,8 @@ class SchemaValidators:
         compiled = self._compiled(schema)
         if compiled.validator is None:
             return [f"the tool's {what} is invalid: {compiled.problem}"]
+        if compiled.any_object and isinstance(instance, Mapping):
+            return []
         try:
             errors = list(
                 itertools.islice(compiled.validator.iter_errors(cast(Any, instance)), MAX_PROBLEMS + 1)
@@ -162,7 +178,7 @@ class SchemaValidators:
             return _Compiled(schema, None, _shorten(f"{where}: {exc.message}"))
         except Exception as exc:  # a server's schema must never take a call down with it
             return _Compiled(schema, None, _shorten(f"{type(exc).__name__}: {exc}"))
-        return _Compiled(schema, validator, None)
+        return _Compiled(schema, validator, None, _accepts_any_object(schema))
 
 
 def _unresolved(exc: referencing.exceptions.Unresolvable) -> str:

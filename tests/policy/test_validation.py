@@ -220,3 +220,12 @@ def test_an_invalid_output_schema_is_one_problem() -> None:
     )
     assert len(problems) == 1
     assert problems[0].startswith("the tool's outputSchema is invalid: type: 5 is not valid")
+
+
+def test_a_schema_that_accepts_any_object_is_not_run_but_a_non_object_still_fails() -> None:
+    validators = SchemaValidators()
+    permissive = tool({"type": "object", "additionalProperties": True})
+    assert validators.check_arguments(permissive, {"anything": [1, {"x": None}]}) == []
+    assert validators.check_arguments(permissive, ["not", "an", "object"]) != []  # type: ignore[arg-type]
+    strict = tool({"type": "object", "additionalProperties": False})
+    assert validators.check_arguments(strict, {"anything": 1}) != []
