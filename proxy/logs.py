@@ -76,6 +76,7 @@ _RECORD_ATTRS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), No
     "message",
     "asctime",
     "taskName",
+    "color_message",  # uvicorn's copy of the message with terminal colour codes
 }
 _CORE_KEYS: Final = ("ts", "level", "logger", "message")
 

@@ -299,3 +299,13 @@ def test_the_access_fast_path_redacts_a_secret_in_the_path() -> None:
         setup_logging("info", "json", stream=io.StringIO())
     assert "hunter2" not in stream.getvalue()
     assert "manifold.access: GET /mcp/api_key=[REDACTED] 404" in stream.getvalue()
+
+
+def test_uvicorns_coloured_copy_of_the_message_is_not_logged() -> None:
+    stream = io.StringIO()
+    setup_logging("info", "json", stream=stream)
+    try:
+        logging.getLogger("uvicorn.error").info("Started", extra={"color_message": "\x1b[36mStarted\x1b[0m"})
+    finally:
+        setup_logging("info", "json", stream=io.StringIO())
+    assert "color_message" not in json.loads(stream.getvalue())
