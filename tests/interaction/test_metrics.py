@@ -191,3 +191,25 @@ async def test_a_real_prometheus_scrapes_manifold_and_answers_a_query(
         await process.aclose()
     assert float(result[0]["value"][1]) >= 1
     assert result[0]["metric"]["job"] == "manifold"
+
+
+async def test_metrics_can_move_to_their_own_port_and_behind_the_mcp_credentials(tmp_path: Path) -> None:
+    from proxy.auth.apikeys import generate_api_key
+
+    key, stored = generate_api_key()
+    port = free_port()
+    config = {
+        "metrics": {"port": port, "require_auth": True},
+        "auth": {"api_keys": [{"name": "scraper", "key": stored}]},
+        "servers": {"alpha": fixture_server("alpha", tools=1, page_size=10)},
+    }
+    async with running_manifold(tmp_path, config) as manifold, aiohttp.ClientSession() as http:
+        async with http.get(manifold.url.replace("/mcp", "/metrics")) as main_port:
+            assert main_port.status == 404  # not served on the main listener any more
+        url = f"http://127.0.0.1:{port}/metrics"
+        async with http.get(url) as anonymous:
+            assert anonymous.status == 401
+            assert anonymous.headers["WWW-Authenticate"].startswith('Bearer realm="manifold"')
+        async with http.get(url, headers={"Authorization": f"Bearer {key}"}) as scraped:
+            assert scraped.status == 200
+            assert "manifold_server_up" in await scraped.text()
