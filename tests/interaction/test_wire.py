@@ -246,3 +246,52 @@ def test_the_schemas_reject_what_they_should() -> None:
     # The check above is only worth something if a malformed message fails it.
     with pytest.raises(jsonschema.ValidationError):
         _validator("2025-11-25", "ListToolsResult")({"tools": [{"name": 3}]})
+
+
+async def test_an_idle_session_expires_and_then_answers_404(tmp_path: Path) -> None:
+    config = {
+        "sessions": {"idle_timeout": 1},
+        "servers": {"alpha": fixture_server("alpha", tools=1, page_size=5)},
+    }
+    async with running_manifold(tmp_path, config) as manifold, aiohttp.ClientSession() as http:
+        wire = Wire(http, manifold.url, "2025-11-25")
+        await opened(wire)
+        with anyio.fail_after(10):
+            # Watching the log leaves the session alone: any request would keep it alive.
+            while "expired after 1s idle" not in manifold.log():  # noqa: ASYNC110 - another process
+                await anyio.sleep(0.2)
+        ping = orjson.dumps({"jsonrpc": "2.0", "id": 5, "method": "ping"})
+        async with http.post(manifold.url, data=ping, headers=wire.headers()) as response:
+            status = response.status
+    assert status == 404
+    assert "expired after 1s idle" in manifold.log()
+
+
+async def test_delete_ends_the_session_and_stops_its_per_client_servers(tmp_path: Path) -> None:
+    config = {
+        "servers": {
+            "solo": {
+                "command": sys.executable,
+                "args": [RELAY, "--name", "solo"],
+                "session_mode": "per_client",
+            }
+        }
+    }
+    async with running_manifold(tmp_path, config) as manifold, aiohttp.ClientSession() as http:
+        wire = Wire(http, manifold.url, "2025-11-25")
+        await opened(wire)
+        answer = await wire.request("prompts/get", {"name": "solo.greet", "arguments": {"name": "x"}})
+        assert "result" in answer
+        started = manifold.log().count("server solo: started pid")
+        assert started == 2  # the shared one (for the lists) and this session's own
+        async with http.delete(manifold.url, headers=wire.headers()) as response:
+            assert response.status == 200
+        with anyio.fail_after(10):
+            while manifold.log().count("server solo: process") < 1:  # noqa: ASYNC110 - "process N stopped"
+                await anyio.sleep(0.1)
+        async with http.post(
+            manifold.url,
+            data=orjson.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
+            headers=wire.headers(),
+        ) as gone:
+            assert gone.status == 404
