@@ -29,7 +29,7 @@ from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resource_index
 from proxy.config import Config
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
-from proxy.inbound.session import LOG_LEVELS, ClientSession, InboundRequest
+from proxy.inbound.session import LOG_LEVELS, ClientSession, Deliver, InboundRequest
 from proxy.inbound.tokens import SessionTokens, derive_key
 from proxy.metrics import UNKNOWN, Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
@@ -41,8 +41,10 @@ from proxy.outbound.factory import transport_for
 from proxy.per_client import ClientConnections
 from proxy.pipeline import CallContext, Handler, Middleware, compose, tool_error, wire_error
 from proxy.policy import Identity, SchemaValidators, Subject
-from proxy.protocol import jsonrpc, versions
+from proxy.protocol import jsonrpc, results, versions
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
+from proxy.protocol.modern import REMOVED_METHODS, strip_envelope
+from proxy.protocol.results import CacheHint
 from proxy.ratelimit import make_backend
 from proxy.router import Router
 
@@ -69,6 +71,12 @@ CAPABILITIES: Final = {
     "completions": {},
     "logging": {},
 }
+# 2026-07-28 callers hear of changes only on a subscriptions/listen stream, which Manifold does
+# not serve yet: the same capabilities, without listChanged and subscribe.
+MODERN_CAPABILITIES: Final[dict[str, Any]] = {name: {} for name in CAPABILITIES}
+SERVER_INFO: Final = {"name": "manifold", "version": __version__}
+# Freshness of what Manifold answers modern callers from its catalog when no server said more.
+_DEFAULT_TTL_MS: Final = 0
 
 Params = dict[str, Any]
 _Method = Callable[[InboundRequest, Params, RequestId], Awaitable[Any]]
@@ -131,7 +139,9 @@ class Gateway:
         self.resources: ResourceIndex = EMPTY_RESOURCES
         # Encoded pages of the merged lists, keyed by (kind, generation, cursor): a warm list
         # request costs one dict lookup and no re-encoding of the definitions.
-        self._pages: LRUCache[tuple[str, str, str | None], orjson.Fragment] = LRUCache(maxsize=2048)
+        self._pages: LRUCache[tuple[str, str, str | None, CacheHint | None], orjson.Fragment] = LRUCache(
+            maxsize=2048
+        )
         self._forward: Handler = compose(self._stages(), Router(self._connection_for))
         self._methods: dict[str, _Method] = {
             "tools/call": self._tools_call,
@@ -300,6 +310,40 @@ class Gateway:
             return jsonrpc.result_response(request_id, result)
         return None  # cancelled by the client: the spec says nothing is sent back
 
+    async def handle_modern(self, session: ClientSession, message: Message, stream: Deliver) -> Message:
+        """Answer one request of a 2026-07-28 caller, which the inbound transport validated.
+
+        ``session`` is built from the request's envelope and lives only as long as the request:
+        nothing is registered, so there is nothing to end. ``stream`` carries the request's
+        progress and the log lines it opted into. Never raises for a bad request; cancellation
+        (the client closed the response stream) propagates.
+        """
+        request_id = message["id"]
+        with self.metrics.in_flight():
+            try:
+                inbound = InboundRequest(session, stream)
+                params = message.get("params") or {}
+                result = await self._modern_request(inbound, message["method"], params, request_id)
+            except Exception as exc:
+                return wire_error(exc, request_id, modern=True)
+        return jsonrpc.result_response(request_id, result)
+
+    async def _modern_request(
+        self, inbound: InboundRequest, method: str, params: Params, request_id: RequestId
+    ) -> Any:
+        if method in REMOVED_METHODS:
+            raise MethodNotFound("Method not found", data=method)
+        if method == "server/discover":
+            return results.modern(self._discover(), server_info=SERVER_INFO, cache=self._cache_hint())
+        # The caller's envelope is about this hop: servers behind get none (or, later, Manifold's).
+        result = await self._request(inbound, method, strip_envelope(params), request_id)
+        if method in _LISTS:
+            return result  # shaped, and cached encoded, by _list
+        cache = None
+        if method == "resources/read":
+            cache = results.merge_cache([results.hint_of(result) or results.NO_STORE, self._cache_hint()])
+        return results.modern(result, server_info=SERVER_INFO, cache=cache)
+
     def _notification(self, session: ClientSession, message: Message) -> None:
         method = message["method"]
         if method == "notifications/initialized":
@@ -317,7 +361,8 @@ class Gateway:
         if handler is not None:
             return await handler(inbound, params, request_id)
         if method in _LISTS:
-            return self._list(_LISTS[method], params, inbound.session.identity)
+            hint = self._cache_hint() if inbound.session.modern else None
+            return self._list(_LISTS[method], params, inbound.session.identity, hint)
         if method == "ping":
             return {}
         if method == "initialize":
@@ -334,12 +379,24 @@ class Gateway:
         result: dict[str, Any] = {
             "protocolVersion": session.protocol_version,
             "capabilities": CAPABILITIES,
-            "serverInfo": {"name": "manifold", "version": __version__},
+            "serverInfo": SERVER_INFO,
         }
+        return self._with_instructions(result)
+
+    def _discover(self) -> dict[str, Any]:
+        result = {"supportedVersions": list(versions.ADVERTISED), "capabilities": MODERN_CAPABILITIES}
+        return self._with_instructions(result)
+
+    def _with_instructions(self, result: dict[str, Any]) -> dict[str, Any]:
         notes = [f"{sid}: {c.instructions}" for sid, c in self.connections.items() if c.instructions]
         if notes:
             result["instructions"] = "\n\n".join(notes)
         return result
+
+    def _cache_hint(self) -> CacheHint:
+        """What a modern caller may do with Manifold's own answers: no server's hints reach here
+        yet, and with a policy in force what one identity is shown is not for another."""
+        return CacheHint(_DEFAULT_TTL_MS, "private" if self.config.policy.files else "public")
 
     def _view(self, kind: str, identity: Identity) -> tuple[Sequence[Mapping[str, Any]], str]:
         """What ``identity`` may see of one list, and the generation its cursors are bound to."""
@@ -358,7 +415,10 @@ class Gateway:
             index, identity, templates=templates
         ), f"{generation}.{self.access.version}"
 
-    def _list(self, kind: str, params: Params, identity: Identity) -> orjson.Fragment:
+    def _list(
+        self, kind: str, params: Params, identity: Identity, hint: CacheHint | None = None
+    ) -> orjson.Fragment:
+        """One page of a merged list; shaped for a 2026-07-28 caller when ``hint`` is given."""
         cursor = params.get("cursor")
         if cursor is None:
             self.metrics.list_request(kind)  # type: ignore[arg-type]
@@ -367,7 +427,7 @@ class Gateway:
         items, generation = self._view(kind, identity)
         # A cursor is good only for the view it was cut from: the list kind and the identity.
         scope = f"{kind}|{identity.source}|{identity.name}|{','.join(sorted(identity.roles))}"
-        key = (scope, generation, cursor if isinstance(cursor, str) else None)
+        key = (scope, generation, cursor if isinstance(cursor, str) else None, hint)
         cached = self._pages.get(key) if cursor is None or isinstance(cursor, str) else None
         if cached is not None:
             return cached
@@ -382,6 +442,8 @@ class Gateway:
         result: dict[str, Any] = {kind: page.items}
         if page.next_cursor is not None:
             result["nextCursor"] = page.next_cursor
+        if hint is not None:
+            result = results.modern(result, server_info=SERVER_INFO, cache=hint)
         fragment = orjson.Fragment(orjson.dumps(result))
         self._pages[key] = fragment
         return fragment
@@ -389,7 +451,9 @@ class Gateway:
     # ---- forwarded requests -------------------------------------------------------------
 
     async def _connection_for(self, ctx: CallContext) -> ServerConnection:
-        if self._servers[ctx.server_id].session_mode == "shared":
+        # A 2026-07-28 caller has no session to own a connection, and cannot be asked anything
+        # a per-client connection would exist to relay: it uses the shared one.
+        if self._servers[ctx.server_id].session_mode == "shared" or ctx.request.session.modern:
             return self.connections[ctx.server_id]
         return await self.per_client.connection(ctx.request.session, ctx.server_id)
 

@@ -12,8 +12,11 @@ operator is paged for::
     │   ├── MethodNotFound          -32601
     │   ├── InvalidParams           -32602: unknown tool, bad cursor, missing name …
     │   │   └── HiddenByPolicy      -32602: as unknown, to the client; "denied" to metrics
-    │   ├── ResourceNotFound        -32002: no server serves that URI
-    │   └── RateLimited             -32029: a rate limit denied a request that is not a tool call
+    │   ├── ResourceNotFound        -32002: no server serves that URI (-32602 to 2026-07-28 callers)
+    │   ├── RateLimited             -32029: a rate limit denied a request that is not a tool call
+    │   ├── HeaderMismatch          -32020: HTTP headers disagree with the body (2026-07-28)
+    │   ├── MissingCapability       -32021: needs a client capability the request did not declare
+    │   └── UnsupportedVersion      -32022: a 2026-07-28-style request at a revision not served
     ├── RemoteError                 a server answered a request with a JSON-RPC error
     └── ServerUnavailable           a server cannot answer (not started, crashed, gone)
         └── ServerTimeout           a server did not answer in time
@@ -26,22 +29,27 @@ the transport edge only. Exactly one place turns these into wire errors: ``proxy
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 __all__ = [
     "CONNECTION_CLOSED",
+    "HEADER_MISMATCH",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
+    "MISSING_CAPABILITY",
     "PARSE_ERROR",
     "REQUEST_TIMEOUT",
     "ConfigError",
+    "HeaderMismatch",
     "HiddenByPolicy",
     "InvalidParams",
     "InvalidRequest",
     "ManifoldError",
     "MethodNotFound",
+    "MissingCapability",
     "ParseError",
     "ProtocolError",
     "RATE_LIMITED",
@@ -51,6 +59,8 @@ __all__ = [
     "ResourceNotFound",
     "ServerTimeout",
     "ServerUnavailable",
+    "UNSUPPORTED_VERSION",
+    "UnsupportedVersion",
 ]
 
 PARSE_ERROR: Final = -32700
@@ -63,6 +73,10 @@ CONNECTION_CLOSED: Final = -32000
 REQUEST_TIMEOUT: Final = -32001
 RESOURCE_NOT_FOUND: Final = -32002
 RATE_LIMITED: Final = -32029  # Manifold's own: "429" in JSON-RPC's implementation-defined range
+# Revision 2026-07-28's own, from the range the spec reserves (-32020 … -32099): never invent one there.
+HEADER_MISMATCH: Final = -32020
+MISSING_CAPABILITY: Final = -32021
+UNSUPPORTED_VERSION: Final = -32022
 
 
 class ManifoldError(Exception):
@@ -110,6 +124,34 @@ class ResourceNotFound(ProtocolError):
 
 class RateLimited(ProtocolError):
     code = RATE_LIMITED
+
+
+class HeaderMismatch(ProtocolError):
+    """An HTTP header (MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Param-*) is missing,
+    repeated, malformed or disagrees with the request body."""
+
+    code = HEADER_MISMATCH
+
+
+class MissingCapability(ProtocolError):
+    """Serving the request needs a client capability its ``_meta`` did not declare."""
+
+    code = MISSING_CAPABILITY
+
+    def __init__(self, message: str, *, required: Mapping[str, Any]) -> None:
+        # A ClientCapabilities object ({"sampling": {}}), not a list of names: the schema says so.
+        super().__init__(message, data={"requiredCapabilities": dict(required)})
+
+
+class UnsupportedVersion(ProtocolError):
+    """A request names a protocol revision Manifold does not serve; ``data`` lists those it does."""
+
+    code = UNSUPPORTED_VERSION
+
+    def __init__(self, requested: str, supported: Sequence[str]) -> None:
+        super().__init__(
+            "Unsupported protocol version", data={"supported": list(supported), "requested": requested}
+        )
 
 
 class RemoteError(ManifoldError):

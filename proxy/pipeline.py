@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from proxy.catalog.merge import Entry
 from proxy.errors import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
+    RESOURCE_NOT_FOUND,
     HiddenByPolicy,
     ManifoldError,
     ProtocolError,
@@ -117,18 +119,21 @@ def outcome_of(ended: object) -> Outcome:
     return "ok"
 
 
-def wire_error(exc: Exception, request_id: RequestId | None) -> Message:
+def wire_error(exc: Exception, request_id: RequestId | None, *, modern: bool = False) -> Message:
     """The JSON-RPC error response for ``exc``. Cancellation never reaches here: it is re-raised.
 
     Who is at fault decides what the peer learns: its own mistakes and a server's
     unavailability are explained; a JSON-RPC error from the other side is relayed as it was
     sent; anything unexpected gets a generic message, with the details only in our log.
+    ``modern``: the peer speaks revision 2026-07-28, which says -32602 (not the handshake
+    era's -32002) for an unknown resource, whoever noticed it.
     """
     if isinstance(exc, ProtocolError):
-        return jsonrpc.error_response(request_id, exc.code, exc.message, exc.data)
+        return jsonrpc.error_response(request_id, _era_code(exc.code, modern), exc.message, exc.data)
     if isinstance(exc, RemoteError):
         error = exc.error
-        return jsonrpc.error_response(request_id, error["code"], error["message"], error.get("data"))
+        code = _era_code(error["code"], modern)
+        return jsonrpc.error_response(request_id, code, error["message"], error.get("data"))
     if isinstance(exc, ServerUnavailable):
         return jsonrpc.error_response(request_id, exc.code, str(exc), {"server": exc.server_id})
     if isinstance(exc, ManifoldError):
@@ -136,3 +141,7 @@ def wire_error(exc: Exception, request_id: RequestId | None) -> Message:
     else:
         logger.error("request %r failed unexpectedly", request_id, exc_info=exc)
     return jsonrpc.error_response(request_id, INTERNAL_ERROR, "internal error in Manifold; see its log")
+
+
+def _era_code(code: int, modern: bool) -> int:
+    return INVALID_PARAMS if modern and code == RESOURCE_NOT_FOUND else code

@@ -4,6 +4,11 @@ The MCP endpoint is a plain ASGI callable, because it is on every call's path an
 ASGI ``send`` of pre-encoded bytes is the cheapest response there is; Starlette only routes.
 HTTP-level refusals (bad Origin, missing session, wrong content type) are answered here;
 everything about MCP itself is the gateway's business.
+
+Two eras share the endpoint. A request whose ``MCP-Protocol-Version`` header names no handshake
+revision (2026-07-28, or one nobody knows), or that carries a 2026-07-28 ``_meta`` envelope with
+neither that header nor a session id, is stateless: ``proxy.inbound.modern`` serves it. Everything
+else is the handshake era: ``initialize`` mints a session, and later requests name it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -21,10 +26,22 @@ import anyio.abc
 from proxy.app import Gateway
 from proxy.auth.authenticator import Rejected
 from proxy.errors import INVALID_REQUEST, RATE_LIMITED, ProtocolError
+from proxy.inbound.asgi import (
+    JSON_HEADERS,
+    MAX_BODY,
+    Receive,
+    Scope,
+    Send,
+    cancel_on_disconnect,
+    header,
+    read_body,
+    respond,
+)
+from proxy.inbound.modern import ModernEndpoint, is_modern_header
 from proxy.inbound.session import ClientSession
 from proxy.inbound.streams import EventStream, parse_event_id
 from proxy.policy.model import Identity
-from proxy.protocol import jsonrpc, versions
+from proxy.protocol import jsonrpc, modern
 from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
 from proxy.ratelimit import LimitCheck, MemoryBackend
@@ -33,17 +50,11 @@ __all__ = ["McpEndpoint", "OriginPolicy", "Receive", "Scope", "Send"]
 
 logger = logging.getLogger("proxy.inbound.http")
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-
 _LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
-_MAX_BODY: Final = 4 * 1024 * 1024
 _KEEPALIVE: Final = 15.0
 _RETRY_MS: Final = 1000
 # Requests Manifold forwards to a server, which may answer through an SSE stream.
 _RELAYED: Final = frozenset({"tools/call", "prompts/get", "resources/read", "completion/complete"})
-_JSON: Final = [(b"content-type", b"application/json")]
 _SSE: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
@@ -77,24 +88,9 @@ class OriginPolicy:
         return name in _LOOPBACK_HOSTS
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return None
-
-
-async def _respond(
-    send: Send, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None
-) -> None:
-    head = [*(headers or []), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def _error(send: Send, status: int, code: int, message: str, request_id: Any = None) -> None:
     body = jsonrpc.encode(jsonrpc.error_response(request_id, code, message))
-    await _respond(send, status, body, _JSON)
+    await respond(send, status, body, JSON_HEADERS)
 
 
 class McpEndpoint:
@@ -108,6 +104,7 @@ class McpEndpoint:
         self._clock = clock
         self._flood = gateway.config.rate_limits.http
         self._flood_buckets = MemoryBackend()
+        self._modern = ModernEndpoint(gateway)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._flood is not None:
@@ -117,16 +114,19 @@ class McpEndpoint:
             if not outcome.allowed:
                 wait = str(max(1, math.ceil(outcome.retry_after))).encode()
                 body = jsonrpc.encode(jsonrpc.error_response(None, RATE_LIMITED, "Too Many Requests"))
-                return await _respond(send, 429, body, [*_JSON, (b"retry-after", wait)])
-        if not self._policy.origin_ok(_header(scope, b"origin")):
+                return await respond(send, 429, body, [*JSON_HEADERS, (b"retry-after", wait)])
+        if not self._policy.origin_ok(header(scope, b"origin")):
             return await _error(send, 403, INVALID_REQUEST, "Forbidden: Origin not allowed")
-        if not self._policy.host_ok(_header(scope, b"host")):
+        if not self._policy.host_ok(header(scope, b"host")):
             return await _error(send, 403, INVALID_REQUEST, "Forbidden: Host not allowed")
         method = scope["method"]
+        stateless = is_modern_header(header(scope, b"mcp-protocol-version"))
+        if stateless and method != "POST":  # 2026-07-28 has no GET stream and no session to DELETE
+            return await respond(send, 405, b"", [(b"allow", b"POST")])
         if method not in ("POST", "GET", "DELETE"):
-            return await _respond(send, 405, b"", [(b"allow", b"GET, POST, DELETE")])
+            return await respond(send, 405, b"", [(b"allow", b"GET, POST, DELETE")])
         credentials = {
-            n: v for n in ("authorization", "x-api-key") if (v := _header(scope, n.encode())) is not None
+            n: v for n in ("authorization", "x-api-key") if (v := header(scope, n.encode())) is not None
         }
         verdict = await self._gateway.auth.authenticate(credentials)
         if isinstance(verdict, Rejected):
@@ -134,8 +134,10 @@ class McpEndpoint:
                 jsonrpc.error_response(None, INVALID_REQUEST, f"Unauthorized: {verdict.message}")
             )
             challenge = (b"www-authenticate", verdict.www_authenticate().encode("latin-1"))
-            return await _respond(send, verdict.status, body, [*_JSON, challenge])
+            return await respond(send, verdict.status, body, [*JSON_HEADERS, challenge])
         scope["manifold.identity"] = verdict.identity
+        if stateless:
+            return await self._modern.post(scope, receive, send)
         if method == "POST":
             return await self._post(scope, receive, send)
         if method == "GET":
@@ -144,7 +146,7 @@ class McpEndpoint:
 
     async def _session(self, scope: Scope, send: Send) -> ClientSession | None:
         """The session a non-initialize request names, or None after answering 400/404."""
-        session_id = _header(scope, b"mcp-session-id")
+        session_id = header(scope, b"mcp-session-id")
         if session_id is None:
             await _error(send, 400, INVALID_REQUEST, "Bad Request: missing Mcp-Session-Id header")
             return None
@@ -160,27 +162,22 @@ class McpEndpoint:
             # A session id alone is not a credential: it works only with the credential that made it.
             await _error(send, 403, INVALID_REQUEST, "Forbidden: this session belongs to another identity")
             return None
-        version = _header(scope, b"mcp-protocol-version")
-        if version is not None and version not in versions.SUPPORTED:
-            await _error(
-                send, 400, INVALID_REQUEST, f"Bad Request: unsupported MCP-Protocol-Version {version!r}"
-            )
-            return None
+        # (An MCP-Protocol-Version that is no handshake revision never gets here: see __call__.)
         session.last_seen = self._clock()
         return session
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
-        content_type = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+        content_type = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
             return await _error(send, 415, INVALID_REQUEST, "Unsupported Media Type: POST application/json")
-        accept = _header(scope, b"accept")
+        accept = header(scope, b"accept")
         if accept is not None and not any(t in accept for t in ("application/json", "*/*", "application/*")):
             return await _error(
                 send, 406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json"
             )
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
-            return await _error(send, 413, INVALID_REQUEST, f"Payload Too Large: limit is {_MAX_BODY} bytes")
+            return await _error(send, 413, INVALID_REQUEST, f"Payload Too Large: limit is {MAX_BODY} bytes")
         try:
             decoded = jsonrpc.decode(body)
             message = None if isinstance(decoded, list) else jsonrpc.validate(decoded)
@@ -188,6 +185,15 @@ class McpEndpoint:
             return await _error(send, 400, exc.code, exc.message)
         if message is not None and message.get("method") == "initialize" and "id" in message:
             return await self._initialize(message, scope["manifold.identity"], send)
+        if (
+            message is not None
+            and jsonrpc.kind_of(message) is MessageKind.REQUEST
+            and modern.has_envelope(message)
+            and header(scope, b"mcp-session-id") is None
+            and header(scope, b"mcp-protocol-version") is None
+        ):
+            # A 2026-07-28 request without its headers: the stateless path tells the client so.
+            return await self._modern.answer(scope, message, receive, send)
         session = await self._session(scope, send)
         if session is None:
             return None
@@ -195,14 +201,14 @@ class McpEndpoint:
             return await self._batch(session, decoded, send)
         if jsonrpc.kind_of(message) is not MessageKind.REQUEST:
             await self._gateway.handle(session, message)
-            return await _respond(send, 202)
+            return await respond(send, 202)
         if _wants_stream(session, message):
             return await self._stream_response(session, message, receive, send)
         response = await self._gateway.handle(session, message)
         if response is None:
             # Cancelled by the client: it hears nothing back, so the stream closes empty.
-            return await _respond(send, 200, b"", _SSE)
-        return await _respond(send, 200, jsonrpc.encode(response), _JSON)
+            return await respond(send, 200, b"", _SSE)
+        return await respond(send, 200, jsonrpc.encode(response), JSON_HEADERS)
 
     async def _stream_response(
         self, session: ClientSession, message: Message, receive: Receive, send: Send
@@ -251,8 +257,8 @@ class McpEndpoint:
                 tg.start_soon(one, index, item)
         answers = [r for r in responses if r is not None]
         if not answers:
-            return await _respond(send, 202)
-        return await _respond(send, 200, jsonrpc.encode(answers), _JSON)
+            return await respond(send, 202)
+        return await respond(send, 200, jsonrpc.encode(answers), JSON_HEADERS)
 
     def _take_over(self, session_id: str, identity: Identity) -> ClientSession | None:
         """A session another replica (or an earlier run of this one) opened, from its signed id."""
@@ -280,19 +286,19 @@ class McpEndpoint:
         response = await self._gateway.handle(session, message)
         assert response is not None
         if "error" in response:
-            return await _respond(send, 200, jsonrpc.encode(response), _JSON)
+            return await respond(send, 200, jsonrpc.encode(response), JSON_HEADERS)
         assert session.protocol_version is not None
         session.id = self._gateway.session_tokens.issue(
             session.protocol_version, session.capabilities, identity
         )
         self._gateway.sessions[session.id] = session
         self._gateway.metrics.session_opened("http")
-        headers = [*_JSON, (b"mcp-session-id", session.id.encode())]
-        return await _respond(send, 200, jsonrpc.encode(response), headers)
+        headers = [*JSON_HEADERS, (b"mcp-session-id", session.id.encode())]
+        return await respond(send, 200, jsonrpc.encode(response), headers)
 
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The standalone stream, or the resumption of a stream after ``Last-Event-ID``."""
-        accept = _header(scope, b"accept") or ""
+        accept = header(scope, b"accept") or ""
         if "text/event-stream" not in accept:
             return await _error(
                 send, 406, INVALID_REQUEST, "Not Acceptable: GET needs Accept: text/event-stream"
@@ -300,7 +306,7 @@ class McpEndpoint:
         session = await self._session(scope, send)
         if session is None:
             return None
-        last = _header(scope, b"last-event-id")
+        last = header(scope, b"last-event-id")
         resume = parse_event_id(last) if last else None
         stream = session.find_stream(resume[0]) if resume else None
         if last is not None and stream is None:
@@ -338,7 +344,7 @@ class McpEndpoint:
         if session is None:
             return None
         self._gateway.end_session(session)
-        return await _respond(send, 200)
+        return await respond(send, 200)
 
 
 def _wants_stream(session: ClientSession, message: Message) -> bool:
@@ -367,28 +373,6 @@ async def _follow_until_disconnect(
     stream: EventStream, after: int, write: Callable[[str, bytes], Awaitable[None]], receive: Receive
 ) -> None:
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on_disconnect, receive, tg.cancel_scope)
+        tg.start_soon(cancel_on_disconnect, receive, tg.cancel_scope)
         await stream.follow(after, write)
         tg.cancel_scope.cancel()
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > _MAX_BODY:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    scope.cancel()

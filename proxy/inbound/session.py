@@ -17,11 +17,12 @@ from typing import Any, Final
 
 import anyio
 
-from proxy.errors import MethodNotFound, RemoteError
+from proxy.errors import MethodNotFound, MissingCapability, RemoteError
 from proxy.inbound.streams import EventStream
 from proxy.policy.model import ANONYMOUS, Identity
-from proxy.protocol import jsonrpc
+from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message, RequestId
+from proxy.protocol.modern import LOG_LEVELS
 
 __all__ = ["ClientSession", "InboundRequest", "LOG_LEVELS", "new_session_id"]
 
@@ -29,8 +30,6 @@ logger = logging.getLogger("proxy.inbound.session")
 
 _KEEP_CLOSED_STREAMS: Final = 8  # finished request streams kept for Last-Event-ID replay
 _CLIENT_ANSWER_TIMEOUT: Final = 600.0  # a person may be answering an elicitation
-# RFC 5424 severities, as MCP's logging uses them, least severe first.
-LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 # A server request is passed on only if the client declared the capability it needs.
 _NEEDS: Final = {
     "sampling/createMessage": "sampling",
@@ -71,6 +70,11 @@ class ClientSession:
     _asked: dict[str, _Asked] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _stream_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def modern(self) -> bool:
+        """A 2026-07-28 caller: this "session" is one request's envelope, gone with the request."""
+        return versions.is_modern(self.protocol_version)
 
     def notify(self, message: Message) -> None:
         """Queue a message on the client's standalone stream; never blocks."""
@@ -162,9 +166,23 @@ class InboundRequest:
         return self.session.id
 
     def notify(self, message: Message) -> None:
+        if (
+            self.session.modern
+            and message["method"] == "notifications/message"
+            and not self.session.wants_log((message.get("params") or {}).get("level"))
+        ):
+            return  # 2026-07-28: log lines only for a request that asked (logLevel), at its level
         (self.stream or self.session.notify)(message)
 
     async def request(self, method: str, params: dict[str, Any] | None) -> Any:
         if not self.session.supports(method, params):
+            if self.session.modern and method in _NEEDS:
+                raise MissingCapability(
+                    f"{method} needs the client capability {_NEEDS[method]!r}, undeclared in the request",
+                    required={_NEEDS[method]: {}},
+                )
             raise MethodNotFound(f"the client did not declare the capability {method} needs")
+        if self.session.modern:
+            # A 2026-07-28 client can be asked only through an input_required result (a later phase).
+            raise MethodNotFound(f"Manifold cannot pass {method} on to a 2026-07-28 client yet")
         return await self.session.ask(method, params, self.notify)

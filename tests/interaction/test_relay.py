@@ -1,7 +1,9 @@
 """End to end, the full relay: SDK clients ↔ ``manifold serve`` ↔ SDK servers using every feature.
 
 Behind Manifold: ``r1`` (stdio, shared connection), ``r2`` (Streamable HTTP, shared connection)
-and ``r3`` (stdio, ``per_client``), all running tests/fixtures/relay_server.py.
+and ``r3`` (stdio, ``per_client``), all running tests/fixtures/relay_server.py. The clients speak
+the handshake era (``mode="legacy"``): questions from a server reach a 2026-07-28 client only as
+``input_required``, and changes only on ``subscriptions/listen``, neither served yet.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def answer_elicitation(name: str) -> Any:
 async def test_prompts_from_every_server_are_listed_and_each_goes_to_its_server(
     manifold: RunningManifold,
 ) -> None:
-    async with Client(manifold.url) as client:
+    async with Client(manifold.url, mode="legacy") as client:
         names = [prompt.name for prompt in (await client.list_prompts()).prompts]
         assert names == ["r1.greet", "r2.greet", "r3.greet"]
         for server in ("r1", "r2", "r3"):
@@ -104,7 +106,7 @@ async def test_prompts_from_every_server_are_listed_and_each_goes_to_its_server(
 async def test_resources_keep_their_uris_and_reads_route_by_uri_and_template(
     manifold: RunningManifold,
 ) -> None:
-    async with Client(manifold.url) as client:
+    async with Client(manifold.url, mode="legacy") as client:
         uris = [str(resource.uri) for resource in (await client.list_resources()).resources]
         assert uris == ["note://r1/static", "note://r2/static", "note://r3/static"]
         templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
@@ -122,7 +124,7 @@ async def test_resources_keep_their_uris_and_reads_route_by_uri_and_template(
 
 
 async def test_completions_route_by_prompt_name_and_by_template(manifold: RunningManifold) -> None:
-    async with Client(manifold.url) as client:
+    async with Client(manifold.url, mode="legacy") as client:
         prompt = PromptReference(type="ref/prompt", name="r2.greet")
         by_prompt = await client.complete(prompt, {"name": "name", "value": "Al"})
         assert by_prompt.completion.values == ["Alan"]
@@ -141,7 +143,7 @@ async def test_progress_from_a_shared_connection_reaches_only_the_client_that_as
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             seen[who].append(progress)
 
-        async with Client(manifold.url) as client:
+        async with Client(manifold.url, mode="legacy") as client:
             result = await client.call_tool(
                 f"{server}.progress", {"steps": steps}, progress_callback=on_progress
             )
@@ -157,13 +159,13 @@ async def test_progress_from_a_shared_connection_reaches_only_the_client_that_as
 async def test_sampling_reaches_the_calling_client_and_a_client_without_it_gets_an_error(
     manifold: RunningManifold,
 ) -> None:
-    async with Client(manifold.url, sampling_callback=answer_sampling) as client:
+    async with Client(manifold.url, mode="legacy", sampling_callback=answer_sampling) as client:
         for server in ("r1", "r2", "r3"):
             assert (
                 _text(await client.call_tool(f"{server}.sample", {"prompt": server}))
                 == f"sampled: reply to {server}"
             )
-    async with Client(manifold.url) as client:
+    async with Client(manifold.url, mode="legacy") as client:
         with pytest.raises(MCPError, match="did not declare the capability sampling"):
             await client.call_tool("r1.sample", {"prompt": "x"})
 
@@ -174,7 +176,9 @@ async def test_two_clients_sharing_an_http_server_each_answer_their_own_elicitat
     answers: dict[str, str] = {}
 
     async def ask(name: str, server: str) -> None:
-        async with Client(manifold.url, elicitation_callback=answer_elicitation(name)) as client:
+        async with Client(
+            manifold.url, mode="legacy", elicitation_callback=answer_elicitation(name)
+        ) as client:
             answers[f"{server}/{name}"] = _text(await client.call_tool(f"{server}.ask", {"question": "who?"}))
 
     with anyio.fail_after(30):
@@ -191,7 +195,7 @@ async def test_roots_are_asked_of_the_client_behind_a_per_client_connection(
     async def roots(context: ClientRequestContext) -> ListRootsResult:
         return ListRootsResult(roots=[Root(uri=FileUrl("file:///srv/project"))])
 
-    async with Client(manifold.url, list_roots_callback=roots) as client:
+    async with Client(manifold.url, mode="legacy", list_roots_callback=roots) as client:
         assert _text(await client.call_tool("r3.roots", {})) == "file:///srv/project"
         assert _text(await client.call_tool("r1.roots", {})) == "file:///srv/project"
 
@@ -209,8 +213,8 @@ async def test_log_lines_reach_clients_that_asked_for_that_level(manifold: Runni
         return on_log
 
     async with (
-        Client(manifold.url, logging_callback=collect("listener")) as listener,
-        Client(manifold.url, logging_callback=collect("quiet")) as quiet,
+        Client(manifold.url, mode="legacy", logging_callback=collect("listener")) as listener,
+        Client(manifold.url, mode="legacy", logging_callback=collect("quiet")) as quiet,
     ):
         await listener.set_logging_level("error")
         await quiet.set_logging_level("emergency")
@@ -225,7 +229,7 @@ async def test_a_cancelled_call_is_cancelled_at_the_server_and_the_other_client_
     manifold: RunningManifold, tmp_path: Path
 ) -> None:
     marker = tmp_path / "cancelled"
-    async with Client(manifold.url) as first, Client(manifold.url) as second:
+    async with Client(manifold.url, mode="legacy") as first, Client(manifold.url, mode="legacy") as second:
         with pytest.raises(MCPError):
             await first.call_tool("r1.wait", {"seconds": 30, "marker": str(marker)}, read_timeout_seconds=1)
         result = await second.call_tool("r1.wait", {"seconds": 0.1, "marker": str(tmp_path / "unused")})
@@ -251,8 +255,8 @@ async def test_resource_updates_reach_only_subscribed_sessions(manifold: Running
         return on_message
 
     async with (
-        Client(manifold.url, message_handler=collect("subscriber")) as subscriber,
-        Client(manifold.url, message_handler=collect("other")) as other,
+        Client(manifold.url, mode="legacy", message_handler=collect("subscriber")) as subscriber,
+        Client(manifold.url, mode="legacy", message_handler=collect("other")) as other,
     ):
         await subscriber.subscribe_resource("note://r1/static")
         await other.call_tool("r1.touch", {"uri": "note://r1/static"})

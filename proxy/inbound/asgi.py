@@ -1,0 +1,67 @@
+"""The few ASGI helpers both eras of the HTTP endpoint use: types, headers, bodies, responses."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+import anyio
+
+__all__ = [
+    "JSON_HEADERS",
+    "MAX_BODY",
+    "Receive",
+    "Scope",
+    "Send",
+    "cancel_on_disconnect",
+    "header",
+    "read_body",
+    "respond",
+]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+MAX_BODY: Final = 4 * 1024 * 1024
+JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first value of header ``name`` (lower case, as ASGI gives names)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def respond(
+    send: Send, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    head = [*(headers or []), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body (empty if the client went away); None when it exceeds MAX_BODY."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` when the client closes the connection (call after the body was read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()

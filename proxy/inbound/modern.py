@@ -1,0 +1,262 @@
+"""Streamable HTTP, inbound, revision 2026-07-28: one self-contained POST per request.
+
+``McpEndpoint`` hands a request here (after Origin, Host and authentication) when its
+``MCP-Protocol-Version`` header names no handshake revision, or when it carries a modern
+``_meta`` envelope and neither that header nor a session id. No session is minted, required or
+echoed: the caller is who its credentials say, with the capabilities its ``_meta`` declares,
+for this one request. What happens, the first failure wins (the spec's "Server Validation"):
+
+    not POST → 405 · Accept without JSON and SSE → 406 · not JSON content → 415 · too big → 413
+    not JSON → -32700 · not one request or notification → -32600 · a notification → 202, dropped
+    routing headers repeated, _meta, headers ↔ body, version → -32020 / -32602 / -32022
+    Mcp-Param-* ↔ the served tool's inputSchema → -32020
+    the gateway: an unknown or removed method -32601, an undeclared capability -32021, …
+
+Errors go out as JSON with the status of ``protocol.modern.HTTP_STATUS`` (and without an ``id``
+when none could be read: the 2026-07-28 schema has no null ids). A response is JSON unless the
+request has something to say first (progress, a log line it opted into): then it is an SSE
+stream, status 200, kept alive while the request is silent. Closing the response stream is the
+cancel: a disconnect cancels the request (the server behind gets ``notifications/cancelled``)
+and nothing more is sent for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+from cachetools import LRUCache
+
+from proxy.app import Gateway
+from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError
+from proxy.inbound.asgi import (
+    JSON_HEADERS,
+    MAX_BODY,
+    Receive,
+    Scope,
+    Send,
+    cancel_on_disconnect,
+    header,
+    read_body,
+    respond,
+)
+from proxy.inbound.session import ClientSession
+from proxy.pipeline import wire_error
+from proxy.policy.model import Identity
+from proxy.protocol import jsonrpc, modern, versions
+from proxy.protocol.headers import VERSION_HEADER, Headers, ParamHeader, check_param_headers, x_mcp_headers
+from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
+from proxy.protocol.sse import encode_event
+
+__all__ = ["ModernEndpoint", "is_modern_header"]
+
+logger = logging.getLogger("proxy.inbound.modern")
+
+# Answer with JSON if the request is done within this long without a notification; past it,
+# commit to SSE and keep the stream alive with a comment line every as long.
+_DEFER: Final = 15.0
+_KEEPALIVE: Final = 15.0
+_BUFFERED: Final = 256  # notifications waiting to be written; a client that lags more loses some
+_SSE: Final = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_PING: Final = b": ping\n\n"
+_NOT_ONE_MESSAGE: Final = "Body must be a single JSON-RPC request or notification object"
+
+
+def is_modern_header(version: str | None) -> bool:
+    """Whether an ``MCP-Protocol-Version`` header routes a request to the stateless path: present,
+    and not a handshake revision (an unknown one too: the modern path names what is served)."""
+    return version is not None and version not in versions.HANDSHAKE
+
+
+class ModernEndpoint:
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+        self._ids = itertools.count(1)
+        # namespaced tool name -> (the definition served, its Mcp-Param-* annotations)
+        self._specs: LRUCache[str, tuple[Mapping[str, Any], tuple[ParamHeader, ...]]] = LRUCache(4096)
+
+    async def post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one POST whose ``MCP-Protocol-Version`` header routed it here."""
+        accept = header(scope, b"accept")
+        if accept is not None and not _accepts_json_and_sse(accept):
+            return await _refuse(
+                send, 406, "Not Acceptable: Accept must include application/json and text/event-stream"
+            )
+        content_type = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+        if content_type != "application/json":
+            return await _refuse(send, 415, "Unsupported Media Type: POST application/json")
+        body = await read_body(receive)
+        if body is None:
+            return await _refuse(send, 413, f"Payload Too Large: limit is {MAX_BODY} bytes")
+        try:
+            decoded = jsonrpc.decode(body)
+        except ProtocolError as exc:
+            return await _reply(send, _error(exc, None))
+        try:
+            if not isinstance(decoded, dict):
+                raise InvalidRequest(_NOT_ONE_MESSAGE)
+            message = jsonrpc.validate(decoded)
+        except ProtocolError as exc:
+            request_id = decoded.get("id") if isinstance(decoded, dict) else None
+            readable = isinstance(request_id, str | int) and not isinstance(request_id, bool)
+            return await _reply(send, _error(InvalidRequest(exc.message), request_id if readable else None))
+        return await self.answer(scope, message, receive, send)
+
+    async def answer(self, scope: Scope, message: Message, receive: Receive, send: Send) -> None:
+        """Serve one validated JSON-RPC message (the body was read already)."""
+        headers = Headers.of(
+            (bytes(k).decode("latin-1"), bytes(v).decode("latin-1"))
+            for k, v in scope["headers"]
+            if bytes(k).startswith(b"mcp-")
+        )
+        kind = jsonrpc.kind_of(message)
+        if kind is MessageKind.RESPONSE:  # clients send none: the server asks nothing at 2026-07-28
+            return await _reply(send, _error(InvalidRequest(_NOT_ONE_MESSAGE), None))
+        if kind is MessageKind.NOTIFICATION:
+            # None is defined for clients on HTTP (closing the stream is the cancel): dropped.
+            version = headers.get(VERSION_HEADER)
+            if not versions.is_modern(version):
+                return await _reply(send, _error(modern.unsupported(version or ""), None))
+            return await respond(send, 202)
+        request_id: RequestId = message["id"]
+        identity: Identity = scope["manifold.identity"]
+        try:
+            version = headers.get(VERSION_HEADER)
+            if version is not None and not versions.is_modern(version) and not modern.has_envelope(message):
+                # Not a modern request at all, but a revision we do not know: say which we do.
+                raise modern.unsupported(version)
+            envelope = modern.classify(message, headers)
+            self._check_param_headers(message, headers, identity)
+        except ProtocolError as exc:
+            return await _reply(send, _error(exc, request_id))
+        caller = ClientSession(
+            id=f"request-{next(self._ids)}",  # unique, so a server's question is never misattributed
+            transport="http",
+            protocol_version=envelope.protocol_version,
+            capabilities=dict(envelope.capabilities),
+            client_info=dict(envelope.client_info or {}),
+            initialized=True,
+            identity=identity,
+            log_level=envelope.log_level,
+        )
+        return await self._exchange(caller, message, receive, send)
+
+    def _check_param_headers(self, message: Message, headers: Headers, identity: Identity) -> None:
+        """Rung 10: the ``Mcp-Param-*`` headers of a ``tools/call`` against the tool as served.
+
+        Raises:
+            HeaderMismatch: a header and its argument disagree.
+        """
+        if message["method"] != "tools/call":
+            return
+        params = message["params"]
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict | None):
+            return  # the gateway refuses the call itself
+        specs = self._param_specs(name)
+        gateway = self._gateway
+        if specs and gateway.access.tool_visible(gateway.served, name, identity):
+            check_param_headers(specs, arguments or {}, headers)
+
+    def _param_specs(self, name: str) -> tuple[ParamHeader, ...]:
+        definition = self._gateway.served.definitions.get(name)
+        if definition is None:
+            return ()
+        cached = self._specs.get(name)
+        if cached is not None and cached[0] is definition:
+            return cached[1]
+        specs = x_mcp_headers(definition.get("inputSchema"))
+        self._specs[name] = (definition, specs)
+        return specs
+
+    async def _exchange(self, caller: ClientSession, message: Message, receive: Receive, send: Send) -> None:
+        """Run the request; answer JSON, or SSE once it has a notification to send first."""
+        sink, notes = anyio.create_memory_object_stream[Message](_BUFFERED)
+        answer: list[Message] = []
+
+        def emit(note: Message) -> None:
+            try:
+                sink.send_nowait(note)
+            except anyio.WouldBlock:
+                logger.debug(
+                    "request %r: dropped a %s the client was slow to read", message["id"], note["method"]
+                )
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # the request is answered: a late notification has no stream left
+
+        async def run() -> None:
+            with sink:
+                answer.append(await self._gateway.handle_modern(caller, message, emit))
+
+        async with notes, anyio.create_task_group() as tg:
+            tg.start_soon(cancel_on_disconnect, receive, tg.cancel_scope)
+            tg.start_soon(run)
+            first = await _next(notes, _DEFER)
+            if first is None and answer:
+                response = answer[0]
+                await respond(send, modern.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
+            else:
+                await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+                note = first
+                while True:
+                    body = encode_event(jsonrpc.encode(note)) if note is not None else _PING
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                    try:
+                        note = await _next(notes, _KEEPALIVE, end=True)
+                    except anyio.EndOfStream:
+                        break
+                final = encode_event(jsonrpc.encode(answer[0]))
+                await send({"type": "http.response.body", "body": final, "more_body": False})
+            tg.cancel_scope.cancel()
+
+
+async def _next(
+    notes: MemoryObjectReceiveStream[Message], wait: float, *, end: bool = False
+) -> Message | None:
+    """The next notification; None after ``wait`` seconds of silence, or (unless ``end``) when
+    the request is answered.
+
+    Raises:
+        anyio.EndOfStream: the request is answered, and ``end`` asked to be told so.
+    """
+    with anyio.move_on_after(wait):
+        try:
+            return await notes.receive()
+        except anyio.EndOfStream:
+            if end:
+                raise
+    return None
+
+
+def _accepts_json_and_sse(accept: str) -> bool:
+    types = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+    if "*/*" in types:
+        return True
+    return bool(types & {"application/json", "application/*"}) and bool(
+        types & {"text/event-stream", "text/*"}
+    )
+
+
+def _error(exc: ProtocolError, request_id: RequestId | None) -> Message:
+    response = wire_error(exc, request_id, modern=True)
+    if request_id is None:
+        del response["id"]  # unreadable: 2026-07-28 leaves the id out rather than null
+    return response
+
+
+async def _reply(send: Send, response: Message) -> None:
+    await respond(send, modern.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
+
+
+async def _refuse(send: Send, status: int, message: str) -> None:
+    """An HTTP-level refusal, before any JSON-RPC was read."""
+    body = jsonrpc.encode({"jsonrpc": "2.0", "error": {"code": INVALID_REQUEST, "message": message}})
+    await respond(send, status, body, JSON_HEADERS)
