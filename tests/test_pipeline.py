@@ -1,0 +1,56 @@
+"""The pipeline's order is declared once (Gateway._stages) and pinned here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.app import Gateway
+from proxy.config import config_from_mapping
+from proxy.middleware.authorize import Authorize
+from proxy.middleware.metrics import Measure
+from proxy.middleware.ratelimit import RateLimit
+from proxy.middleware.validate import Validate
+from proxy.pipeline import CallContext, Handler, compose
+
+POLICY = "version: 1\ndefault: allow\n"
+
+
+def stages(tmp_path: Path, **sections: Any) -> list[type]:
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    config = config_from_mapping({**sections, "servers": {}})
+    return [type(stage) for stage in Gateway(config)._stages()]
+
+
+def test_with_everything_on_the_order_is_measure_authorize_validate_ratelimit(tmp_path: Path) -> None:
+    policy = {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}}
+    assert stages(tmp_path, policy=policy) == [Measure, Authorize, Validate, RateLimit]
+
+
+def test_switched_off_stages_are_left_out(tmp_path: Path) -> None:
+    off = {"validate_arguments": False, "validate_results": False, "pins": {"mode": "off"}}
+    assert stages(tmp_path, policy=off, metrics={"enabled": False}) == []
+
+
+@pytest.mark.anyio
+async def test_compose_runs_the_first_stage_outermost() -> None:
+    seen: list[str] = []
+
+    def stage(name: str) -> Any:
+        async def run(ctx: CallContext, call_next: Handler) -> Any:
+            seen.append(f"{name} in")
+            result = await call_next(ctx)
+            seen.append(f"{name} out")
+            return result
+
+        return run
+
+    async def endpoint(ctx: CallContext) -> str:
+        seen.append("endpoint")
+        return "done"
+
+    handler = compose([stage("a"), stage("b")], endpoint)
+    assert await handler(None) == "done"  # type: ignore[arg-type]
+    assert seen == ["a in", "b in", "endpoint", "b out", "a out"]
