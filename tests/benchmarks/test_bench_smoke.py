@@ -15,7 +15,7 @@ from benchmarks.clients import HttpPoster, Reply, open_raw
 from benchmarks.load import CallTarget, WrongAnswer, check_echo, decode_reply, run_calls, wrong_answer_in
 from benchmarks.plan import MIDDLEWARES, Plan, deep_merge, manifold_config, materialize
 from benchmarks.procs import manifold_check, write_config
-from benchmarks.profile import parse_collapsed
+from benchmarks.profile import REPO, parse_collapsed
 from benchmarks.report import write
 from benchmarks.run import bench
 
@@ -185,8 +185,8 @@ def test_manifold_check_tells_which_config_fragments_this_manifold_accepts(tmp_p
 
 def test_collapsed_stacks_are_summarized_by_function_and_by_area() -> None:
     lines = [
-        "<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);handle (/work/main/proxy/app.py:10);"
-        "dumps (/work/main/proxy/protocol/jsonrpc.py:50) 3",
+        f"<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);handle ({REPO}/proxy/app.py:10);"
+        f"dumps ({REPO}/proxy/protocol/jsonrpc.py:50) 3",
         "<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);"
         "data_received (/v/lib/python3.11/site-packages/uvicorn/protocols/http/httptools_impl.py:9) 1",
     ]
