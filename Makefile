@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NPM_STAMP := tests/npm/node_modules/.installed
 CONFORMANCE_STAMP := tests/conformance/node_modules/.installed
+CONFORMANCE_MODERN_STAMP := tests/conformance_modern/node_modules/.installed
 
 .PHONY: run test lint typecheck unit conformance bench system-deps fmt clean
 
@@ -21,6 +22,10 @@ $(NPM_STAMP): tests/npm/package.json tests/npm/package-lock.json
 $(CONFORMANCE_STAMP): tests/conformance/package.json tests/conformance/package-lock.json
 	cd tests/conformance && npm ci --no-audit --no-fund --loglevel=error
 	touch $(CONFORMANCE_STAMP)
+
+$(CONFORMANCE_MODERN_STAMP): tests/conformance_modern/package.json tests/conformance_modern/package-lock.json
+	cd tests/conformance_modern && npm ci --no-audit --no-fund --loglevel=error
+	touch $(CONFORMANCE_MODERN_STAMP)
 
 ## Debian packages the tests use: Prometheus (promtool and a real scraper) and Redis.
 system-deps:
@@ -45,9 +50,22 @@ typecheck: $(STAMP)
 unit: $(STAMP) $(NPM_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
 
-## The official MCP conformance suite: the fixture alone, then Manifold as server (over stdio
-## and over HTTP to the fixture) and as client. 100% of scored checks, or it fails.
-conformance: $(STAMP) $(CONFORMANCE_STAMP)
+## The official MCP conformance suite, 100% of scored checks or it fails. The 0.2 line by
+## requirement set (2026-07-28, 2025-11-25): the dual-era fixture alone, then Manifold fronting
+## it over stdio and HTTP, and fronting a handshake-only fixture (the bridges). Then the 0.1.16
+## runs: Manifold as server and as client. One check cannot pass through a handshake-only server:
+## it wants the key the 2026-07-28 fixture gives its question ("user_name"), and a handshake-era
+## server's request has no key, so Manifold names it ("elicitation-1").
+MODERN := $(BIN)/python tests/conformance_modern/run.py
+conformance: $(STAMP) $(CONFORMANCE_STAMP) $(CONFORMANCE_MODERN_STAMP)
+	$(MODERN) --min-scored 120
+	$(MODERN) --through-manifold --min-scored 120
+	$(MODERN) --through-manifold --fixture-transport streamable-http --min-scored 120
+	$(MODERN) --through-manifold --fixture-era legacy --min-scored 118 --expect-failure sep-2322-elicitation-incomplete
+	$(MODERN) --requirements 2025-11-25 --min-scored 70
+	$(MODERN) --requirements 2025-11-25 --through-manifold --min-scored 69
+	$(MODERN) --requirements 2025-11-25 --through-manifold --fixture-transport streamable-http --min-scored 69
+	$(MODERN) --requirements 2025-11-25 --through-manifold --fixture-era legacy --min-scored 69
 	$(BIN)/python tests/conformance/run.py --min-scored 44
 	$(BIN)/python tests/conformance/run.py --through-manifold --min-scored 45
 	$(BIN)/python tests/conformance/run.py --through-manifold --fixture-transport streamable-http --min-scored 45
@@ -63,4 +81,4 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix proxy tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) tests/npm/node_modules tests/conformance/node_modules
+	rm -rf $(VENV) tests/npm/node_modules tests/conformance/node_modules tests/conformance_modern/node_modules

@@ -23,12 +23,16 @@ from cachetools import LRUCache, TTLCache
 from proxy import __version__
 from proxy.access import Access, ServedTools
 from proxy.auth.authenticator import Authenticator
+from proxy.bridge.mrtr import Rounds
+from proxy.bridge.parking import ParkedCalls
+from proxy.bridge.state import RequestStates
 from proxy.catalog.cursors import CursorCodec, paginate
 from proxy.catalog.merge import EMPTY_CATALOG, Catalog, Entry, ServerSlice, build_catalog, replace_slice
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resource_index
 from proxy.config import Config
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
+from proxy.inbound.listen import Listens, Subscription
 from proxy.inbound.session import LOG_LEVELS, ClientSession, Deliver, InboundRequest
 from proxy.inbound.tokens import SessionTokens, derive_key
 from proxy.metrics import UNKNOWN, Metrics
@@ -36,7 +40,7 @@ from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.validate import Validate
-from proxy.outbound.connection import LIST_KINDS, ServerConnection, ServerState
+from proxy.outbound.connection import LIST_KINDS, Era, ServerConnection, ServerState
 from proxy.outbound.factory import transport_for
 from proxy.per_client import ClientConnections
 from proxy.pipeline import CallContext, Handler, Middleware, compose, tool_error, wire_error
@@ -45,6 +49,7 @@ from proxy.protocol import jsonrpc, results, versions
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.modern import REMOVED_METHODS, strip_envelope
 from proxy.protocol.results import CacheHint
+from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, UPDATED, Filter
 from proxy.ratelimit import make_backend
 from proxy.router import Router
 
@@ -71,12 +76,14 @@ CAPABILITIES: Final = {
     "completions": {},
     "logging": {},
 }
-# 2026-07-28 callers hear of changes only on a subscriptions/listen stream, which Manifold does
-# not serve yet: the same capabilities, without listChanged and subscribe.
-MODERN_CAPABILITIES: Final[dict[str, Any]] = {name: {} for name in CAPABILITIES}
+# 2026-07-28 callers hear of the same changes on subscriptions/listen streams (Gateway.listen):
+# list changes as a filter flag, resource updates as resourceSubscriptions.
+MODERN_CAPABILITIES: Final[dict[str, Any]] = {name: dict(value) for name, value in CAPABILITIES.items()}
 SERVER_INFO: Final = {"name": "manifold", "version": __version__}
 # Freshness of what Manifold answers modern callers from its catalog when no server said more.
 _DEFAULT_TTL_MS: Final = 0
+_STATE_TTL: Final = 600.0  # seconds a client has to retry with a requestState Manifold issued
+_MAX_ROUNDS: Final = 10  # input_required rounds Manifold answers for a handshake-era client
 
 Params = dict[str, Any]
 _Method = Callable[[InboundRequest, Params, RequestId], Awaitable[Any]]
@@ -109,6 +116,7 @@ class Gateway:
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
                 max_pages=config.catalog.max_server_pages,
+                era=Era.of(server.era),
             )
             for server in servers
         }
@@ -142,7 +150,10 @@ class Gateway:
         self._pages: LRUCache[tuple[str, str, str | None, CacheHint | None], orjson.Fragment] = LRUCache(
             maxsize=2048
         )
-        self._forward: Handler = compose(self._stages(), Router(self._connection_for))
+        states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
+        self.parked = ParkedCalls(states)
+        router = Router(self._connection_for, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
+        self._forward: Handler = compose(self._stages(), router)
         self._methods: dict[str, _Method] = {
             "tools/call": self._tools_call,
             "prompts/get": self._prompts_get,
@@ -152,6 +163,7 @@ class Gateway:
             "completion/complete": self._complete,
             "logging/setLevel": self._set_level,
         }
+        self.listens = Listens()  # open subscriptions/listen streams: see listen()
 
     def _stages(self) -> list[Middleware]:
         """The call pipeline between the errors boundary and the router, outermost first.
@@ -186,6 +198,7 @@ class Gateway:
         async with anyio.create_task_group() as tg:
             self.per_client.task_group = tg
             await tg.start(self.auth.run)
+            await tg.start(self.parked.run)
             if self.config.policy.files and self.config.policy.reload:
                 tg.start_soon(self.access.watch, self._policy_changed)
             for connection in self.connections.values():
@@ -212,6 +225,8 @@ class Gateway:
             if session.initialized:
                 for kind in ("tools", "prompts", "resources"):
                     session.notify(_CHANGED[kind])
+        for kind in ("tools", "prompts", "resources"):
+            self.listens.publish(_CHANGED[kind])
 
     def end_session(self, session: ClientSession) -> None:
         """Forget a session (DELETE, idle expiry, stdin closed) and stop its requests."""
@@ -260,6 +275,7 @@ class Gateway:
             for session in self.sessions.values():
                 if session.initialized:
                     session.notify(_CHANGED[kind])
+            self.listens.publish(_CHANGED[kind])
 
     def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
         logger.debug("server %s: %s %s", server_id, state.value, reason or "")
@@ -275,6 +291,10 @@ class Gateway:
         for session in self.sessions.values():
             if session.wants_notification(message):
                 session.notify(message)
+        if message["method"] == UPDATED:
+            # Only streams whose identity may still read it (the policy may have changed).
+            subject = Subject.resource(str((message.get("params") or {}).get("uri")), server_id)
+            self.listens.publish(message, lambda listening: self.access.allows(listening.identity, subject))
 
     # ---- inbound messages --------------------------------------------------------------
 
@@ -361,7 +381,7 @@ class Gateway:
         if handler is not None:
             return await handler(inbound, params, request_id)
         if method in _LISTS:
-            hint = self._cache_hint() if inbound.session.modern else None
+            hint = self._cache_hint(_LISTS[method]) if inbound.session.modern else None
             return self._list(_LISTS[method], params, inbound.session.identity, hint)
         if method == "ping":
             return {}
@@ -393,10 +413,18 @@ class Gateway:
             result["instructions"] = "\n\n".join(notes)
         return result
 
-    def _cache_hint(self) -> CacheHint:
-        """What a modern caller may do with Manifold's own answers: no server's hints reach here
-        yet, and with a policy in force what one identity is shown is not for another."""
-        return CacheHint(_DEFAULT_TTL_MS, "private" if self.config.policy.files else "public")
+    def _cache_hint(self, kind: str | None = None) -> CacheHint:
+        """What a modern caller may do with an answer: for a merged list, the shortest freshness
+        and the most restrictive scope of the servers in it (one that gave none: stale at once);
+        and with a policy in force, what one identity is shown is not for another."""
+        private = bool(self.config.policy.files)
+        default = CacheHint(_DEFAULT_TTL_MS, "public")
+        if kind is None:
+            return CacheHint(_DEFAULT_TTL_MS, "private" if private else "public")
+        servers = [piece.server_id for piece in self._slices[kind] if piece.items]
+        hints = [self.connections[s].cache_hints.get(kind, default) for s in servers]
+        merged = results.merge_cache(hints) if hints else default
+        return CacheHint(merged.ttl_ms, "private") if private else merged
 
     def _view(self, kind: str, identity: Identity) -> tuple[Sequence[Mapping[str, Any]], str]:
         """What ``identity`` may see of one list, and the generation its cursors are bound to."""
@@ -532,8 +560,85 @@ class Gateway:
             )
         return {}
 
-    def _subscribed(self, uri: str, *, besides: ClientSession) -> bool:
-        return any(uri in s.subscriptions for s in self.sessions.values() if s is not besides)
+    def _subscribed(self, uri: str, *, besides: ClientSession | Subscription) -> bool:
+        """Whether anyone but ``besides`` wants updates of ``uri``: a legacy session that
+        subscribed, or an open listen stream that watches it."""
+        return any(
+            uri in s.subscriptions for s in self.sessions.values() if s is not besides
+        ) or self.listens.watching(uri, besides=besides)
+
+    @asynccontextmanager
+    async def listen(
+        self, session: ClientSession, subscription_id: RequestId, requested: Filter
+    ) -> AsyncIterator[Subscription]:
+        """Open a ``subscriptions/listen`` stream for a 2026-07-28 caller, closed on exit; the
+        transport writes what it yields (``proxy.inbound.listen``).
+
+        Honoured: every list change asked for (Manifold tells of each change of its merged
+        lists), and of ``resourceSubscriptions`` the first ``MAX_RESOURCE_SUBSCRIPTIONS`` URIs
+        the caller may read, whose server declared ``resources.subscribe`` and (if nobody
+        watched the URI yet) accepted Manifold's ``resources/subscribe``. Any other URI (unknown,
+        hidden by the policy, or refused) is left out of the acknowledgement rather than failing
+        the request: the spec has the acknowledgement name the subset honoured, and an unknown
+        URI must look the same as one the caller may not read. Manifold holds one subscription
+        per URI at its server, however many sessions and streams want it: the last one gone
+        sends ``resources/unsubscribe``.
+        """
+        watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], session.identity)
+        subscription = self.listens.open(subscription_id, session.identity, requested.only(watched))
+        try:
+            # Registered before the await: a stream opening meanwhile sees this one's interest.
+            fresh = {
+                uri: server
+                for uri, server in watched.items()
+                if not self._subscribed(uri, besides=subscription)
+            }
+            accepted = await self._resource_interest("resources/subscribe", fresh)
+            if len(accepted) < len(fresh):
+                subscription.filter = subscription.filter.only(accepted | (watched.keys() - fresh.keys()))
+            yield subscription
+        finally:
+            self.listens.close(subscription)
+            gone = {
+                uri: server
+                for uri, server in watched.items()
+                if uri in subscription.filter.uris and not self._subscribed(uri, besides=subscription)
+            }
+            # Often run because the client went away (cancelled): shielded, and bounded.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self._resource_interest("resources/unsubscribe", gone)
+
+    def _watchable(self, uris: Sequence[str], identity: Identity) -> dict[str, str]:
+        """Of ``uris``, those ``identity`` may read whose server can tell of updates: by server."""
+        watchable: dict[str, str] = {}
+        for uri in uris:
+            try:
+                server = self._resource_server(uri, identity)
+            except ResourceNotFound:
+                continue
+            connection = self.connections.get(server)
+            if connection is not None and (connection.capabilities.get("resources") or {}).get("subscribe"):
+                watchable[uri] = server
+        return watchable
+
+    async def _resource_interest(self, method: str, uris: Mapping[str, str]) -> set[str]:
+        """Send ``resources/subscribe`` or ``unsubscribe`` for each URI to its server's shared
+        connection (a listen stream's caller has no connection of its own), all at once; the
+        URIs whose server agreed. A refusal is logged, never raised: it only narrows a filter."""
+        agreed: set[str] = set()
+
+        async def tell(uri: str, server: str) -> None:
+            try:
+                await self.connections[server].request(method, {"uri": uri})
+            except Exception as exc:  # one server's refusal must not fail the stream or the others
+                logger.warning("server %s: %s %s failed: %s", server, method, uri, exc)
+            else:
+                agreed.add(uri)
+
+        async with anyio.create_task_group() as tg:
+            for uri, server in uris.items():
+                tg.start_soon(tell, uri, server)
+        return agreed
 
     async def _complete(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         ref = params.get("ref")
@@ -576,8 +681,13 @@ class Gateway:
             except Exception as exc:  # one server's refusal must not fail the client's request
                 logger.warning("server %s: logging/setLevel failed: %s", connection.server_id, exc)
 
+        # A 2026-07-28 server has no logging/setLevel: each request carries its caller's level.
         async with anyio.create_task_group() as tg:
             for connection in self.connections.values():
-                if "logging" in connection.capabilities and connection.state is ServerState.READY:
+                if (
+                    "logging" in connection.capabilities
+                    and connection.state is ServerState.READY
+                    and not connection.modern
+                ):
                     tg.start_soon(tell, connection)
         return {}

@@ -28,6 +28,7 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         connect_timeout: 30    # seconds for start + initialize
         request_timeout: 60    # seconds for each request
         session_mode: shared   # shared (one connection for all clients) | per_client
+        era: auto              # auto (server/discover, else initialize) | legacy | modern
       search:
         url: http://127.0.0.1:9000/mcp       # ... or an HTTP server
         headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
@@ -189,6 +190,10 @@ class ServerConfig(_Model):
     # connection per client session, for servers that ask clients things (sampling,
     # elicitation, roots) over stdio, where a shared connection cannot tell whose call asked.
     session_mode: Literal["shared", "per_client"] = "shared"
+    # The protocol era to speak: auto asks server/discover and falls back to initialize on any
+    # error or silence. legacy skips the probe (a server that ignores unknown requests, or one
+    # whose tools ask clients things the handshake way only); modern never falls back.
+    era: Literal["auto", "legacy", "modern"] = "auto"
     # Annotation trust: an untrusted server's hints are replaced by the spec's cautious
     # defaults; per-tool overrides (by the server's own tool name) are the operator's word.
     trusted: bool = False

@@ -11,7 +11,8 @@ operator is paged for::
     │   ├── InvalidRequest          -32600: JSON that is not a valid JSON-RPC message
     │   ├── MethodNotFound          -32601
     │   ├── InvalidParams           -32602: unknown tool, bad cursor, missing name …
-    │   │   └── HiddenByPolicy      -32602: as unknown, to the client; "denied" to metrics
+    │   │   ├── HiddenByPolicy      -32602: as unknown, to the client; "denied" to metrics
+    │   │   └── InvalidRequestState -32602: a retry's requestState is forged, stale or not its own
     │   ├── ResourceNotFound        -32002: no server serves that URI (-32602 to 2026-07-28 callers)
     │   ├── RateLimited             -32029: a rate limit denied a request that is not a tool call
     │   ├── HeaderMismatch          -32020: HTTP headers disagree with the body (2026-07-28)
@@ -47,6 +48,7 @@ __all__ = [
     "HiddenByPolicy",
     "InvalidParams",
     "InvalidRequest",
+    "InvalidRequestState",
     "ManifoldError",
     "MethodNotFound",
     "MissingCapability",
@@ -116,6 +118,14 @@ class InvalidParams(ProtocolError):
 
 class HiddenByPolicy(InvalidParams):
     """The policy hides the subject: the client hears "unknown", exactly as for a missing one."""
+
+
+class InvalidRequestState(InvalidParams):
+    """A retry (2026-07-28 multi round-trip) carries a ``requestState`` Manifold did not issue, for
+    another request or caller, or past its lifetime. Which of these it was is not said."""
+
+    def __init__(self) -> None:
+        super().__init__("Invalid or expired requestState", data={"reason": "invalid_request_state"})
 
 
 class ResourceNotFound(ProtocolError):

@@ -70,10 +70,20 @@ __all__ = [
 ]
 
 Outcome = Literal[
-    "ok", "tool_error", "denied", "rate_limited", "timeout", "server_error", "cancelled", "invalid", "error"
+    "ok",
+    "tool_error",
+    "input_required",
+    "denied",
+    "rate_limited",
+    "timeout",
+    "server_error",
+    "cancelled",
+    "invalid",
+    "error",
 ]
 """How a ``tools/call`` ended (the words of ``proxy.pipeline.outcome_of``). ``tool_error``: the
-tool answered ``isError: true`` (the call itself worked); ``server_error``: the server failed,
+tool answered ``isError: true`` (the call itself worked); ``input_required``: a 2026-07-28 round
+that asks the client for input (its retry is counted again); ``server_error``: the server failed,
 went away or answered a JSON-RPC error; ``invalid``: refused before routing (unknown tool, bad
 arguments); ``error``: an unexpected exception in Manifold itself."""
 OUTCOMES: Final[frozenset[str]] = frozenset(get_args(Outcome))

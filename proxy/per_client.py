@@ -15,7 +15,7 @@ import anyio.abc
 
 from proxy.config import ServerConfig
 from proxy.inbound.session import ClientSession, InboundRequest
-from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.connection import Era, ServerConnection, ServerState
 from proxy.outbound.factory import transport_for
 from proxy.protocol.jsonrpc import Message
 
@@ -64,6 +64,7 @@ class ClientConnections:
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
                 max_pages=self._max_pages,
+                era=Era.of(server.era),
                 client_capabilities={k: v for k, v in session.capabilities.items() if k in _RELAYED},
                 default_relay=InboundRequest(session),
             )

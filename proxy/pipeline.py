@@ -116,6 +116,8 @@ def outcome_of(ended: object) -> Outcome:
         if ours == "rate_limited":
             return "rate_limited"
         return "invalid" if ours == "invalid_arguments" else "tool_error"
+    if isinstance(ended, dict) and ended.get("resultType") == "input_required":
+        return "input_required"
     return "ok"
 
 

@@ -93,6 +93,15 @@ async def _error(send: Send, status: int, code: int, message: str, request_id: A
     await respond(send, status, body, JSON_HEADERS)
 
 
+def _refusal(code: int, message: str, *, stateless: bool) -> bytes:
+    """An error sent before the body is read: ``id: null`` for the handshake era, no ``id`` at
+    2026-07-28 (whose schema has no null ids)."""
+    response = jsonrpc.error_response(None, code, message)
+    if stateless:
+        del response["id"]
+    return jsonrpc.encode(response)
+
+
 class McpEndpoint:
     """The ASGI app behind ``/mcp``."""
 
@@ -107,20 +116,22 @@ class McpEndpoint:
         self._modern = ModernEndpoint(gateway)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stateless = is_modern_header(header(scope, b"mcp-protocol-version"))
         if self._flood is not None:
             address = (scope.get("client") or ("unknown", 0))[0]
             check = LimitCheck(f"http:{address}", self._flood.rate.interval, self._flood.burst, "http")
             outcome = self._flood_buckets.hit_now([check])
             if not outcome.allowed:
                 wait = str(max(1, math.ceil(outcome.retry_after))).encode()
-                body = jsonrpc.encode(jsonrpc.error_response(None, RATE_LIMITED, "Too Many Requests"))
+                body = _refusal(RATE_LIMITED, "Too Many Requests", stateless=stateless)
                 return await respond(send, 429, body, [*JSON_HEADERS, (b"retry-after", wait)])
         if not self._policy.origin_ok(header(scope, b"origin")):
-            return await _error(send, 403, INVALID_REQUEST, "Forbidden: Origin not allowed")
+            body = _refusal(INVALID_REQUEST, "Forbidden: Origin not allowed", stateless=stateless)
+            return await respond(send, 403, body, JSON_HEADERS)
         if not self._policy.host_ok(header(scope, b"host")):
-            return await _error(send, 403, INVALID_REQUEST, "Forbidden: Host not allowed")
+            body = _refusal(INVALID_REQUEST, "Forbidden: Host not allowed", stateless=stateless)
+            return await respond(send, 403, body, JSON_HEADERS)
         method = scope["method"]
-        stateless = is_modern_header(header(scope, b"mcp-protocol-version"))
         if stateless and method != "POST":  # 2026-07-28 has no GET stream and no session to DELETE
             return await respond(send, 405, b"", [(b"allow", b"POST")])
         if method not in ("POST", "GET", "DELETE"):
@@ -130,9 +141,7 @@ class McpEndpoint:
         }
         verdict = await self._gateway.auth.authenticate(credentials)
         if isinstance(verdict, Rejected):
-            body = jsonrpc.encode(
-                jsonrpc.error_response(None, INVALID_REQUEST, f"Unauthorized: {verdict.message}")
-            )
+            body = _refusal(INVALID_REQUEST, f"Unauthorized: {verdict.message}", stateless=stateless)
             challenge = (b"www-authenticate", verdict.www_authenticate().encode("latin-1"))
             return await respond(send, verdict.status, body, [*JSON_HEADERS, challenge])
         scope["manifold.identity"] = verdict.identity

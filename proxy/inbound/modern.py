@@ -18,11 +18,14 @@ request has something to say first (progress, a log line it opted into): then it
 stream, status 200, kept alive while the request is silent. Closing the response stream is the
 cancel: a disconnect cancels the request (the server behind gets ``notifications/cancelled``)
 and nothing more is sent for it.
+
+``subscriptions/listen`` is the exception: once classified like any request, it is answered
+with an SSE stream only (406 unless ``Accept`` names it), and served by
+``proxy.inbound.listen`` until the client closes it.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Mapping
 from typing import Any, Final
@@ -44,6 +47,8 @@ from proxy.inbound.asgi import (
     read_body,
     respond,
 )
+from proxy.inbound.exchange import Exchange, caller_of
+from proxy.inbound.listen import stream_sse
 from proxy.inbound.session import ClientSession
 from proxy.pipeline import wire_error
 from proxy.policy.model import Identity
@@ -51,6 +56,7 @@ from proxy.protocol import jsonrpc, modern, versions
 from proxy.protocol.headers import VERSION_HEADER, Headers, ParamHeader, check_param_headers, x_mcp_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.sse import encode_event
+from proxy.protocol.subscriptions import LISTEN, Filter
 
 __all__ = ["ModernEndpoint", "is_modern_header"]
 
@@ -60,7 +66,6 @@ logger = logging.getLogger("proxy.inbound.modern")
 # commit to SSE and keep the stream alive with a comment line every as long.
 _DEFER: Final = 15.0
 _KEEPALIVE: Final = 15.0
-_BUFFERED: Final = 256  # notifications waiting to be written; a client that lags more loses some
 _SSE: Final = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
@@ -79,7 +84,6 @@ def is_modern_header(version: str | None) -> bool:
 class ModernEndpoint:
     def __init__(self, gateway: Gateway) -> None:
         self._gateway = gateway
-        self._ids = itertools.count(1)
         # namespaced tool name -> (the definition served, its Mcp-Param-* annotations)
         self._specs: LRUCache[str, tuple[Mapping[str, Any], tuple[ParamHeader, ...]]] = LRUCache(4096)
 
@@ -137,17 +141,26 @@ class ModernEndpoint:
             self._check_param_headers(message, headers, identity)
         except ProtocolError as exc:
             return await _reply(send, _error(exc, request_id))
-        caller = ClientSession(
-            id=f"request-{next(self._ids)}",  # unique, so a server's question is never misattributed
-            transport="http",
-            protocol_version=envelope.protocol_version,
-            capabilities=dict(envelope.capabilities),
-            client_info=dict(envelope.client_info or {}),
-            initialized=True,
-            identity=identity,
-            log_level=envelope.log_level,
-        )
+        caller = caller_of(envelope, identity, "http")
+        if message["method"] == LISTEN:
+            return await self._listen(scope, caller, message, receive, send)
         return await self._exchange(caller, message, receive, send)
+
+    async def _listen(
+        self, scope: Scope, caller: ClientSession, message: Message, receive: Receive, send: Send
+    ) -> None:
+        """``subscriptions/listen``: the response is the stream of notifications, always SSE."""
+        accept = header(scope, b"accept")
+        if accept is None or not _accepts_sse(accept):
+            return await _refuse(
+                send, 406, "Not Acceptable: subscriptions/listen answers with text/event-stream"
+            )
+        try:
+            requested = Filter.parse(message["params"])
+        except ProtocolError as exc:
+            return await _reply(send, _error(exc, message["id"]))
+        async with self._gateway.listen(caller, message["id"], requested) as subscription:
+            return await stream_sse(subscription, receive, send)
 
     def _check_param_headers(self, message: Message, headers: Headers, identity: Identity) -> None:
         """Rung 10: the ``Mcp-Param-*`` headers of a ``tools/call`` against the tool as served.
@@ -179,29 +192,14 @@ class ModernEndpoint:
 
     async def _exchange(self, caller: ClientSession, message: Message, receive: Receive, send: Send) -> None:
         """Run the request; answer JSON, or SSE once it has a notification to send first."""
-        sink, notes = anyio.create_memory_object_stream[Message](_BUFFERED)
-        answer: list[Message] = []
-
-        def emit(note: Message) -> None:
-            try:
-                sink.send_nowait(note)
-            except anyio.WouldBlock:
-                logger.debug(
-                    "request %r: dropped a %s the client was slow to read", message["id"], note["method"]
-                )
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass  # the request is answered: a late notification has no stream left
-
-        async def run() -> None:
-            with sink:
-                answer.append(await self._gateway.handle_modern(caller, message, emit))
-
+        exchange = Exchange(self._gateway, caller, message)
+        notes = exchange.notes
         async with notes, anyio.create_task_group() as tg:
             tg.start_soon(cancel_on_disconnect, receive, tg.cancel_scope)
-            tg.start_soon(run)
+            tg.start_soon(exchange.run)
             first = await _next(notes, _DEFER)
-            if first is None and answer:
-                response = answer[0]
+            if first is None and exchange.answer is not None:
+                response = exchange.answer
                 await respond(send, modern.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
             else:
                 await send({"type": "http.response.start", "status": 200, "headers": _SSE})
@@ -213,7 +211,8 @@ class ModernEndpoint:
                         note = await _next(notes, _KEEPALIVE, end=True)
                     except anyio.EndOfStream:
                         break
-                final = encode_event(jsonrpc.encode(answer[0]))
+                assert exchange.answer is not None
+                final = encode_event(jsonrpc.encode(exchange.answer))
                 await send({"type": "http.response.body", "body": final, "more_body": False})
             tg.cancel_scope.cancel()
 
@@ -243,6 +242,11 @@ def _accepts_json_and_sse(accept: str) -> bool:
     return bool(types & {"application/json", "application/*"}) and bool(
         types & {"text/event-stream", "text/*"}
     )
+
+
+def _accepts_sse(accept: str) -> bool:
+    types = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+    return bool(types & {"text/event-stream", "text/*", "*/*"})
 
 
 def _error(exc: ProtocolError, request_id: RequestId | None) -> Message:

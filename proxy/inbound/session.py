@@ -165,6 +165,18 @@ class InboundRequest:
     def session_id(self) -> str:
         return self.session.id
 
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        return self.session.capabilities
+
+    @property
+    def log_level(self) -> str | None:
+        return self.session.log_level
+
+    @property
+    def asleep(self) -> bool:
+        return False  # a client's own request is waiting for its answer
+
     def notify(self, message: Message) -> None:
         if (
             self.session.modern

@@ -1,21 +1,43 @@
 """stdio, inbound: a desktop client spawns ``manifold stdio`` and speaks NDJSON to it.
 
+The client's first request decides the connection's era, once, as the official SDK's dual-era
+stdio server does (``mcp.server.runner.serve_dual_era_loop``):
+
+- ``initialize``, or any request without a 2026-07-28 ``_meta`` envelope → **legacy**: one
+  handshake-era session, answered by ``Gateway.handle``; what it has to say besides responses
+  (notifications, the servers' questions) goes out on its standalone stream, i.e. stdout.
+- a request whose ``params._meta`` names a protocol revision → **modern**: every request is
+  classified on its own (``protocol.modern.classify``, no header rung on stdio) and answered by
+  ``Gateway.handle_modern`` for a caller built from its envelope; its progress and the log lines
+  it opted into are written before its response, and ``notifications/cancelled {requestId}``
+  cancels it (nothing more is written for it). ``subscriptions/listen`` streams the same way.
+- a request whose envelope is malformed (no capabilities, a revision not served, …) gets its
+  error and decides nothing (see ``_request`` for why this differs from the SDK).
+
+Afterwards the other era is refused: ``initialize`` on a modern connection gets -32022 naming
+the modern revisions, an enveloped request on a legacy one -32600.
+
 Each request is answered in a task of its own, so a slow tool never holds up the next
 request; writes to stdout are serialised. Logs go to stderr only: stdout is the protocol.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable
+from typing import Any, Final
 
 import anyio
+from anyio.abc import TaskGroup
 
 from proxy.app import Gateway
-from proxy.errors import ProtocolError
+from proxy.errors import InvalidRequest, ProtocolError
 from proxy.inbound.session import ClientSession, new_session_id
-from proxy.protocol import jsonrpc
-from proxy.protocol.jsonrpc import Message, MessageKind
+from proxy.inbound.stdio_modern import ModernRequests, initialize_refused
+from proxy.pipeline import wire_error
+from proxy.protocol import jsonrpc, modern
+from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 
 __all__ = ["serve_stdio"]
 
@@ -23,52 +45,140 @@ logger = logging.getLogger("proxy.inbound.stdio")
 
 Write = Callable[[bytes], Awaitable[None]]
 
+_ENVELOPE_ON_LEGACY: Final = (
+    "this connection serves the handshake protocol era (it began with initialize); "
+    "requests carrying the 2026-07-28 _meta envelope are not accepted on it"
+)
+
+
+class _Era(enum.Enum):
+    UNDECIDED = "undecided"
+    LEGACY = "legacy"
+    MODERN = "modern"
+
 
 async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Write) -> None:
-    """Serve one client session until ``lines`` ends (the client closed our stdin)."""
-    session = ClientSession(id=new_session_id(), transport="stdio", identity=gateway.auth.stdio_identity)
-    gateway.sessions[session.id] = session
-    gateway.metrics.session_opened("stdio")
-    lock = anyio.Lock()
+    """Serve one client until ``lines`` ends (the client closed our stdin); requests still in
+    flight then are cancelled."""
+    await _Connection(gateway, write).serve(lines)
 
-    async def emit(message: Message) -> None:
-        data = jsonrpc.encode(message) + b"\n"
-        gateway.metrics.bytes_out("stdio", len(data))
-        async with lock:
-            await write(data)
 
-    async def answer(message: Message) -> None:
-        response = await gateway.handle(session, message)
-        if response is not None:
-            await emit(response)
+class _Connection:
+    """One client on stdin/stdout, in the era its first request chose."""
 
-    async def pump_notifications() -> None:
+    _tg: TaskGroup  # every request's task, and the legacy session's standalone stream
+
+    def __init__(self, gateway: Gateway, write: Write) -> None:
+        self._gateway = gateway
+        self._write = write
+        self._lock = anyio.Lock()
+        self._era = _Era.UNDECIDED
+        self._session: ClientSession | None = None  # legacy: the one session
+        self._modern = ModernRequests(gateway, self._send)
+
+    async def serve(self, lines: AsyncIterable[bytes]) -> None:
+        try:
+            async with anyio.create_task_group() as self._tg:
+                async for line in lines:
+                    self._gateway.metrics.bytes_in("stdio", len(line))
+                    if line.strip():
+                        await self._received(line)
+                logger.info("stdin closed; the client is gone")
+                self._tg.cancel_scope.cancel()
+        finally:
+            if self._session is not None:
+                self._gateway.end_session(self._session)
+
+    async def _received(self, line: bytes) -> None:
+        """Act on one line from the client; never raises for what the client sent."""
+        try:
+            decoded = jsonrpc.decode(line)
+        except ProtocolError as exc:
+            return await self._send(self._error(exc, None))
+        try:
+            message = jsonrpc.validate(decoded)
+        except ProtocolError as exc:
+            return await self._send(self._error(exc, _readable_id(decoded)))
+        kind = jsonrpc.kind_of(message)
+        if kind is MessageKind.REQUEST:
+            return await self._request(message)
+        if self._session is not None:  # legacy
+            await self._gateway.handle(self._session, message)
+        elif kind is MessageKind.NOTIFICATION and message["method"] == "notifications/cancelled":
+            self._modern.cancel(message)
+        else:
+            # Before the first request there is nothing for a notification to be about; a
+            # modern client sends nothing but cancellations, and answers nothing (we ask nothing).
+            logger.debug("ignored a %s on a %s connection", kind.value, self._era.value)
+        return None
+
+    async def _request(self, message: Message) -> None:
+        request_id: RequestId = message["id"]
+        method = message["method"]
+        enveloped = modern.has_envelope(message)
+        if self._era is _Era.UNDECIDED and (method == "initialize" or not enveloped):
+            self._open_legacy()
+        if self._session is not None:  # legacy
+            if enveloped and method != "initialize":
+                return await self._send(wire_error(InvalidRequest(_ENVELOPE_ON_LEGACY), request_id))
+            self._tg.start_soon(self._answer_legacy, self._session, message)
+            return None
+        if method == "initialize":  # only ever here on a connection that is modern already
+            return await self._send(wire_error(initialize_refused(message), request_id, modern=True))
+        try:
+            envelope = modern.classify(message, None)
+        except ProtocolError as exc:
+            # A malformed envelope answers the error and leaves an undecided era undecided.
+            # The SDK locks the connection modern on the version key alone; we do not, because
+            # our -32022 names the handshake revisions too (versions.ADVERTISED) and the spec's
+            # stdio probe falls back to initialize on any error other than a recognised modern
+            # one: locking now would refuse the very initialize our answer invites.
+            return await self._send(wire_error(exc, request_id, modern=True))
+        if self._era is _Era.UNDECIDED:
+            logger.info(
+                "the first request carries a %s envelope: serving it statelessly", envelope.protocol_version
+            )
+            self._era = _Era.MODERN
+        self._tg.start_soon(self._modern.answer, message, envelope)
+        return None
+
+    def _open_legacy(self) -> None:
+        gateway = self._gateway
+        session = ClientSession(id=new_session_id(), transport="stdio", identity=gateway.auth.stdio_identity)
+        gateway.sessions[session.id] = session
+        gateway.metrics.session_opened("stdio")
+        self._session, self._era = session, _Era.LEGACY
+        self._tg.start_soon(self._pump_standalone, session)
+
+    async def _pump_standalone(self, session: ClientSession) -> None:
         # Everything but responses (notifications, our requests to the client) is queued on
         # the session's standalone stream; on stdio that is simply more lines on stdout.
         async def write_event(_: str, data: bytes) -> None:
-            gateway.metrics.bytes_out("stdio", len(data) + 1)
-            async with lock:
-                await write(data + b"\n")
+            await self._write_line(data)
 
         await session.standalone.follow(0, write_event)
 
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pump_notifications)
-            async for line in lines:
-                gateway.metrics.bytes_in("stdio", len(line))
-                if not line.strip():
-                    continue
-                try:
-                    message = jsonrpc.parse(line)
-                except ProtocolError as exc:
-                    await emit(jsonrpc.error_response(None, exc.code, exc.message))
-                    continue
-                if jsonrpc.kind_of(message) is MessageKind.REQUEST:
-                    tg.start_soon(answer, message)
-                else:
-                    await gateway.handle(session, message)
-            logger.info("stdin closed; the client is gone")
-            tg.cancel_scope.cancel()
-    finally:
-        gateway.end_session(session)
+    async def _answer_legacy(self, session: ClientSession, message: Message) -> None:
+        response = await self._gateway.handle(session, message)
+        if response is not None:
+            await self._send(response)
+
+    def _error(self, exc: ProtocolError, request_id: RequestId | None) -> Message:
+        response = wire_error(exc, request_id, modern=self._era is _Era.MODERN)
+        if request_id is None and self._era is _Era.MODERN:
+            del response["id"]  # 2026-07-28 leaves an unreadable id out rather than null
+        return response
+
+    async def _send(self, message: Message) -> None:
+        await self._write_line(jsonrpc.encode(message))
+
+    async def _write_line(self, data: bytes) -> None:
+        self._gateway.metrics.bytes_out("stdio", len(data) + 1)
+        async with self._lock:
+            await self._write(data + b"\n")
+
+
+def _readable_id(decoded: Any) -> RequestId | None:
+    """The id of a request that failed validation, if it has one the client could match."""
+    request_id = decoded.get("id") if isinstance(decoded, dict) and "method" in decoded else None
+    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None

@@ -22,7 +22,7 @@ import orjson
 
 from proxy.policy.model import Identity
 
-__all__ = ["SessionClaims", "SessionTokens", "derive_key"]
+__all__ = ["SessionClaims", "SessionTokens", "derive_key", "fingerprint"]
 
 _MAC_BYTES: Final = 16
 _MAX_TOKEN: Final = 8192
@@ -33,7 +33,8 @@ def derive_key(secret: bytes, purpose: str) -> bytes:
     return hmac.new(secret, purpose.encode(), hashlib.sha256).digest()
 
 
-def _fingerprint(identity: Identity) -> str:
+def fingerprint(identity: Identity) -> str:
+    """A short hash naming an identity in signed tokens: its source, name and roles."""
     material = "\0".join([identity.source, identity.name, *sorted(identity.roles)])
     return hashlib.sha256(material.encode()).hexdigest()[:32]
 
@@ -61,7 +62,7 @@ class SessionTokens:
             {
                 "v": protocol_version,
                 "c": capabilities,
-                "i": _fingerprint(identity),
+                "i": fingerprint(identity),
                 "n": _b64(secrets.token_bytes(16)),
             }
         )
@@ -79,7 +80,7 @@ class SessionTokens:
             claims = orjson.loads(_unb64(body))
         except (binascii.Error, ValueError):
             return None
-        if not isinstance(claims, dict) or claims.get("i") != _fingerprint(identity):
+        if not isinstance(claims, dict) or claims.get("i") != fingerprint(identity):
             return None
         version, capabilities = claims.get("v"), claims.get("c")
         if not isinstance(version, str) or not isinstance(capabilities, dict):

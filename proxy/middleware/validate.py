@@ -9,6 +9,7 @@ from typing import Any
 
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy import SchemaValidators
+from proxy.protocol.results import is_input_required
 
 __all__ = ["Validate"]
 
@@ -28,7 +29,12 @@ class Validate:
                 listed = "\n".join(f"- {p}" for p in problems)
                 return tool_error(f"Invalid arguments for {ctx.name}:\n{listed}", outcome="invalid_arguments")
         result = await call_next(ctx)
-        if self._results and isinstance(result, dict) and not result.get("isError"):
+        if (
+            self._results
+            and isinstance(result, dict)
+            and not result.get("isError")
+            and not is_input_required(result)
+        ):
             problems = self._validators.check_structured_content(ctx.entry, result)
             if problems:
                 return tool_error(

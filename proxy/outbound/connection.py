@@ -1,11 +1,16 @@
 """One long-lived, multiplexed connection to one MCP server, kept alive by a supervisor.
 
-``ServerConnection.run`` owns the server for Manifold's lifetime: it connects, performs the
-``initialize`` handshake, drains every list the server offers (tools, prompts, resources,
-resource templates), then serves requests until the link dies, and starts over after an
-exponential backoff. Requests from every client session share the one link: each gets a fresh
-id from this connection's own counter, so clients that reuse JSON-RPC ids never receive each
-other's answers, and progress tokens are remapped the same way.
+``ServerConnection.run`` owns the server for Manifold's lifetime: it connects, learns the
+server's era (``server/discover`` first; any error or silence means a handshake-era server, so
+``initialize``), drains every list the server offers (tools, prompts, resources, resource
+templates), then serves requests until the link dies, and starts over after an exponential
+backoff. The era found is remembered across restarts and checked again when it fails. To a
+2026-07-28 server every request carries the ``_meta`` envelope of the client it is for (that
+client's capabilities and log level, Manifold's client info).
+
+Requests from every client session share the one link: each gets a fresh id from this
+connection's own counter, so clients that reuse JSON-RPC ids never receive each other's
+answers, and progress tokens are remapped the same way.
 
 Messages a server sends *about* a request (progress, log lines, sampling/elicitation/roots
 requests) go back through that request's :class:`Relay`, i.e. to the one client session that
@@ -18,6 +23,7 @@ import contextlib
 import enum
 import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -29,6 +35,7 @@ import anyio.abc
 
 from proxy import __version__
 from proxy.errors import (
+    InvalidParams,
     MethodNotFound,
     ProtocolError,
     RemoteError,
@@ -38,11 +45,21 @@ from proxy.errors import (
 from proxy.outbound.transport import Link, Transport
 from proxy.pipeline import wire_error
 from proxy.protocol import jsonrpc, versions
+from proxy.protocol.headers import ParamHeader, param_headers, x_mcp_header_problem, x_mcp_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
+from proxy.protocol.modern import (
+    CLIENT_CAPABILITIES_KEY,
+    CLIENT_INFO_KEY,
+    LOG_LEVEL_KEY,
+    PROTOCOL_VERSION_KEY,
+    SERVER_INFO_KEY,
+)
+from proxy.protocol.results import CacheHint, hint_of, merge_cache
 
 __all__ = [
     "LIST_KINDS",
     "ConnectionListener",
+    "Era",
     "Relay",
     "ServerConnection",
     "ServerState",
@@ -53,6 +70,9 @@ logger = logging.getLogger("proxy.outbound.connection")
 
 _STABLE_AFTER: Final = 30.0  # seconds up before a crash no longer counts toward the backoff
 _CANCEL_GRACE: Final = 1.0
+_DISCOVER_TIMEOUT: Final = 10.0  # a handshake-era server may ignore server/discover altogether
+_SUBSCRIPTION_ID_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+_SUBSCRIBE: Final = frozenset({"resources/subscribe", "resources/unsubscribe"})
 
 # kind -> (the capability that offers it, its list method). The kind is also the result key.
 LIST_KINDS: Final[dict[str, tuple[str, str]]] = {
@@ -69,6 +89,21 @@ _CHANGED: Final[dict[str, tuple[str, ...]]] = {
 # What Manifold tells servers it can do as a client: it relays these to the client session
 # whose request caused them, if that client declared them too (else the server gets an error).
 CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
+_RELAYED: Final = ("sampling", "elicitation", "roots")  # what a server may ask a client for
+_CLIENT_INFO: Final = {"name": "manifold", "version": __version__}
+
+
+class Era(enum.Enum):
+    """How a server is spoken to: the ``initialize`` handshake, or 2026-07-28's envelope per request."""
+
+    UNKNOWN = "unknown"
+    LEGACY = "legacy"
+    MODERN = "modern"
+
+    @classmethod
+    def of(cls, setting: str) -> Era:
+        """The era a server's ``era:`` setting pins (``auto``: none, find out)."""
+        return cls.UNKNOWN if setting == "auto" else cls(setting)
 
 
 class ServerState(enum.Enum):
@@ -82,6 +117,22 @@ class Relay(Protocol):
 
     @property
     def session_id(self) -> str: ...
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """What that client declared it can be asked (sampling, elicitation, roots …)."""
+        ...
+
+    @property
+    def log_level(self) -> str | None:
+        """The least severe log level that client wants to hear, if it asked for log lines."""
+        ...
+
+    @property
+    def asleep(self) -> bool:
+        """A parked call whose server is waiting on answers its client has yet to bring: not the
+        one asking, when a question does not say which call it is about."""
+        ...
 
     def notify(self, message: Message) -> None:
         """Queue a notification for that client (in order; never blocks)."""
@@ -107,6 +158,25 @@ class ConnectionListener(Protocol):
     def server_notification(self, server_id: str, message: Message) -> None:
         """A notification related to no request (a log line, resources/updated)."""
         ...
+
+
+def _untagged(message: Message) -> Message:
+    """A listen stream's notification without the stream's tag: the id is ours, not the client's."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict) or _SUBSCRIPTION_ID_KEY not in meta:
+        return message
+    rest = {k: v for k, v in meta.items() if k != _SUBSCRIPTION_ID_KEY}
+    assert isinstance(params, dict)
+    untagged = {k: v for k, v in params.items() if k != "_meta"}
+    if rest:
+        untagged["_meta"] = rest
+    return {**message, "params": untagged}
+
+
+async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 def backoff_delay(attempt: int, *, base: float = 0.5, cap: float = 30.0, jitter: float = 0.2) -> float:
@@ -137,6 +207,7 @@ class ServerConnection:
         client_capabilities: dict[str, Any] | None = None,
         default_relay: Relay | None = None,
         clock: Callable[[], float] = time.monotonic,
+        era: Era = Era.UNKNOWN,
     ) -> None:
         self.server_id = server_id
         self._transport = transport
@@ -158,6 +229,15 @@ class ServerConnection:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stale: set[str] = set()
         self._refresh = anyio.Event()
+        # 2026-07-28 servers tell of changes on a subscriptions/listen stream: the resource URIs it
+        # is to cover, and an event set when they change (the stream is then replaced).
+        self._watched: set[str] = set()
+        self._watch_changed = anyio.Event()
+        # A 2026-07-28 server's tools/call mirrors annotated arguments in Mcp-Param-* headers:
+        # the annotations of its tools that have any, by the server's own tool name.
+        self._param_specs: dict[str, tuple[ParamHeader, ...]] = {}
+        # What a 2026-07-28 server said of each list's freshness (ttlMs, cacheScope), by kind.
+        self.cache_hints: dict[str, CacheHint] = {}
         self.state = ServerState.STARTING
         self.reason: str | None = None
         self.restarts = 0
@@ -165,7 +245,15 @@ class ServerConnection:
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
         self.protocol_version: str | None = None
+        # Remembered across restarts; UNKNOWN and LEGACY are probed with server/discover first.
+        self.era = era
+        self._pinned = era is not Era.UNKNOWN  # the operator said which: no probing
         self.first_attempt_done = anyio.Event()
+
+    @property
+    def modern(self) -> bool:
+        """Whether the server speaks 2026-07-28 (stateless): no handshake, an envelope per request."""
+        return self.era is Era.MODERN
 
     # ---- public API -------------------------------------------------------------------
 
@@ -190,6 +278,8 @@ class ServerConnection:
         link = self._link
         if link is None or self.state is not ServerState.READY:
             raise ServerUnavailable(self.server_id, self.reason or self.state.value)
+        if self.modern and method in _SUBSCRIBE:
+            return self._watch(method, params)
         return await self._call(
             link, method, params, self.request_timeout if timeout is None else timeout, relay
         )
@@ -231,7 +321,7 @@ class ServerConnection:
                 tg.start_soon(self._read_loop, link, down, tg.cancel_scope)
                 try:
                     with anyio.fail_after(self.connect_timeout):
-                        await self._handshake(link)
+                        await self._negotiate(link)
                         lists = {kind: await self._list(link, kind) for kind in self._offered()}
                 except TimeoutError:
                     down.append(f"no handshake within {self.connect_timeout:g}s (connect timeout)")
@@ -248,6 +338,8 @@ class ServerConnection:
                 counts = ", ".join(f"{len(items)} {kind}" for kind, items in lists.items())
                 logger.info("server %s: ready (%s)", self.server_id, counts or "nothing listed")
                 tg.start_soon(self._refresher, link)
+                if self.modern and self._listen_filter() is not None:
+                    tg.start_soon(self._keep_listening, link)
         except ServerUnavailable as exc:
             return exc.reason if not down else down[0]
         finally:
@@ -298,6 +390,8 @@ class ServerConnection:
         elif method in _CHANGED:
             self._stale.update(_CHANGED[method])
             self._refresh.set()
+        elif method == "notifications/subscriptions/acknowledged":
+            logger.debug("server %s: listening for %s", self.server_id, params.get("notifications"))
         elif method == "notifications/cancelled":
             request_id = params.get("requestId")
             scope = self._server_requests.get(request_id) if isinstance(request_id, int | str) else None
@@ -308,7 +402,7 @@ class ServerConnection:
             if slot is not None and slot.relay is not None:
                 slot.relay.notify(message)
             else:
-                self._listener.server_notification(self.server_id, message)
+                self._listener.server_notification(self.server_id, _untagged(message))
 
     def _relay_for(self, related: RequestId | None) -> Relay:
         """The client request a server request belongs to.
@@ -325,6 +419,9 @@ class ServerConnection:
         sessions = {relay.session_id for relay in relays}
         if len(sessions) == 1:
             return relays[0]
+        awake = [relay for relay in relays if not relay.asleep]
+        if len({relay.session_id for relay in awake}) == 1:
+            return awake[0]
         if self._default_relay is not None:
             return self._default_relay
         if not sessions:
@@ -349,6 +446,73 @@ class ServerConnection:
             with contextlib.suppress(ServerUnavailable):
                 await link.send(reply)
 
+    def _watch(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """``resources/(un)subscribe`` to a 2026-07-28 server: which URIs its listen stream covers.
+
+        Raises:
+            MethodNotFound: the server offers no resource subscriptions.
+            InvalidParams: no URI.
+        """
+        if not (self.capabilities.get("resources") or {}).get("subscribe"):
+            raise MethodNotFound(f"server {self.server_id!r} offers no resource subscriptions")
+        uri = (params or {}).get("uri")
+        if not isinstance(uri, str):
+            raise InvalidParams(f'{method} needs a string "uri"')
+        before = len(self._watched)
+        (self._watched.add if method == "resources/subscribe" else self._watched.discard)(uri)
+        if len(self._watched) != before:
+            self._watch_changed.set()
+        return {}
+
+    def _listen_filter(self) -> dict[str, Any] | None:
+        """What a listen stream asks a 2026-07-28 server for; None when it offers nothing."""
+        wanted: dict[str, Any] = {}
+        for kind, key in (("tools", "tools"), ("prompts", "prompts"), ("resources", "resources")):
+            if (self.capabilities.get(kind) or {}).get("listChanged"):
+                wanted[f"{key}ListChanged"] = True
+        subscribable = bool((self.capabilities.get("resources") or {}).get("subscribe"))
+        if subscribable:
+            wanted["resourceSubscriptions"] = sorted(self._watched)
+        return {"notifications": wanted} if wanted else None
+
+    async def _keep_listening(self, link: Link) -> None:
+        """One ``subscriptions/listen`` stream open for as long as the link lives; replaced when the
+        URIs it should cover change (the new one opens before the old one is cancelled, so no
+        change falls between them), reopened after a backoff when the server ends it."""
+        assert self._tg is not None
+        previous: anyio.CancelScope | None = None
+        attempt = 0
+        while True:
+            self._watch_changed = changed = anyio.Event()
+            ended, scope = anyio.Event(), anyio.CancelScope()
+            self._tg.start_soon(self._listen, link, self._listen_filter(), scope, ended)
+            if previous is not None:
+                previous.cancel()
+            previous = scope
+            async with anyio.create_task_group() as waiting:
+                for event in (changed, ended):
+                    waiting.start_soon(_cancel_when_set, event, waiting.cancel_scope)
+            if ended.is_set() and not changed.is_set():
+                delay = backoff_delay(attempt)
+                attempt += 1
+                logger.info("server %s: its listen stream ended; reopening in %.1fs", self.server_id, delay)
+                await anyio.sleep(delay)
+            else:
+                attempt = 0
+
+    async def _listen(
+        self, link: Link, params: dict[str, Any] | None, scope: anyio.CancelScope, ended: anyio.Event
+    ) -> None:
+        with scope:
+            try:
+                await self._call(link, "subscriptions/listen", params, math.inf)
+            except (RemoteError, ProtocolError) as exc:
+                logger.warning("server %s: subscriptions/listen failed: %s", self.server_id, exc)
+            except ServerUnavailable:
+                pass  # the link is going: its supervisor restarts everything
+            finally:
+                ended.set()
+
     async def _refresher(self, link: Link) -> None:
         """Re-list what the server says changed; bursts coalesce into one re-list per kind."""
         while True:
@@ -365,6 +529,65 @@ class ServerConnection:
 
     # ---- protocol steps --------------------------------------------------------------
 
+    async def _negotiate(self, link: Link) -> None:
+        """Learn the server's era (PLAN §1.11): ``server/discover`` answered with a modern revision
+        means 2026-07-28; any error, or no answer in time, means the handshake era.
+
+        A server remembered (or pinned) as handshake-era gets ``initialize`` straight away; if it
+        refuses that as an unsupported revision (-32022: it was upgraded), it is probed again.
+        """
+        if self.era is not Era.LEGACY:
+            if await self._discover(link):
+                return
+            if self._pinned:
+                raise ServerUnavailable(self.server_id, "it did not answer server/discover (era: modern)")
+        try:
+            await self._handshake(link)
+        except RemoteError as exc:
+            if exc.error.get("code") != -32022 or self._pinned or not await self._discover(link):
+                raise
+
+    async def _discover(self, link: Link) -> bool:
+        timeout = min(_DISCOVER_TIMEOUT, self.connect_timeout / 3)
+        try:
+            result = await self._call(
+                link, "server/discover", {"_meta": self._envelope(None)}, timeout, era=Era.MODERN
+            )
+        except (RemoteError, ServerTimeout) as exc:
+            logger.debug("server %s: server/discover failed (%s): handshake era", self.server_id, exc)
+            return False
+        offered = result.get("supportedVersions") if isinstance(result, dict) else None
+        if not isinstance(offered, list) or versions.LATEST_MODERN not in offered:
+            return False
+        assert isinstance(result, dict)
+        self.era = Era.MODERN
+        self.protocol_version = versions.LATEST_MODERN
+        self.capabilities = result.get("capabilities") or {}
+        meta = result.get("_meta")
+        info = meta.get(SERVER_INFO_KEY) if isinstance(meta, dict) else None
+        self.server_info = info if isinstance(info, dict) else {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+        return True
+
+    def _envelope(self, relay: Relay | None) -> dict[str, Any]:
+        """The ``_meta`` a 2026-07-28 server gets: about the client the request is for (what it
+        can be asked, its log level), or Manifold's own for requests on nobody's behalf."""
+        if relay is None:
+            return {
+                PROTOCOL_VERSION_KEY: versions.LATEST_MODERN,
+                CLIENT_CAPABILITIES_KEY: {},
+                CLIENT_INFO_KEY: _CLIENT_INFO,
+            }
+        envelope: dict[str, Any] = {
+            PROTOCOL_VERSION_KEY: versions.LATEST_MODERN,
+            CLIENT_CAPABILITIES_KEY: {k: v for k, v in relay.capabilities.items() if k in _RELAYED},
+            CLIENT_INFO_KEY: _CLIENT_INFO,
+        }
+        if relay.log_level is not None:
+            envelope[LOG_LEVEL_KEY] = relay.log_level
+        return envelope
+
     async def _handshake(self, link: Link) -> None:
         result = await self._call(
             link,
@@ -372,9 +595,10 @@ class ServerConnection:
             {
                 "protocolVersion": versions.LATEST,
                 "capabilities": self._client_capabilities,
-                "clientInfo": {"name": "manifold", "version": __version__},
+                "clientInfo": _CLIENT_INFO,
             },
             self.connect_timeout,
+            era=Era.LEGACY,
         )
         if not isinstance(result, dict):
             raise ProtocolError(f"server {self.server_id!r} answered initialize with a non-object result")
@@ -383,6 +607,7 @@ class ServerConnection:
             raise ServerUnavailable(
                 self.server_id, f"it chose protocol revision {version!r}, which Manifold does not speak"
             )
+        self.era = Era.LEGACY
         self.protocol_version = version
         self.capabilities = result.get("capabilities") or {}
         self.server_info = result.get("serverInfo") or {}
@@ -397,6 +622,8 @@ class ServerConnection:
         templates, say) answers -32601: that list is empty, not a broken server.
         """
         method = LIST_KINDS[kind][1]
+        self.cache_hints.pop(kind, None)
+        hints: list[CacheHint | None] = []
         items: list[dict[str, Any]] = []
         seen: set[str] = set()
         cursor: str | None = None
@@ -413,9 +640,12 @@ class ServerConnection:
             if not isinstance(page, list):
                 raise ProtocolError(f"server {self.server_id!r} answered {method} without a {kind!r} array")
             items.extend(page)
+            hints.append(hint_of(result))
+            if all(hints):  # a page without hints: the list has none
+                self.cache_hints[kind] = merge_cache(h for h in hints if h is not None)
             cursor = result.get("nextCursor")
             if cursor is None:
-                return items
+                return self._mirrored(items) if kind == "tools" and self.modern else items
             if not isinstance(cursor, str) or not cursor or cursor in seen:
                 logger.warning(
                     "server %s: %s returned a bad or repeated cursor %r; keeping the %d items so far",
@@ -428,6 +658,23 @@ class ServerConnection:
         )
         return items
 
+    def _mirrored(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A 2026-07-28 server's tools, less those whose ``x-mcp-header`` annotations break the
+        rules (a client on HTTP must drop them); the annotations of the others remembered."""
+        kept: list[dict[str, Any]] = []
+        specs: dict[str, tuple[ParamHeader, ...]] = {}
+        for tool in tools:
+            schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+            problem = x_mcp_header_problem(schema)
+            if problem is not None:
+                logger.warning("server %s: dropped tool %r: %s", self.server_id, tool.get("name"), problem)
+                continue
+            kept.append(tool)
+            if mirrored := x_mcp_headers(schema):
+                specs[str(tool.get("name"))] = mirrored
+        self._param_specs = specs
+        return kept
+
     async def _call(
         self,
         link: Link,
@@ -435,9 +682,15 @@ class ServerConnection:
         params: dict[str, Any] | None,
         timeout: float,
         relay: Relay | None = None,
+        *,
+        era: Era | None = None,
     ) -> Any:
+        """``era``: speak this era whatever the server is thought to be (negotiation)."""
         request_id = next(self._ids)
         slot = _Pending(relay)
+        if (era or self.era) is Era.MODERN:
+            params = dict(params or {})
+            params["_meta"] = {**(params.get("_meta") or {}), **self._envelope(relay)}
         meta = params.get("_meta") if params else None
         if relay is not None and isinstance(meta, dict) and "progressToken" in meta:
             # Tokens are the client's; on a shared connection they could collide, so the server
@@ -446,8 +699,13 @@ class ServerConnection:
             slot.progress_token = meta["progressToken"]
             params = {**params, "_meta": {**meta, "progressToken": request_id}}
         self._pending[request_id] = slot
+        specs = self._param_specs.get(str(params.get("name"))) if method == "tools/call" and params else None
+        headers = None
+        if specs and params is not None:
+            arguments = params.get("arguments")
+            headers = param_headers(specs, arguments if isinstance(arguments, dict) else {})
         try:
-            await link.send(jsonrpc.request(request_id, method, params))
+            await link.send(jsonrpc.request(request_id, method, params), headers=headers)
             with anyio.move_on_after(timeout) as waited:
                 await slot.event.wait()
             if waited.cancelled_caught:

@@ -50,7 +50,12 @@ class _StdioLink:
         self._send_lock = anyio.Lock()
         self._closed_reason: str | None = None
 
-    async def send(self, message: Message) -> None:
+    async def send(self, message: Message, *, headers: Mapping[str, str] | None = None) -> None:
+        """Write one line; ``headers`` are ignored: stdio has no header layer.
+
+        Raises:
+            ServerUnavailable: the process is gone or its stdin closed.
+        """
         if self._closed_reason is not None:
             raise ServerUnavailable(self._server_id, self._closed_reason)
         data = jsonrpc.encode(message) + b"\n"

@@ -2,7 +2,8 @@
 
 A transport is a thin shell: it moves whole JSON-RPC messages (already-decoded dicts)
 between Manifold and one MCP server. It knows nothing of ids, timeouts or MCP methods,
-except where its wire format forces it to (the Streamable HTTP session header).
+except where its wire format forces it to (the Streamable HTTP session, the headers a
+2026-07-28 request mirrors from its body, and cancelling such a request by closing its POST).
 
     async with transport.connect() as link:
         await link.send(message)
@@ -15,6 +16,7 @@ aiohttp or anyio stream errors.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -28,8 +30,12 @@ Received = tuple[Message, RequestId | None]
 class Link(Protocol):
     """An open message channel to one server."""
 
-    async def send(self, message: Message) -> None:
+    async def send(self, message: Message, *, headers: Mapping[str, str] | None = None) -> None:
         """Hand one message to the server. Returns once it is on its way (not answered).
+
+        ``headers`` are HTTP headers for this one message's POST (the ``Mcp-Param-*`` of a
+        2026-07-28 ``tools/call``, which only the caller can derive, from the tool's schema).
+        Transports without HTTP requests of their own per message ignore them.
 
         Raises:
             ServerUnavailable: the link is closed or the server cannot be reached.

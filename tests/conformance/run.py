@@ -246,8 +246,13 @@ async def _stop(process: Process) -> None:
 
 
 def manifold_config(path: Path, fixture_url: str | None = None, session_mode: str = "shared") -> Path:
-    """One server, ``conformance``: the fixture (over stdio, or at ``fixture_url``), names unprefixed."""
-    server: dict[str, Any] = {"prefix": "", "connect_timeout": 30, "request_timeout": 60}
+    """One server, ``conformance``: the fixture (over stdio, or at ``fixture_url``), names unprefixed.
+
+    The fixture's tools ask the client things the handshake way only (server requests), which a
+    2026-07-28 connection cannot carry; the SDK under it would still answer server/discover, so
+    the era is pinned (the 0.2 line's fixture, ``tests/conformance_modern``, is dual-era).
+    """
+    server: dict[str, Any] = {"prefix": "", "connect_timeout": 30, "request_timeout": 60, "era": "legacy"}
     if fixture_url is None:
         server |= {"command": sys.executable, "args": [str(FIXTURE), "--transport", "stdio"]}
     else:

@@ -319,9 +319,14 @@ class Mrtr:
         """
         if not _modern(ctx):
             answers: Answers = {}
-            for requested in plan.rounds:
-                for key, request in requested.items():
-                    answers[key] = await _ask_client(ctx, request)
+
+            async def ask(key: str, request: dict[str, Any]) -> None:
+                answers[key] = await _ask_client(ctx, request)
+
+            for requested in plan.rounds:  # a round's questions at once, as a modern round asks them
+                async with anyio.create_task_group() as tg:
+                    for key, request in requested.items():
+                        tg.start_soon(ask, key, request)
             return plan.finish(answers)
         round_index, answers = 0, {}
         if plan.sealed and params.request_state is not None:

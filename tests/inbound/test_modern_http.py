@@ -86,6 +86,9 @@ class Server:
                 await reply(note)
             text = orjson.dumps({"tool": name, "params": params}).decode()
             await reply(answer(message, {"content": [{"type": "text", "text": text}]}))
+        elif "id" in message:  # server/discover among them: this server is handshake-era only
+            error = {"code": -32601, "message": "Method not found"}
+            await reply({"jsonrpc": "2.0", "id": message["id"], "error": error})
 
     def calls(self) -> list[Message]:
         return [m for m in self.received if m.get("method") == "tools/call"]
@@ -350,6 +353,30 @@ async def test_a_body_that_is_not_one_message_is_refused_without_an_id(
     error = valid(response.json())
     assert (response.status, error["error"]["code"]) == (400, code)
     assert "id" not in error  # the 2026-07-28 schema has no null ids
+
+
+@pytest.mark.parametrize(
+    ("config", "headers", "status"),
+    [
+        ({}, {"Origin": "http://evil.example"}, 403),
+        ({}, {"Host": "evil.example"}, 403),
+        ({"auth": {"api_keys": [{"name": "ci", "key": "sha256:" + "0" * 64}]}}, {}, 401),
+        ({"rate_limits": {"http": {"rate": "1/minute", "burst": 1}}}, {}, 429),
+    ],
+    ids=["origin", "host", "unauthenticated", "flood"],
+)
+async def test_refusals_before_the_body_is_read_carry_no_null_id_at_2026_07_28(
+    server: Server, config: dict[str, Any], headers: dict[str, str], status: int
+) -> None:
+    async with serving(server, **config) as endpoint:
+        response = await endpoint("POST", request("tools/list"), {**routed("tools/list"), **headers})
+        if status == 429:  # the first request spends the burst
+            response = await endpoint("POST", request("tools/list"), routed("tools/list"))
+        legacy = await endpoint("POST", request("tools/list"), headers) if status != 429 else None
+    assert response.status == status
+    assert "id" not in valid(response.json())
+    if legacy is not None:  # the handshake era keeps its id: null
+        assert legacy.json()["id"] is None
 
 
 async def test_a_notification_is_accepted_and_dropped(asgi: Asgi, server: Server) -> None:

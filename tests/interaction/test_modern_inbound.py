@@ -1,9 +1,10 @@
 """End to end at revision 2026-07-28: the official SDK client, stateless, ↔ a real ``manifold
-serve`` ↔ handshake-era SDK servers over stdio, beside legacy clients on the same endpoint.
+serve`` ↔ SDK servers of both eras over stdio, beside legacy clients on the same endpoint.
 
 Behind Manifold: ``alpha`` (tests/fixtures/fixture_server.py: 12 tools, 5 a page) and ``r1``
-(tests/fixtures/relay_server.py: prompts, resources, templates, completions, progress), both
-reached with ``initialize`` as today. Manifold serves 7 items a page.
+(tests/fixtures/relay_server.py: prompts, resources, templates, completions, progress). ``alpha``
+answers ``server/discover``, so Manifold speaks 2026-07-28 to it; ``r1`` is pinned to the handshake
+era (``era: legacy``). Manifold serves 7 items a page.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
         "catalog": {"page_size": PAGE},
         "servers": {
             "alpha": fixture_server("alpha", tools=12, page_size=5),
-            "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"]},
+            "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"], "era": "legacy"},
         },
     }
     async with running_manifold(tmp_path_factory.mktemp("modern"), config) as running:
@@ -91,7 +92,7 @@ async def test_an_auto_client_discovers_manifold_and_chooses_2026_07_28(manifold
         capabilities = client.server_capabilities
         assert capabilities.tools is not None
         assert capabilities.prompts is not None
-        assert not capabilities.tools.list_changed  # nothing to hear it on until subscriptions/listen
+        assert capabilities.tools.list_changed  # heard on subscriptions/listen streams
 
 
 async def test_a_modern_client_pages_through_the_same_merged_tools_as_a_legacy_one(

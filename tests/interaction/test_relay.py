@@ -57,12 +57,17 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
     async with running_http_process(r2, port):
         config = {
             "servers": {
-                "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"]},
-                "r2": {"url": f"http://127.0.0.1:{port}/mcp", "transport": "streamable-http"},
+                "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"], "era": "legacy"},
+                "r2": {
+                    "url": f"http://127.0.0.1:{port}/mcp",
+                    "transport": "streamable-http",
+                    "era": "legacy",
+                },
                 "r3": {
                     "command": sys.executable,
                     "args": [RELAY, "--name", "r3"],
                     "session_mode": "per_client",
+                    "era": "legacy",
                 },
             }
         }

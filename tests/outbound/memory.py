@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -27,9 +27,11 @@ class MemoryLink:
         self._to_server = to_server
         self._from_server = from_server
         self.sent: list[Message] = []
+        self.sent_headers: list[Mapping[str, str] | None] = []  # each message's headers, as in ``sent``
 
-    async def send(self, message: Message) -> None:
+    async def send(self, message: Message, *, headers: Mapping[str, str] | None = None) -> None:
         self.sent.append(message)
+        self.sent_headers.append(headers)
         try:
             await self._to_server.send(message)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):

@@ -57,6 +57,8 @@ def paged_server(pages: Sequence[tuple[list[str], str | None]], on_call: Handler
             await reply(answer(message, result))
         elif method == "tools/call" and on_call is not None:
             await on_call(message, reply)
+        elif "id" in message and method is not None:  # server/discover among them: a handshake-era server
+            await reply({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": method}})
 
     return handle
 

@@ -16,6 +16,7 @@ from proxy.outbound.http import AutoHttpTransport, StreamableHttpTransport, http
 from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
+from proxy.protocol.modern import PROTOCOL_VERSION_KEY
 from tests.fixtures.spawn import (
     FIXED_TOOLS,
     INIT,
@@ -272,11 +273,15 @@ async def test_headers_carry_the_session_and_version_and_the_session_is_deleted_
     assert [r.headers["accept"] for r in rest if r.method == "GET"] == ["text/event-stream"]
 
 
-async def test_a_closed_link_refuses_to_send_and_to_receive() -> None:
-    async with StreamableHttpTransport("search", f"http://127.0.0.1:{free_port()}/mcp").connect() as link:
+@pytest.mark.parametrize("kind", [StreamableHttpTransport, AutoHttpTransport])
+async def test_a_closed_link_refuses_to_send_and_to_receive(kind: type[StreamableHttpTransport]) -> None:
+    async with kind("search", f"http://127.0.0.1:{free_port()}/mcp").connect() as link:
         pass
     with pytest.raises(ServerUnavailable):
         await link.send(INIT)
+    discover = jsonrpc.request(2, "server/discover", {"_meta": {PROTOCOL_VERSION_KEY: "2026-07-28"}})
+    with pytest.raises(ServerUnavailable):
+        await link.send(discover)
     with pytest.raises(ServerUnavailable):
         await link.receive()
 

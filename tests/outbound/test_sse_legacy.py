@@ -12,6 +12,7 @@ import pytest
 from proxy.errors import ServerUnavailable
 from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.protocol import jsonrpc
+from proxy.protocol.modern import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
 from tests.fixtures.spawn import (
     INIT,
     LIST_CHANGED,
@@ -143,3 +144,21 @@ async def test_an_exception_in_the_caller_s_block_leaves_the_link_unchanged() ->
         with anyio.fail_after(5), pytest.raises(KeyError, match="mine"):
             async with LegacySseTransport("gamma", server.url + "/sse").connect():
                 raise KeyError("mine")
+
+
+async def test_a_2026_request_is_refused_at_once_without_a_post_and_headers_are_ignored() -> None:
+    meta = {PROTOCOL_VERSION_KEY: "2026-07-28", CLIENT_CAPABILITIES_KEY: {}}
+    discover = jsonrpc.request(9, "server/discover", {"_meta": meta})
+    async with (
+        sse_server(b"event: endpoint\ndata: /messages/\n\n") as server,
+        LegacySseTransport("gamma", server.url + "/sse").connect() as link,
+    ):
+        with anyio.fail_after(5):
+            await link.send(discover, headers={"Mcp-Param-X": "1"})
+            answer, related = await link.receive()
+            await link.send(INIT, headers={"Mcp-Param-X": "1"})  # this transport has no use for them
+    assert (answer["id"], answer["error"]["code"], related) == (9, -32600, None)
+    assert "HTTP+SSE transport carries revision 2024-11-05 only" in answer["error"]["message"]
+    get, post = server.requests
+    assert (get.method, post.method, jsonrpc.parse(post.body)) == ("GET", "POST", INIT)
+    assert "mcp-param-x" not in post.headers

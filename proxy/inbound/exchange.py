@@ -1,0 +1,67 @@
+"""One 2026-07-28 request as every inbound transport runs it: a caller made from its envelope,
+the gateway's answer, and what the request says before it on a bounded channel.
+
+The transport decides only how to write (HTTP: JSON or SSE; stdio: lines) and what cancels it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Final
+
+import anyio
+
+from proxy.app import Gateway
+from proxy.inbound.session import ClientSession
+from proxy.policy.model import Identity
+from proxy.protocol.jsonrpc import Message
+from proxy.protocol.modern import Envelope
+
+__all__ = ["Exchange", "caller_of"]
+
+logger = logging.getLogger("proxy.inbound.exchange")
+
+_BUFFERED: Final = 256  # notifications waiting to be written; a client that lags more loses some
+_callers = itertools.count(1)
+
+
+def caller_of(envelope: Envelope, identity: Identity, transport: str) -> ClientSession:
+    """The "session" of one modern request: its envelope, for as long as the request lives. Its id
+    is unique, so a server's question is never attributed to another request."""
+    return ClientSession(
+        id=f"request-{next(_callers)}",
+        transport=transport,
+        protocol_version=envelope.protocol_version,
+        capabilities=dict(envelope.capabilities),
+        client_info=dict(envelope.client_info or {}),
+        initialized=True,
+        identity=identity,
+        log_level=envelope.log_level,
+    )
+
+
+class Exchange:
+    """Run with ``tg.start_soon(exchange.run)``; read :attr:`notes` until it ends, then
+    :attr:`answer` is the response."""
+
+    def __init__(self, gateway: Gateway, caller: ClientSession, message: Message) -> None:
+        self._gateway = gateway
+        self._caller = caller
+        self._message = message
+        self._sink, self.notes = anyio.create_memory_object_stream[Message](_BUFFERED)
+        self.answer: Message | None = None
+
+    async def run(self) -> None:
+        with self._sink:
+            self.answer = await self._gateway.handle_modern(self._caller, self._message, self._emit)
+
+    def _emit(self, note: Message) -> None:
+        try:
+            self._sink.send_nowait(note)
+        except anyio.WouldBlock:
+            logger.debug(
+                "request %r: dropped a %s the client read too slowly", self._message["id"], note["method"]
+            )
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the request is answered: a late notification has nowhere to go

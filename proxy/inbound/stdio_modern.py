@@ -1,0 +1,101 @@
+"""stdio, inbound, revision 2026-07-28: the requests of a connection whose first request was modern.
+
+stdio has no per-request stream: a request's progress and the log lines it opted into are
+lines on stdout like everything else, written before its response, and the client cancels a
+request with ``notifications/cancelled {requestId}`` (the HTTP binding closes the stream
+instead). ``subscriptions/listen`` is answered with its stream (``proxy.inbound.listen``) as
+more lines, until the client cancels it the same way. ``proxy.inbound.stdio`` decides the era
+and hands each validated request here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from proxy.app import Gateway
+from proxy.errors import ProtocolError, UnsupportedVersion
+from proxy.inbound.exchange import Exchange, caller_of
+from proxy.inbound.listen import pump
+from proxy.inbound.session import ClientSession
+from proxy.pipeline import wire_error
+from proxy.protocol import versions
+from proxy.protocol.jsonrpc import Message, RequestId
+from proxy.protocol.modern import Envelope
+from proxy.protocol.subscriptions import LISTEN, Filter
+
+__all__ = ["ModernRequests", "initialize_refused"]
+
+logger = logging.getLogger("proxy.inbound.stdio")
+
+Send = Callable[[Message], Awaitable[None]]
+
+
+class ModernRequests:
+    """The modern requests in flight on one stdio connection, by the client's id."""
+
+    def __init__(self, gateway: Gateway, send: Send) -> None:
+        self._gateway = gateway
+        self._send = send
+        self._in_flight: dict[RequestId, anyio.CancelScope] = {}
+
+    async def answer(self, message: Message, envelope: Envelope) -> None:
+        """Run one request and write what it has to say, then its response (a listen request:
+        its stream); nothing of it is written once the client has cancelled it."""
+        request_id: RequestId = message["id"]
+        caller = caller_of(envelope, self._gateway.auth.stdio_identity, "stdio")
+        # The client's cancel cancels this scope: the work, and every write still to come for it.
+        with anyio.CancelScope() as scope:
+            self._in_flight[request_id] = scope
+            try:
+                if message["method"] == LISTEN:
+                    await self._listen(caller, message)
+                else:
+                    await self._exchange(caller, message)
+            finally:
+                if self._in_flight.get(request_id) is scope:
+                    del self._in_flight[request_id]
+
+    async def _exchange(self, caller: ClientSession, message: Message) -> None:
+        exchange = Exchange(self._gateway, caller, message)
+        async with exchange.notes, anyio.create_task_group() as tg:
+            tg.start_soon(exchange.run)
+            async for note in exchange.notes:
+                await self._send(note)
+        assert exchange.answer is not None
+        await self._send(exchange.answer)
+
+    async def _listen(self, caller: ClientSession, message: Message) -> None:
+        """``subscriptions/listen``: the acknowledgement, then the notifications it asked for,
+        each tagged with its id, until the client cancels it (or the server ends it: then its
+        response)."""
+        try:
+            requested = Filter.parse(message["params"])
+        except ProtocolError as exc:
+            return await self._send(wire_error(exc, message["id"], modern=True))
+        async with self._gateway.listen(caller, message["id"], requested) as subscription:
+            await pump(subscription, self._send)
+        return None
+
+    def cancel(self, notification: Message) -> None:
+        """Act on the client's ``notifications/cancelled``: an unknown or finished id is no-op."""
+        request_id = (notification.get("params") or {}).get("requestId")
+        scope = self._in_flight.get(request_id) if isinstance(request_id, str | int) else None
+        if scope is not None:
+            logger.debug("request %r cancelled by the client", request_id)
+            scope.cancel()
+
+
+def initialize_refused(message: Message) -> UnsupportedVersion:
+    """-32022 for ``initialize`` on a modern connection. Only the modern revisions are named: the
+    handshake ones are not served on this connection (a new process would serve them)."""
+    requested = (message.get("params") or {}).get("protocolVersion")
+    refusal = UnsupportedVersion(requested if isinstance(requested, str) else "", versions.MODERN)
+    # What a handshake-era client may show its user (it has no way forward): say why.
+    refusal.message = (
+        f"this connection serves protocol revision {', '.join(versions.MODERN)}, chosen by its first "
+        "request; the initialize handshake is not accepted on it"
+    )
+    return refusal

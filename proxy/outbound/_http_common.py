@@ -1,0 +1,268 @@
+"""What the HTTP client transports share: aiohttp plumbing, the inbox behind ``receive()``, and
+the error responses that stand in for answers a server could not give.
+
+Three transports build on this module — Streamable HTTP with sessions
+(:mod:`proxy.outbound.streamable_http`), its stateless 2026-07-28 exchanges
+(:mod:`proxy.outbound._http_modern`) and the legacy HTTP+SSE transport
+(:mod:`proxy.outbound.sse_legacy`) — so none of them has to import another for its plumbing.
+Foreign exceptions stay foreign here: :data:`TRANSPORT_ERRORS` names them for the callers, which
+turn them into error responses or :class:`proxy.errors.ServerUnavailable` at their edge.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import aiohttp
+import anyio
+import anyio.abc
+
+from proxy.errors import CONNECTION_CLOSED, ProtocolError, ServerUnavailable
+from proxy.outbound.transport import Received
+from proxy.protocol import jsonrpc
+from proxy.protocol.jsonrpc import Message, RequestId
+from proxy.protocol.sse import SSEDecoder, SSEEvent
+
+__all__ = [
+    "ACCEPT_BOTH",
+    "JSON",
+    "SSE",
+    "TRANSPORT_ERRORS",
+    "EventReader",
+    "Inbox",
+    "Probe",
+    "Verdict",
+    "client_session",
+    "describe",
+    "error_body",
+    "failure",
+    "http_failure",
+    "messages_in",
+    "with_extra",
+    "owned_task_group",
+    "request_id_of",
+]
+
+# Foreign exceptions an HTTP exchange can raise; they are turned into ours at this edge.
+# ValueError covers an SSE event past the decoder's size limit and malformed headers.
+TRANSPORT_ERRORS: Final = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
+SSE: Final = "text/event-stream"
+JSON: Final = "application/json"
+ACCEPT_BOTH: Final = f"{JSON}, {SSE}"
+_MAX_ERROR_BODY: Final = 64 * 1024
+
+
+class Inbox:
+    """What ``receive()`` hands out, and why it stopped.
+
+    Unbounded on purpose: it only ever holds answers to requests the caller sent (the caller
+    bounds those) and the server's occasional notifications, and a bound would let a caller that
+    is slow to read stall the tasks reading HTTP responses.
+    """
+
+    def __init__(self, server_id: str) -> None:
+        self._server_id = server_id
+        self._send, self._receive = anyio.create_memory_object_stream[Received](math.inf)
+        self.reason = "link closed"
+        self.ended = False
+
+    def put(self, message: Message, related: RequestId | None = None) -> None:
+        """Queue ``message``; ``related`` is the request whose response stream carried it, if known."""
+        # Once the link is closing nobody will read it any more.
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait((message, related))
+
+    def end(self, reason: str) -> None:
+        """No more messages: ``get`` drains what is queued, then raises with ``reason``."""
+        if not self.ended:
+            self.ended, self.reason = True, reason
+            self._send.close()
+
+    def shut(self) -> None:
+        """The link is gone: ``get`` raises at once, queued or not."""
+        self.end("link closed")
+        self._receive.close()
+
+    async def get(self) -> Received:
+        try:
+            return await self._receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise ServerUnavailable(self._server_id, self.reason) from None
+
+
+class Verdict(enum.Enum):
+    """What the answer to a first POST says about the server (``auto`` mode)."""
+
+    SPEAKS = "the server speaks Streamable HTTP"
+    NOT_STREAMABLE = "not a Streamable HTTP endpoint"
+    FAILED = "no usable answer; an error response was delivered"
+
+
+@dataclass
+class Probe:
+    """A one-shot outcome the POST task reports while it goes on reading the answer.
+
+    ``on_settle`` runs synchronously in the POST task as the verdict is reached; a modern
+    exchange reaches it before it queues the answer, so whoever acts on the verdict has done so
+    by the time the caller can read the answer.
+    """
+
+    verdict: Verdict | None = None
+    error: Message | None = None  # with NOT_STREAMABLE: the answer if the fallback fails as well
+    settled: anyio.Event = field(default_factory=anyio.Event)
+    on_settle: Callable[[Verdict], None] | None = None
+
+    def settle(self, verdict: Verdict, error: Message | None = None) -> None:
+        if self.verdict is None:
+            self.verdict, self.error = verdict, error
+            self.settled.set()
+            if self.on_settle is not None:
+                self.on_settle(verdict)
+
+
+def failure(server_id: str, request_id: RequestId, reason: str) -> Message:
+    """The error response that stands in for an answer the server could not give."""
+    return jsonrpc.error_response(request_id, CONNECTION_CLOSED, f"server {server_id!r}: {reason}")
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def error_body(response: aiohttp.ClientResponse) -> tuple[dict[str, Any] | None, bytes]:
+    """The JSON-RPC ``error`` object in an HTTP error's body, if it holds one, and the body read.
+
+    Lenient about the id (null, or missing altogether: the server could not or did not read the
+    request's), strict about the error itself. Bounded: an error page can be large and only its
+    start is worth anything.
+    """
+    try:
+        body = await response.content.read(_MAX_ERROR_BODY)
+    except TRANSPORT_ERRORS:
+        return None, b""
+    try:
+        decoded = jsonrpc.decode(body)
+    except ProtocolError:
+        return None, body
+    error = decoded.get("error") if isinstance(decoded, dict) and "method" not in decoded else None
+    if (
+        isinstance(error, dict)
+        and isinstance(error.get("code"), int)
+        and not isinstance(error["code"], bool)
+        and isinstance(error.get("message"), str)
+    ):
+        return error, body
+    return None, body
+
+
+async def http_failure(server_id: str, request_id: RequestId, response: aiohttp.ClientResponse) -> Message:
+    """The answer to a request whose POST got an HTTP error status.
+
+    A 4xx whose body is a JSON-RPC error is the server's own answer, so it is passed on (with the
+    request's id: servers send ``id: null`` there); anything else names the status.
+    """
+    status = f"HTTP {response.status} {response.reason or ''}".rstrip()
+    error, _ = await error_body(response)
+    if error is not None and 400 <= response.status < 500:
+        return jsonrpc.error_response(request_id, error["code"], error["message"], error.get("data"))
+    detail = f": {error['message']}" if error is not None else ""
+    return failure(server_id, request_id, status + detail)
+
+
+def messages_in(data: str | bytes, log: logging.LoggerAdapter[logging.Logger]) -> list[Message]:
+    """The JSON-RPC messages in one body or event (an array is a batch); malformed ones are dropped."""
+    try:
+        decoded: Any = jsonrpc.decode(data)
+        items = decoded if isinstance(decoded, list) else [decoded]
+        return [jsonrpc.validate(item) for item in items]
+    except ProtocolError as exc:
+        log.warning("dropped a malformed message from the server: %s", exc.message)
+        return []
+
+
+def with_extra(headers: dict[str, str], extra: Mapping[str, str] | None) -> dict[str, str]:
+    """``headers`` plus the caller's ``extra`` ones, except where those name one of ours (header
+    names are case-insensitive, and a header sent twice would be read differently by different
+    servers)."""
+    if not extra:
+        return headers
+    taken = {name.lower() for name in headers}
+    return {k: v for k, v in extra.items() if k.lower() not in taken} | headers
+
+
+def request_id_of(message: Message) -> RequestId | None:
+    """The id an answer will carry, if ``message`` is a request (responses have ids too, but want none)."""
+    return message.get("id") if "method" in message else None
+
+
+@asynccontextmanager
+async def client_session(
+    headers: Mapping[str, str] | None, connect_timeout: float
+) -> AsyncIterator[aiohttp.ClientSession]:
+    """An aiohttp session that is closed even while its owner is being cancelled."""
+    # Only the connect phase is bounded here: a request may legitimately take long (the caller's
+    # request timeout covers that), and a GET stream or a 2026-07-28 subscriptions/listen stream
+    # lives as long as the link. No pool limit: each in-flight request holds a connection while it
+    # streams, and the caller bounds how many.
+    timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_connect=connect_timeout)
+    http = aiohttp.ClientSession(
+        headers=dict(headers or {}), timeout=timeout, connector=aiohttp.TCPConnector(limit=0)
+    )
+    try:
+        yield http
+    finally:
+        with anyio.CancelScope(shield=True):
+            await http.close()
+
+
+class EventReader:
+    """SSE events from one aiohttp response, one at a time."""
+
+    def __init__(self, response: aiohttp.ClientResponse, decoder: SSEDecoder | None = None) -> None:
+        self._response = response
+        self.decoder = decoder if decoder is not None else SSEDecoder()
+        self._pending: deque[SSEEvent] = deque()
+        self.count = 0  # events read so far
+
+    async def next(self) -> SSEEvent | None:
+        """The next event, or None at the end of the stream.
+
+        Raises:
+            aiohttp.ClientError, OSError: the connection broke.
+            ValueError: an event grew past the decoder's limit.
+        """
+        while not self._pending:
+            chunk = await self._response.content.readany()
+            if not chunk:
+                return None
+            self._pending.extend(self.decoder.feed(chunk))
+        self.count += 1
+        return self._pending.popleft()
+
+
+@asynccontextmanager
+async def owned_task_group() -> AsyncIterator[anyio.abc.TaskGroup]:
+    """A task group around a ``yield`` whose body's exception leaves as itself.
+
+    anyio wraps an exception raised in a task group's body in an ExceptionGroup; a transport's
+    caller must see its own exception (or our ServerUnavailable) unchanged. The children here never
+    raise — they turn failures into messages — so the body's is the only exception there can be.
+    The group is cancelled when the body ends: its tasks serve the link, which is then gone.
+    """
+    caught: BaseException | None = None
+    async with anyio.create_task_group() as tg:
+        try:
+            yield tg
+        except BaseException as exc:
+            caught = exc
+        tg.cancel_scope.cancel()
+    if caught is not None:
+        raise caught

@@ -1,0 +1,176 @@
+"""input_required with a 2026-07-28 server: passed to modern callers with the state wrapped,
+unrolled into real requests for handshake-era callers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from proxy.bridge.mrtr import Rounds
+from proxy.bridge.state import RequestStates
+from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
+from proxy.inbound.session import ClientSession, InboundRequest
+from proxy.outbound.connection import ServerConnection
+from proxy.pipeline import CallContext
+from proxy.policy.model import Identity
+from proxy.protocol.jsonrpc import Message
+
+pytestmark = pytest.mark.anyio
+
+ALICE = Identity("alice", frozenset(), "api_key")
+BOB = Identity("bob", frozenset(), "api_key")
+ELICIT = {
+    "method": "elicitation/create",
+    "params": {"mode": "form", "message": "name?", "requestedSchema": {}},
+}
+
+
+@dataclass
+class Scripted:
+    """A modern server: answers each request with the next scripted result; records params."""
+
+    script: list[dict[str, Any]]
+    sent: list[dict[str, Any]] = field(default_factory=list)
+    server_id: str = "fx"
+    modern: bool = True
+
+    async def request(self, method: str, params: dict[str, Any] | None = None, **_: Any) -> Any:
+        self.sent.append(dict(params or {}))
+        return self.script.pop(0)
+
+
+def call(session: ClientSession, params: dict[str, Any], asked: list[Message] | None = None) -> CallContext:
+    def stream(message: Message) -> None:  # the client answers every request at once
+        if asked is not None and "id" in message:
+            asked.append(message)
+            answer = {"action": "accept", "content": {"name": "Ada"}}
+            session.answered({"jsonrpc": "2.0", "id": message["id"], "result": answer})
+
+    return CallContext(InboundRequest(session, stream), 1, "tools/call", "fx", "fx.ask", params)
+
+
+def modern_session(identity: Identity = ALICE) -> ClientSession:
+    return ClientSession(
+        "r1", "http", protocol_version="2026-07-28", capabilities={"elicitation": {}}, identity=identity
+    )
+
+
+def legacy_session(capabilities: dict[str, Any] | None = None) -> ClientSession:
+    return ClientSession(
+        "s1",
+        "http",
+        protocol_version="2025-11-25",
+        capabilities=capabilities or {"elicitation": {}},
+        initialized=True,
+    )
+
+
+def rounds(max_rounds: int = 10) -> Rounds:
+    return Rounds(RequestStates(b"k" * 32, ttl=60), max_rounds=max_rounds)
+
+
+def as_connection(server: Scripted) -> ServerConnection:
+    return server  # type: ignore[return-value]  # duck-typed: request(), server_id, modern
+
+
+async def test_a_modern_caller_gets_the_servers_state_wrapped_and_the_retry_unwrapped() -> None:
+    server = Scripted(
+        [
+            {"resultType": "input_required", "inputRequests": {"n": ELICIT}, "requestState": "inner-1"},
+            {"content": [{"type": "text", "text": "hi Ada"}]},
+        ]
+    )
+    bridge = rounds()
+    args = {"name": "ask", "arguments": {"x": 1}}
+    first = await bridge.pass_through(as_connection(server), call(modern_session(), args))
+    assert first["inputRequests"] == {"n": ELICIT}
+    assert "inner-1" not in first["requestState"].split(".")
+    retry = {**args, "inputResponses": {"n": {"action": "accept"}}, "requestState": first["requestState"]}
+    final = await bridge.pass_through(as_connection(server), call(modern_session(), retry))
+    assert final == {"content": [{"type": "text", "text": "hi Ada"}]}
+    assert server.sent[1]["requestState"] == "inner-1"
+    assert server.sent[1]["inputResponses"] == {"n": {"action": "accept"}}
+
+
+@pytest.mark.parametrize(
+    ("identity", "arguments"),
+    [(BOB, {"x": 1}), (ALICE, {"x": 2})],
+    ids=["another identity", "other arguments"],
+)
+async def test_a_wrapped_state_is_good_only_for_its_caller_and_request(
+    identity: Identity, arguments: dict[str, Any]
+) -> None:
+    server = Scripted([{"resultType": "input_required", "inputRequests": {"n": ELICIT}, "requestState": "s"}])
+    bridge = rounds()
+    first = await bridge.pass_through(
+        as_connection(server), call(modern_session(), {"name": "ask", "arguments": {"x": 1}})
+    )
+    retry = {"name": "ask", "arguments": arguments, "requestState": first["requestState"]}
+    with pytest.raises(InvalidRequestState):
+        await bridge.pass_through(as_connection(server), call(modern_session(identity), retry))
+    assert len(server.sent) == 1  # the forged retry never reached the server
+
+
+async def test_a_raw_server_state_is_refused() -> None:
+    server = Scripted([])
+    with pytest.raises(InvalidRequestState):
+        await rounds().pass_through(
+            as_connection(server), call(modern_session(), {"name": "ask", "requestState": "inner-1"})
+        )
+
+
+async def test_a_legacy_caller_is_asked_for_real_and_the_server_retried_with_the_answers() -> None:
+    server = Scripted(
+        [
+            {"resultType": "input_required", "inputRequests": {"n": ELICIT}, "requestState": "st-1"},
+            {"resultType": "input_required", "inputRequests": {"m": ELICIT}, "requestState": "st-2"},
+            {"content": [], "resultType": "complete"},
+        ]
+    )
+    asked: list[Message] = []
+    result = await rounds().unroll(as_connection(server), call(legacy_session(), {"name": "ask"}, asked))
+    assert result == {"content": [], "resultType": "complete"}  # the router strips resultType
+    assert [m["method"] for m in asked] == ["elicitation/create", "elicitation/create"]
+    assert asked[0]["params"] == ELICIT["params"]
+    assert server.sent[1] == {
+        "name": "ask",
+        "inputResponses": {"n": {"action": "accept", "content": {"name": "Ada"}}},
+        "requestState": "st-1",
+    }
+    assert server.sent[2]["requestState"] == "st-2"
+    assert set(server.sent[2]["inputResponses"]) == {"m"}
+
+
+async def test_unrolling_is_bounded() -> None:
+    again = {"resultType": "input_required", "requestState": "again"}
+    server = Scripted([again] * 3)
+    with pytest.raises(RemoteError, match="after 3 rounds"):
+        await rounds(max_rounds=3).unroll(as_connection(server), call(legacy_session(), {"name": "ask"}, []))
+    assert len(server.sent) == 3
+
+
+async def test_a_legacy_caller_without_the_capability_is_not_asked() -> None:
+    server = Scripted([{"resultType": "input_required", "inputRequests": {"n": ELICIT}}])
+    asked: list[Message] = []
+    with pytest.raises(MethodNotFound):
+        await rounds().unroll(
+            as_connection(server), call(legacy_session({"sampling": {}}), {"name": "ask"}, asked)
+        )
+    assert asked == []
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"resultType": "input_required", "inputRequests": {"n": {"method": "tools/call", "params": {}}}},
+        {"resultType": "input_required", "inputRequests": ["not", "a", "map"]},
+        {"resultType": "input_required"},
+    ],
+    ids=["unaskable method", "not a map", "nothing to ask or retry"],
+)
+async def test_a_malformed_input_required_is_the_servers_fault(result: dict[str, Any]) -> None:
+    with pytest.raises(RemoteError) as caught:
+        await rounds().unroll(as_connection(Scripted([result])), call(legacy_session(), {"name": "ask"}, []))
+    assert caught.value.error["code"] == -32603

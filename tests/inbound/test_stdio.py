@@ -1,0 +1,347 @@
+"""``serve_stdio`` in memory, both eras: lines in, lines out, in front of a real ``Gateway`` whose
+one server is an in-memory handshake-era server.
+
+Covered here: the first request decides the era (an enveloped one → modern, ``initialize`` or a
+bare request → legacy), the other era is refused afterwards (-32022 naming only the modern
+revisions, -32600), a bad envelope before the decision leaves it undecided, modern requests run
+concurrently with their progress written before their response, ``notifications/cancelled``
+cancels one (the server hears of it, nothing more is written for it), ``subscriptions/listen``
+streams as tagged lines until cancelled, unreadable lines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from proxy.app import Gateway
+from proxy.config import config_from_mapping
+from proxy.inbound.stdio import serve_stdio
+from proxy.outbound.connection import ServerConnection
+from proxy.protocol import jsonrpc, modern, versions
+from proxy.protocol.jsonrpc import Message
+from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY
+from tests.outbound.memory import MemoryTransport, answer
+from tests.protocol.schemas import validator
+
+pytestmark = pytest.mark.anyio
+
+V = versions.LATEST_MODERN
+META = {modern.PROTOCOL_VERSION_KEY: V, modern.CLIENT_CAPABILITIES_KEY: {}}
+TOOLS = [{"name": name, "inputSchema": {"type": "object"}} for name in ("echo", "slow", "progress", "grow")]
+NAMES = [f"mem.{tool['name']}" for tool in TOOLS]
+INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "0"},
+    },
+}
+
+
+@dataclass
+class Server:
+    """A handshake-era server in memory: it records what it gets and answers a few tools."""
+
+    received: list[Message] = field(default_factory=list)
+    started: anyio.Event = field(default_factory=anyio.Event)
+    release: anyio.Event = field(default_factory=anyio.Event)
+    cancelled: anyio.Event = field(default_factory=anyio.Event)
+    tools: list[dict[str, Any]] = field(default_factory=lambda: list(TOOLS))
+
+    async def __call__(self, message: Message, reply: Callable[[Message], Awaitable[None]]) -> None:
+        self.received.append(message)
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "initialize":
+            info = {"name": "mem", "version": "0"}
+            result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": info}
+            await reply(answer(message, result))
+        elif method == "tools/list":
+            await reply(answer(message, {"tools": self.tools}))
+        elif method == "notifications/cancelled":
+            self.cancelled.set()
+        elif method == "tools/call":
+            if params["name"] == "slow":
+                self.started.set()
+                await self.release.wait()
+            elif params["name"] == "grow":  # a new tool, and the news of it
+                self.tools.append({"name": f"new_{len(self.tools)}", "inputSchema": {"type": "object"}})
+                await reply(jsonrpc.notification("notifications/tools/list_changed"))
+            elif params["name"] == "progress":
+                token = params["_meta"]["progressToken"]
+                for step in (1, 2):
+                    note = {"progressToken": token, "progress": step, "total": 2}
+                    await reply(jsonrpc.notification("notifications/progress", note))
+            text = orjson.dumps({"tool": params["name"], "arguments": params.get("arguments")}).decode()
+            await reply(answer(message, {"content": [{"type": "text", "text": text}]}))
+        elif "id" in message:  # server/discover among them: this server is handshake-era only
+            error = {"code": -32601, "message": "Method not found"}
+            await reply({"jsonrpc": "2.0", "id": message["id"], "error": error})
+
+
+class Client:
+    """The client's end of the pipes: lines to ``manifold stdio``, lines from it."""
+
+    def __init__(
+        self, stdin: MemoryObjectSendStream[bytes], stdout: MemoryObjectReceiveStream[bytes]
+    ) -> None:
+        self._stdin = stdin
+        self._stdout = stdout
+
+    async def send(self, message: dict[str, Any] | bytes) -> None:
+        await self._stdin.send(message if isinstance(message, bytes) else jsonrpc.encode(message) + b"\n")
+
+    async def receive(self) -> Any:
+        with anyio.fail_after(5):
+            line = await self._stdout.receive()
+        assert line.endswith(b"\n")
+        assert line.count(b"\n") == 1
+        return orjson.loads(line)
+
+    async def ask(self, message: dict[str, Any] | bytes) -> Any:
+        await self.send(message)
+        return await self.receive()
+
+    async def close(self) -> list[Any]:
+        """Close stdin; what was written until Manifold was done."""
+        await self._stdin.aclose()
+        with anyio.fail_after(5):
+            return [orjson.loads(line) async for line in self._stdout]
+
+
+@asynccontextmanager
+async def stdio(server: Server) -> AsyncIterator[tuple[Client, Gateway]]:
+    """``serve_stdio`` in front of a gateway in front of ``server``."""
+    settings = {"catalog": {"page_size": 10}, "servers": {"mem": {"command": "unused-in-memory"}}}
+    gateway = Gateway(config_from_mapping(settings, environ={}))
+    gateway.connections["mem"] = ServerConnection(
+        "mem", MemoryTransport(server), gateway, connect_timeout=5, request_timeout=5
+    )
+    stdin_send, stdin_receive = anyio.create_memory_object_stream[bytes](math.inf)
+    stdout_send, stdout_receive = anyio.create_memory_object_stream[bytes](math.inf)
+
+    async def lines() -> AsyncIterator[bytes]:
+        async with stdin_receive:
+            async for line in stdin_receive:
+                yield line
+
+    async def serve() -> None:
+        async with stdout_send:
+            await serve_stdio(gateway, lines(), stdout_send.send)
+
+    async with stdin_send, stdout_receive, gateway.running(), anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        yield Client(stdin_send, stdout_receive), gateway
+        await stdin_send.aclose()
+
+
+def request(method: str, request_id: int | str = 1, meta: Any = META, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**params, "_meta": meta}}
+
+
+def valid(message: Any) -> Any:
+    """``message``, checked against the 2026-07-28 schema."""
+    validator(V, "JSONRPCMessage")(message)
+    return message
+
+
+@pytest.fixture
+async def server() -> Server:
+    return Server()
+
+
+async def test_an_enveloped_first_request_is_served_statelessly_and_mints_no_session(server: Server) -> None:
+    async with stdio(server) as (client, gateway):
+        discovered = valid(await client.ask(request("server/discover", 7)))
+        validator(V, "DiscoverResult")(discovered["result"])
+        assert discovered["id"] == 7
+        listed = valid(await client.ask(request("tools/list", 8)))["result"]
+        assert [tool["name"] for tool in listed["tools"]] == NAMES
+        assert listed["resultType"] == "complete"
+        assert gateway.sessions == {}
+
+
+async def test_initialize_on_a_modern_connection_is_refused_naming_only_the_modern_revisions(
+    server: Server,
+) -> None:
+    async with stdio(server) as (client, _):
+        await client.ask(request("tools/list", 1))
+        refused = valid(await client.ask({**INITIALIZE, "id": 2}))
+        assert (refused["id"], refused["error"]["code"]) == (2, -32022)
+        assert refused["error"]["data"] == {"supported": list(versions.MODERN), "requested": "2025-11-25"}
+        assert V in refused["error"]["message"]
+        # Still modern: enveloped requests keep being served.
+        assert "result" in await client.ask(request("tools/list", 3))
+
+
+async def test_initialize_first_serves_the_handshake_era_and_refuses_enveloped_requests(
+    server: Server,
+) -> None:
+    async with stdio(server) as (client, gateway):
+        initialized = await client.ask(INITIALIZE)
+        assert initialized["result"]["protocolVersion"] == "2025-11-25"
+        assert len(gateway.sessions) == 1
+        await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        refused = await client.ask(request("tools/list", 2))
+        assert (refused["id"], refused["error"]["code"]) == (2, -32600)
+        assert "handshake" in refused["error"]["message"]
+        listed = await client.ask({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+        assert [tool["name"] for tool in listed["result"]["tools"]] == NAMES
+        assert "resultType" not in listed["result"]
+    assert gateway.sessions == {}  # ended with stdin
+
+
+async def test_an_enveloped_initialize_still_opens_the_handshake_era(server: Server) -> None:
+    async with stdio(server) as (client, _):
+        initialized = await client.ask({**INITIALIZE, "params": {**INITIALIZE["params"], "_meta": META}})
+        assert initialized["result"]["protocolVersion"] == "2025-11-25"
+        assert (await client.ask(request("tools/list", 2)))["error"]["code"] == -32600
+
+
+async def test_a_bare_first_request_opens_the_handshake_era(server: Server) -> None:
+    async with stdio(server) as (client, gateway):
+        await client.ask({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert len(gateway.sessions) == 1
+        assert (await client.ask(request("tools/list", 2)))["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize(
+    ("meta", "code"),
+    [
+        ({**META, modern.PROTOCOL_VERSION_KEY: "1999-01-01"}, -32022),
+        ({modern.PROTOCOL_VERSION_KEY: V}, -32602),  # no clientCapabilities
+        ({**META, modern.LOG_LEVEL_KEY: "loud"}, -32602),
+    ],
+)
+async def test_a_bad_envelope_before_the_era_is_decided_is_answered_and_decides_nothing(
+    server: Server, meta: dict[str, Any], code: int
+) -> None:
+    async with stdio(server) as (client, _):
+        refused = valid(await client.ask(request("server/discover", 1, meta)))
+        assert (refused["id"], refused["error"]["code"]) == (1, code)
+        if code == -32022:  # what it names, initialize included, is really on offer
+            assert refused["error"]["data"]["supported"] == list(versions.ADVERTISED)
+        initialized = await client.ask({**INITIALIZE, "id": 2})
+        assert initialized["result"]["protocolVersion"] == "2025-11-25"
+
+
+async def test_a_bad_envelope_on_a_modern_connection_leaves_it_modern(server: Server) -> None:
+    async with stdio(server) as (client, _):
+        await client.ask(request("server/discover", 1))
+        missing = valid(await client.ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        assert (missing["id"], missing["error"]["code"]) == (2, -32602)
+        assert (await client.ask({**INITIALIZE, "id": 3}))["error"]["code"] == -32022
+
+
+async def test_modern_requests_run_concurrently_and_progress_comes_before_the_response(
+    server: Server,
+) -> None:
+    async with stdio(server) as (client, _):
+        await client.send(request("tools/call", 1, name="mem.slow", arguments={}))
+        with anyio.fail_after(5):
+            await server.started.wait()
+        meta = {**META, "progressToken": "p"}
+        await client.send(request("tools/call", 2, meta, name="mem.progress", arguments={}))
+        seen = [valid(await client.receive()) for _ in range(3)]
+        assert [m.get("method") for m in seen] == ["notifications/progress"] * 2 + [None]
+        assert [m["params"]["progressToken"] for m in seen[:2]] == ["p", "p"]
+        assert [m["params"]["progress"] for m in seen[:2]] == [1, 2]
+        assert seen[2]["id"] == 2
+        server.release.set()
+        slow = valid(await client.receive())
+        assert (slow["id"], slow["result"]["resultType"]) == (1, "complete")
+
+
+async def test_notifications_cancelled_cancels_the_request_and_nothing_is_written_for_it(
+    server: Server,
+) -> None:
+    async with stdio(server) as (client, _):
+        await client.send(request("tools/call", "call-1", name="mem.slow", arguments={}))
+        with anyio.fail_after(5):
+            await server.started.wait()
+        await client.send(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "call-1"}}
+        )
+        with anyio.fail_after(5):
+            await server.cancelled.wait()  # the server behind was told
+        server.release.set()  # it answers anyway: that answer must go nowhere
+        after = await client.ask(request("tools/call", 2, name="mem.echo", arguments={"n": 2}))
+        assert after["id"] == 2
+        assert await client.close() == []
+
+
+async def test_a_cancel_for_an_unknown_or_finished_request_changes_nothing(server: Server) -> None:
+    async with stdio(server) as (client, _):
+        done = await client.ask(request("tools/call", 1, name="mem.echo", arguments={}))
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+        await client.send(cancel)
+        await client.send({**cancel, "params": {"requestId": "nobody"}})
+        again = await client.ask(request("tools/call", 1, name="mem.echo", arguments={}))
+        assert again["result"] == done["result"]
+
+
+async def test_a_listen_stream_is_written_as_tagged_lines_until_the_client_cancels_it(server: Server) -> None:
+    def listen(listen_id: str) -> dict[str, Any]:
+        return request("subscriptions/listen", listen_id, notifications={"toolsListChanged": True})
+
+    def tag(message: Any) -> Any:
+        return message["params"]["_meta"][SUBSCRIPTION_ID_KEY]
+
+    async def until(*request_ids: int, change: bool) -> list[Any]:
+        """Lines until each of ``request_ids`` is answered (and, if ``change``, a tools change
+        came); the changes seen, by their tag."""
+        lines: list[Any] = []
+        while not (
+            {m.get("id") for m in lines} >= set(request_ids)
+            and (not change or any(m.get("method") == "notifications/tools/list_changed" for m in lines))
+        ):
+            lines.append(valid(await client.receive()))
+        return [tag(m) for m in lines if m.get("method") == "notifications/tools/list_changed"]
+
+    async with stdio(server) as (client, _):
+        acknowledged = valid(await client.ask(listen("L")))
+        assert acknowledged["method"] == "notifications/subscriptions/acknowledged"
+        assert (acknowledged["params"]["notifications"], tag(acknowledged)) == (
+            {"toolsListChanged": True},
+            "L",
+        )
+        await client.send(request("tools/call", 1, name="mem.grow", arguments={}))
+        assert await until(1, change=True) == ["L"]
+
+        await client.send(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "L"}}
+        )
+        assert tag(await client.ask(listen("M"))) == "M"
+        await client.send(request("tools/call", 2, name="mem.grow", arguments={}))
+        changes = await until(2, change=True)
+        await client.send(request("server/discover", 3))  # time for a stray line of L's to show
+        assert changes + await until(3, change=False) == ["M"]
+
+
+async def test_a_listen_request_with_a_bad_filter_is_invalid_params(server: Server) -> None:
+    async with stdio(server) as (client, _):
+        refused = valid(await client.ask(request("subscriptions/listen", 4)))
+        assert (refused["id"], refused["error"]["code"]) == (4, -32602)
+
+
+async def test_unreadable_lines_are_answered_without_an_id_and_a_readable_id_is_kept(server: Server) -> None:
+    async with stdio(server) as (client, _):
+        before = await client.ask(b"{not json\n")
+        assert (before["id"], before["error"]["code"]) == (None, -32700)  # undecided: JSON-RPC's null
+        await client.ask(request("server/discover", 1))
+        after = valid(await client.ask(b"[1, 2]\n"))
+        assert "id" not in after  # modern: the 2026-07-28 schema has no null id
+        assert after["error"]["code"] == -32600
+        bad = valid(await client.ask(b'{"jsonrpc": "1.0", "id": 9, "method": "tools/list"}\n'))
+        assert (bad["id"], bad["error"]["code"]) == (9, -32600)
