@@ -72,7 +72,10 @@ _NEEDS: Final = {
     "sampling/createMessage": "sampling",
     "roots/list": "roots",
 }
-_SETTLE: Final = 0.01  # questions a server asks together arrive within this of each other
+# Questions a server asks together arrive within this of each other (a quiet spell this long ends
+# the round), and a round gathers for at most _GATHER_SPELLS of them.
+_SETTLE: Final = 0.05
+_GATHER_SPELLS: Final = 20
 
 
 class Connection(Protocol):
@@ -255,8 +258,10 @@ class ParkedCalls:
     ``ttl``: how long a call waits for its client to come back. ``per_identity``, ``total``:
     how many calls may be parked (an input_required out, the retry not yet in) at once, per
     caller and altogether; past them a call that would park fails with -32029 instead.
-    ``settle``: how long to wait for more questions after the first, so questions a server
-    asks together go out in one ``input_required``.
+    ``settle``: how quiet the server must have been since its last question before the
+    questions go out, so that questions a server asks together (one after another off a pipe,
+    the machine busy or not) go out in one ``input_required``; a round gathers for at most
+    ``_GATHER_SPELLS`` times that.
     """
 
     def __init__(
@@ -364,7 +369,7 @@ class ParkedCalls:
                     return parked.outcome()
                 if parked.fresh() and not settled:
                     settled = True
-                    await anyio.sleep(self._settle)  # a server asking several things at once
+                    await self._gather(parked)
                     continue
                 if parked.fresh() or (reask and parked.questions):
                     return self._input_required(parked, ctx)
@@ -375,6 +380,16 @@ class ParkedCalls:
             raise
         finally:
             parked.detach(ctx.request, self._ttl)
+
+    async def _gather(self, parked: ParkedCall) -> None:
+        """Wait until the server has asked nothing for ``settle`` seconds, or the call ended."""
+        with anyio.move_on_after(self._settle * _GATHER_SPELLS):
+            while not parked.done.is_set():
+                changed = parked.changed
+                with anyio.move_on_after(self._settle) as quiet:
+                    await changed.wait()
+                if quiet.cancelled_caught:
+                    return
 
     def _input_required(self, parked: ParkedCall, ctx: CallContext) -> dict[str, Any]:
         """Raises: RateLimited: parking this call would hold more than the limits allow."""

@@ -126,6 +126,22 @@ async def three_at_once(server: Server, relay: Relay, params: dict[str, Any]) ->
     return {"answers": answers}
 
 
+async def three_spread_out(server: Server, relay: Relay, params: dict[str, Any]) -> Any:
+    """Three questions, each 0.3 s after the last: a busy server, or a busy machine."""
+    answers: dict[str, Any] = {}
+
+    async def ask(method: str, request: dict[str, Any] | None) -> None:
+        answers[method] = await server.ask(relay, method, request)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask, "elicitation/create", FORM)
+        await anyio.sleep(0.3)
+        tg.start_soon(ask, "sampling/createMessage", SAMPLE)
+        await anyio.sleep(0.3)
+        tg.start_soon(ask, "roots/list", None)
+    return {"answers": answers}
+
+
 async def two_rounds(server: Server, relay: Relay, params: dict[str, Any]) -> Any:
     first = await server.ask(relay, "elicitation/create", FORM)
     second = await server.ask(relay, "sampling/createMessage", SAMPLE)
@@ -245,6 +261,15 @@ async def test_questions_asked_together_come_in_one_input_required() -> None:
         answers = {key: by_method[method] for key, method in methods.items()}
         result = await parked.call(server, context(retry(first["requestState"], answers)))
         assert result == {"answers": by_method}
+
+
+async def test_questions_go_out_after_a_quiet_spell_not_a_fixed_wait() -> None:
+    """0.6 s from the first question to the last, no gap as long as the 0.5 s quiet spell: one
+    round (a fixed wait of one spell after the first question would leave the last out)."""
+    async with running(three_spread_out, settle=0.5) as (parked, server):
+        first = input_required(await parked.call(server, context()))
+        methods = sorted(request["method"] for request in first["inputRequests"].values())
+        assert methods == ["elicitation/create", "roots/list", "sampling/createMessage"]
 
 
 async def test_a_retry_without_an_answer_is_asked_again_and_extra_keys_are_ignored() -> None:
