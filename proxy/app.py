@@ -228,15 +228,25 @@ class Gateway:
         for kind in ("tools", "prompts", "resources"):
             self.listens.publish(_CHANGED[kind])
 
-    def end_session(self, session: ClientSession) -> None:
-        """Forget a session (DELETE, idle expiry, stdin closed) and stop its requests."""
+    async def end_session(self, session: ClientSession) -> None:
+        """Forget a session (DELETE, idle expiry, stdin closed), stop its requests, and release
+        its resource subscriptions: a URI nobody else wants is unsubscribed at its server (its
+        own ``per_client`` connections just stop). Shielded and bounded: often run because the
+        client went away."""
         if self.sessions.pop(session.id, None) is not None:
             self.metrics.session_closed(session.transport)
         self.ended_sessions[session.id] = True
         for scope in list(session.in_flight.values()):
             scope.cancel()
-        session.subscriptions.clear()
+        held, session.subscriptions = session.subscriptions, {}
         self.per_client.close(session.id)
+        gone = {
+            uri: server
+            for uri, server in held.items()
+            if self._shares(session, server) and not self._subscribed(uri, server, besides=session)
+        }
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await self._resource_interest("resources/unsubscribe", gone)
 
     # ---- ConnectionListener ------------------------------------------------------------
 
@@ -481,9 +491,13 @@ class Gateway:
     async def _connection_for(self, ctx: CallContext) -> ServerConnection:
         # A 2026-07-28 caller has no session to own a connection, and cannot be asked anything
         # a per-client connection would exist to relay: it uses the shared one.
-        if self._servers[ctx.server_id].session_mode == "shared" or ctx.request.session.modern:
+        if self._shares(ctx.request.session, ctx.server_id):
             return self.connections[ctx.server_id]
         return await self.per_client.connection(ctx.request.session, ctx.server_id)
+
+    def _shares(self, session: ClientSession, server_id: str) -> bool:
+        """Whether ``session`` reaches the server on its shared connection (else its own)."""
+        return self._servers[server_id].session_mode == "shared" or session.modern
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
@@ -543,28 +557,32 @@ class Gateway:
 
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = _string(params, "uri", "resources/subscribe")
-        server = self._resource_server(uri, inbound.session.identity)
-        # One server-side subscription serves every session that wants the URI.
-        if not self._subscribed(uri, besides=inbound.session):
+        session = inbound.session
+        server = self._resource_server(uri, session.identity)
+        # One subscription on a shared connection serves every session that wants the URI.
+        if not self._shares(session, server) or not self._subscribed(uri, server, besides=session):
             await self._forward(CallContext(inbound, request_id, "resources/subscribe", server, uri, params))
-        inbound.session.subscriptions.add(uri)
+        session.subscriptions[uri] = server
         return {}
 
     async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = _string(params, "uri", "resources/unsubscribe")
-        server = self._resource_server(uri, inbound.session.identity)
-        inbound.session.subscriptions.discard(uri)
-        if not self._subscribed(uri, besides=inbound.session):
+        session = inbound.session
+        server = self._resource_server(uri, session.identity)
+        session.subscriptions.pop(uri, None)
+        if not self._shares(session, server) or not self._subscribed(uri, server, besides=session):
             await self._forward(
                 CallContext(inbound, request_id, "resources/unsubscribe", server, uri, params)
             )
         return {}
 
-    def _subscribed(self, uri: str, *, besides: ClientSession | Subscription) -> bool:
-        """Whether anyone but ``besides`` wants updates of ``uri``: a legacy session that
-        subscribed, or an open listen stream that watches it."""
+    def _subscribed(self, uri: str, server: str, *, besides: ClientSession | Subscription) -> bool:
+        """Whether anyone but ``besides`` wants updates of ``uri`` through ``server``'s shared
+        connection: a session that subscribed on it, or an open listen stream watching it."""
         return any(
-            uri in s.subscriptions for s in self.sessions.values() if s is not besides
+            uri in s.subscriptions and self._shares(s, server)
+            for s in self.sessions.values()
+            if s is not besides
         ) or self.listens.watching(uri, besides=besides)
 
     @asynccontextmanager
@@ -586,12 +604,13 @@ class Gateway:
         """
         watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], session.identity)
         subscription = self.listens.open(subscription_id, session.identity, requested.only(watched))
+        self.metrics.listen_opened(session.transport)
         try:
             # Registered before the await: a stream opening meanwhile sees this one's interest.
             fresh = {
                 uri: server
                 for uri, server in watched.items()
-                if not self._subscribed(uri, besides=subscription)
+                if not self._subscribed(uri, server, besides=subscription)
             }
             accepted = await self._resource_interest("resources/subscribe", fresh)
             if len(accepted) < len(fresh):
@@ -599,10 +618,11 @@ class Gateway:
             yield subscription
         finally:
             self.listens.close(subscription)
+            self.metrics.listen_closed(session.transport)
             gone = {
                 uri: server
                 for uri, server in watched.items()
-                if uri in subscription.filter.uris and not self._subscribed(uri, besides=subscription)
+                if uri in subscription.filter.uris and not self._subscribed(uri, server, besides=subscription)
             }
             # Often run because the client went away (cancelled): shielded, and bounded.
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):

@@ -352,7 +352,7 @@ class McpEndpoint:
         session = await self._session(scope, send)
         if session is None:
             return None
-        self._gateway.end_session(session)
+        await self._gateway.end_session(session)
         return await respond(send, 200)
 
 

@@ -151,7 +151,7 @@ async def _expire_sessions(gateway: Gateway, idle_timeout: float) -> None:
         deadline = time.monotonic() - idle_timeout
         for session_id, session in list(gateway.sessions.items()):
             if session.transport == "http" and session.last_seen < deadline and not session.in_flight:
-                gateway.end_session(session)
+                await gateway.end_session(session)
                 logger.info("session %s expired after %gs idle", session_id[:8], idle_timeout)
 
 

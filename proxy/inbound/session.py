@@ -62,7 +62,7 @@ class ClientSession:
     identity: Identity = ANONYMOUS
     last_seen: float = 0.0
     log_level: str | None = None
-    subscriptions: set[str] = field(default_factory=set)
+    subscriptions: dict[str, str] = field(default_factory=dict)  # resource URI: its server
     in_flight: dict[RequestId, anyio.CancelScope] = field(default_factory=dict)
     standalone: EventStream = field(default_factory=lambda: EventStream("0"))
     streams: dict[str, EventStream] = field(default_factory=dict)

@@ -87,7 +87,7 @@ class _Connection:
                 self._tg.cancel_scope.cancel()
         finally:
             if self._session is not None:
-                self._gateway.end_session(self._session)
+                await self._gateway.end_session(self._session)
 
     async def _received(self, line: bytes) -> None:
         """Act on one line from the client; never raises for what the client sent."""

@@ -268,3 +268,42 @@ async def test_resource_updates_reach_only_subscribed_sessions(manifold: Running
         with anyio.fail_after(10):
             await subscriber_told.wait()
     assert updates == {"subscriber": ["note://r1/static"], "other": []}
+
+
+async def test_a_session_that_ends_releases_its_subscription_at_the_server(
+    manifold: RunningManifold,
+) -> None:
+    async with Client(manifold.url, mode="legacy") as observer:
+        async with Client(manifold.url, mode="legacy") as subscriber:
+            await subscriber.subscribe_resource("note://r2/static")
+            told = await observer.call_tool("r2.touch", {"uri": "note://r2/static"})
+            assert _text(told) == "touched note://r2/static: told its subscriber"
+        # The subscriber's client closed its session (DELETE): nobody wants the URI any more.
+        told = await observer.call_tool("r2.touch", {"uri": "note://r2/static"})
+        assert _text(told) == "touched note://r2/static: nobody subscribed"
+
+
+async def test_each_per_client_session_subscribes_on_its_own_connection(manifold: RunningManifold) -> None:
+    """r3 runs one process per session: a URI another session subscribed to is no reason to
+    skip this session's own process."""
+    updated = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/resources/updated":
+            updated.set()
+
+    async with (
+        Client(manifold.url, mode="legacy") as first,
+        Client(manifold.url, mode="legacy", message_handler=on_message) as second,
+    ):
+        await first.subscribe_resource("note://r3/static")
+        await second.subscribe_resource("note://r3/static")
+        told = await second.call_tool("r3.touch", {"uri": "note://r3/static"})
+        assert _text(told) == "touched note://r3/static: told its subscriber"
+        with anyio.fail_after(10):
+            await updated.wait()
+        await second.unsubscribe_resource("note://r3/static")
+        told = await second.call_tool("r3.touch", {"uri": "note://r3/static"})
+        assert _text(told) == "touched note://r3/static: nobody subscribed"
+        told = await first.call_tool("r3.touch", {"uri": "note://r3/static"})
+        assert _text(told) == "touched note://r3/static: told its subscriber"
