@@ -19,6 +19,7 @@ Families (``manifold_`` prefix, base units, ``_total`` on counters)::
     manifold_server_connect_duration_seconds{server}            histogram
     manifold_requests_in_flight                                 gauge
     manifold_client_sessions_active{transport}                  gauge
+    manifold_listen_streams_open{transport}                     gauge
     manifold_tool_pin_drift_total{server}                       counter
     manifold_received_bytes_total{transport}                    counter
     manifold_sent_bytes_total{transport}                        counter
@@ -261,6 +262,9 @@ class Metrics:
         self._in_flight = Gauge("manifold_requests_in_flight", "Inbound requests being handled.", registry=r)
         self._in_flight_tracker = _InFlight(self._in_flight)
         self._sessions = gauge("manifold_client_sessions_active", "Open client sessions.", "transport")
+        self._listens = gauge(
+            "manifold_listen_streams_open", "Open subscriptions/listen streams (2026-07-28).", "transport"
+        )
         self._pin_drift = counter(
             "manifold_tool_pin_drift", "Tool definitions that differ from their pinned version.", "server"
         )
@@ -396,6 +400,12 @@ class Metrics:
     def sessions_active(self, transport: str, sessions: int) -> None:
         """Set the count outright (for callers that recount rather than track)."""
         self._sessions.get(transport).set(sessions)
+
+    def listen_opened(self, transport: str) -> None:
+        self._listens.get(transport).inc()
+
+    def listen_closed(self, transport: str) -> None:
+        self._listens.get(transport).dec()
 
     def bytes_in(self, transport: str, size: int) -> None:
         self._received.get(transport).inc(size)

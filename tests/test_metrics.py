@@ -244,6 +244,16 @@ def test_sessions_are_tracked_per_transport() -> None:
     assert value(metrics, "manifold_client_sessions_active", transport="stdio") == 1
 
 
+def test_open_listen_streams_are_tracked_per_transport() -> None:
+    metrics = Metrics()
+    metrics.listen_opened("http")
+    metrics.listen_opened("http")
+    metrics.listen_opened("stdio")
+    metrics.listen_closed("http")
+    assert value(metrics, "manifold_listen_streams_open", transport="http") == 1
+    assert value(metrics, "manifold_listen_streams_open", transport="stdio") == 1
+
+
 def test_bytes_count_in_bytes_per_direction_and_transport() -> None:
     metrics = Metrics()
     metrics.bytes_in("http", 100)

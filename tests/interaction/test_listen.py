@@ -82,6 +82,11 @@ async def test_a_resource_update_reaches_the_stream_watching_it_through_one_subs
             # Unknown URIs are left out of the acknowledgement; r1 was asked to subscribe for the
             # other, or its touch below would tell nobody.
             assert subscription.honored.resource_subscriptions == [STATIC]
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(manifold.url.replace("/mcp", "/metrics")) as got,
+            ):
+                assert 'manifold_listen_streams_open{transport="http"} 1.0' in await got.text()
             await client.call_tool("r1.touch", {"uri": STATIC})
             with anyio.fail_after(20):
                 event = await anext(subscription)
