@@ -22,83 +22,21 @@ import orjson
 import pytest
 
 from proxy.app import MODERN_CAPABILITIES, Gateway
-from proxy.config import config_from_mapping
 from proxy.inbound import listen
 from proxy.inbound.http import McpEndpoint, OriginPolicy
 from proxy.inbound.listen import Ending, Listens
-from proxy.outbound.connection import ServerConnection
 from proxy.policy.model import ANONYMOUS
-from proxy.protocol import jsonrpc, modern, versions
+from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
 from proxy.protocol.sse import SSEDecoder
 from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY, Filter
-from tests.outbound.memory import MemoryTransport, answer
+from tests.inbound.memory_server import INITIALIZE, META, REFUSED, Server, V, request, running, valid
 from tests.protocol.schemas import validator
 
 pytestmark = pytest.mark.anyio
 
-V = versions.LATEST_MODERN
-META = {modern.PROTOCOL_VERSION_KEY: V, modern.CLIENT_CAPABILITIES_KEY: {}}
 ACK = "notifications/subscriptions/acknowledged"
-URIS = ("mem://a", "mem://b", "mem://secret")
-REFUSED = "mem://b"  # the server refuses to subscribe to it
-
-
-@dataclass
-class Server:
-    """A handshake-era server in memory whose lists change, and whose resources update, on cue."""
-
-    received: list[Message] = field(default_factory=list)
-    tools: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "t0", "inputSchema": {}}])
-    prompts: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "p0"}])
-    resources: list[dict[str, Any]] = field(default_factory=lambda: [{"uri": u, "name": u} for u in URIS])
-    unsubscribed: anyio.Event = field(default_factory=anyio.Event)
-    _push: Callable[[Message], Awaitable[None]] | None = None
-
-    async def __call__(self, message: Message, reply: Callable[[Message], Awaitable[None]]) -> None:
-        self.received.append(message)
-        method, params = message.get("method"), message.get("params") or {}
-        if method == "initialize":
-            self._push = reply
-            capabilities = {
-                "tools": {"listChanged": True},
-                "prompts": {"listChanged": True},
-                "resources": {"subscribe": True, "listChanged": True},
-            }
-            info = {"name": "mem", "version": "0"}
-            result = {"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": info}
-            await reply(answer(message, result))
-        elif method in ("tools/list", "prompts/list", "resources/list"):
-            kind = str(method).split("/")[0]
-            await reply(answer(message, {kind: list(getattr(self, kind))}))
-        elif method == "resources/templates/list":
-            await reply(answer(message, {"resourceTemplates": []}))
-        elif method == "resources/subscribe" and params["uri"] == REFUSED:
-            await reply(jsonrpc.error_response(message["id"], -32603, "not today"))
-        elif method in ("resources/subscribe", "resources/unsubscribe"):
-            await reply(answer(message, {}))
-            if method == "resources/unsubscribe":
-                self.unsubscribed.set()
-        elif "id" in message:  # server/discover among them: this server is handshake-era only
-            error = {"code": -32601, "message": "Method not found"}
-            await reply({"jsonrpc": "2.0", "id": message["id"], "error": error})
-
-    async def change(self, kind: str) -> None:
-        """Grow the tools, prompts or resources list and say so, as a server does."""
-        items = getattr(self, kind)
-        name = f"{kind[0]}{len(items)}"
-        items.append({**items[0], "name": name, **({"uri": f"mem://{name}"} if kind == "resources" else {})})
-        await self._tell(jsonrpc.notification(f"notifications/{kind}/list_changed"))
-
-    async def update(self, uri: str) -> None:
-        await self._tell(jsonrpc.notification("notifications/resources/updated", {"uri": uri}))
-
-    async def _tell(self, message: Message) -> None:
-        assert self._push is not None
-        await self._push(message)
-
-    def asked(self, method: str) -> list[str]:
-        return [m["params"]["uri"] for m in self.received if m.get("method") == method]
+URIS = ("mem://a", REFUSED, "mem://secret")
 
 
 @dataclass
@@ -126,8 +64,7 @@ class Stream:
                 self.arrived = anyio.Event()
         event = self.events[self.read]
         self.read += 1
-        validator(V, "JSONRPCMessage")(event)
-        return event
+        return valid(event)
 
     def json(self) -> Any:
         return orjson.loads(b"".join(self.chunks))
@@ -137,8 +74,7 @@ class Stream:
 
 
 def listen_request(request_id: Any = 1, meta: Any = META, **notifications: Any) -> dict[str, Any]:
-    params = {"_meta": meta, "notifications": notifications}
-    return {"jsonrpc": "2.0", "id": request_id, "method": "subscriptions/listen", "params": params}
+    return request("subscriptions/listen", request_id, meta, notifications=notifications)
 
 
 ROUTED = {
@@ -218,20 +154,17 @@ class Served:
 
 
 @asynccontextmanager
-async def serving(server: Server, **config: Any) -> AsyncIterator[Served]:
-    settings = {"servers": {"mem": {"command": "unused-in-memory"}}, **config}
-    gateway = Gateway(config_from_mapping(settings, environ={}))
-    gateway.connections["mem"] = ServerConnection(
-        "mem", MemoryTransport(server), gateway, connect_timeout=5, request_timeout=5
-    )
-    async with gateway.running():
+async def serving(**config: Any) -> AsyncIterator[Served]:
+    """A gateway in front of a server whose lists change on cue, and the endpoint in front of it."""
+    server = Server(prompts=[{"name": "p0"}], resources=[{"uri": uri, "name": uri} for uri in URIS])
+    async with running(server, **config) as gateway:
         yield Served(gateway, McpEndpoint(gateway, OriginPolicy("127.0.0.1", [], [])), server)
 
 
 @pytest.fixture
 async def served() -> AsyncIterator[Served]:
-    async with serving(Server()) as running:
-        yield running
+    async with serving() as started:
+        yield started
 
 
 def subscription_id(event: Any) -> Any:
@@ -322,18 +255,8 @@ async def test_one_subscription_at_the_server_serves_every_stream_watching_a_uri
 
 async def _legacy(endpoint: McpEndpoint) -> Callable[[str, dict[str, Any]], Awaitable[Stream]]:
     """A handshake-era session on the same endpoint: a function that sends it a request."""
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
     accept = {"accept": "application/json, text/event-stream"}
-    session = (await once(endpoint, init, accept)).headers["mcp-session-id"]
+    session = (await once(endpoint, {**INITIALIZE, "id": 0}, accept)).headers["mcp-session-id"]
     headers = {**accept, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
     await once(endpoint, {"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
 
@@ -374,7 +297,7 @@ async def test_the_policy_decides_what_a_stream_may_watch_and_is_asked_again_for
     policy = tmp_path / "policy.yaml"
     hide = "version: 1\ndefault: allow\nrules:\n- {{id: hide, effect: deny, match: {{resources: [{}]}}}}\n"
     policy.write_text(hide.format('"mem://secret"'))
-    async with serving(Server(), policy={"files": [str(policy)], "reload": False}) as served:
+    async with serving(policy={"files": [str(policy)], "reload": False}) as served:
         body = listen_request(resourcesListChanged=True, resourceSubscriptions=["mem://secret", "mem://a"])
         async with listening(served.endpoint, body) as stream:
             ack = await stream.next()

@@ -9,9 +9,9 @@ valid against the 2026-07-28 schema, and legacy sessions on the same endpoint un
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,79 +19,18 @@ import anyio
 import orjson
 import pytest
 
-from proxy.app import MODERN_CAPABILITIES, Gateway
-from proxy.config import config_from_mapping
+from proxy.app import MODERN_CAPABILITIES
 from proxy.inbound import modern as modern_http
 from proxy.inbound.http import McpEndpoint, OriginPolicy
-from proxy.outbound.connection import ServerConnection
-from proxy.protocol import jsonrpc, modern, versions
+from proxy.protocol import modern, versions
 from proxy.protocol.headers import encode_header_value
-from proxy.protocol.jsonrpc import Message
 from proxy.protocol.sse import SSEDecoder
-from tests.outbound.memory import MemoryTransport, answer
+from tests.inbound.memory_server import INITIALIZE, META, TOOLS, Server, V, request, running, valid
 from tests.protocol.schemas import validator
 
 pytestmark = pytest.mark.anyio
 
-V = versions.LATEST_MODERN
-META = {modern.PROTOCOL_VERSION_KEY: V, modern.CLIENT_CAPABILITIES_KEY: {}}
 REGION = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
-TOOLS = [
-    {"name": "echo", "inputSchema": {"type": "object"}},
-    {"name": "slow", "inputSchema": {"type": "object"}},
-    {"name": "progress", "inputSchema": {"type": "object"}},
-    {"name": "where", "inputSchema": REGION},
-]
-
-
-@dataclass
-class Server:
-    """A handshake-era server in memory: it records what it gets and answers a few tools."""
-
-    received: list[Message] = field(default_factory=list)
-    started: anyio.Event = field(default_factory=anyio.Event)
-    release: anyio.Event = field(default_factory=anyio.Event)
-    cancelled: anyio.Event = field(default_factory=anyio.Event)
-
-    async def __call__(self, message: Message, reply: Callable[[Message], Awaitable[None]]) -> None:
-        self.received.append(message)
-        method, params = message.get("method"), message.get("params") or {}
-        if method == "initialize":
-            capabilities: dict[str, Any] = {"tools": {}, "resources": {}}
-            info = {"name": "mem", "version": "0"}
-            await reply(
-                answer(
-                    message,
-                    {"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": info},
-                )
-            )
-        elif method == "tools/list":
-            await reply(answer(message, {"tools": TOOLS}))
-        elif method == "resources/list":
-            await reply(answer(message, {"resources": [{"uri": "mem://a", "name": "a"}]}))
-        elif method == "resources/templates/list":
-            await reply(answer(message, {"resourceTemplates": []}))
-        elif method == "resources/read":
-            await reply(answer(message, {"contents": [{"uri": params["uri"], "text": "A"}]}))
-        elif method == "notifications/cancelled":
-            self.cancelled.set()
-        elif method == "tools/call":
-            name = params["name"]
-            if name == "slow":
-                self.started.set()
-                await self.release.wait()
-            elif name == "progress":
-                token = params["_meta"]["progressToken"]
-                note = jsonrpc.notification("notifications/progress", {"progressToken": token, "progress": 1})
-                await reply(note)
-            text = orjson.dumps({"tool": name, "params": params}).decode()
-            await reply(answer(message, {"content": [{"type": "text", "text": text}]}))
-        elif "id" in message:  # server/discover among them: this server is handshake-era only
-            error = {"code": -32601, "message": "Method not found"}
-            await reply({"jsonrpc": "2.0", "id": message["id"], "error": error})
-
-    def calls(self) -> list[Message]:
-        return [m for m in self.received if m.get("method") == "tools/call"]
 
 
 @dataclass
@@ -166,10 +105,6 @@ class Asgi:
         return response
 
 
-def request(method: str, request_id: int = 1, meta: Any = META, **params: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**params, "_meta": meta}}
-
-
 def routed(method: str, name: str | None = None, **extra: str) -> dict[str, str]:
     """The headers a 2026-07-28 client sends with a request."""
     headers = {"MCP-Protocol-Version": V, "Mcp-Method": method, **extra}
@@ -180,18 +115,15 @@ def routed(method: str, name: str | None = None, **extra: str) -> dict[str, str]
 
 @pytest.fixture
 async def server() -> Server:
-    return Server()
+    return Server(
+        tools=[*TOOLS, {"name": "where", "inputSchema": REGION}], resources=[{"uri": "mem://a", "name": "a"}]
+    )
 
 
 @asynccontextmanager
 async def serving(server: Server, **config: Any) -> AsyncIterator[Asgi]:
     """A gateway in front of ``server``, and the endpoint in front of the gateway."""
-    settings = {"catalog": {"page_size": 3}, "servers": {"mem": {"command": "unused-in-memory"}}, **config}
-    gateway = Gateway(config_from_mapping(settings, environ={}))
-    gateway.connections["mem"] = ServerConnection(
-        "mem", MemoryTransport(server), gateway, connect_timeout=5, request_timeout=5
-    )
-    async with gateway.running():
+    async with running(server, catalog={"page_size": 3}, **config) as gateway:
         yield Asgi(McpEndpoint(gateway, OriginPolicy("127.0.0.1", [], [])))
 
 
@@ -199,12 +131,6 @@ async def serving(server: Server, **config: Any) -> AsyncIterator[Asgi]:
 async def asgi(server: Server) -> AsyncIterator[Asgi]:
     async with serving(server) as endpoint:
         yield endpoint
-
-
-def valid(response: Any) -> Any:
-    """``response``, checked against the 2026-07-28 schema."""
-    validator(V, "JSONRPCMessage")(response)
-    return response
 
 
 async def test_discover_answers_json_with_the_versions_capabilities_and_no_session(asgi: Asgi) -> None:
@@ -449,17 +375,7 @@ async def test_closing_the_response_stream_cancels_the_request_at_the_server(
 
 
 async def test_a_legacy_session_still_works_beside_modern_requests(asgi: Asgi) -> None:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "0"},
-        },
-    }
-    response = await asgi("POST", init)
+    response = await asgi("POST", INITIALIZE)
     session = response.headers["mcp-session-id"]
     assert response.json()["result"]["protocolVersion"] == "2025-11-25"
     headers = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}

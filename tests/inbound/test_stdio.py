@@ -12,9 +12,8 @@ streams as tagged lines until cancelled, unreadable lines.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -23,71 +22,17 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from proxy.app import Gateway
-from proxy.config import config_from_mapping
 from proxy.inbound.stdio import serve_stdio
-from proxy.outbound.connection import ServerConnection
 from proxy.protocol import jsonrpc, modern, versions
-from proxy.protocol.jsonrpc import Message
 from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY
-from tests.outbound.memory import MemoryTransport, answer
+from tests.inbound import memory_server
+from tests.inbound.memory_server import INITIALIZE, META, Server, V, request, running, valid
 from tests.protocol.schemas import validator
 
 pytestmark = pytest.mark.anyio
 
-V = versions.LATEST_MODERN
-META = {modern.PROTOCOL_VERSION_KEY: V, modern.CLIENT_CAPABILITIES_KEY: {}}
-TOOLS = [{"name": name, "inputSchema": {"type": "object"}} for name in ("echo", "slow", "progress", "grow")]
+TOOLS = [*memory_server.TOOLS, {"name": "grow", "inputSchema": {"type": "object"}}]
 NAMES = [f"mem.{tool['name']}" for tool in TOOLS]
-INITIALIZE: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
-
-
-@dataclass
-class Server:
-    """A handshake-era server in memory: it records what it gets and answers a few tools."""
-
-    received: list[Message] = field(default_factory=list)
-    started: anyio.Event = field(default_factory=anyio.Event)
-    release: anyio.Event = field(default_factory=anyio.Event)
-    cancelled: anyio.Event = field(default_factory=anyio.Event)
-    tools: list[dict[str, Any]] = field(default_factory=lambda: list(TOOLS))
-
-    async def __call__(self, message: Message, reply: Callable[[Message], Awaitable[None]]) -> None:
-        self.received.append(message)
-        method, params = message.get("method"), message.get("params") or {}
-        if method == "initialize":
-            info = {"name": "mem", "version": "0"}
-            result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": info}
-            await reply(answer(message, result))
-        elif method == "tools/list":
-            await reply(answer(message, {"tools": self.tools}))
-        elif method == "notifications/cancelled":
-            self.cancelled.set()
-        elif method == "tools/call":
-            if params["name"] == "slow":
-                self.started.set()
-                await self.release.wait()
-            elif params["name"] == "grow":  # a new tool, and the news of it
-                self.tools.append({"name": f"new_{len(self.tools)}", "inputSchema": {"type": "object"}})
-                await reply(jsonrpc.notification("notifications/tools/list_changed"))
-            elif params["name"] == "progress":
-                token = params["_meta"]["progressToken"]
-                for step in (1, 2):
-                    note = {"progressToken": token, "progress": step, "total": 2}
-                    await reply(jsonrpc.notification("notifications/progress", note))
-            text = orjson.dumps({"tool": params["name"], "arguments": params.get("arguments")}).decode()
-            await reply(answer(message, {"content": [{"type": "text", "text": text}]}))
-        elif "id" in message:  # server/discover among them: this server is handshake-era only
-            error = {"code": -32601, "message": "Method not found"}
-            await reply({"jsonrpc": "2.0", "id": message["id"], "error": error})
 
 
 class Client:
@@ -123,11 +68,6 @@ class Client:
 @asynccontextmanager
 async def stdio(server: Server) -> AsyncIterator[tuple[Client, Gateway]]:
     """``serve_stdio`` in front of a gateway in front of ``server``."""
-    settings = {"catalog": {"page_size": 10}, "servers": {"mem": {"command": "unused-in-memory"}}}
-    gateway = Gateway(config_from_mapping(settings, environ={}))
-    gateway.connections["mem"] = ServerConnection(
-        "mem", MemoryTransport(server), gateway, connect_timeout=5, request_timeout=5
-    )
     stdin_send, stdin_receive = anyio.create_memory_object_stream[bytes](math.inf)
     stdout_send, stdout_receive = anyio.create_memory_object_stream[bytes](math.inf)
 
@@ -140,25 +80,20 @@ async def stdio(server: Server) -> AsyncIterator[tuple[Client, Gateway]]:
         async with stdout_send:
             await serve_stdio(gateway, lines(), stdout_send.send)
 
-    async with stdin_send, stdout_receive, gateway.running(), anyio.create_task_group() as tg:
+    async with (
+        stdin_send,
+        stdout_receive,
+        running(server, catalog={"page_size": 10}) as gateway,
+        anyio.create_task_group() as tg,
+    ):
         tg.start_soon(serve)
         yield Client(stdin_send, stdout_receive), gateway
         await stdin_send.aclose()
 
 
-def request(method: str, request_id: int | str = 1, meta: Any = META, **params: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**params, "_meta": meta}}
-
-
-def valid(message: Any) -> Any:
-    """``message``, checked against the 2026-07-28 schema."""
-    validator(V, "JSONRPCMessage")(message)
-    return message
-
-
 @pytest.fixture
 async def server() -> Server:
-    return Server()
+    return Server(tools=list(TOOLS), progress_steps=2)
 
 
 async def test_an_enveloped_first_request_is_served_statelessly_and_mints_no_session(server: Server) -> None:
