@@ -35,6 +35,7 @@ from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, Resource
 from proxy.inbound.listen import Listens, Subscription
 from proxy.inbound.session import LOG_LEVELS, ClientSession, Deliver, InboundRequest
 from proxy.inbound.tokens import SessionTokens, derive_key
+from proxy.interest import Interest
 from proxy.metrics import UNKNOWN, Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.metrics import Measure
@@ -164,6 +165,7 @@ class Gateway:
             "logging/setLevel": self._set_level,
         }
         self.listens = Listens()  # open subscriptions/listen streams: see listen()
+        self.interest = Interest(self.sessions, self.listens, self._servers, self.connections)
 
     def _stages(self) -> list[Middleware]:
         """The call pipeline between the errors boundary and the router, outermost first.
@@ -238,15 +240,8 @@ class Gateway:
         self.ended_sessions[session.id] = True
         for scope in list(session.in_flight.values()):
             scope.cancel()
-        held, session.subscriptions = session.subscriptions, {}
         self.per_client.close(session.id)
-        gone = {
-            uri: server
-            for uri, server in held.items()
-            if self._shares(session, server) and not self._subscribed(uri, server, besides=session)
-        }
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await self._resource_interest("resources/unsubscribe", gone)
+        await self.interest.release(session)
 
     # ---- ConnectionListener ------------------------------------------------------------
 
@@ -491,13 +486,9 @@ class Gateway:
     async def _connection_for(self, ctx: CallContext) -> ServerConnection:
         # A 2026-07-28 caller has no session to own a connection, and cannot be asked anything
         # a per-client connection would exist to relay: it uses the shared one.
-        if self._shares(ctx.request.session, ctx.server_id):
+        if self.interest.shares(ctx.request.session, ctx.server_id):
             return self.connections[ctx.server_id]
         return await self.per_client.connection(ctx.request.session, ctx.server_id)
-
-    def _shares(self, session: ClientSession, server_id: str) -> bool:
-        """Whether ``session`` reaches the server on its shared connection (else its own)."""
-        return self._servers[server_id].session_mode == "shared" or session.modern
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
@@ -560,7 +551,7 @@ class Gateway:
         session = inbound.session
         server = self._resource_server(uri, session.identity)
         # One subscription on a shared connection serves every session that wants the URI.
-        if not self._shares(session, server) or not self._subscribed(uri, server, besides=session):
+        if self.interest.must_tell(session, uri, server):
             await self._forward(CallContext(inbound, request_id, "resources/subscribe", server, uri, params))
         session.subscriptions[uri] = server
         return {}
@@ -570,20 +561,11 @@ class Gateway:
         session = inbound.session
         server = self._resource_server(uri, session.identity)
         session.subscriptions.pop(uri, None)
-        if not self._shares(session, server) or not self._subscribed(uri, server, besides=session):
+        if self.interest.must_tell(session, uri, server):
             await self._forward(
                 CallContext(inbound, request_id, "resources/unsubscribe", server, uri, params)
             )
         return {}
-
-    def _subscribed(self, uri: str, server: str, *, besides: ClientSession | Subscription) -> bool:
-        """Whether anyone but ``besides`` wants updates of ``uri`` through ``server``'s shared
-        connection: a session that subscribed on it, or an open listen stream watching it."""
-        return any(
-            uri in s.subscriptions and self._shares(s, server)
-            for s in self.sessions.values()
-            if s is not besides
-        ) or self.listens.watching(uri, besides=besides)
 
     @asynccontextmanager
     async def listen(
@@ -598,35 +580,19 @@ class Gateway:
         watched the URI yet) accepted Manifold's ``resources/subscribe``. Any other URI (unknown,
         hidden by the policy, or refused) is left out of the acknowledgement rather than failing
         the request: the spec has the acknowledgement name the subset honoured, and an unknown
-        URI must look the same as one the caller may not read. Manifold holds one subscription
-        per URI at its server, however many sessions and streams want it: the last one gone
-        sends ``resources/unsubscribe``.
+        URI must look the same as one the caller may not read. Subscriptions at the servers are
+        shared with every other holder (:mod:`proxy.interest`).
         """
         watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], session.identity)
         subscription = self.listens.open(subscription_id, session.identity, requested.only(watched))
         self.metrics.listen_opened(session.transport)
         try:
-            # Registered before the await: a stream opening meanwhile sees this one's interest.
-            fresh = {
-                uri: server
-                for uri, server in watched.items()
-                if not self._subscribed(uri, server, besides=subscription)
-            }
-            accepted = await self._resource_interest("resources/subscribe", fresh)
-            if len(accepted) < len(fresh):
-                subscription.filter = subscription.filter.only(accepted | (watched.keys() - fresh.keys()))
+            await self.interest.watch(subscription, watched)
             yield subscription
         finally:
             self.listens.close(subscription)
             self.metrics.listen_closed(session.transport)
-            gone = {
-                uri: server
-                for uri, server in watched.items()
-                if uri in subscription.filter.uris and not self._subscribed(uri, server, besides=subscription)
-            }
-            # Often run because the client went away (cancelled): shielded, and bounded.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._resource_interest("resources/unsubscribe", gone)
+            await self.interest.unwatch(subscription, watched)
 
     def _watchable(self, uris: Sequence[str], identity: Identity) -> dict[str, str]:
         """Of ``uris``, those ``identity`` may read whose server can tell of updates: by server."""
@@ -640,25 +606,6 @@ class Gateway:
             if connection is not None and (connection.capabilities.get("resources") or {}).get("subscribe"):
                 watchable[uri] = server
         return watchable
-
-    async def _resource_interest(self, method: str, uris: Mapping[str, str]) -> set[str]:
-        """Send ``resources/subscribe`` or ``unsubscribe`` for each URI to its server's shared
-        connection (a listen stream's caller has no connection of its own), all at once; the
-        URIs whose server agreed. A refusal is logged, never raised: it only narrows a filter."""
-        agreed: set[str] = set()
-
-        async def tell(uri: str, server: str) -> None:
-            try:
-                await self.connections[server].request(method, {"uri": uri})
-            except Exception as exc:  # one server's refusal must not fail the stream or the others
-                logger.warning("server %s: %s %s failed: %s", server, method, uri, exc)
-            else:
-                agreed.add(uri)
-
-        async with anyio.create_task_group() as tg:
-            for uri, server in uris.items():
-                tg.start_soon(tell, uri, server)
-        return agreed
 
     async def _complete(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         ref = params.get("ref")

@@ -1,0 +1,121 @@
+"""Who wants updates of which resource, and the one subscription per URI a server holds for them.
+
+Holders are handshake-era sessions that sent ``resources/subscribe`` and open
+``subscriptions/listen`` streams (:mod:`proxy.inbound.listen`). A server is asked once per URI on
+its shared connection, however many holders want it: the first one subscribes it, the last one
+gone (unsubscribe, stream closed, session ended) sends ``resources/unsubscribe``. A session on a
+``per_client`` server reaches it on a connection of its own, so its subscriptions are its own:
+never counted with anyone else's, and gone with the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
+
+import anyio
+
+from proxy.config import ServerConfig
+from proxy.inbound.listen import Listens, Subscription
+from proxy.inbound.session import ClientSession
+
+__all__ = ["Interest", "Subscribable"]
+
+logger = logging.getLogger("proxy.interest")
+
+_RELEASE_WITHIN: Final = 5.0  # seconds for the unsubscribes of a holder that went away
+
+
+class Subscribable(Protocol):
+    """What :class:`Interest` needs of a server's shared connection."""
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any: ...
+
+
+class Interest:
+    """The holders of every resource subscription of this gateway, read from its live sessions
+    and listen streams (nothing is counted twice: each holder carries its own URIs)."""
+
+    def __init__(
+        self,
+        sessions: Mapping[str, ClientSession],
+        listens: Listens,
+        servers: Mapping[str, ServerConfig],
+        connections: Mapping[str, Subscribable],
+    ) -> None:
+        self._sessions = sessions
+        self._listens = listens
+        self._servers = servers
+        self._connections = connections
+
+    def shares(self, session: ClientSession, server_id: str) -> bool:
+        """Whether ``session`` reaches the server on its shared connection (else on its own:
+        a 2026-07-28 caller has no session to own one)."""
+        return self._servers[server_id].session_mode == "shared" or session.modern
+
+    def must_tell(self, session: ClientSession, uri: str, server_id: str) -> bool:
+        """Whether ``session`` (un)subscribing ``uri`` must reach the server: on its own
+        connection always, on the shared one only when no other holder wants the URI."""
+        return not self.shares(session, server_id) or not self.held(uri, server_id, besides=session)
+
+    def held(self, uri: str, server_id: str, *, besides: ClientSession | Subscription) -> bool:
+        """Whether a holder other than ``besides`` wants ``uri`` on the server's shared connection."""
+        return any(
+            uri in s.subscriptions and self.shares(s, server_id)
+            for s in self._sessions.values()
+            if s is not besides
+        ) or self._listens.watching(uri, besides=besides)
+
+    async def release(self, session: ClientSession) -> None:
+        """A session ended: unsubscribe, at each server, the URIs only it wanted on a shared
+        connection. Shielded and bounded: often run because the client went away."""
+        held, session.subscriptions = session.subscriptions, {}
+        gone = {
+            uri: server
+            for uri, server in held.items()
+            if self.shares(session, server) and not self.held(uri, server, besides=session)
+        }
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_WITHIN):
+            await self.tell("resources/unsubscribe", gone)
+
+    async def watch(self, subscription: Subscription, watched: Mapping[str, str]) -> None:
+        """Hold ``watched`` (URI: server) for a listen stream, registered already (a stream
+        opening meanwhile sees its interest): the URIs no one held yet are subscribed, and those
+        a server refused are dropped from the stream's filter."""
+        fresh = {
+            uri: server for uri, server in watched.items() if not self.held(uri, server, besides=subscription)
+        }
+        accepted = await self.tell("resources/subscribe", fresh)
+        if len(accepted) < len(fresh):
+            subscription.filter = subscription.filter.only(accepted | (watched.keys() - fresh.keys()))
+
+    async def unwatch(self, subscription: Subscription, watched: Mapping[str, str]) -> None:
+        """A listen stream closed: unsubscribe the URIs it held that no one else does. Shielded
+        and bounded: often run because the client went away."""
+        gone = {
+            uri: server
+            for uri, server in watched.items()
+            if uri in subscription.filter.uris and not self.held(uri, server, besides=subscription)
+        }
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_WITHIN):
+            await self.tell("resources/unsubscribe", gone)
+
+    async def tell(self, method: str, uris: Mapping[str, str]) -> set[str]:
+        """Send ``resources/subscribe`` or ``unsubscribe`` for each URI to its server's shared
+        connection, all at once; the URIs whose server agreed. A refusal is logged, never
+        raised: it only narrows a filter."""
+        agreed: set[str] = set()
+
+        async def tell(uri: str, server: str) -> None:
+            try:
+                await self._connections[server].request(method, {"uri": uri})
+            except Exception as exc:  # one server's refusal must not fail the stream or the others
+                logger.warning("server %s: %s %s failed: %s", server, method, uri, exc)
+            else:
+                agreed.add(uri)
+
+        async with anyio.create_task_group() as tg:
+            for uri, server in uris.items():
+                tg.start_soon(tell, uri, server)
+        return agreed
