@@ -41,8 +41,10 @@ from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.validate import Validate
-from proxy.outbound.connection import LIST_KINDS, Era, ServerConnection, ServerState
+from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.era import Era
 from proxy.outbound.factory import transport_for
+from proxy.outbound.lists import LIST_KINDS
 from proxy.per_client import ClientConnections
 from proxy.pipeline import CallContext, Handler, Middleware, compose, tool_error, wire_error
 from proxy.policy import Identity, SchemaValidators, Subject

@@ -15,7 +15,8 @@ import anyio.abc
 
 from proxy.config import ServerConfig
 from proxy.inbound.session import ClientSession, InboundRequest
-from proxy.outbound.connection import Era, ServerConnection, ServerState
+from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.era import Era
 from proxy.outbound.factory import transport_for
 from proxy.protocol.jsonrpc import Message
 

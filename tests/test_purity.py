@@ -15,6 +15,9 @@ PURE = [
     *sorted((ROOT / "policy").glob("*.py")),
     ROOT / "ratelimit" / "gcra.py",
     ROOT / "ratelimit" / "rules.py",
+    ROOT / "outbound" / "era.py",
+    ROOT / "outbound" / "lists.py",
+    ROOT / "outbound" / "relay.py",
 ]
 
 

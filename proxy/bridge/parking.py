@@ -57,7 +57,7 @@ from proxy.errors import (
     ServerUnavailable,
 )
 from proxy.inbound.session import InboundRequest
-from proxy.outbound.connection import Relay
+from proxy.outbound.relay import Relay
 from proxy.pipeline import CallContext
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
@@ -117,7 +117,7 @@ class _Question:
 
 class ParkedCall:
     """One call of a 2026-07-28 caller on a handshake-era server, and the
-    :class:`~proxy.outbound.connection.Relay` its server's questions and notifications come back
+    :class:`~proxy.outbound.relay.Relay` its server's questions and notifications come back
     through: to the client request waiting on it (the first, then each retry), if any."""
 
     def __init__(self, call_id: str, caller: InboundRequest) -> None:

@@ -156,7 +156,7 @@ class ClientSession:
 
 @dataclass(frozen=True, slots=True)
 class InboundRequest:
-    """One client request in progress: the :class:`~proxy.outbound.connection.Relay` for it."""
+    """One client request in progress: the :class:`~proxy.outbound.relay.Relay` for it."""
 
     session: ClientSession
     stream: Deliver | None = None  # the request's own stream, if its transport gives it one

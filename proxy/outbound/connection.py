@@ -6,7 +6,8 @@ server's era (``server/discover`` first; any error or silence means a handshake-
 templates), then serves requests until the link dies, and starts over after an exponential
 backoff. The era found is remembered across restarts and checked again when it fails. To a
 2026-07-28 server every request carries the ``_meta`` envelope of the client it is for (that
-client's capabilities and log level, Manifold's client info).
+client's capabilities and log level, Manifold's client info), and ``resources/(un)subscribe``
+become the filter of the ``subscriptions/listen`` stream kept open to it.
 
 Requests from every client session share the one link: each gets a fresh id from this
 connection's own counter, so clients that reuse JSON-RPC ids never receive each other's
@@ -15,12 +16,16 @@ answers, and progress tokens are remapped the same way.
 Messages a server sends *about* a request (progress, log lines, sampling/elicitation/roots
 requests) go back through that request's :class:`Relay`, i.e. to the one client session that
 caused them, never to everyone.
+
+The rules live beside it: ``era`` (the envelope, what a server says of itself, x-mcp-header
+tools), ``lists`` (paging), ``listening`` (the listen stream), ``relay`` (whose request it is).
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import itertools
 import logging
 import math
@@ -33,34 +38,30 @@ from typing import Any, Final, Protocol
 import anyio
 import anyio.abc
 
-from proxy import __version__
-from proxy.errors import (
-    InvalidParams,
-    MethodNotFound,
-    ProtocolError,
-    RemoteError,
-    ServerTimeout,
-    ServerUnavailable,
+from proxy.errors import ProtocolError, RemoteError, ServerTimeout, ServerUnavailable
+from proxy.outbound.era import (
+    CLIENT_CAPABILITIES,
+    CLIENT_INFO,
+    Era,
+    Introduction,
+    envelope,
+    mirror_tools,
+    parse_discover,
+    parse_initialize,
 )
+from proxy.outbound.listening import WATCH_METHODS, Listening, untagged
+from proxy.outbound.lists import CHANGED, LIST_KINDS, drain, offered
+from proxy.outbound.relay import Relay, relay_for
 from proxy.outbound.transport import Link, Transport
 from proxy.pipeline import wire_error
 from proxy.protocol import jsonrpc, versions
-from proxy.protocol.headers import ParamHeader, param_headers, x_mcp_header_problem, x_mcp_headers
+from proxy.protocol.headers import ParamHeader, param_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
-from proxy.protocol.modern import (
-    CLIENT_CAPABILITIES_KEY,
-    CLIENT_INFO_KEY,
-    LOG_LEVEL_KEY,
-    PROTOCOL_VERSION_KEY,
-    SERVER_INFO_KEY,
-)
-from proxy.protocol.results import CacheHint, hint_of, merge_cache
+from proxy.protocol.results import CacheHint
+from proxy.protocol.subscriptions import LISTEN
 
 __all__ = [
-    "LIST_KINDS",
     "ConnectionListener",
-    "Era",
-    "Relay",
     "ServerConnection",
     "ServerState",
     "backoff_delay",
@@ -71,81 +72,12 @@ logger = logging.getLogger("proxy.outbound.connection")
 _STABLE_AFTER: Final = 30.0  # seconds up before a crash no longer counts toward the backoff
 _CANCEL_GRACE: Final = 1.0
 _DISCOVER_TIMEOUT: Final = 10.0  # a handshake-era server may ignore server/discover altogether
-_SUBSCRIPTION_ID_KEY: Final = "io.modelcontextprotocol/subscriptionId"
-_SUBSCRIBE: Final = frozenset({"resources/subscribe", "resources/unsubscribe"})
-
-# kind -> (the capability that offers it, its list method). The kind is also the result key.
-LIST_KINDS: Final[dict[str, tuple[str, str]]] = {
-    "tools": ("tools", "tools/list"),
-    "prompts": ("prompts", "prompts/list"),
-    "resources": ("resources", "resources/list"),
-    "resourceTemplates": ("resources", "resources/templates/list"),
-}
-_CHANGED: Final[dict[str, tuple[str, ...]]] = {
-    "notifications/tools/list_changed": ("tools",),
-    "notifications/prompts/list_changed": ("prompts",),
-    "notifications/resources/list_changed": ("resources", "resourceTemplates"),
-}
-# What Manifold tells servers it can do as a client: it relays these to the client session
-# whose request caused them, if that client declared them too (else the server gets an error).
-CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
-_RELAYED: Final = ("sampling", "elicitation", "roots")  # what a server may ask a client for
-_CLIENT_INFO: Final = {"name": "manifold", "version": __version__}
-
-
-class Era(enum.Enum):
-    """How a server is spoken to: the ``initialize`` handshake, or 2026-07-28's envelope per request."""
-
-    UNKNOWN = "unknown"
-    LEGACY = "legacy"
-    MODERN = "modern"
-
-    @classmethod
-    def of(cls, setting: str) -> Era:
-        """The era a server's ``era:`` setting pins (``auto``: none, find out)."""
-        return cls.UNKNOWN if setting == "auto" else cls(setting)
 
 
 class ServerState(enum.Enum):
     STARTING = "starting"
     READY = "ready"
     BACKOFF = "backoff"
-
-
-class Relay(Protocol):
-    """The client request on whose behalf a request goes out; related traffic goes back to it."""
-
-    @property
-    def session_id(self) -> str: ...
-
-    @property
-    def capabilities(self) -> dict[str, Any]:
-        """What that client declared it can be asked (sampling, elicitation, roots …)."""
-        ...
-
-    @property
-    def log_level(self) -> str | None:
-        """The least severe log level that client wants to hear, if it asked for log lines."""
-        ...
-
-    @property
-    def asleep(self) -> bool:
-        """A parked call whose server is waiting on answers its client has yet to bring: not the
-        one asking, when a question does not say which call it is about."""
-        ...
-
-    def notify(self, message: Message) -> None:
-        """Queue a notification for that client (in order; never blocks)."""
-        ...
-
-    async def request(self, method: str, params: dict[str, Any] | None) -> Any:
-        """Ask that client; returns its result.
-
-        Raises:
-            MethodNotFound: the client did not declare the capability.
-            RemoteError: the client answered with an error.
-        """
-        ...
 
 
 class ConnectionListener(Protocol):
@@ -158,25 +90,6 @@ class ConnectionListener(Protocol):
     def server_notification(self, server_id: str, message: Message) -> None:
         """A notification related to no request (a log line, resources/updated)."""
         ...
-
-
-def _untagged(message: Message) -> Message:
-    """A listen stream's notification without the stream's tag: the id is ours, not the client's."""
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    if not isinstance(meta, dict) or _SUBSCRIPTION_ID_KEY not in meta:
-        return message
-    rest = {k: v for k, v in meta.items() if k != _SUBSCRIPTION_ID_KEY}
-    assert isinstance(params, dict)
-    untagged = {k: v for k, v in params.items() if k != "_meta"}
-    if rest:
-        untagged["_meta"] = rest
-    return {**message, "params": untagged}
-
-
-async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
 
 
 def backoff_delay(attempt: int, *, base: float = 0.5, cap: float = 30.0, jitter: float = 0.2) -> float:
@@ -230,9 +143,8 @@ class ServerConnection:
         self._stale: set[str] = set()
         self._refresh = anyio.Event()
         # 2026-07-28 servers tell of changes on a subscriptions/listen stream: the resource URIs it
-        # is to cover, and an event set when they change (the stream is then replaced).
-        self._watched: set[str] = set()
-        self._watch_changed = anyio.Event()
+        # is to cover (kept across restarts), and the keeper of the stream while a link lives.
+        self._listening = Listening(server_id, backoff=backoff_delay)
         # A 2026-07-28 server's tools/call mirrors annotated arguments in Mcp-Param-* headers:
         # the annotations of its tools that have any, by the server's own tool name.
         self._param_specs: dict[str, tuple[ParamHeader, ...]] = {}
@@ -278,8 +190,8 @@ class ServerConnection:
         link = self._link
         if link is None or self.state is not ServerState.READY:
             raise ServerUnavailable(self.server_id, self.reason or self.state.value)
-        if self.modern and method in _SUBSCRIBE:
-            return self._watch(method, params)
+        if self.modern and method in WATCH_METHODS:
+            return self._listening.watch(method, params, self.capabilities)
         return await self._call(
             link, method, params, self.request_timeout if timeout is None else timeout, relay
         )
@@ -322,7 +234,7 @@ class ServerConnection:
                 try:
                     with anyio.fail_after(self.connect_timeout):
                         await self._negotiate(link)
-                        lists = {kind: await self._list(link, kind) for kind in self._offered()}
+                        lists = {kind: await self._list(link, kind) for kind in offered(self.capabilities)}
                 except TimeoutError:
                     down.append(f"no handshake within {self.connect_timeout:g}s (connect timeout)")
                 except (ServerUnavailable, RemoteError, ProtocolError) as exc:
@@ -338,16 +250,14 @@ class ServerConnection:
                 counts = ", ".join(f"{len(items)} {kind}" for kind, items in lists.items())
                 logger.info("server %s: ready (%s)", self.server_id, counts or "nothing listed")
                 tg.start_soon(self._refresher, link)
-                if self.modern and self._listen_filter() is not None:
-                    tg.start_soon(self._keep_listening, link)
+                if self.modern and self._listening.filter(self.capabilities) is not None:
+                    listen = functools.partial(self._call, link, LISTEN, timeout=math.inf)
+                    tg.start_soon(self._listening.keep, listen, self.capabilities)
         except ServerUnavailable as exc:
             return exc.reason if not down else down[0]
         finally:
             self._tg = None
         return down[0] if down else "the connection closed"
-
-    def _offered(self) -> list[str]:
-        return [kind for kind, (capability, _) in LIST_KINDS.items() if capability in self.capabilities]
 
     async def _read_loop(self, link: Link, down: list[str], scope: anyio.CancelScope) -> None:
         try:
@@ -387,8 +297,8 @@ class ServerConnection:
                 slot.relay.notify(
                     jsonrpc.notification(method, {**params, "progressToken": slot.progress_token})
                 )
-        elif method in _CHANGED:
-            self._stale.update(_CHANGED[method])
+        elif method in CHANGED:
+            self._stale.update(CHANGED[method])
             self._refresh.set()
         elif method == "notifications/subscriptions/acknowledged":
             logger.debug("server %s: listening for %s", self.server_id, params.get("notifications"))
@@ -402,34 +312,7 @@ class ServerConnection:
             if slot is not None and slot.relay is not None:
                 slot.relay.notify(message)
             else:
-                self._listener.server_notification(self.server_id, _untagged(message))
-
-    def _relay_for(self, related: RequestId | None) -> Relay:
-        """The client request a server request belongs to.
-
-        Streamable HTTP says which request's stream carried it. Other transports do not, so it
-        is attributable only while one client session alone has requests in flight here.
-
-        Raises:
-            MethodNotFound: no client, or no single client, can be named.
-        """
-        if isinstance(related, int) and (slot := self._pending.get(related)) is not None and slot.relay:
-            return slot.relay
-        relays = [slot.relay for slot in self._pending.values() if slot.relay is not None]
-        sessions = {relay.session_id for relay in relays}
-        if len(sessions) == 1:
-            return relays[0]
-        awake = [relay for relay in relays if not relay.asleep]
-        if len({relay.session_id for relay in awake}) == 1:
-            return awake[0]
-        if self._default_relay is not None:
-            return self._default_relay
-        if not sessions:
-            raise MethodNotFound("Manifold relays server requests only during a client's request")
-        raise MethodNotFound(
-            f"{len(sessions)} client sessions have requests in flight on this shared connection, so "
-            "Manifold cannot tell which one this request is for (configure session_mode: per_client)"
-        )
+                self._listener.server_notification(self.server_id, untagged(message))
 
     async def _relay_request(self, link: Link, message: Message, related: RequestId | None) -> None:
         """Pass a server's request (sampling, elicitation, roots) to its client; answer the server."""
@@ -437,7 +320,9 @@ class ServerConnection:
         with anyio.CancelScope() as scope:
             self._server_requests[request_id] = scope
             try:
-                result = await self._relay_for(related).request(message["method"], message.get("params"))
+                in_flight = {our_id: slot.relay for our_id, slot in self._pending.items()}
+                relay = relay_for(related, in_flight, self._default_relay)
+                result = await relay.request(message["method"], message.get("params"))
                 reply = jsonrpc.result_response(request_id, result)
             except Exception as exc:
                 reply = wire_error(exc, request_id)
@@ -446,80 +331,13 @@ class ServerConnection:
             with contextlib.suppress(ServerUnavailable):
                 await link.send(reply)
 
-    def _watch(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        """``resources/(un)subscribe`` to a 2026-07-28 server: which URIs its listen stream covers.
-
-        Raises:
-            MethodNotFound: the server offers no resource subscriptions.
-            InvalidParams: no URI.
-        """
-        if not (self.capabilities.get("resources") or {}).get("subscribe"):
-            raise MethodNotFound(f"server {self.server_id!r} offers no resource subscriptions")
-        uri = (params or {}).get("uri")
-        if not isinstance(uri, str):
-            raise InvalidParams(f'{method} needs a string "uri"')
-        before = len(self._watched)
-        (self._watched.add if method == "resources/subscribe" else self._watched.discard)(uri)
-        if len(self._watched) != before:
-            self._watch_changed.set()
-        return {}
-
-    def _listen_filter(self) -> dict[str, Any] | None:
-        """What a listen stream asks a 2026-07-28 server for; None when it offers nothing."""
-        wanted: dict[str, Any] = {}
-        for kind, key in (("tools", "tools"), ("prompts", "prompts"), ("resources", "resources")):
-            if (self.capabilities.get(kind) or {}).get("listChanged"):
-                wanted[f"{key}ListChanged"] = True
-        subscribable = bool((self.capabilities.get("resources") or {}).get("subscribe"))
-        if subscribable:
-            wanted["resourceSubscriptions"] = sorted(self._watched)
-        return {"notifications": wanted} if wanted else None
-
-    async def _keep_listening(self, link: Link) -> None:
-        """One ``subscriptions/listen`` stream open for as long as the link lives; replaced when the
-        URIs it should cover change (the new one opens before the old one is cancelled, so no
-        change falls between them), reopened after a backoff when the server ends it."""
-        assert self._tg is not None
-        previous: anyio.CancelScope | None = None
-        attempt = 0
-        while True:
-            self._watch_changed = changed = anyio.Event()
-            ended, scope = anyio.Event(), anyio.CancelScope()
-            self._tg.start_soon(self._listen, link, self._listen_filter(), scope, ended)
-            if previous is not None:
-                previous.cancel()
-            previous = scope
-            async with anyio.create_task_group() as waiting:
-                for event in (changed, ended):
-                    waiting.start_soon(_cancel_when_set, event, waiting.cancel_scope)
-            if ended.is_set() and not changed.is_set():
-                delay = backoff_delay(attempt)
-                attempt += 1
-                logger.info("server %s: its listen stream ended; reopening in %.1fs", self.server_id, delay)
-                await anyio.sleep(delay)
-            else:
-                attempt = 0
-
-    async def _listen(
-        self, link: Link, params: dict[str, Any] | None, scope: anyio.CancelScope, ended: anyio.Event
-    ) -> None:
-        with scope:
-            try:
-                await self._call(link, "subscriptions/listen", params, math.inf)
-            except (RemoteError, ProtocolError) as exc:
-                logger.warning("server %s: subscriptions/listen failed: %s", self.server_id, exc)
-            except ServerUnavailable:
-                pass  # the link is going: its supervisor restarts everything
-            finally:
-                ended.set()
-
     async def _refresher(self, link: Link) -> None:
         """Re-list what the server says changed; bursts coalesce into one re-list per kind."""
         while True:
             await self._refresh.wait()
             self._refresh = anyio.Event()
             kinds, self._stale = self._stale, set()
-            for kind in (k for k in LIST_KINDS if k in kinds and k in self._offered()):
+            for kind in (k for k in LIST_KINDS if k in kinds and k in offered(self.capabilities)):
                 try:
                     items = await self._list(link, kind)
                 except (ServerUnavailable, RemoteError, ProtocolError) as exc:
@@ -551,42 +369,16 @@ class ServerConnection:
         timeout = min(_DISCOVER_TIMEOUT, self.connect_timeout / 3)
         try:
             result = await self._call(
-                link, "server/discover", {"_meta": self._envelope(None)}, timeout, era=Era.MODERN
+                link, "server/discover", {"_meta": envelope(None)}, timeout, era=Era.MODERN
             )
         except (RemoteError, ServerTimeout) as exc:
             logger.debug("server %s: server/discover failed (%s): handshake era", self.server_id, exc)
             return False
-        offered = result.get("supportedVersions") if isinstance(result, dict) else None
-        if not isinstance(offered, list) or versions.LATEST_MODERN not in offered:
+        introduction = parse_discover(result)
+        if introduction is None:
             return False
-        assert isinstance(result, dict)
-        self.era = Era.MODERN
-        self.protocol_version = versions.LATEST_MODERN
-        self.capabilities = result.get("capabilities") or {}
-        meta = result.get("_meta")
-        info = meta.get(SERVER_INFO_KEY) if isinstance(meta, dict) else None
-        self.server_info = info if isinstance(info, dict) else {}
-        instructions = result.get("instructions")
-        self.instructions = instructions if isinstance(instructions, str) else None
+        self._adopt(introduction)
         return True
-
-    def _envelope(self, relay: Relay | None) -> dict[str, Any]:
-        """The ``_meta`` a 2026-07-28 server gets: about the client the request is for (what it
-        can be asked, its log level), or Manifold's own for requests on nobody's behalf."""
-        if relay is None:
-            return {
-                PROTOCOL_VERSION_KEY: versions.LATEST_MODERN,
-                CLIENT_CAPABILITIES_KEY: {},
-                CLIENT_INFO_KEY: _CLIENT_INFO,
-            }
-        envelope: dict[str, Any] = {
-            PROTOCOL_VERSION_KEY: versions.LATEST_MODERN,
-            CLIENT_CAPABILITIES_KEY: {k: v for k, v in relay.capabilities.items() if k in _RELAYED},
-            CLIENT_INFO_KEY: _CLIENT_INFO,
-        }
-        if relay.log_level is not None:
-            envelope[LOG_LEVEL_KEY] = relay.log_level
-        return envelope
 
     async def _handshake(self, link: Link) -> None:
         result = await self._call(
@@ -595,85 +387,41 @@ class ServerConnection:
             {
                 "protocolVersion": versions.LATEST,
                 "capabilities": self._client_capabilities,
-                "clientInfo": _CLIENT_INFO,
+                "clientInfo": CLIENT_INFO,
             },
             self.connect_timeout,
             era=Era.LEGACY,
         )
-        if not isinstance(result, dict):
-            raise ProtocolError(f"server {self.server_id!r} answered initialize with a non-object result")
-        version = result.get("protocolVersion")
-        if version not in versions.SUPPORTED:
-            raise ServerUnavailable(
-                self.server_id, f"it chose protocol revision {version!r}, which Manifold does not speak"
-            )
-        self.era = Era.LEGACY
-        self.protocol_version = version
-        self.capabilities = result.get("capabilities") or {}
-        self.server_info = result.get("serverInfo") or {}
-        instructions = result.get("instructions")
-        self.instructions = instructions if isinstance(instructions, str) else None
+        self._adopt(parse_initialize(result, self.server_id))
         await link.send(jsonrpc.notification("notifications/initialized"))
 
+    def _adopt(self, introduction: Introduction) -> None:
+        self.era = introduction.era
+        self.protocol_version = introduction.protocol_version
+        self.capabilities = introduction.capabilities
+        self.server_info = introduction.server_info
+        self.instructions = introduction.instructions
+
     async def _list(self, link: Link, kind: str) -> list[dict[str, Any]]:
-        """Every page of one list, guarded against servers that page forever.
+        """Every page of one list (see :func:`~proxy.outbound.lists.drain`)."""
 
-        A server that offers a capability but not one of its lists (resources without
-        templates, say) answers -32601: that list is empty, not a broken server.
-        """
-        method = LIST_KINDS[kind][1]
-        self.cache_hints.pop(kind, None)
-        hints: list[CacheHint | None] = []
-        items: list[dict[str, Any]] = []
-        seen: set[str] = set()
-        cursor: str | None = None
-        for _ in range(self._max_pages):
-            try:
-                result = await self._call(
-                    link, method, {"cursor": cursor} if cursor else None, self.request_timeout
-                )
-            except RemoteError as exc:
-                if exc.error.get("code") == -32601 and not items:
-                    return []
-                raise
-            page = result.get(kind) if isinstance(result, dict) else None
-            if not isinstance(page, list):
-                raise ProtocolError(f"server {self.server_id!r} answered {method} without a {kind!r} array")
-            items.extend(page)
-            hints.append(hint_of(result))
-            if all(hints):  # a page without hints: the list has none
-                self.cache_hints[kind] = merge_cache(h for h in hints if h is not None)
-            cursor = result.get("nextCursor")
-            if cursor is None:
-                return self._mirrored(items) if kind == "tools" and self.modern else items
-            if not isinstance(cursor, str) or not cursor or cursor in seen:
-                logger.warning(
-                    "server %s: %s returned a bad or repeated cursor %r; keeping the %d items so far",
-                    self.server_id, method, cursor, len(items),
-                )  # fmt: skip
-                return items
-            seen.add(cursor)
-        logger.warning(
-            "server %s: %s still paging after %d pages; stopped", self.server_id, method, self._max_pages
-        )
-        return items
+        async def fetch(method: str, params: dict[str, Any] | None) -> Any:
+            return await self._call(link, method, params, self.request_timeout)
 
-    def _mirrored(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """A 2026-07-28 server's tools, less those whose ``x-mcp-header`` annotations break the
-        rules (a client on HTTP must drop them); the annotations of the others remembered."""
-        kept: list[dict[str, Any]] = []
-        specs: dict[str, tuple[ParamHeader, ...]] = {}
-        for tool in tools:
-            schema = tool.get("inputSchema") if isinstance(tool, dict) else None
-            problem = x_mcp_header_problem(schema)
-            if problem is not None:
-                logger.warning("server %s: dropped tool %r: %s", self.server_id, tool.get("name"), problem)
-                continue
-            kept.append(tool)
-            if mirrored := x_mcp_headers(schema):
-                specs[str(tool.get("name"))] = mirrored
-        self._param_specs = specs
-        return kept
+        drained = await drain(fetch, kind, max_pages=self._max_pages, server_id=self.server_id)
+        if drained.hint is None:
+            self.cache_hints.pop(kind, None)
+        else:
+            self.cache_hints[kind] = drained.hint
+        if not (drained.ended and kind == "tools" and self.modern):
+            return drained.items
+        # A 2026-07-28 server's tools whose annotations break the rules are dropped (as a client
+        # on HTTP must); the annotations of the others are remembered for their calls.
+        mirrored = mirror_tools(drained.items)
+        for name, problem in mirrored.dropped:
+            logger.warning("server %s: dropped tool %r: %s", self.server_id, name, problem)
+        self._param_specs = mirrored.specs
+        return mirrored.tools
 
     async def _call(
         self,
@@ -690,7 +438,7 @@ class ServerConnection:
         slot = _Pending(relay)
         if (era or self.era) is Era.MODERN:
             params = dict(params or {})
-            params["_meta"] = {**(params.get("_meta") or {}), **self._envelope(relay)}
+            params["_meta"] = {**(params.get("_meta") or {}), **envelope(relay)}
         meta = params.get("_meta") if params else None
         if relay is not None and isinstance(meta, dict) and "progressToken" in meta:
             # Tokens are the client's; on a shared connection they could collide, so the server

@@ -24,7 +24,7 @@ from proxy.errors import (
     RemoteError,
 )
 from proxy.inbound.session import ClientSession, InboundRequest
-from proxy.outbound.connection import Relay
+from proxy.outbound.relay import Relay
 from proxy.pipeline import CallContext, wire_error
 from proxy.policy.model import Identity
 from proxy.protocol import versions

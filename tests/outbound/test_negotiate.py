@@ -10,7 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.outbound.connection import Era, ServerConnection, ServerState
+from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.era import Era
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import MemoryTransport, answer, initialize_result
 from tests.outbound.test_connection import Recorder

@@ -1,0 +1,169 @@
+"""How Manifold, as a client, speaks to a server of each era, pure: no I/O, no clock.
+
+A server is either spoken to with the ``initialize`` handshake (the handshake era) or, from
+revision 2026-07-28 on, statelessly: it answers ``server/discover`` and every request carries an
+envelope in ``params._meta`` about the client it is for. This module decides the shapes on the
+2026-07-28 side: the envelope Manifold sends (:func:`envelope`), and which of a server's tools
+survive its ``x-mcp-header`` annotations, with the annotations to mirror into ``Mcp-Param-*``
+headers (:func:`mirror_tools`); and for both eras, what a server says of itself when first
+spoken to (:func:`parse_discover`, :func:`parse_initialize`).
+:class:`~proxy.outbound.connection.ServerConnection` does the talking.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from proxy import __version__
+from proxy.errors import ProtocolError, ServerUnavailable
+from proxy.outbound.relay import Relay
+from proxy.protocol import versions
+from proxy.protocol.headers import ParamHeader, x_mcp_header_problem, x_mcp_headers
+from proxy.protocol.modern import (
+    CLIENT_CAPABILITIES_KEY,
+    CLIENT_INFO_KEY,
+    LOG_LEVEL_KEY,
+    PROTOCOL_VERSION_KEY,
+    SERVER_INFO_KEY,
+)
+
+__all__ = [
+    "CLIENT_CAPABILITIES",
+    "CLIENT_INFO",
+    "RELAYED",
+    "Era",
+    "Introduction",
+    "Mirrored",
+    "envelope",
+    "mirror_tools",
+    "parse_discover",
+    "parse_initialize",
+]
+
+# What Manifold tells servers it can do as a client: it relays these to the client session
+# whose request caused them, if that client declared them too (else the server gets an error).
+CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
+RELAYED: Final = ("sampling", "elicitation", "roots")  # what a server may ask a client for
+CLIENT_INFO: Final = {"name": "manifold", "version": __version__}
+
+
+class Era(enum.Enum):
+    """How a server is spoken to: the ``initialize`` handshake, or 2026-07-28's envelope per request."""
+
+    UNKNOWN = "unknown"
+    LEGACY = "legacy"
+    MODERN = "modern"
+
+    @classmethod
+    def of(cls, setting: str) -> Era:
+        """The era a server's ``era:`` setting pins (``auto``: none, find out).
+
+        Raises:
+            ValueError: the setting names no era.
+        """
+        return cls.UNKNOWN if setting == "auto" else cls(setting)
+
+
+def envelope(relay: Relay | None) -> dict[str, Any]:
+    """The ``_meta`` a 2026-07-28 server gets with a request: about the client it is for (what
+    that client may be asked through Manifold, its log level), or Manifold's own for requests on
+    nobody's behalf; Manifold's client info either way."""
+    if relay is None:
+        return {
+            PROTOCOL_VERSION_KEY: versions.LATEST_MODERN,
+            CLIENT_CAPABILITIES_KEY: {},
+            CLIENT_INFO_KEY: CLIENT_INFO,
+        }
+    meta: dict[str, Any] = {
+        PROTOCOL_VERSION_KEY: versions.LATEST_MODERN,
+        CLIENT_CAPABILITIES_KEY: {k: v for k, v in relay.capabilities.items() if k in RELAYED},
+        CLIENT_INFO_KEY: CLIENT_INFO,
+    }
+    if relay.log_level is not None:
+        meta[LOG_LEVEL_KEY] = relay.log_level
+    return meta
+
+
+@dataclass(frozen=True, slots=True)
+class Introduction:
+    """What a server said of itself when first spoken to (``server/discover`` or ``initialize``)."""
+
+    era: Era
+    protocol_version: str
+    capabilities: dict[str, Any]
+    server_info: dict[str, Any]
+    instructions: str | None
+
+
+def parse_discover(result: Any) -> Introduction | None:
+    """What a ``server/discover`` result tells; None when it does not offer 2026-07-28 (the
+    server is then spoken to in the handshake era)."""
+    offered = result.get("supportedVersions") if isinstance(result, dict) else None
+    if not isinstance(offered, list) or versions.LATEST_MODERN not in offered:
+        return None
+    assert isinstance(result, dict)
+    meta = result.get("_meta")
+    info = meta.get(SERVER_INFO_KEY) if isinstance(meta, dict) else None
+    instructions = result.get("instructions")
+    return Introduction(
+        era=Era.MODERN,
+        protocol_version=versions.LATEST_MODERN,
+        capabilities=result.get("capabilities") or {},
+        server_info=info if isinstance(info, dict) else {},
+        instructions=instructions if isinstance(instructions, str) else None,
+    )
+
+
+def parse_initialize(result: Any, server_id: str) -> Introduction:
+    """What an ``initialize`` result tells.
+
+    Raises:
+        ProtocolError: the result is not an object.
+        ServerUnavailable: the server chose a revision Manifold does not speak.
+    """
+    if not isinstance(result, dict):
+        raise ProtocolError(f"server {server_id!r} answered initialize with a non-object result")
+    version = result.get("protocolVersion")
+    if version not in versions.SUPPORTED:
+        raise ServerUnavailable(
+            server_id, f"it chose protocol revision {version!r}, which Manifold does not speak"
+        )
+    instructions = result.get("instructions")
+    return Introduction(
+        era=Era.LEGACY,
+        protocol_version=version,
+        capabilities=result.get("capabilities") or {},
+        server_info=result.get("serverInfo") or {},
+        instructions=instructions if isinstance(instructions, str) else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Mirrored:
+    """A 2026-07-28 server's tools as a client on HTTP must take them."""
+
+    tools: list[dict[str, Any]]  # those whose x-mcp-header annotations keep the rules, in order
+    specs: dict[str, tuple[ParamHeader, ...]]  # the annotations of those that have any, by tool name
+    dropped: list[tuple[Any, str]]  # (name, why) of each tool left out
+
+
+def mirror_tools(tools: Sequence[dict[str, Any]]) -> Mirrored:
+    """Split a 2026-07-28 server's tools by their ``x-mcp-header`` annotations: a tool whose
+    annotations break the rules is dropped (as a client on HTTP must); the annotations of the
+    others are what its ``tools/call`` mirrors into ``Mcp-Param-*`` headers."""
+    kept: list[dict[str, Any]] = []
+    specs: dict[str, tuple[ParamHeader, ...]] = {}
+    dropped: list[tuple[Any, str]] = []
+    for tool in tools:
+        schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+        problem = x_mcp_header_problem(schema)
+        if problem is not None:
+            dropped.append((tool.get("name"), problem))
+            continue
+        kept.append(tool)
+        if mirrored := x_mcp_headers(schema):
+            specs[str(tool.get("name"))] = mirrored
+    return Mirrored(kept, specs, dropped)

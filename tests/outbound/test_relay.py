@@ -1,0 +1,70 @@
+"""Whose request a server's request is about, as transcripts: the relays in flight in, one out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from proxy.errors import MethodNotFound
+from proxy.outbound.relay import Relay, relay_for
+from proxy.protocol.jsonrpc import Message
+
+
+@dataclass(eq=False)
+class Caller:
+    """A Relay: one client request, of session ``session_id``."""
+
+    session_id: str
+    asleep: bool = False
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    log_level: str | None = None
+
+    def notify(self, message: Message) -> None:
+        raise AssertionError("not notified in these tests")
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> Any:
+        raise AssertionError("not asked in these tests")
+
+
+A1, A2, B1 = Caller("a"), Caller("a"), Caller("b")
+B_ASLEEP = Caller("b", asleep=True)
+PER_CLIENT = Caller("mine")
+
+
+def test_the_request_whose_stream_carried_it_is_the_one_it_is_about() -> None:
+    assert relay_for(2, {1: A1, 2: B1}, None) is B1
+
+
+def test_a_related_request_made_on_nobodys_behalf_names_no_one() -> None:
+    assert relay_for(1, {1: None, 2: B1}, None) is B1  # then it is attributed as if unrelated
+
+
+@pytest.mark.parametrize("related", [None, 9, "1"])
+def test_one_session_alone_in_flight_is_the_one_asked_its_oldest_request_first(related: Any) -> None:
+    assert relay_for(related, {1: A1, 2: None, 3: A2}, None) is A1
+
+
+def test_among_sessions_in_flight_the_one_awake_is_asked() -> None:
+    assert relay_for(None, {1: B_ASLEEP, 2: A2}, None) is A2
+
+
+def test_sessions_in_flight_fall_back_to_the_connections_own_client() -> None:
+    assert relay_for(None, {1: A1, 2: B1}, PER_CLIENT) is PER_CLIENT
+    assert relay_for(None, {}, PER_CLIENT) is PER_CLIENT
+
+
+def test_no_client_request_in_flight_names_no_one() -> None:
+    with pytest.raises(MethodNotFound, match="only during a client's request"):
+        relay_for(None, {1: None}, None)
+
+
+def test_two_sessions_awake_in_flight_cannot_be_told_apart() -> None:
+    with pytest.raises(MethodNotFound, match=r"2 client sessions .* \(configure session_mode: per_client\)"):
+        relay_for(None, {1: A1, 2: B1}, None)
+
+
+def test_a_caller_is_a_relay() -> None:
+    relay: Relay = A1  # mypy checks Caller against the Protocol
+    assert relay.session_id == "a"
