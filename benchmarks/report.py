@@ -104,7 +104,9 @@ def render(results: Results) -> str:
         "`direct-json`: the load generator straight to one fixture server (`--json-response`); "
         "`direct-sse`: the same in SSE mode; `direct-stdio`: the same server over stdio (requests "
         "multiplexed on its pipes, as Manifold does). `stdio-K`/`http-K`: through Manifold with K servers "
-        "reached over stdio / Streamable HTTP, calls spread round-robin over their `echo` tools. Manifold "
+        "reached over stdio / Streamable HTTP, calls spread round-robin over their `echo` tools; Manifold "
+        "reaches them at 2026-07-28 (one POST per request, an envelope on each). `handshake-http-1`: "
+        "http-1 with its server pinned to `era: legacy` (initialize, one session). Manifold "
         "CPU per call is compared with the direct fixture server's CPU per call.",
         "",
         "### Like for like: through Manifold vs the same kind of server reached directly",

@@ -65,6 +65,7 @@ __all__ = ["bench", "main"]
 
 DIRECT: Final = "direct-json"
 DIRECT_STDIO: Final = "direct-stdio"
+HANDSHAKE: Final = "handshake-http-1"  # http-1 with its server pinned to era: legacy
 RESULTS_DIR: Final = REPO / "benchmarks" / "results"
 
 
@@ -126,7 +127,12 @@ async def _bench(run: Run) -> None:
         http[k] = run.spawn(
             spawn_manifold(f"http-{k}", workdir, manifold_config(servers, page_size=plan.page_size))
         )
-    await wait_servers_ready([*stdio.values(), *http.values()], plan.startup_seconds)
+    # The same server as http-1, reached with the initialize handshake: what 2026-07-28 costs.
+    handshake_server = {"h00": {**http_server(http_fx[0].url), "era": "legacy"}}
+    handshake = run.spawn(
+        spawn_manifold(HANDSHAKE, workdir, manifold_config(handshake_server, page_size=plan.page_size))
+    )
+    await wait_servers_ready([*stdio.values(), *http.values(), handshake], plan.startup_seconds)
     for name, spawned in list(middleware.items()):
         # `manifold check` may pass what startup refuses (a policy file's content, say): skip, noted.
         try:
@@ -135,7 +141,7 @@ async def _bench(run: Run) -> None:
             reason = str(exc).strip().splitlines()[-1:] or ["no reason given"]
             results.middleware_notes[name] = f"SKIPPED: Manifold did not start with it ({reason[0][:200]})"
             del middleware[name]
-    manifolds = [*stdio.values(), *http.values(), *middleware.values()]
+    manifolds = [*stdio.values(), *http.values(), handshake, *middleware.values()]
     run.say(f"{len(manifolds)} Manifolds and {len(fixtures) + 1} fixture servers up (plus stdio servers)")
 
     direct_rss = rss_bytes(http_fx[0].pid)  # after the HTTP Manifolds have initialized and listed it
@@ -196,6 +202,7 @@ async def _bench(run: Run) -> None:
     call_targets += [
         ("calls", through(f"http-{k}", http[k], [f.pid for f in http_fx[:k]])) for k in plan.server_counts
     ]
+    call_targets.append(("calls", through(HANDSHAKE, handshake, [http_fx[0].pid])))
     middleware_targets = [
         ("middleware", through(name, spawned, children_of(spawned.pid)))
         for name, spawned in middleware.items()

@@ -34,7 +34,9 @@ async def test_a_tiny_run_measures_every_section_and_writes_the_report(tmp_path:
 
     calls = {(row.target, row.concurrency): row for row in results.call_rows}
     assert set(calls) == {
-        (target, c) for target in ("direct-json", "direct-stdio", "stdio-2", "http-2") for c in (1, 4)
+        (target, c)
+        for target in ("direct-json", "direct-stdio", "stdio-2", "http-2", "handshake-http-1")
+        for c in (1, 4)
     }
     assert all(row.calls > 0 and row.rps > 0 for row in calls.values())
     assert calls["direct-json", 1].p50_x == 1.0
