@@ -304,7 +304,7 @@ async def profile_under_load(run: Run, targets: list[CallTarget]) -> None:
             run.results.notes.append(f"profile of {target.name}: py-spy failed: {reason[0]}")
             continue
         profile = parse_collapsed(target.name, raw_path.read_text().splitlines())
-        profile.raw_path = str(raw_path)
+        profile.raw_path = raw_path.name  # in the workdir (--keep-workdir keeps it)
         profile.cpu_us_per_call = run.results.calls[-1].manifold_cpu_us
         run.results.profiles.append(profile)
 
