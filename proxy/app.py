@@ -519,7 +519,11 @@ class Gateway:
         )
 
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        entry = self._prompt(_string(params, "name", "prompts/get"), inbound.session.identity)
+        name = _string(params, "name", "prompts/get")
+        entry = self.prompts.by_name.get(name)
+        if entry is None:
+            raise InvalidParams(f"unknown prompt: {name}")
+        # Whether the policy hides it is the authorize stage's call: it audits, then answers alike.
         forwarded = {**params, "name": entry.original_name}
         subject = Subject.prompt(entry)
         return await self._forward(
@@ -537,12 +541,15 @@ class Gateway:
     def _resource_server(self, uri: str, identity: Identity) -> str:
         server = self.resources.route(uri)
         if server is None or not self.access.allows(identity, Subject.resource(uri, server)):
-            raise ResourceNotFound(f"resource not found: {uri}", data={"uri": uri})
+            raise ResourceNotFound.of(uri)
         return server
 
     async def _resources_read(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = _string(params, "uri", "resources/read")
-        server = self._resource_server(uri, inbound.session.identity)
+        server = self.resources.route(uri)
+        if server is None:
+            raise ResourceNotFound.of(uri)
+        # Whether the policy hides it is the authorize stage's call: it audits, then answers alike.
         subject = Subject.resource(uri, server)
         return await self._forward(
             CallContext(inbound, request_id, "resources/read", server, uri, params, subject=subject)
@@ -626,7 +633,7 @@ class Gateway:
                 uri, inbound.session.identity
             )
             if not self.access.allows(inbound.session.identity, Subject.resource(uri, server)):
-                raise ResourceNotFound(f"resource not found: {uri}", data={"uri": uri})
+                raise ResourceNotFound.of(uri)
             ctx = CallContext(inbound, request_id, "completion/complete", server, uri, params)
         else:
             raise InvalidParams(f"unknown completion ref type: {ref.get('type')!r}")

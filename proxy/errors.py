@@ -131,6 +131,12 @@ class InvalidRequestState(InvalidParams):
 class ResourceNotFound(ProtocolError):
     code = RESOURCE_NOT_FOUND
 
+    @classmethod
+    def of(cls, uri: str) -> ResourceNotFound:
+        """The one answer for a URI no server has and for one the policy hides: alike, so that
+        a caller cannot tell them apart."""
+        return cls(f"resource not found: {uri}", data={"uri": uri})
+
 
 class RateLimited(ProtocolError):
     code = RATE_LIMITED

@@ -71,9 +71,9 @@ class Authorize:
         try:
             if enforced == "deny":
                 if ctx.method != "tools/call" or not decision.shown:
-                    raise (ResourceNotFound if ctx.subject.kind == "resource" else HiddenByPolicy)(
-                        f"unknown {ctx.subject.kind}: {ctx.name}"
-                    )
+                    if ctx.subject.kind == "resource":
+                        raise ResourceNotFound.of(ctx.name)
+                    raise HiddenByPolicy(f"unknown {ctx.subject.kind}: {ctx.name}")
                 return tool_error(
                     f"Manifold's policy does not let {identity.name!r} call {ctx.name!r}: {decision.reason}. "
                     "Use another tool, or ask an operator to change the policy.",

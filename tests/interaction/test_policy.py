@@ -595,3 +595,41 @@ async def test_pins_off_writes_no_pins_and_serves_a_changed_tool(tmp_path: Path)
         assert orjson.loads(text_of(await client.call_tool("alpha.echo", {"k": 3})))["arguments"] == {"k": 3}
         assert "pin drift" not in manifold.log()
     assert not (tmp_path / "pins").exists()
+
+
+# ---- prompts and resources the policy hides ----------------------------------------------------
+
+
+async def test_a_hidden_prompt_or_resource_is_audited_and_answered_as_a_missing_one(tmp_path: Path) -> None:
+    """carl (a contractor) may use tools only: r1's prompt and resources do not exist for him,
+    and asking for them is one audit line each, denied, like a hidden tool."""
+    (tmp_path / "policy.yaml").write_text(MAIN_POLICY)
+    relay = str(REPO / "tests" / "fixtures" / "relay_server.py")
+    config = {
+        "auth": {"api_keys": api_keys()},
+        "policy": {"files": ["policy.yaml"], "audit": {"path": "audit.jsonl"}},
+        "servers": {"r1": {"command": sys.executable, "args": [relay, "--name", "r1"], "era": "legacy"}},
+    }
+    async with running_manifold(tmp_path, config) as running, connect(running.url, "carl") as carl:
+        with pytest.raises(MCPError) as hidden_prompt:
+            await carl.get_prompt("r1.greet", {"name": "x"})
+        with pytest.raises(MCPError) as missing_prompt:
+            await carl.get_prompt("r1.nothing", {"name": "x"})
+        with pytest.raises(MCPError) as hidden_resource:
+            await carl.read_resource("note://r1/static")
+        with pytest.raises(MCPError) as missing_resource:
+            await carl.read_resource("note://nowhere/static")
+        async with connect(running.url, "sam") as sam:  # staff: everything
+            assert (await sam.read_resource("note://r1/static")).contents
+    assert str(hidden_prompt.value) == "unknown prompt: r1.greet"
+    assert hidden_prompt.value.error.code == missing_prompt.value.error.code == -32602
+    # -32602 at 2026-07-28 (SEP-2164), -32002 before: the same either way.
+    assert hidden_resource.value.error.code == missing_resource.value.error.code
+    assert hidden_resource.value.error.message == "resource not found: note://r1/static"
+    assert hidden_resource.value.error.data == {"uri": "note://r1/static"}
+    records = audit(tmp_path / "audit.jsonl")
+    assert [(r["identity"], r["name"], r["effect"], r["outcome"]) for r in records] == [
+        ("carl", "r1.greet", "deny", "denied"),
+        ("carl", "note://r1/static", "deny", "denied"),
+        ("sam", "note://r1/static", "allow", "ok"),
+    ]
