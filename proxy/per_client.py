@@ -16,13 +16,11 @@ import anyio.abc
 from proxy.config import ServerConfig
 from proxy.inbound.session import ClientSession, InboundRequest
 from proxy.outbound.connection import ServerConnection, ServerState
-from proxy.outbound.era import Era
+from proxy.outbound.era import RELAYED, Era
 from proxy.outbound.factory import transport_for
 from proxy.protocol.jsonrpc import Message
 
 __all__ = ["ClientConnections"]
-
-_RELAYED = ("sampling", "elicitation", "roots")
 
 
 class _SessionListener:
@@ -66,7 +64,7 @@ class ClientConnections:
                 request_timeout=server.request_timeout,
                 max_pages=self._max_pages,
                 era=Era.of(server.era),
-                client_capabilities={k: v for k, v in session.capabilities.items() if k in _RELAYED},
+                client_capabilities={k: v for k, v in session.capabilities.items() if k in RELAYED},
                 default_relay=InboundRequest(session),
             )
             scope = anyio.CancelScope()
