@@ -295,8 +295,10 @@ class Gateway:
             self.metrics.server_connect_seconds(server_id, time.monotonic() - self._starting[server_id])
 
     def server_notification(self, server_id: str, message: Message) -> None:
+        """What a server's shared connection says unprompted: to the sessions that reach it there
+        (a ``per_client`` session hears its own connection) and to the listen streams."""
         for session in self.sessions.values():
-            if session.wants_notification(message):
+            if session.wants_notification(message) and self.interest.shares(session, server_id):
                 session.notify(message)
         if message["method"] == UPDATED:
             # Only streams whose identity may still read it (the policy may have changed).

@@ -17,6 +17,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
+from mcp.client.subscriptions import ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     CreateMessageRequestParams,
@@ -33,6 +34,7 @@ from mcp.types import (
 )
 from pydantic import FileUrl
 
+from proxy.protocol import versions
 from tests.fixtures.spawn import free_port, running_http_process
 from tests.interaction.harness import REPO, RunningManifold, running_manifold
 
@@ -307,3 +309,37 @@ async def test_each_per_client_session_subscribes_on_its_own_connection(manifold
         assert _text(told) == "touched note://r3/static: nobody subscribed"
         told = await first.call_tool("r3.touch", {"uri": "note://r3/static"})
         assert _text(told) == "touched note://r3/static: told its subscriber"
+
+
+async def test_a_per_client_session_hears_its_own_process_not_the_shared_one(
+    manifold: RunningManifold,
+) -> None:
+    """A 2026-07-28 caller's listen stream watches r3's resource on the shared connection; a
+    per_client session subscribed to the same URI on its own process hears only that process."""
+    heard: list[str] = []
+    marker_heard = anyio.Event()
+    uri, marker = "note://r3/static", "note://r3/marker"
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/resources/updated":
+            heard.append(str(message.params.uri))
+            if heard[-1] == marker:
+                marker_heard.set()
+
+    async with (
+        Client(manifold.url, mode="legacy", message_handler=on_message) as session,
+        Client(manifold.url, mode=versions.LATEST_MODERN, cache=None) as modern,
+        modern.listen(resource_subscriptions=[uri]) as stream,
+    ):
+        await session.subscribe_resource(uri)
+        await session.subscribe_resource(marker)
+        told = await modern.call_tool("r3.touch", {"uri": uri})  # the shared process
+        assert _text(told) == f"touched {uri}: told its subscriber"
+        with anyio.fail_after(10):
+            assert await anext(stream) == ResourceUpdated(uri=uri)
+        # Then its own process tells of the marker: the session's notifications come in order,
+        # so anything the shared process' update sent it would be in before the marker.
+        await session.call_tool("r3.touch", {"uri": marker})
+        with anyio.fail_after(10):
+            await marker_heard.wait()
+    assert heard == [marker]
