@@ -521,11 +521,7 @@ class Gateway:
         )
 
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        name = _string(params, "name", "prompts/get")
-        entry = self.prompts.by_name.get(name)
-        if entry is None:
-            raise InvalidParams(f"unknown prompt: {name}")
-        # Whether the policy hides it is the authorize stage's call: it audits, then answers alike.
+        entry = self._prompt(_string(params, "name", "prompts/get"))
         forwarded = {**params, "name": entry.original_name}
         subject = Subject.prompt(entry)
         return await self._forward(
@@ -534,9 +530,11 @@ class Gateway:
             )
         )
 
-    def _prompt(self, name: str, identity: Identity) -> Entry:
+    def _prompt(self, name: str) -> Entry:
+        """The prompt ``name`` names. Whether the policy hides it is the authorize stage's call
+        (the context's subject): it audits, then answers as here."""
         entry = self.prompts.by_name.get(name)
-        if entry is None or not self.access.allows(identity, Subject.prompt(entry)):
+        if entry is None:
             raise InvalidParams(f"unknown prompt: {name}")
         return entry
 
@@ -551,7 +549,7 @@ class Gateway:
         server = self.resources.route(uri)
         if server is None:
             raise ResourceNotFound.of(uri)
-        # Whether the policy hides it is the authorize stage's call: it audits, then answers alike.
+        # Whether the policy hides it is the authorize stage's call, as for prompts (_prompt).
         subject = Subject.resource(uri, server)
         return await self._forward(
             CallContext(inbound, request_id, "resources/read", server, uri, params, subject=subject)
@@ -624,19 +622,21 @@ class Gateway:
             raise InvalidParams('completion/complete needs a "ref" object')
         if ref.get("type") == "ref/prompt":
             name = _string(ref, "name", "a ref/prompt")
-            entry = self._prompt(name, inbound.session.identity)
+            entry = self._prompt(name)
             forwarded = {**params, "ref": {**ref, "name": entry.original_name}}
+            subject = Subject.prompt(entry)
             ctx = CallContext(
-                inbound, request_id, "completion/complete", entry.server_id, name, forwarded, entry
+                inbound, request_id, "completion/complete", entry.server_id, name, forwarded, entry, subject
             )
         elif ref.get("type") == "ref/resource":
             uri = _string(ref, "uri", "a ref/resource")
-            server = self.resources.by_template.get(uri) or self._resource_server(
-                uri, inbound.session.identity
-            )
-            if not self.access.allows(inbound.session.identity, Subject.resource(uri, server)):
+            server = self.resources.by_template.get(uri) or self.resources.route(uri)
+            if server is None:
                 raise ResourceNotFound.of(uri)
-            ctx = CallContext(inbound, request_id, "completion/complete", server, uri, params)
+            subject = Subject.resource(uri, server)
+            ctx = CallContext(
+                inbound, request_id, "completion/complete", server, uri, params, subject=subject
+            )
         else:
             raise InvalidParams(f"unknown completion ref type: {ref.get('type')!r}")
         return await self._forward(ctx)

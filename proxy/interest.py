@@ -71,13 +71,8 @@ class Interest:
         """A session ended: unsubscribe, at each server, the URIs only it wanted on a shared
         connection. Shielded and bounded: often run because the client went away."""
         held, session.subscriptions = session.subscriptions, {}
-        gone = {
-            uri: server
-            for uri, server in held.items()
-            if self.shares(session, server) and not self.held(uri, server, besides=session)
-        }
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_WITHIN):
-            await self.tell("resources/unsubscribe", gone)
+        shared = {uri: server for uri, server in held.items() if self.shares(session, server)}
+        await self._let_go(shared, session)
 
     async def watch(self, subscription: Subscription, watched: Mapping[str, str]) -> None:
         """Hold ``watched`` (URI: server) for a listen stream, registered already (a stream
@@ -93,11 +88,13 @@ class Interest:
     async def unwatch(self, subscription: Subscription, watched: Mapping[str, str]) -> None:
         """A listen stream closed: unsubscribe the URIs it held that no one else does. Shielded
         and bounded: often run because the client went away."""
-        gone = {
-            uri: server
-            for uri, server in watched.items()
-            if uri in subscription.filter.uris and not self.held(uri, server, besides=subscription)
-        }
+        kept = {uri: server for uri, server in watched.items() if uri in subscription.filter.uris}
+        await self._let_go(kept, subscription)
+
+    async def _let_go(self, held: Mapping[str, str], holder: ClientSession | Subscription) -> None:
+        """``holder`` let go of ``held`` (URI: server) on the shared connections: unsubscribe
+        those no one else holds, shielded and bounded."""
+        gone = {uri: server for uri, server in held.items() if not self.held(uri, server, besides=holder)}
         with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_WITHIN):
             await self.tell("resources/unsubscribe", gone)
 

@@ -25,7 +25,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types import TextContent
+from mcp.types import PromptReference, TextContent
 
 from tests.fixtures.fixture_server import Catalog
 from tests.interaction.harness import MANIFOLD, REPO, RunningManifold, fixture_server, post, running_manifold
@@ -619,9 +619,13 @@ async def test_a_hidden_prompt_or_resource_is_audited_and_answered_as_a_missing_
             await carl.read_resource("note://r1/static")
         with pytest.raises(MCPError) as missing_resource:
             await carl.read_resource("note://nowhere/static")
+        with pytest.raises(MCPError) as hidden_completion:
+            await carl.complete(
+                PromptReference(type="ref/prompt", name="r1.greet"), {"name": "name", "value": "A"}
+            )
         async with connect(running.url, "sam") as sam:  # staff: everything
             assert (await sam.read_resource("note://r1/static")).contents
-    assert str(hidden_prompt.value) == "unknown prompt: r1.greet"
+    assert str(hidden_prompt.value) == str(hidden_completion.value) == "unknown prompt: r1.greet"
     assert hidden_prompt.value.error.code == missing_prompt.value.error.code == -32602
     # -32602 at 2026-07-28 (SEP-2164), -32002 before: the same either way.
     assert hidden_resource.value.error.code == missing_resource.value.error.code
@@ -631,5 +635,6 @@ async def test_a_hidden_prompt_or_resource_is_audited_and_answered_as_a_missing_
     assert [(r["identity"], r["name"], r["effect"], r["outcome"]) for r in records] == [
         ("carl", "r1.greet", "deny", "denied"),
         ("carl", "note://r1/static", "deny", "denied"),
+        ("carl", "r1.greet", "deny", "denied"),  # its completion
         ("sam", "note://r1/static", "allow", "ok"),
     ]
