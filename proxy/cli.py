@@ -165,7 +165,7 @@ async def _serve(config: Config, _: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     async with anyio.create_task_group() as tg, Gateway(config).running() as gateway:
         tg.start_soon(_until_signal, tg.cancel_scope, gateway)
-        await tg.start(serve, gateway, sock, metrics_sock)
+        await tg.start(serve, gateway.inbound, sock, metrics_sock)
         shown = f"[{host}]" if ":" in host else host
         logger.info("Manifold %s listening on http://%s:%d/mcp", __version__, shown, port)
         await anyio.sleep_forever()
@@ -189,7 +189,7 @@ async def _stdio(config: Config, _: argparse.Namespace) -> int:
 
     async with anyio.create_task_group() as tg, Gateway(config).running() as gateway:
         tg.start_soon(_until_signal, tg.cancel_scope, gateway)
-        await serve_stdio(gateway, _stdin_lines(), write)
+        await serve_stdio(gateway.inbound, _stdin_lines(), write)
         tg.cancel_scope.cancel()
     return 0
 

@@ -36,7 +36,7 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
     """The merged catalog (as one identity sees it, with ``--identity``); exit 1 if a server is down."""
     identity = identity_from(args)
     async with Gateway(config).running() as gateway:
-        served = gateway.served
+        served = gateway.catalogs.served
         entries = [
             e
             for e in served.catalog.entries
@@ -45,7 +45,7 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
         counts = Counter(entry.server_id for entry in served.catalog.entries)
         servers = {
             sid: {"state": conn.state.value, "reason": conn.reason, "tools": counts[sid]}
-            for sid, conn in gateway.connections.items()
+            for sid, conn in gateway.connections.shared.items()
         }
         rows: list[dict[str, Any]] = [
             {
@@ -102,19 +102,19 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
         }
         subject: Subject | None = None
         if args.tool is not None:
-            entry = gateway.served.catalog.by_name.get(args.tool)
+            entry = gateway.catalogs.served.catalog.by_name.get(args.tool)
             if entry is not None:
-                subject = gateway.served.subject(entry.name)
-                effective = gateway.served.effective[entry.name]
+                subject = gateway.catalogs.served.subject(entry.name)
+                effective = gateway.catalogs.served.effective[entry.name]
                 report["annotations"] = {**effective.hints(), "source": effective.source}
-                report["blocked_by_pin_drift"] = entry.name in gateway.served.blocked
+                report["blocked_by_pin_drift"] = entry.name in gateway.catalogs.served.blocked
             name = args.tool
         elif args.prompt is not None:
-            prompt = gateway.prompts.by_name.get(args.prompt)
+            prompt = gateway.catalogs.prompts.by_name.get(args.prompt)
             subject = Subject.prompt(prompt) if prompt is not None else None
             name = args.prompt
         else:
-            server = gateway.resources.route(args.resource)
+            server = gateway.catalogs.resources.route(args.resource)
             subject = Subject.resource(args.resource, server) if server is not None else None
             name = args.resource
         if subject is None:
@@ -150,7 +150,7 @@ async def pins_accept(config: Config, args: argparse.Namespace) -> int:
         print("manifold: pins are off (policy.pins.mode: off); nothing to accept", file=sys.stderr)
         return 2
     async with Gateway(config).running() as gateway:
-        entries = gateway.tools.entries
+        entries = gateway.catalogs.tools.entries
     pins = load_pins(settings.path)
     drifts = [d for d in compare(pins, entries) if not args.tool or d.name in args.tool]
     if not drifts:

@@ -11,16 +11,15 @@ never counted with anyone else's, and gone with the connection.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol
 
 import anyio
 
-from proxy.config import ServerConfig
 from proxy.inbound.listen import Listens, Subscription
 from proxy.inbound.session import ClientSession
 
-__all__ = ["Interest", "Subscribable"]
+__all__ = ["Interest", "Sharing", "Subscribable"]
 
 logger = logging.getLogger("proxy.interest")
 
@@ -33,26 +32,31 @@ class Subscribable(Protocol):
     async def request(self, method: str, params: dict[str, Any] | None = None) -> Any: ...
 
 
+class Sharing(Protocol):
+    """Which connection a session reaches a server on (:class:`proxy.connections.Connections`)."""
+
+    def shares(self, caller: ClientSession, server_id: str) -> bool: ...
+
+
 class Interest:
     """The holders of every resource subscription of this gateway, read from its live sessions
     and listen streams (nothing is counted twice: each holder carries its own URIs)."""
 
     def __init__(
         self,
-        sessions: Mapping[str, ClientSession],
+        sessions: Iterable[ClientSession],
         listens: Listens,
-        servers: Mapping[str, ServerConfig],
+        sharing: Sharing,
         connections: Mapping[str, Subscribable],
     ) -> None:
         self._sessions = sessions
         self._listens = listens
-        self._servers = servers
+        self._sharing = sharing
         self._connections = connections
 
     def shares(self, session: ClientSession, server_id: str) -> bool:
-        """Whether ``session`` reaches the server on its shared connection (else on its own:
-        a 2026-07-28 caller has no session to own one)."""
-        return self._servers[server_id].session_mode == "shared" or session.modern
+        """Whether ``session`` reaches the server on its shared connection (else on its own)."""
+        return self._sharing.shares(session, server_id)
 
     def must_tell(self, session: ClientSession, uri: str, server_id: str) -> bool:
         """Whether ``session`` (un)subscribing ``uri`` must reach the server: on its own
@@ -62,9 +66,7 @@ class Interest:
     def held(self, uri: str, server_id: str, *, besides: ClientSession | Subscription) -> bool:
         """Whether a holder other than ``besides`` wants ``uri`` on the server's shared connection."""
         return any(
-            uri in s.subscriptions and self.shares(s, server_id)
-            for s in self._sessions.values()
-            if s is not besides
+            uri in s.subscriptions and self.shares(s, server_id) for s in self._sessions if s is not besides
         ) or self._listens.watching(uri, besides=besides)
 
     async def release(self, session: ClientSession) -> None:

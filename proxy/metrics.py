@@ -68,6 +68,7 @@ __all__ = [
     "Metrics",
     "MetricsSettings",
     "Outcome",
+    "Where",
 ]
 
 Outcome = Literal[
@@ -91,6 +92,9 @@ OUTCOMES: Final[frozenset[str]] = frozenset(get_args(Outcome))
 
 Effect = Literal["allow", "deny"]
 ListKind = Literal["tools", "prompts", "resources", "resourceTemplates"]  # the gateway's kind names
+# Whose fault boundary caught a failure: a client's request, a server's question relayed to a
+# client, one server connection, one client session (a transport's task), a background task.
+Where = Literal["request", "server_request", "server_connection", "session", "task"]
 _LIST_KINDS: Final[frozenset[str]] = frozenset(get_args(ListKind))
 
 UNKNOWN: Final = "unknown"  # a tool (or identity) the gateway could not name
@@ -268,6 +272,11 @@ class Metrics:
         self._pin_drift = counter(
             "manifold_tool_pin_drift", "Tool definitions that differ from their pinned version.", "server"
         )
+        self._internal = counter(
+            "manifold_internal_errors",
+            "Failures Manifold caught at a fault boundary: a bug or an unforeseen input; see the log.",
+            "where",
+        )
         self._received = counter("manifold_received_bytes", "Bytes received from clients.", "transport")
         self._sent = counter("manifold_sent_bytes", "Bytes sent to clients.", "transport")
         gauge("manifold_build_info", "Manifold's version; always 1.", "version").get(__version__).set(1)
@@ -406,6 +415,10 @@ class Metrics:
 
     def listen_closed(self, transport: str) -> None:
         self._listens.get(transport).dec()
+
+    def internal_error(self, where: Where) -> None:
+        """Count one failure a fault boundary caught (``where``: whose boundary it was)."""
+        self._internal.get(where).inc()
 
     def bytes_in(self, transport: str, size: int) -> None:
         self._received.get(transport).inc(size)

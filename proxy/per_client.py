@@ -14,6 +14,7 @@ import anyio
 import anyio.abc
 
 from proxy.config import ServerConfig
+from proxy.errors import ServerUnavailable
 from proxy.inbound.session import ClientSession, InboundRequest
 from proxy.outbound.connection import ServerConnection, ServerState
 from proxy.outbound.era import RELAYED, Era
@@ -46,7 +47,17 @@ class ClientConnections:
         self._max_pages = max_pages
         self._connections: dict[tuple[str, str], ServerConnection] = {}
         self._scopes: dict[tuple[str, str], anyio.CancelScope] = {}
-        self.task_group: anyio.abc.TaskGroup | None = None  # set while the gateway runs
+        self._tg: anyio.abc.TaskGroup | None = None  # while run() runs
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the connections' tasks until cancelled; ready once started."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                self._tg = None
 
     async def connection(self, session: ClientSession, server_id: str) -> ServerConnection:
         """The connection of ``session`` to ``server_id``, started on first use; waits (bounded)
@@ -54,7 +65,8 @@ class ClientConnections:
         key = (session.id, server_id)
         connection = self._connections.get(key)
         if connection is None:
-            assert self.task_group is not None, "the gateway is not running"
+            if self._tg is None:
+                raise ServerUnavailable(server_id, "Manifold is shutting down")
             server = self._servers[server_id]
             connection = ServerConnection(
                 server_id,
@@ -70,9 +82,7 @@ class ClientConnections:
             scope = anyio.CancelScope()
             self._connections[key] = connection
             self._scopes[key] = scope
-            self.task_group.start_soon(
-                _run_in, scope, connection, name=f"server {server_id} for {session.id[:8]}"
-            )
+            self._tg.start_soon(_run_in, scope, connection, name=f"server {server_id} for {session.id[:8]}")
         with anyio.move_on_after(connection.connect_timeout + 1):
             await connection.first_attempt_done.wait()
         return connection

@@ -15,38 +15,59 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.catalog.merge import Entry
 from proxy.errors import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    RESOURCE_NOT_FOUND,
     HiddenByPolicy,
-    ManifoldError,
     ProtocolError,
     RemoteError,
     ServerTimeout,
     ServerUnavailable,
 )
-from proxy.protocol import jsonrpc
-from proxy.protocol.jsonrpc import Message, RequestId
+from proxy.outbound.relay import Relay
+from proxy.protocol.jsonrpc import RequestId
 
 if TYPE_CHECKING:
-    from proxy.inbound.session import InboundRequest
     from proxy.metrics import Outcome
     from proxy.policy.engine import Subject
+    from proxy.policy.model import Identity
 
-__all__ = ["CallContext", "Handler", "Middleware", "compose", "outcome_of", "tool_error", "wire_error"]
+__all__ = [
+    "CallContext",
+    "Caller",
+    "Handler",
+    "Middleware",
+    "compose",
+    "outcome_of",
+    "tool_error",
+]
 
 logger = logging.getLogger("proxy.pipeline")
+
+
+class Caller(Relay, Protocol):
+    """Who asked, and the way back to them: a client's request in progress, whatever its
+    transport and era (:class:`proxy.inbound.session.InboundRequest`)."""
+
+    @property
+    def identity(self) -> Identity: ...
+
+    @property
+    def stateless(self) -> bool:
+        """A 2026-07-28 caller: no session; it is asked through ``input_required`` results."""
+        ...
+
+    def supports(self, method: str, params: dict[str, Any] | None) -> bool:
+        """Whether the caller declared the capability a server's ``method`` request needs."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
 class CallContext:
     """One resolved request to a server, immutable while it travels the pipeline."""
 
-    request: InboundRequest  # who asked, and the way back to them
+    caller: Caller  # who asked, and the way back to them
     request_id: RequestId
     method: str
     server_id: str
@@ -119,31 +140,3 @@ def outcome_of(ended: object) -> Outcome:
     if isinstance(ended, dict) and ended.get("resultType") == "input_required":
         return "input_required"
     return "ok"
-
-
-def wire_error(exc: Exception, request_id: RequestId | None, *, modern: bool = False) -> Message:
-    """The JSON-RPC error response for ``exc``. Cancellation never reaches here: it is re-raised.
-
-    Who is at fault decides what the peer learns: its own mistakes and a server's
-    unavailability are explained; a JSON-RPC error from the other side is relayed as it was
-    sent; anything unexpected gets a generic message, with the details only in our log.
-    ``modern``: the peer speaks revision 2026-07-28, which says -32602 (not the handshake
-    era's -32002) for an unknown resource, whoever noticed it.
-    """
-    if isinstance(exc, ProtocolError):
-        return jsonrpc.error_response(request_id, _era_code(exc.code, modern), exc.message, exc.data)
-    if isinstance(exc, RemoteError):
-        error = exc.error
-        code = _era_code(error["code"], modern)
-        return jsonrpc.error_response(request_id, code, error["message"], error.get("data"))
-    if isinstance(exc, ServerUnavailable):
-        return jsonrpc.error_response(request_id, exc.code, str(exc), {"server": exc.server_id})
-    if isinstance(exc, ManifoldError):
-        logger.error("request %r failed: %s", request_id, exc)
-    else:
-        logger.error("request %r failed unexpectedly", request_id, exc_info=exc)
-    return jsonrpc.error_response(request_id, INTERNAL_ERROR, "internal error in Manifold; see its log")
-
-
-def _era_code(code: int, modern: bool) -> int:
-    return INVALID_PARAMS if modern and code == RESOURCE_NOT_FOUND else code

@@ -1,61 +1,382 @@
-"""The innermost stage: send a resolved request to its server, over the right connection, in
-the server's era.
+"""The router: every client message, in either era, to the code that answers it.
 
-Most requests go out as they are. The three that may need the client's input mid-call
-(``tools/call``, ``prompts/get``, ``resources/read``) are bridged when the caller and the server
-differ in how they ask for it (:mod:`proxy.bridge`):
+The method table names what Manifold answers itself (``initialize``, ``server/discover``,
+``ping``, the merged lists, ``logging/setLevel``) and what it resolves and forwards: a
+namespaced name or a URI becomes a :class:`~proxy.pipeline.CallContext` (the server, the
+server's own name, the policy's subject), and the call pipeline takes it from there (its
+innermost stage, :class:`~proxy.forward.Forward`, picks the connection and bridges eras).
 
-    caller \\ server   handshake era                  2026-07-28
-    handshake era      server requests relayed        input_required unrolled into requests
-    2026-07-28         call parked, input_required    input_required passed, state wrapped
-
-A handshake-era caller never sees what only 2026-07-28 defines (``resultType``, cache hints).
+:meth:`Router.handle` and :meth:`Router.handle_stateless` are the fault boundary of a request:
+whatever goes wrong while answering it becomes that request's error response
+(:func:`proxy.boundary.wire_error`), and nothing but cancellation leaves them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final
 
-from proxy.bridge.mrtr import Rounds
-from proxy.outbound.connection import ServerConnection
-from proxy.pipeline import CallContext
-from proxy.protocol import results
+import anyio
 
-__all__ = ["Parking", "Router"]
+from proxy import __version__
+from proxy.boundary import Boundary
+from proxy.catalogs import Catalogs
+from proxy.connections import Connections
+from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
+from proxy.inbound.listen import Listens, Subscription
+from proxy.inbound.session import LOG_LEVELS, ClientSession, Deliver, InboundRequest
+from proxy.interest import Interest
+from proxy.metrics import UNKNOWN, Metrics
+from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.lists import LIST_KINDS
+from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.policy import Identity, Subject
+from proxy.protocol import jsonrpc, results, versions
+from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
+from proxy.protocol.modern import REMOVED_METHODS, strip_envelope
+from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
+from proxy.sessions import Sessions
+
+__all__ = ["CAPABILITIES", "Router", "SERVER_INFO"]
+
+logger = logging.getLogger("proxy.router")
+
+CAPABILITIES: Final = {
+    "tools": {"listChanged": True},
+    "prompts": {"listChanged": True},
+    "resources": {"subscribe": True, "listChanged": True},
+    "completions": {},
+    "logging": {},
+}
+# 2026-07-28 callers hear of the same changes on subscriptions/listen streams (Router.listen):
+# list changes as a filter flag, resource updates as resourceSubscriptions.
+SERVER_INFO: Final = {"name": "manifold", "version": __version__}
+_LISTS: Final = {method: kind for kind, (_, method) in LIST_KINDS.items()}
+
+Params = dict[str, Any]
+_Method = Callable[[InboundRequest, Params, RequestId], Awaitable[Any]]
 
 
-class Parking(Protocol):
-    """Runs a 2026-07-28 caller's request on a handshake-era server (see proxy.bridge.parking)."""
-
-    async def call(self, connection: ServerConnection, ctx: CallContext) -> Any: ...
+def _string(params: Mapping[str, Any], key: str, method: str) -> str:
+    value = params.get(key)
+    if not isinstance(value, str):
+        raise InvalidParams(f'{method} needs a string "{key}"')
+    return value
 
 
 class Router:
     def __init__(
         self,
-        connection_for: Callable[[CallContext], Awaitable[ServerConnection]],
-        rounds: Rounds,
-        parking: Parking,
+        *,
+        catalogs: Catalogs,
+        sessions: Sessions,
+        connections: Connections,
+        interest: Interest,
+        listens: Listens,
+        forward: Handler,
+        boundary: Boundary,
+        metrics: Metrics,
     ) -> None:
-        self._connection_for = connection_for
-        self._rounds = rounds
-        self._parking = parking
+        self._catalogs = catalogs
+        self._sessions = sessions
+        self._connections = connections
+        self._interest = interest
+        self._listens = listens
+        self._forward = forward
+        self._boundary = boundary
+        self._metrics = metrics
+        self._methods: dict[str, _Method] = {
+            "tools/call": self._tools_call,
+            "prompts/get": self._prompts_get,
+            "resources/read": self._resources_read,
+            "resources/subscribe": self._subscribe,
+            "resources/unsubscribe": self._unsubscribe,
+            "completion/complete": self._complete,
+            "logging/setLevel": self._set_level,
+            "initialize": self._initialize,
+            "ping": self._ping,
+        }
 
-    async def __call__(self, ctx: CallContext) -> Any:
-        """Raises: ServerUnavailable, ServerTimeout, RemoteError (from the connection);
-        InvalidRequestState (a retry's state is not Manifold's for this request)."""
-        connection = await self._connection_for(ctx)
-        modern_caller = ctx.request.session.modern
-        if ctx.method not in results.INPUT_REQUIRED_METHODS:
-            result = await connection.request(ctx.method, dict(ctx.params), relay=ctx.request)
-        elif connection.modern:
-            bridge = self._rounds.pass_through if modern_caller else self._rounds.unroll
-            result = await bridge(connection, ctx)
-        elif modern_caller:
-            return await self._parking.call(connection, ctx)
-        else:
-            result = await connection.request(ctx.method, dict(ctx.params), relay=ctx.request)
-        if connection.modern and not modern_caller and isinstance(result, dict):
-            return results.legacy(result)
+    # ---- the boundary of one request ------------------------------------------------------
+
+    async def handle(
+        self, session: ClientSession, message: Message, stream: Deliver | None = None
+    ) -> Message | None:
+        """Answer one validated message of a handshake-era ``session``; ``None`` when there is
+        nothing to send. ``stream`` is the request's own channel back to the client, if its
+        transport has one. Never raises but cancellation: a cancelled request is not answered."""
+        kind = jsonrpc.kind_of(message)
+        if kind is MessageKind.NOTIFICATION:
+            self._notification(session, message)
+            return None
+        if kind is MessageKind.RESPONSE:
+            session.answered(message)
+            return None
+        request_id = message["id"]
+        # The client may cancel this request by id (notifications/cancelled): its own scope.
+        with anyio.CancelScope() as scope, self._metrics.in_flight():
+            session.in_flight[request_id] = scope
+            try:
+                params = message.get("params") or {}
+                result = await self._request(
+                    InboundRequest(session, stream), message["method"], params, request_id
+                )
+                return self._boundary.respond(request_id, result, session=session)
+            except Exception as exc:
+                return self._boundary.answer(exc, request_id, method=message["method"], session=session)
+            finally:
+                session.in_flight.pop(request_id, None)
+        return None  # cancelled by the client: the spec says nothing is sent back
+
+    async def handle_stateless(self, caller: ClientSession, message: Message, stream: Deliver) -> Message:
+        """Answer one request of a 2026-07-28 caller, which the inbound transport validated.
+
+        ``caller`` is built from the request's envelope and lives as long as the request.
+        ``stream`` carries the request's progress and the log lines it opted into. Never raises
+        but cancellation (the client closed the response stream)."""
+        request_id = message["id"]
+        with self._metrics.in_flight():
+            try:
+                params = message.get("params") or {}
+                result = await self._stateless(
+                    InboundRequest(caller, stream), message["method"], params, request_id
+                )
+                return self._boundary.respond(request_id, result, session=caller)
+            except Exception as exc:
+                return self._boundary.answer(exc, request_id, method=message["method"], session=caller)
+
+    def _notification(self, session: ClientSession, message: Message) -> None:
+        method = message["method"]
+        if method == "notifications/initialized":
+            session.initialized = True
+        elif method == "notifications/cancelled":
+            request_id = (message.get("params") or {}).get("requestId")
+            scope = session.in_flight.get(request_id) if isinstance(request_id, str | int) else None
+            if scope is not None:
+                scope.cancel()
+
+    # ---- the method table -----------------------------------------------------------------
+
+    async def _request(
+        self, inbound: InboundRequest, method: str, params: Params, request_id: RequestId
+    ) -> Any:
+        handler = self._methods.get(method)
+        if handler is not None:
+            return await handler(inbound, params, request_id)
+        if method in _LISTS:
+            kind = _LISTS[method]
+            hint = self._catalogs.cache_hint(kind) if inbound.stateless else None
+            return self._catalogs.page(
+                kind, params.get("cursor"), inbound.identity, hint=hint, server_info=SERVER_INFO
+            )
+        raise MethodNotFound(f"method not found: {method}")
+
+    async def _stateless(
+        self, inbound: InboundRequest, method: str, params: Params, request_id: RequestId
+    ) -> Any:
+        if method in REMOVED_METHODS:
+            raise MethodNotFound("Method not found", data=method)
+        if method == "server/discover":
+            return results.modern(
+                self._discover(), server_info=SERVER_INFO, cache=self._catalogs.cache_hint()
+            )
+        # The caller's envelope is about this hop: servers behind get none (or Manifold's).
+        result = await self._request(inbound, method, strip_envelope(params), request_id)
+        if method in _LISTS:
+            return result  # shaped, and cached encoded, by Catalogs.page
+        cache = None
+        if method == "resources/read":
+            cache = results.merge_cache(
+                [results.hint_of(result) or results.NO_STORE, self._catalogs.cache_hint()]
+            )
+        return results.modern(result, server_info=SERVER_INFO, cache=cache)
+
+    async def _ping(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        return {}
+
+    async def _initialize(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        session = inbound.session
+        if session.protocol_version is not None:
+            raise InvalidRequest("this session is already initialized")
+        requested = _string(params, "protocolVersion", "initialize")
+        capabilities, client_info = params.get("capabilities") or {}, params.get("clientInfo") or {}
+        if not isinstance(capabilities, dict) or not isinstance(client_info, dict):
+            raise InvalidParams('initialize needs "capabilities" and "clientInfo" objects')
+        session.protocol_version = versions.negotiate(requested)
+        session.capabilities, session.client_info = capabilities, client_info
+        result: dict[str, Any] = {
+            "protocolVersion": session.protocol_version,
+            "capabilities": CAPABILITIES,
+            "serverInfo": SERVER_INFO,
+        }
+        return self._with_instructions(result)
+
+    def _discover(self) -> dict[str, Any]:
+        result = {"supportedVersions": list(versions.ADVERTISED), "capabilities": CAPABILITIES}
+        return self._with_instructions(result)
+
+    def _with_instructions(self, result: dict[str, Any]) -> dict[str, Any]:
+        instructions = self._connections.instructions()
+        if instructions:
+            result["instructions"] = instructions
         return result
+
+    # ---- resolved and forwarded -----------------------------------------------------------
+
+    async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        name = _string(params, "name", "tools/call")
+        catalogs = self._catalogs
+        entry = catalogs.tool(name)
+        if entry is None:
+            self._metrics.tool_call(UNKNOWN, None, "invalid", 0.0)  # never the client's string as a label
+            raise InvalidParams(f"unknown tool: {name}")
+        served = catalogs.served
+        if name in served.blocked:
+            self._metrics.tool_call(entry.server_id, name, "denied", 0.0)
+            return tool_error(served.blocked[name], outcome="denied")
+        # Whether the policy hides it is the authorize stage's call: it audits, then answers.
+        if params.get("arguments") is not None and not isinstance(params["arguments"], dict):
+            raise InvalidParams('"arguments" must be an object')
+        forwarded = {**params, "name": entry.original_name}
+        ctx = CallContext(
+            inbound, request_id, "tools/call", entry.server_id, name, forwarded, entry, served.subject(name)
+        )
+        return await self._forward(ctx)
+
+    async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        entry = self._catalogs.prompt(_string(params, "name", "prompts/get"))
+        forwarded = {**params, "name": entry.original_name}
+        subject = Subject.prompt(entry)
+        ctx = CallContext(
+            inbound, request_id, "prompts/get", entry.server_id, entry.name, forwarded, entry, subject
+        )
+        return await self._forward(ctx)
+
+    async def _resources_read(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        uri = _string(params, "uri", "resources/read")
+        server = self._catalogs.resources.route(uri)
+        if server is None:
+            raise ResourceNotFound.of(uri)
+        # Whether the policy hides it is the authorize stage's call, as for prompts.
+        subject = Subject.resource(uri, server)
+        return await self._forward(
+            CallContext(inbound, request_id, "resources/read", server, uri, params, subject=subject)
+        )
+
+    async def _complete(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        ref = params.get("ref")
+        if not isinstance(ref, dict):
+            raise InvalidParams('completion/complete needs a "ref" object')
+        method = "completion/complete"
+        if ref.get("type") == "ref/prompt":
+            name = _string(ref, "name", "a ref/prompt")
+            entry = self._catalogs.prompt(name)
+            forwarded = {**params, "ref": {**ref, "name": entry.original_name}}
+            subject = Subject.prompt(entry)
+            ctx = CallContext(inbound, request_id, method, entry.server_id, name, forwarded, entry, subject)
+        elif ref.get("type") == "ref/resource":
+            uri = _string(ref, "uri", "a ref/resource")
+            server = self._catalogs.route(uri)
+            ctx = CallContext(
+                inbound, request_id, method, server, uri, params, subject=Subject.resource(uri, server)
+            )
+        else:
+            raise InvalidParams(f"unknown completion ref type: {ref.get('type')!r}")
+        return await self._forward(ctx)
+
+    # ---- subscriptions --------------------------------------------------------------------
+
+    async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        uri = _string(params, "uri", "resources/subscribe")
+        session = inbound.session
+        server = self._catalogs.readable(uri, session.identity)
+        # One subscription on a shared connection serves every session that wants the URI.
+        if self._interest.must_tell(session, uri, server):
+            await self._forward(CallContext(inbound, request_id, "resources/subscribe", server, uri, params))
+        session.subscriptions[uri] = server
+        return {}
+
+    async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        uri = _string(params, "uri", "resources/unsubscribe")
+        session = inbound.session
+        server = self._catalogs.readable(uri, session.identity)
+        session.subscriptions.pop(uri, None)
+        if self._interest.must_tell(session, uri, server):
+            await self._forward(
+                CallContext(inbound, request_id, "resources/unsubscribe", server, uri, params)
+            )
+        return {}
+
+    @asynccontextmanager
+    async def listen(
+        self, caller: ClientSession, subscription_id: RequestId, requested: Filter
+    ) -> AsyncIterator[Subscription]:
+        """Open a ``subscriptions/listen`` stream for a 2026-07-28 caller, closed on exit; the
+        transport writes what it yields (:mod:`proxy.inbound.listen`).
+
+        Honoured: every list change asked for (Manifold tells of each change of its merged
+        lists), and of ``resourceSubscriptions`` the first ``MAX_RESOURCE_SUBSCRIPTIONS`` URIs
+        the caller may read, whose server declared ``resources.subscribe`` and (if nobody
+        watched the URI yet) accepted Manifold's ``resources/subscribe``. Any other URI (unknown,
+        hidden by the policy, or refused) is left out of the acknowledgement rather than failing
+        the request: the spec has the acknowledgement name the subset honoured, and an unknown
+        URI must look the same as one the caller may not read. Subscriptions at the servers are
+        shared with every other holder (:mod:`proxy.interest`).
+        """
+        watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], caller.identity)
+        subscription = self._listens.open(subscription_id, caller.identity, requested.only(watched))
+        self._metrics.listen_opened(caller.transport)
+        try:
+            await self._interest.watch(subscription, watched)
+            yield subscription
+        finally:
+            self._listens.close(subscription)
+            self._metrics.listen_closed(caller.transport)
+            await self._interest.unwatch(subscription, watched)
+
+    def _watchable(self, uris: Sequence[str], identity: Identity) -> dict[str, str]:
+        """Of ``uris``, those ``identity`` may read whose server can tell of updates: by server."""
+        watchable: dict[str, str] = {}
+        for uri in uris:
+            try:
+                server = self._catalogs.readable(uri, identity)
+            except ResourceNotFound:
+                continue
+            connection = self._connections.shared.get(server)
+            if connection is not None and (connection.capabilities.get("resources") or {}).get("subscribe"):
+                watchable[uri] = server
+        return watchable
+
+    def tool_definition(self, name: str, identity: Identity) -> Mapping[str, Any] | None:
+        """The definition of tool ``name`` as ``identity`` is shown it (2026-07-28 param headers)."""
+        return self._catalogs.visible_definition(name, identity)
+
+    # ---- logging --------------------------------------------------------------------------
+
+    async def _set_level(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
+        level = params.get("level")
+        if level not in LOG_LEVELS:
+            raise InvalidParams(f"unknown log level {level!r}; one of: {', '.join(LOG_LEVELS)}")
+        inbound.session.log_level = str(level)
+        # Shared connections log at the most verbose level any session asked for; each session
+        # then gets only the lines at or above its own level.
+        effective = self._sessions.log_floor() or str(level)
+
+        async def tell(connection: ServerConnection) -> None:
+            try:
+                await connection.request("logging/setLevel", {"level": effective})
+            except Exception as exc:  # one server's refusal must not fail the client's request
+                logger.warning("server %s: logging/setLevel failed: %s", connection.server_id, exc)
+
+        # A 2026-07-28 server has no logging/setLevel: each request carries its caller's level.
+        async with anyio.create_task_group() as tg:
+            for connection in self._connections.shared.values():
+                if (
+                    "logging" in connection.capabilities
+                    and connection.state is ServerState.READY
+                    and not connection.modern
+                ):
+                    tg.start_soon(tell, connection)
+        return {}

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.config import ServerConfig
+from proxy.connections import Sharing
 from proxy.errors import RemoteError
 from proxy.inbound.listen import Listens
 from proxy.inbound.session import ClientSession
@@ -47,7 +48,7 @@ class World:
             ),
         }
         connections = {sid: Server(self.told, sid, refuses) for sid in servers}
-        self.interest = Interest(self.sessions, self.listens, servers, connections)
+        self.interest = Interest(self.sessions.values(), self.listens, Sharing(servers), connections)
 
     def session(self, *subscribed: tuple[str, str], modern: bool = False) -> ClientSession:
         version = versions.LATEST_MODERN if modern else versions.LATEST

@@ -37,9 +37,7 @@ _STATE_ONLY_PAUSE: Final = (0.05, 0.25)  # a result with a state and nothing to 
 
 def boundary_of(ctx: CallContext) -> Boundary:
     """What a request state issued for ``ctx`` is bound to."""
-    return Boundary(
-        ctx.server_id, ctx.method, ctx.name, arguments_digest(ctx.arguments), ctx.request.session.identity
-    )
+    return Boundary(ctx.server_id, ctx.method, ctx.name, arguments_digest(ctx.arguments), ctx.caller.identity)
 
 
 class Rounds:
@@ -62,7 +60,7 @@ class Rounds:
             if sealed.kind != "server":
                 raise InvalidRequestState()
             params["requestState"] = sealed.payload
-        result = await connection.request(ctx.method, params, relay=ctx.request)
+        result = await connection.request(ctx.method, params, relay=ctx.caller)
         if is_input_required(result) and isinstance(result.get("requestState"), str):
             result = {**result, "requestState": self._states.seal(boundary, "server", result["requestState"])}
         return result
@@ -79,7 +77,7 @@ class Rounds:
         params = dict(ctx.params)
         pause = _STATE_ONLY_PAUSE[0]
         for _ in range(self._max_rounds):
-            result = await connection.request(ctx.method, params, relay=ctx.request)
+            result = await connection.request(ctx.method, params, relay=ctx.caller)
             if not is_input_required(result):
                 return result
             asked = _input_requests(result, connection.server_id)
@@ -105,7 +103,7 @@ async def _ask_all(
     answers: dict[str, Any] = {}
 
     async def ask(key: str, method: str, params: dict[str, Any] | None) -> None:
-        answers[key] = await ctx.request.request(method, params)
+        answers[key] = await ctx.caller.request(method, params)
 
     try:
         async with anyio.create_task_group() as tg:

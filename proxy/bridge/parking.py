@@ -56,9 +56,8 @@ from proxy.errors import (
     RemoteError,
     ServerUnavailable,
 )
-from proxy.inbound.session import InboundRequest
 from proxy.outbound.relay import Relay
-from proxy.pipeline import CallContext
+from proxy.pipeline import CallContext, Caller
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
 
@@ -120,9 +119,9 @@ class ParkedCall:
     :class:`~proxy.outbound.relay.Relay` its server's questions and notifications come back
     through: to the client request waiting on it (the first, then each retry), if any."""
 
-    def __init__(self, call_id: str, caller: InboundRequest) -> None:
+    def __init__(self, call_id: str, caller: Caller) -> None:
         self.id = call_id
-        self.identity: Identity = caller.session.identity
+        self.identity: Identity = caller.identity
         self.round = 0  # of the last input_required; a retry's state must name it
         self.asked = False  # an input_required went out: the call is parked, and counted
         self.questions: dict[str, _Question] = {}  # unanswered, by key
@@ -133,7 +132,7 @@ class ParkedCall:
         self._result: Any = None
         self._failure: Exception | None = None
         self._caller = caller  # the latest request: whose capabilities and log level count
-        self._waiting: list[tuple[InboundRequest, Any]] = []  # attached requests, progress tokens
+        self._waiting: list[tuple[Caller, Any]] = []  # attached requests, progress tokens
         self._numbers = itertools.count(1)
 
     # ---- Relay ---------------------------------------------------------------------------
@@ -183,7 +182,7 @@ class ParkedCall:
             raise MethodNotFound(f"Manifold cannot ask a 2026-07-28 client {method}")
         if self.done.is_set():
             raise MethodNotFound(f"the call this {method} is about has ended")
-        if not self._caller.session.supports(method, params):
+        if not self._caller.supports(method, params):
             url = method == "elicitation/create" and (params or {}).get("mode") == "url"
             self.end(
                 MissingCapability(
@@ -240,13 +239,13 @@ class ParkedCall:
         for question in held.values():
             question.settle(refusal=RemoteError("client", {"code": code, "message": reason}))
 
-    def attach(self, request: InboundRequest, progress_token: Any) -> None:
+    def attach(self, request: Caller, progress_token: Any) -> None:
         """A client request waits on the call now: it gets its notifications, and no expiry runs."""
         self._waiting.append((request, progress_token))
         self._caller = request
         self.scope.deadline = math.inf
 
-    def detach(self, request: InboundRequest, ttl: float) -> None:
+    def detach(self, request: Caller, ttl: float) -> None:
         self._waiting = [(r, t) for r, t in self._waiting if r is not request]
         if not self._waiting:
             self.scope.deadline = anyio.current_time() + ttl
@@ -320,7 +319,7 @@ class ParkedCalls:
         if self._tg is None:
             raise ServerUnavailable(connection.server_id, "Manifold is shutting down")
         params = {k: v for k, v in ctx.params.items() if k not in ("inputResponses", "requestState")}
-        parked = ParkedCall(secrets.token_urlsafe(16), ctx.request)
+        parked = ParkedCall(secrets.token_urlsafe(16), ctx.caller)
         self._calls[parked.id] = parked
         self._tg.start_soon(self._drive, parked, connection, ctx.method, params)
         return parked
@@ -328,7 +327,7 @@ class ParkedCalls:
     def _resume(self, ctx: CallContext) -> ParkedCall:
         sealed = self._states.open(ctx.params["requestState"], boundary_of(ctx))
         parked = self._calls.get(sealed.payload) if sealed.kind == "parked" else None
-        if parked is None or sealed.round != parked.round or parked.identity != ctx.request.session.identity:
+        if parked is None or sealed.round != parked.round or parked.identity != ctx.caller.identity:
             raise InvalidRequestState()
         return parked
 
@@ -360,7 +359,7 @@ class ParkedCalls:
     async def _next(self, parked: ParkedCall, ctx: CallContext, token: Any, *, reask: bool) -> Any:
         """Wait for the call's next event: its outcome, or questions to answer ``input_required``
         with (at once when ``reask``: the retry left some unanswered)."""
-        parked.attach(ctx.request, token)
+        parked.attach(ctx.caller, token)
         try:
             settled = False
             while True:
@@ -379,7 +378,7 @@ class ParkedCalls:
                 parked.end(InvalidRequestState())
             raise
         finally:
-            parked.detach(ctx.request, self._ttl)
+            parked.detach(ctx.caller, self._ttl)
 
     async def _gather(self, parked: ParkedCall) -> None:
         """Wait until the server has asked nothing for ``settle`` seconds, or the call ended."""

@@ -1,5 +1,5 @@
 """One 2026-07-28 request as every inbound transport runs it: a caller made from its envelope,
-the gateway's answer, and what the request says before it on a bounded channel.
+the router's answer, and what the request says before it on a bounded channel.
 
 The transport decides only how to write (HTTP: JSON or SSE; stdio: lines) and what cancels it.
 """
@@ -12,7 +12,7 @@ from typing import Final
 
 import anyio
 
-from proxy.app import Gateway
+from proxy.inbound.contract import Endpoint
 from proxy.inbound.session import ClientSession
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
@@ -45,8 +45,8 @@ class Exchange:
     """Run with ``tg.start_soon(exchange.run)``; read :attr:`notes` until it ends, then
     :attr:`answer` is the response."""
 
-    def __init__(self, gateway: Gateway, caller: ClientSession, message: Message) -> None:
-        self._gateway = gateway
+    def __init__(self, endpoint: Endpoint, caller: ClientSession, message: Message) -> None:
+        self._endpoint = endpoint
         self._caller = caller
         self._message = message
         self._sink, self.notes = anyio.create_memory_object_stream[Message](_BUFFERED)
@@ -54,7 +54,7 @@ class Exchange:
 
     async def run(self) -> None:
         with self._sink:
-            self.answer = await self._gateway.handle_modern(self._caller, self._message, self._emit)
+            self.answer = await self._endpoint.handle_stateless(self._caller, self._message, self._emit)
 
     def _emit(self, note: Message) -> None:
         try:

@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.abc
 
-from proxy.app import Gateway
 from proxy.auth.authenticator import Rejected
-from proxy.errors import INVALID_REQUEST, RATE_LIMITED, ProtocolError
+from proxy.boundary import wire_error
+from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, RateLimited
 from proxy.inbound.asgi import (
     JSON_HEADERS,
     MAX_BODY,
@@ -37,6 +37,7 @@ from proxy.inbound.asgi import (
     read_body,
     respond,
 )
+from proxy.inbound.contract import Inbound
 from proxy.inbound.modern import ModernEndpoint, is_modern_header
 from proxy.inbound.session import ClientSession
 from proxy.inbound.streams import EventStream, parse_event_id
@@ -93,27 +94,26 @@ async def _error(send: Send, status: int, code: int, message: str, request_id: A
     await respond(send, status, body, JSON_HEADERS)
 
 
-def _refusal(code: int, message: str, *, stateless: bool) -> bytes:
+def _refusal(error: ProtocolError, *, stateless: bool) -> bytes:
     """An error sent before the body is read: ``id: null`` for the handshake era, no ``id`` at
     2026-07-28 (whose schema has no null ids)."""
-    response = jsonrpc.error_response(None, code, message)
-    if stateless:
-        del response["id"]
-    return jsonrpc.encode(response)
+    return jsonrpc.encode(wire_error(error, None, modern=stateless))
 
 
 class McpEndpoint:
     """The ASGI app behind ``/mcp``."""
 
     def __init__(
-        self, gateway: Gateway, policy: OriginPolicy, *, clock: Callable[[], float] = time.monotonic
+        self, inbound: Inbound, policy: OriginPolicy, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._gateway = gateway
+        self._endpoint = inbound.endpoint
+        self._sessions = inbound.sessions
+        self._auth = inbound.auth
         self._policy = policy
         self._clock = clock
-        self._flood = gateway.config.rate_limits.http
+        self._flood = inbound.config.rate_limits.http
         self._flood_buckets = MemoryBackend()
-        self._modern = ModernEndpoint(gateway)
+        self._modern = ModernEndpoint(inbound)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stateless = is_modern_header(header(scope, b"mcp-protocol-version"))
@@ -123,13 +123,13 @@ class McpEndpoint:
             outcome = self._flood_buckets.hit_now([check])
             if not outcome.allowed:
                 wait = str(max(1, math.ceil(outcome.retry_after))).encode()
-                body = _refusal(RATE_LIMITED, "Too Many Requests", stateless=stateless)
+                body = _refusal(RateLimited("Too Many Requests"), stateless=stateless)
                 return await respond(send, 429, body, [*JSON_HEADERS, (b"retry-after", wait)])
         if not self._policy.origin_ok(header(scope, b"origin")):
-            body = _refusal(INVALID_REQUEST, "Forbidden: Origin not allowed", stateless=stateless)
+            body = _refusal(InvalidRequest("Forbidden: Origin not allowed"), stateless=stateless)
             return await respond(send, 403, body, JSON_HEADERS)
         if not self._policy.host_ok(header(scope, b"host")):
-            body = _refusal(INVALID_REQUEST, "Forbidden: Host not allowed", stateless=stateless)
+            body = _refusal(InvalidRequest("Forbidden: Host not allowed"), stateless=stateless)
             return await respond(send, 403, body, JSON_HEADERS)
         method = scope["method"]
         if stateless and method != "POST":  # 2026-07-28 has no GET stream and no session to DELETE
@@ -139,9 +139,9 @@ class McpEndpoint:
         credentials = {
             n: v for n in ("authorization", "x-api-key") if (v := header(scope, n.encode())) is not None
         }
-        verdict = await self._gateway.auth.authenticate(credentials)
+        verdict = await self._auth.authenticate(credentials)
         if isinstance(verdict, Rejected):
-            body = _refusal(INVALID_REQUEST, f"Unauthorized: {verdict.message}", stateless=stateless)
+            body = _refusal(InvalidRequest(f"Unauthorized: {verdict.message}"), stateless=stateless)
             challenge = (b"www-authenticate", verdict.www_authenticate().encode("latin-1"))
             return await respond(send, verdict.status, body, [*JSON_HEADERS, challenge])
         scope["manifold.identity"] = verdict.identity
@@ -159,9 +159,7 @@ class McpEndpoint:
         if session_id is None:
             await _error(send, 400, INVALID_REQUEST, "Bad Request: missing Mcp-Session-Id header")
             return None
-        session = self._gateway.sessions.get(session_id) or self._take_over(
-            session_id, scope["manifold.identity"]
-        )
+        session = self._sessions.find(session_id, scope["manifold.identity"])
         if session is None:
             await _error(
                 send, 404, INVALID_REQUEST, "Not Found: unknown or expired session; initialize again"
@@ -209,11 +207,11 @@ class McpEndpoint:
         if message is None:
             return await self._batch(session, decoded, send)
         if jsonrpc.kind_of(message) is not MessageKind.REQUEST:
-            await self._gateway.handle(session, message)
+            await self._endpoint.handle(session, message)
             return await respond(send, 202)
         if _wants_stream(session, message):
             return await self._stream_response(session, message, receive, send)
-        response = await self._gateway.handle(session, message)
+        response = await self._endpoint.handle(session, message)
         if response is None:
             # Cancelled by the client: it hears nothing back, so the stream closes empty.
             return await respond(send, 200, b"", _SSE)
@@ -235,7 +233,7 @@ class McpEndpoint:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_follow_until_disconnect, stream, 0, write, receive)
             try:
-                response = await self._gateway.handle(session, message, stream.push)
+                response = await self._endpoint.handle(session, message, stream.push)
                 if response is not None:
                     stream.push(response)
             finally:
@@ -259,7 +257,7 @@ class McpEndpoint:
             except ProtocolError as exc:
                 responses[index] = jsonrpc.error_response(None, exc.code, exc.message)
                 return
-            responses[index] = await self._gateway.handle(session, message)
+            responses[index] = await self._endpoint.handle(session, message)
 
         async with anyio.create_task_group() as tg:
             for index, item in enumerate(batch):
@@ -269,40 +267,14 @@ class McpEndpoint:
             return await respond(send, 202)
         return await respond(send, 200, jsonrpc.encode(answers), JSON_HEADERS)
 
-    def _take_over(self, session_id: str, identity: Identity) -> ClientSession | None:
-        """A session another replica (or an earlier run of this one) opened, from its signed id."""
-        if session_id in self._gateway.ended_sessions:
-            return None
-        claims = self._gateway.session_tokens.restore(session_id, identity)
-        if claims is None:
-            return None
-        session = ClientSession(
-            id=session_id,
-            transport="http",
-            protocol_version=claims.protocol_version,
-            capabilities=claims.capabilities,
-            initialized=True,
-            last_seen=self._clock(),
-            identity=identity,
-        )
-        self._gateway.sessions[session_id] = session
-        self._gateway.metrics.session_opened("http")
-        logger.info("session %s taken over from its signed id", session_id[:8])
-        return session
-
     async def _initialize(self, message: Message, identity: Identity, send: Send) -> None:
-        session = ClientSession(id="", transport="http", last_seen=self._clock(), identity=identity)
-        response = await self._gateway.handle(session, message)
+        session = self._sessions.fresh("http", identity)
+        response = await self._endpoint.handle(session, message)
         assert response is not None
         if "error" in response:
             return await respond(send, 200, jsonrpc.encode(response), JSON_HEADERS)
-        assert session.protocol_version is not None
-        session.id = self._gateway.session_tokens.issue(
-            session.protocol_version, session.capabilities, identity
-        )
-        self._gateway.sessions[session.id] = session
-        self._gateway.metrics.session_opened("http")
-        headers = [*JSON_HEADERS, (b"mcp-session-id", session.id.encode())]
+        session_id = self._sessions.admit(session)
+        headers = [*JSON_HEADERS, (b"mcp-session-id", session_id.encode())]
         return await respond(send, 200, jsonrpc.encode(response), headers)
 
     async def _get(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -352,7 +324,7 @@ class McpEndpoint:
         session = await self._session(scope, send)
         if session is None:
             return None
-        await self._gateway.end_session(session)
+        await self._sessions.end(session)
         return await respond(send, 200)
 
 

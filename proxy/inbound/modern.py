@@ -34,7 +34,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 from cachetools import LRUCache
 
-from proxy.app import Gateway
+from proxy.boundary import wire_error
 from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError
 from proxy.inbound.asgi import (
     JSON_HEADERS,
@@ -47,10 +47,10 @@ from proxy.inbound.asgi import (
     read_body,
     respond,
 )
+from proxy.inbound.contract import Endpoint, Inbound
 from proxy.inbound.exchange import Exchange, caller_of
 from proxy.inbound.listen import stream_sse
 from proxy.inbound.session import ClientSession
-from proxy.pipeline import wire_error
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc, modern, versions
 from proxy.protocol.headers import VERSION_HEADER, Headers, ParamHeader, check_param_headers, x_mcp_headers
@@ -82,8 +82,8 @@ def is_modern_header(version: str | None) -> bool:
 
 
 class ModernEndpoint:
-    def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
+    def __init__(self, inbound: Inbound) -> None:
+        self._endpoint: Endpoint = inbound.endpoint
         # namespaced tool name -> (the definition served, its Mcp-Param-* annotations)
         self._specs: LRUCache[str, tuple[Mapping[str, Any], tuple[ParamHeader, ...]]] = LRUCache(4096)
 
@@ -159,7 +159,7 @@ class ModernEndpoint:
             requested = Filter.parse(message["params"])
         except ProtocolError as exc:
             return await _reply(send, _error(exc, message["id"]))
-        async with self._gateway.listen(caller, message["id"], requested) as subscription:
+        async with self._endpoint.listen(caller, message["id"], requested) as subscription:
             return await stream_sse(subscription, receive, send)
 
     def _check_param_headers(self, message: Message, headers: Headers, identity: Identity) -> None:
@@ -174,15 +174,14 @@ class ModernEndpoint:
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, dict | None):
             return  # the gateway refuses the call itself
-        specs = self._param_specs(name)
-        gateway = self._gateway
-        if specs and gateway.access.tool_visible(gateway.served, name, identity):
+        definition = self._endpoint.tool_definition(name, identity)
+        if definition is None:
+            return  # unknown or hidden: the router answers that, exactly as for a missing tool
+        specs = self._param_specs(name, definition)
+        if specs:
             check_param_headers(specs, arguments or {}, headers)
 
-    def _param_specs(self, name: str) -> tuple[ParamHeader, ...]:
-        definition = self._gateway.served.definitions.get(name)
-        if definition is None:
-            return ()
+    def _param_specs(self, name: str, definition: Mapping[str, Any]) -> tuple[ParamHeader, ...]:
         cached = self._specs.get(name)
         if cached is not None and cached[0] is definition:
             return cached[1]
@@ -192,7 +191,7 @@ class ModernEndpoint:
 
     async def _exchange(self, caller: ClientSession, message: Message, receive: Receive, send: Send) -> None:
         """Run the request; answer JSON, or SSE once it has a notification to send first."""
-        exchange = Exchange(self._gateway, caller, message)
+        exchange = Exchange(self._endpoint, caller, message)
         notes = exchange.notes
         async with notes, anyio.create_task_group() as tg:
             tg.start_soon(cancel_on_disconnect, receive, tg.cancel_scope)
@@ -250,10 +249,7 @@ def _accepts_sse(accept: str) -> bool:
 
 
 def _error(exc: ProtocolError, request_id: RequestId | None) -> Message:
-    response = wire_error(exc, request_id, modern=True)
-    if request_id is None:
-        del response["id"]  # unreadable: 2026-07-28 leaves the id out rather than null
-    return response
+    return wire_error(exc, request_id, modern=True)  # an unreadable id is left out, not null
 
 
 async def _reply(send: Send, response: Message) -> None:

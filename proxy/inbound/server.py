@@ -26,12 +26,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from proxy.app import Gateway
 from proxy.auth.authenticator import Rejected
+from proxy.inbound.contract import Inbound
 from proxy.inbound.http import McpEndpoint, OriginPolicy, Receive, Scope, Send
 from proxy.logs import log_access
 from proxy.metrics import Metrics
-from proxy.outbound.connection import ServerState
 
 __all__ = ["bind", "build_app", "metrics_app", "serve"]
 
@@ -84,15 +83,15 @@ class _Observed:
             log_access(scope["method"], scope["path"], status, elapsed, sizes[1], session)
 
 
-def _metrics_route(gateway: Gateway) -> Route:
-    settings = gateway.config.metrics
+def _metrics_route(inbound: Inbound) -> Route:
+    settings = inbound.config.metrics
 
     async def metrics(request: Request) -> Response:
         if settings.require_auth:
             credentials = {
                 k: v for k in ("authorization", "x-api-key") if (v := request.headers.get(k)) is not None
             }
-            verdict = await gateway.auth.authenticate(credentials)
+            verdict = await inbound.auth.authenticate(credentials)
             if isinstance(verdict, Rejected):
                 challenge = {"www-authenticate": verdict.www_authenticate()}
                 return Response(
@@ -100,59 +99,39 @@ def _metrics_route(gateway: Gateway) -> Route:
                 )
         # Rendering walks every series: seconds for a big catalog, so not on the event loop.
         body, content_type = await anyio.to_thread.run_sync(
-            gateway.metrics.render, request.headers.get("accept")
+            inbound.metrics.render, request.headers.get("accept")
         )
         return Response(body, media_type=content_type)
 
     return Route(settings.path, metrics)
 
 
-def build_app(gateway: Gateway) -> Any:
-    listen = gateway.config.listen
-    endpoint = McpEndpoint(gateway, OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts))
-
-    def servers() -> dict[str, dict[str, Any]]:
-        return {
-            sid: {
-                "state": conn.state.value,
-                "required": gateway.config.servers[sid].required,
-                "reason": conn.reason,
-            }
-            for sid, conn in gateway.connections.items()
-        }
+def build_app(inbound: Inbound) -> Any:
+    listen = inbound.config.listen
+    endpoint = McpEndpoint(inbound, OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts))
+    health = inbound.health
 
     async def healthz(_: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "servers": servers()})
+        return JSONResponse({"status": "ok", "servers": health.health()})
 
     async def readyz(_: Request) -> JSONResponse:
-        down = [
-            sid
-            for sid, conn in gateway.connections.items()
-            if gateway.config.servers[sid].required and conn.state is not ServerState.READY
-        ]
-        body = {"status": "ready" if not down else "not ready", "waiting_for": down, "servers": servers()}
+        down = health.waiting_for()
+        body = {
+            "status": "ready" if not down else "not ready",
+            "waiting_for": down,
+            "servers": health.health(),
+        }
         return JSONResponse(body, status_code=200 if not down else 503)
 
     routes = [Route("/mcp", endpoint), Route("/healthz", healthz), Route("/readyz", readyz)]
-    if gateway.config.metrics.enabled and gateway.config.metrics.port is None:
-        routes.append(_metrics_route(gateway))
-    return _Observed(Starlette(routes=routes), endpoint, gateway.metrics)
+    if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
+        routes.append(_metrics_route(inbound))
+    return _Observed(Starlette(routes=routes), endpoint, inbound.metrics)
 
 
-def metrics_app(gateway: Gateway) -> Any:
+def metrics_app(inbound: Inbound) -> Any:
     """The app of the separate metrics listener (``metrics.port``)."""
-    return Starlette(routes=[_metrics_route(gateway)])
-
-
-async def _expire_sessions(gateway: Gateway, idle_timeout: float) -> None:
-    """Forget HTTP sessions that have been idle longer than ``idle_timeout``."""
-    while True:
-        await anyio.sleep(min(60.0, idle_timeout / 2))
-        deadline = time.monotonic() - idle_timeout
-        for session_id, session in list(gateway.sessions.items()):
-            if session.transport == "http" and session.last_seen < deadline and not session.in_flight:
-                await gateway.end_session(session)
-                logger.info("session %s expired after %gs idle", session_id[:8], idle_timeout)
+    return Starlette(routes=[_metrics_route(inbound)])
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -208,7 +187,7 @@ async def _run_uvicorn(app: Any, sock: socket.socket) -> None:
 
 
 async def serve(
-    gateway: Gateway,
+    inbound: Inbound,
     sock: socket.socket,
     metrics_sock: socket.socket | None = None,
     *,
@@ -216,8 +195,8 @@ async def serve(
 ) -> None:
     """Serve ``/mcp`` (and the probes) on an already-bound socket until cancelled."""
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_expire_sessions, gateway, gateway.config.sessions.idle_timeout)
-        tg.start_soon(_run_uvicorn, build_app(gateway), sock)
+        tg.start_soon(inbound.sessions.expire)
+        tg.start_soon(_run_uvicorn, build_app(inbound), sock)
         if metrics_sock is not None:
-            tg.start_soon(_run_uvicorn, metrics_app(gateway), metrics_sock)
+            tg.start_soon(_run_uvicorn, metrics_app(inbound), metrics_sock)
         task_status.started()

@@ -156,7 +156,7 @@ class ClientSession:
 
 @dataclass(frozen=True, slots=True)
 class InboundRequest:
-    """One client request in progress: the :class:`~proxy.outbound.relay.Relay` for it."""
+    """One client request in progress: the :class:`~proxy.pipeline.Caller` of what it causes."""
 
     session: ClientSession
     stream: Deliver | None = None  # the request's own stream, if its transport gives it one
@@ -176,6 +176,17 @@ class InboundRequest:
     @property
     def asleep(self) -> bool:
         return False  # a client's own request is waiting for its answer
+
+    @property
+    def identity(self) -> Identity:
+        return self.session.identity
+
+    @property
+    def stateless(self) -> bool:
+        return self.session.modern
+
+    def supports(self, method: str, params: dict[str, Any] | None) -> bool:
+        return self.session.supports(method, params)
 
     def notify(self, message: Message) -> None:
         if (

@@ -31,11 +31,11 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from proxy.app import Gateway
+from proxy.boundary import wire_error
 from proxy.errors import InvalidRequest, ProtocolError
-from proxy.inbound.session import ClientSession, new_session_id
+from proxy.inbound.contract import Inbound
+from proxy.inbound.session import ClientSession
 from proxy.inbound.stdio_modern import ModernRequests, initialize_refused
-from proxy.pipeline import wire_error
 from proxy.protocol import jsonrpc, modern
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 
@@ -57,10 +57,10 @@ class _Era(enum.Enum):
     MODERN = "modern"
 
 
-async def serve_stdio(gateway: Gateway, lines: AsyncIterable[bytes], write: Write) -> None:
+async def serve_stdio(inbound: Inbound, lines: AsyncIterable[bytes], write: Write) -> None:
     """Serve one client until ``lines`` ends (the client closed our stdin); requests still in
     flight then are cancelled."""
-    await _Connection(gateway, write).serve(lines)
+    await _Connection(inbound, write).serve(lines)
 
 
 class _Connection:
@@ -68,26 +68,26 @@ class _Connection:
 
     _tg: TaskGroup  # every request's task, and the legacy session's standalone stream
 
-    def __init__(self, gateway: Gateway, write: Write) -> None:
-        self._gateway = gateway
+    def __init__(self, inbound: Inbound, write: Write) -> None:
+        self._inbound = inbound
         self._write = write
         self._lock = anyio.Lock()
         self._era = _Era.UNDECIDED
         self._session: ClientSession | None = None  # legacy: the one session
-        self._modern = ModernRequests(gateway, self._send)
+        self._modern = ModernRequests(inbound, self._send)
 
     async def serve(self, lines: AsyncIterable[bytes]) -> None:
         try:
             async with anyio.create_task_group() as self._tg:
                 async for line in lines:
-                    self._gateway.metrics.bytes_in("stdio", len(line))
+                    self._inbound.metrics.bytes_in("stdio", len(line))
                     if line.strip():
                         await self._received(line)
                 logger.info("stdin closed; the client is gone")
                 self._tg.cancel_scope.cancel()
         finally:
             if self._session is not None:
-                await self._gateway.end_session(self._session)
+                await self._inbound.sessions.end(self._session)
 
     async def _received(self, line: bytes) -> None:
         """Act on one line from the client; never raises for what the client sent."""
@@ -103,7 +103,7 @@ class _Connection:
         if kind is MessageKind.REQUEST:
             return await self._request(message)
         if self._session is not None:  # legacy
-            await self._gateway.handle(self._session, message)
+            await self._inbound.endpoint.handle(self._session, message)
         elif kind is MessageKind.NOTIFICATION and message["method"] == "notifications/cancelled":
             self._modern.cancel(message)
         else:
@@ -143,10 +143,7 @@ class _Connection:
         return None
 
     def _open_legacy(self) -> None:
-        gateway = self._gateway
-        session = ClientSession(id=new_session_id(), transport="stdio", identity=gateway.auth.stdio_identity)
-        gateway.sessions[session.id] = session
-        gateway.metrics.session_opened("stdio")
+        session = self._inbound.sessions.open("stdio", self._inbound.auth.stdio_identity)
         self._session, self._era = session, _Era.LEGACY
         self._tg.start_soon(self._pump_standalone, session)
 
@@ -159,21 +156,18 @@ class _Connection:
         await session.standalone.follow(0, write_event)
 
     async def _answer_legacy(self, session: ClientSession, message: Message) -> None:
-        response = await self._gateway.handle(session, message)
+        response = await self._inbound.endpoint.handle(session, message)
         if response is not None:
             await self._send(response)
 
     def _error(self, exc: ProtocolError, request_id: RequestId | None) -> Message:
-        response = wire_error(exc, request_id, modern=self._era is _Era.MODERN)
-        if request_id is None and self._era is _Era.MODERN:
-            del response["id"]  # 2026-07-28 leaves an unreadable id out rather than null
-        return response
+        return wire_error(exc, request_id, modern=self._era is _Era.MODERN)
 
     async def _send(self, message: Message) -> None:
         await self._write_line(jsonrpc.encode(message))
 
     async def _write_line(self, data: bytes) -> None:
-        self._gateway.metrics.bytes_out("stdio", len(data) + 1)
+        self._inbound.metrics.bytes_out("stdio", len(data) + 1)
         async with self._lock:
             await self._write(data + b"\n")
 

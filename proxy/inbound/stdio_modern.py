@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from proxy.app import Gateway
+from proxy.boundary import wire_error
 from proxy.errors import ProtocolError, UnsupportedVersion
+from proxy.inbound.contract import Inbound
 from proxy.inbound.exchange import Exchange, caller_of
 from proxy.inbound.listen import pump
 from proxy.inbound.session import ClientSession
-from proxy.pipeline import wire_error
 from proxy.protocol import versions
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.modern import Envelope
@@ -36,8 +36,8 @@ Send = Callable[[Message], Awaitable[None]]
 class ModernRequests:
     """The modern requests in flight on one stdio connection, by the client's id."""
 
-    def __init__(self, gateway: Gateway, send: Send) -> None:
-        self._gateway = gateway
+    def __init__(self, inbound: Inbound, send: Send) -> None:
+        self._inbound = inbound
         self._send = send
         self._in_flight: dict[RequestId, anyio.CancelScope] = {}
 
@@ -45,7 +45,7 @@ class ModernRequests:
         """Run one request and write what it has to say, then its response (a listen request:
         its stream); nothing of it is written once the client has cancelled it."""
         request_id: RequestId = message["id"]
-        caller = caller_of(envelope, self._gateway.auth.stdio_identity, "stdio")
+        caller = caller_of(envelope, self._inbound.auth.stdio_identity, "stdio")
         # The client's cancel cancels this scope: the work, and every write still to come for it.
         with anyio.CancelScope() as scope:
             self._in_flight[request_id] = scope
@@ -59,7 +59,7 @@ class ModernRequests:
                     del self._in_flight[request_id]
 
     async def _exchange(self, caller: ClientSession, message: Message) -> None:
-        exchange = Exchange(self._gateway, caller, message)
+        exchange = Exchange(self._inbound.endpoint, caller, message)
         async with exchange.notes, anyio.create_task_group() as tg:
             tg.start_soon(exchange.run)
             async for note in exchange.notes:
@@ -75,7 +75,7 @@ class ModernRequests:
             requested = Filter.parse(message["params"])
         except ProtocolError as exc:
             return await self._send(wire_error(exc, message["id"], modern=True))
-        async with self._gateway.listen(caller, message["id"], requested) as subscription:
+        async with self._inbound.endpoint.listen(caller, message["id"], requested) as subscription:
             await pump(subscription, self._send)
         return None
 

@@ -62,7 +62,7 @@ class Authorize:
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
         if ctx.subject is None:
             return await call_next(ctx)
-        identity = ctx.request.session.identity
+        identity = ctx.caller.identity
         decision = self._access.decide(identity, ctx.subject)
         enforced = decision.enforced_effect(self._access.settings.dry_run)
         self._metrics.policy_decision(decision.effect, decision.rule_ids[0] if decision.rule_ids else None)
@@ -101,7 +101,7 @@ class Authorize:
         self, ctx: CallContext, effect: str, enforced: str, decision: Any, outcome: str, started: float
     ) -> dict[str, Any]:
         assert ctx.subject is not None
-        identity = ctx.request.session.identity
+        identity = ctx.caller.identity
         record: dict[str, Any] = {
             "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "identity": identity.name,

@@ -31,5 +31,5 @@ class Measure:
             outcome = outcome_of(exc)
             raise
         finally:
-            identity = ctx.request.session.identity.name
+            identity = ctx.caller.identity.name
             self._metrics.tool_call(ctx.server_id, ctx.name, outcome, self._clock() - started, identity)

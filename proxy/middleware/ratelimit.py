@@ -28,7 +28,7 @@ class RateLimit:
         rules = self._access.limits
         if not rules:
             return await call_next(ctx)
-        identity = ctx.request.session.identity
+        identity = ctx.caller.identity
         tool = ctx.name if ctx.method == "tools/call" else None
         checks = limit_checks(rules, identity.name, identity.roles, ctx.server_id, tool, ctx.method)
         if not checks:

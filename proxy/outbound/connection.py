@@ -38,6 +38,7 @@ from typing import Any, Final, Protocol
 import anyio
 import anyio.abc
 
+from proxy.boundary import wire_error
 from proxy.errors import ProtocolError, RemoteError, ServerTimeout, ServerUnavailable
 from proxy.outbound.era import (
     CLIENT_CAPABILITIES,
@@ -53,7 +54,6 @@ from proxy.outbound.listening import WATCH_METHODS, Listening, untagged
 from proxy.outbound.lists import CHANGED, LIST_KINDS, drain, offered
 from proxy.outbound.relay import Relay, relay_for
 from proxy.outbound.transport import Link, Transport
-from proxy.pipeline import wire_error
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.headers import ParamHeader, param_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId

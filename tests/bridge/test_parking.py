@@ -13,6 +13,7 @@ import anyio.abc
 import anyio.lowlevel
 import pytest
 
+from proxy.boundary import wire_error
 from proxy.bridge.mrtr import boundary_of
 from proxy.bridge.parking import ParkedCalls
 from proxy.bridge.state import RequestStates, Sealed
@@ -25,7 +26,7 @@ from proxy.errors import (
 )
 from proxy.inbound.session import ClientSession, InboundRequest
 from proxy.outbound.relay import Relay
-from proxy.pipeline import CallContext, wire_error
+from proxy.pipeline import CallContext
 from proxy.policy.model import Identity
 from proxy.protocol import versions
 from proxy.protocol.jsonrpc import Message

@@ -20,7 +20,6 @@ import orjson
 
 from proxy.app import Gateway
 from proxy.config import config_from_mapping
-from proxy.outbound.connection import ServerConnection
 from proxy.protocol import jsonrpc, modern, versions
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import MemoryTransport, answer
@@ -131,11 +130,9 @@ class Server:
 @asynccontextmanager
 async def running(server: Server, **config: Any) -> AsyncIterator[Gateway]:
     """A running gateway, configured by ``config``, whose one server is ``server``."""
-    settings = {"servers": {"mem": {"command": "unused-in-memory"}}, **config}
-    gateway = Gateway(config_from_mapping(settings, environ={}))
-    gateway.connections["mem"] = ServerConnection(
-        "mem", MemoryTransport(server), gateway, connect_timeout=5, request_timeout=5
-    )
+    mem = {"command": "unused-in-memory", "connect_timeout": 5, "request_timeout": 5}
+    settings = {"servers": {"mem": mem}, **config}
+    gateway = Gateway(config_from_mapping(settings, environ={}), transports={"mem": MemoryTransport(server)})
     async with gateway.running():
         yield gateway
 

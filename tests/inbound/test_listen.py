@@ -21,7 +21,7 @@ import anyio
 import orjson
 import pytest
 
-from proxy.app import MODERN_CAPABILITIES, Gateway
+from proxy.app import Gateway
 from proxy.inbound import listen
 from proxy.inbound.http import McpEndpoint, OriginPolicy
 from proxy.inbound.listen import Ending, Listens
@@ -30,6 +30,7 @@ from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
 from proxy.protocol.sse import SSEDecoder
 from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY, Filter
+from proxy.router import CAPABILITIES
 from tests.inbound.memory_server import INITIALIZE, META, REFUSED, Server, V, request, running, valid
 from tests.protocol.schemas import validator
 
@@ -158,7 +159,7 @@ async def serving(**config: Any) -> AsyncIterator[Served]:
     """A gateway in front of a server whose lists change on cue, and the endpoint in front of it."""
     server = Server(prompts=[{"name": "p0"}], resources=[{"uri": uri, "name": uri} for uri in URIS])
     async with running(server, **config) as gateway:
-        yield Served(gateway, McpEndpoint(gateway, OriginPolicy("127.0.0.1", [], [])), server)
+        yield Served(gateway, McpEndpoint(gateway.inbound, OriginPolicy("127.0.0.1", [], [])), server)
 
 
 @pytest.fixture
@@ -173,9 +174,9 @@ def subscription_id(event: Any) -> Any:
 
 
 async def test_modern_callers_are_told_of_list_changes_and_resource_subscriptions() -> None:
-    assert MODERN_CAPABILITIES["tools"] == {"listChanged": True}
-    assert MODERN_CAPABILITIES["prompts"] == {"listChanged": True}
-    assert MODERN_CAPABILITIES["resources"] == {"subscribe": True, "listChanged": True}
+    assert CAPABILITIES["tools"] == {"listChanged": True}
+    assert CAPABILITIES["prompts"] == {"listChanged": True}
+    assert CAPABILITIES["resources"] == {"subscribe": True, "listChanged": True}
 
 
 async def test_a_listen_is_an_sse_stream_acknowledged_first_then_tagged_changes(served: Served) -> None:
@@ -360,7 +361,7 @@ async def test_a_client_too_slow_to_read_loses_its_stream(
     served: Served, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(listen, "_FINAL_WRITE", 0.01)
-    served.gateway.listens = Listens(buffer=1)
+    monkeypatch.setattr(served.gateway.listens, "_buffer", 1)  # one unread notification at most
     body = listen_request(toolsListChanged=True, promptsListChanged=True, resourcesListChanged=True)
     async with listening(served.endpoint, body, stall_after=1) as stream:
         await stream.next()  # the acknowledgement: every write after it blocks

@@ -19,12 +19,12 @@ import anyio
 import orjson
 import pytest
 
-from proxy.app import MODERN_CAPABILITIES
 from proxy.inbound import modern as modern_http
 from proxy.inbound.http import McpEndpoint, OriginPolicy
 from proxy.protocol import modern, versions
 from proxy.protocol.headers import encode_header_value
 from proxy.protocol.sse import SSEDecoder
+from proxy.router import CAPABILITIES
 from tests.inbound.memory_server import INITIALIZE, META, TOOLS, Server, V, request, running, valid
 from tests.protocol.schemas import validator
 
@@ -124,7 +124,7 @@ async def server() -> Server:
 async def serving(server: Server, **config: Any) -> AsyncIterator[Asgi]:
     """A gateway in front of ``server``, and the endpoint in front of the gateway."""
     async with running(server, catalog={"page_size": 3}, **config) as gateway:
-        yield Asgi(McpEndpoint(gateway, OriginPolicy("127.0.0.1", [], [])))
+        yield Asgi(McpEndpoint(gateway.inbound, OriginPolicy("127.0.0.1", [], [])))
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ async def test_discover_answers_json_with_the_versions_capabilities_and_no_sessi
     result = valid(response.json())["result"]
     validator(V, "DiscoverResult")(result)
     assert result["supportedVersions"] == list(versions.ADVERTISED)
-    assert result["capabilities"] == MODERN_CAPABILITIES
+    assert result["capabilities"] == CAPABILITIES
     assert result["_meta"][modern.SERVER_INFO_KEY]["name"] == "manifold"
     assert (result["resultType"], result["ttlMs"], result["cacheScope"]) == ("complete", 0, "public")
 

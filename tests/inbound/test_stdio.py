@@ -78,7 +78,7 @@ async def stdio(server: Server) -> AsyncIterator[tuple[Client, Gateway]]:
 
     async def serve() -> None:
         async with stdout_send:
-            await serve_stdio(gateway, lines(), stdout_send.send)
+            await serve_stdio(gateway.inbound, lines(), stdout_send.send)
 
     async with (
         stdin_send,
@@ -104,7 +104,7 @@ async def test_an_enveloped_first_request_is_served_statelessly_and_mints_no_ses
         listed = valid(await client.ask(request("tools/list", 8)))["result"]
         assert [tool["name"] for tool in listed["tools"]] == NAMES
         assert listed["resultType"] == "complete"
-        assert gateway.sessions == {}
+        assert len(gateway.sessions) == 0
 
 
 async def test_initialize_on_a_modern_connection_is_refused_naming_only_the_modern_revisions(
@@ -134,7 +134,7 @@ async def test_initialize_first_serves_the_handshake_era_and_refuses_enveloped_r
         listed = await client.ask({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
         assert [tool["name"] for tool in listed["result"]["tools"]] == NAMES
         assert "resultType" not in listed["result"]
-    assert gateway.sessions == {}  # ended with stdin
+    assert len(gateway.sessions) == 0  # ended with stdin
 
 
 async def test_an_enveloped_initialize_still_opens_the_handshake_era(server: Server) -> None:

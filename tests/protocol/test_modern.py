@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from mcp.shared import inbound as sdk
 
+from proxy.boundary import wire_error
 from proxy.errors import (
     HEADER_MISMATCH,
     INTERNAL_ERROR,
@@ -23,7 +24,6 @@ from proxy.errors import (
     RemoteError,
     ResourceNotFound,
 )
-from proxy.pipeline import wire_error
 from proxy.protocol import jsonrpc, modern, versions
 from proxy.protocol.headers import Headers, encode_header_value
 from proxy.protocol.modern import Envelope

@@ -1,0 +1,126 @@
+"""The fault boundary: the one place an exception becomes a JSON-RPC error, and where failures
+nobody foresaw are caught, counted and logged once.
+
+Who is at fault decides what the peer learns (:mod:`proxy.errors` draws the tree):
+
+- the client broke it (:class:`~proxy.errors.ProtocolError`): its code and message, so it can
+  mend the request;
+- a server broke it or is gone (:class:`~proxy.errors.RemoteError` relayed as the server sent
+  it, :class:`~proxy.errors.ServerUnavailable` explained with the server's id);
+- we broke it (anything else): a generic message; the details, with the request's context, go
+  to the log once and ``manifold_internal_errors_total{where}`` counts it.
+
+Cancellation is never answered: it is re-raised by everything here. Each request is answered
+inside its boundary, encoding included, so a result that cannot be encoded fails that request
+only (:meth:`Boundary.respond`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+import orjson
+
+from proxy.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    RESOURCE_NOT_FOUND,
+    ManifoldError,
+    ProtocolError,
+    RemoteError,
+    ServerUnavailable,
+)
+from proxy.metrics import Where
+from proxy.protocol import jsonrpc
+from proxy.protocol.jsonrpc import Message, RequestId
+
+__all__ = ["Boundary", "Counts", "wire_error"]
+
+logger = logging.getLogger("proxy.boundary")
+
+_INTERNAL = "internal error in Manifold; see its log"
+
+
+class Counts(Protocol):
+    def internal_error(self, where: Where) -> None: ...
+
+
+class _Session(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def modern(self) -> bool: ...
+
+
+def wire_error(exc: Exception, request_id: RequestId | None, *, modern: bool = False) -> Message:
+    """The JSON-RPC error response for ``exc``, in the shape of the peer's era.
+
+    ``modern``: the peer speaks revision 2026-07-28, which says -32602 (not the handshake
+    era's -32002) for an unknown resource, whoever noticed it, and leaves an unreadable id out
+    rather than sending ``null``. An unexpected ``exc`` gets the generic message only; the
+    caller logs it (:class:`Boundary` does).
+    """
+    if isinstance(exc, ProtocolError):
+        response = jsonrpc.error_response(request_id, _era_code(exc.code, modern), exc.message, exc.data)
+    elif isinstance(exc, RemoteError):
+        error = exc.error
+        response = jsonrpc.error_response(
+            request_id, _era_code(error["code"], modern), error["message"], error.get("data")
+        )
+    elif isinstance(exc, ServerUnavailable):
+        response = jsonrpc.error_response(request_id, exc.code, str(exc), {"server": exc.server_id})
+    else:
+        response = jsonrpc.error_response(request_id, INTERNAL_ERROR, _INTERNAL)
+    if modern and request_id is None:
+        del response["id"]
+    return response
+
+
+def _era_code(code: int, modern: bool) -> int:
+    return INVALID_PARAMS if modern and code == RESOURCE_NOT_FOUND else code
+
+
+def _ours(exc: Exception) -> bool:
+    """Whether ``exc`` is a failure of Manifold's own (a bug, or an input nobody foresaw)."""
+    return not isinstance(exc, ManifoldError)
+
+
+class Boundary:
+    """Answers each request, and is where its failures end (see the module docstring)."""
+
+    def __init__(self, counts: Counts) -> None:
+        self._counts = counts
+
+    def respond(self, request_id: RequestId, result: Any, *, session: _Session) -> Message:
+        """The response carrying ``result``, encoded now, so that a result that cannot be
+        encoded is this request's failure, not the transport's.
+
+        Raises:
+            Exception: what encoding raised; :meth:`answer` turns it into the request's error.
+        """
+        encoded = result if isinstance(result, orjson.Fragment) else orjson.Fragment(orjson.dumps(result))
+        return jsonrpc.result_response(request_id, encoded)
+
+    def answer(
+        self,
+        exc: Exception,
+        request_id: RequestId | None,
+        *,
+        method: str,
+        session: _Session,
+        where: Where = "request",
+    ) -> Message:
+        """The error response for ``exc``; a failure of our own is logged, with the request's
+        context, and counted."""
+        if _ours(exc):
+            self.caught(exc, where, f"{method} (id {request_id!r}, session {session.id[:8]})")
+        elif not isinstance(exc, ProtocolError | RemoteError | ServerUnavailable):
+            logger.error("%s (id %r) failed: %s", method, request_id, exc)
+        return wire_error(exc, request_id, modern=session.modern)
+
+    def caught(self, exc: BaseException, where: Where, context: str) -> None:
+        """Log and count one failure a supervisor caught and contained."""
+        self._counts.internal_error(where)
+        logger.error("%s: caught at the %s boundary and contained", context, where, exc_info=exc)

@@ -1,0 +1,61 @@
+"""The innermost stage: send a resolved request to its server, over the right connection, in
+the server's era.
+
+Most requests go out as they are. The three that may need the client's input mid-call
+(``tools/call``, ``prompts/get``, ``resources/read``) are bridged when the caller and the server
+differ in how they ask for it (:mod:`proxy.bridge`):
+
+    caller \\ server   handshake era                  2026-07-28
+    handshake era      server requests relayed        input_required unrolled into requests
+    2026-07-28         call parked, input_required    input_required passed, state wrapped
+
+A handshake-era caller never sees what only 2026-07-28 defines (``resultType``, cache hints).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from proxy.bridge.mrtr import Rounds
+from proxy.outbound.connection import ServerConnection
+from proxy.pipeline import CallContext, Caller
+from proxy.protocol import results
+
+__all__ = ["Forward", "Parking"]
+
+
+class Parking(Protocol):
+    """Runs a 2026-07-28 caller's request on a handshake-era server (see proxy.bridge.parking)."""
+
+    async def call(self, connection: ServerConnection, ctx: CallContext) -> Any: ...
+
+
+class ConnectionChoice(Protocol):
+    """Which connection a caller reaches a server on (:class:`proxy.connections.Connections`)."""
+
+    async def for_call(self, caller: Caller, server_id: str) -> ServerConnection: ...
+
+
+class Forward:
+    def __init__(self, connections: ConnectionChoice, rounds: Rounds, parking: Parking) -> None:
+        self._connections = connections
+        self._rounds = rounds
+        self._parking = parking
+
+    async def __call__(self, ctx: CallContext) -> Any:
+        """Raises: ServerUnavailable, ServerTimeout, RemoteError (from the connection);
+        InvalidRequestState (a retry's state is not Manifold's for this request)."""
+        connection = await self._connections.for_call(ctx.caller, ctx.server_id)
+        modern_caller = ctx.caller.stateless
+        if ctx.method not in results.INPUT_REQUIRED_METHODS:
+            result = await connection.request(ctx.method, dict(ctx.params), relay=ctx.caller)
+        elif connection.modern:
+            bridge = self._rounds.pass_through if modern_caller else self._rounds.unroll
+            result = await bridge(connection, ctx)
+        elif modern_caller:
+            return await self._parking.call(connection, ctx)
+        else:
+            result = await connection.request(ctx.method, dict(ctx.params), relay=ctx.caller)
+        if connection.modern and not modern_caller and isinstance(result, dict):
+            return results.legacy(result)
+        return result

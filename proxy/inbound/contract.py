@@ -1,0 +1,80 @@
+"""What the inbound transports need of the rest of Manifold, and nothing more.
+
+A transport turns bytes into messages and messages into bytes. What a message means is the
+:class:`Endpoint`'s business (:class:`proxy.router.Router`); who a session is, the
+:class:`SessionRegistry`'s (:class:`proxy.sessions.Sessions`). The composition root
+(:mod:`proxy.app`) hands each transport an :class:`Inbound`; no transport knows the root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from proxy.auth.authenticator import Authenticator
+from proxy.config import Config
+from proxy.inbound.listen import Subscription
+from proxy.inbound.session import ClientSession, Deliver
+from proxy.metrics import Metrics
+from proxy.policy.model import Identity
+from proxy.protocol.jsonrpc import Message, RequestId
+from proxy.protocol.subscriptions import Filter
+
+__all__ = ["Endpoint", "Health", "Inbound", "SessionRegistry"]
+
+
+class Endpoint(Protocol):
+    async def handle(
+        self, session: ClientSession, message: Message, stream: Deliver | None = None
+    ) -> Message | None:
+        """Answer one validated message of a handshake-era session; None: nothing to send.
+        Never raises but cancellation."""
+        ...
+
+    async def handle_stateless(self, caller: ClientSession, message: Message, stream: Deliver) -> Message:
+        """Answer one validated 2026-07-28 request. Never raises but cancellation."""
+        ...
+
+    def listen(
+        self, caller: ClientSession, subscription_id: RequestId, requested: Filter
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """Open a ``subscriptions/listen`` stream, closed on exit."""
+        ...
+
+    def tool_definition(self, name: str, identity: Identity) -> Mapping[str, Any] | None:
+        """The definition of a tool as ``identity`` is shown it, if it is shown it."""
+        ...
+
+
+class SessionRegistry(Protocol):
+    def fresh(self, transport: str, identity: Identity) -> ClientSession: ...
+
+    def admit(self, session: ClientSession) -> str: ...
+
+    def open(self, transport: str, identity: Identity) -> ClientSession: ...
+
+    def find(self, session_id: str, identity: Identity) -> ClientSession | None: ...
+
+    async def end(self, session: ClientSession) -> None: ...
+
+    async def expire(self) -> None: ...
+
+
+class Health(Protocol):
+    def health(self) -> dict[str, dict[str, Any]]: ...
+
+    def waiting_for(self) -> list[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """Everything an inbound transport is given."""
+
+    config: Config
+    endpoint: Endpoint
+    sessions: SessionRegistry
+    auth: Authenticator
+    metrics: Metrics
+    health: Health

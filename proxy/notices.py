@@ -1,0 +1,56 @@
+"""What clients hear unprompted: list changes, and what servers say about no request.
+
+A change of a merged list goes to every initialized session and every ``subscriptions/listen``
+stream that asked for it. A server's log line or resource update goes to the sessions that
+reach that server on the connection it came from (a ``per_client`` session hears its own
+connection: :mod:`proxy.per_client`), each filtered by what the session asked for, and resource
+updates to the listen streams whose identity may still read the resource.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from proxy.access import Access
+from proxy.connections import Connections
+from proxy.inbound.listen import Listens
+from proxy.policy import Subject
+from proxy.protocol import jsonrpc
+from proxy.protocol.jsonrpc import Message
+from proxy.protocol.subscriptions import UPDATED
+from proxy.sessions import Sessions
+
+__all__ = ["Notices"]
+
+_CHANGED: Final = {
+    "tools": jsonrpc.notification("notifications/tools/list_changed"),
+    "prompts": jsonrpc.notification("notifications/prompts/list_changed"),
+    "resources": jsonrpc.notification("notifications/resources/list_changed"),
+    "resourceTemplates": jsonrpc.notification("notifications/resources/list_changed"),
+}
+
+
+class Notices:
+    def __init__(
+        self, sessions: Sessions, listens: Listens, connections: Connections, access: Access
+    ) -> None:
+        self._sessions = sessions
+        self._listens = listens
+        self._connections = connections
+        self._access = access
+
+    def list_changed(self, kind: str) -> None:
+        """The merged list ``kind`` changed (or what someone may see of it): clients re-list."""
+        message = _CHANGED[kind]
+        self._sessions.broadcast(message)
+        self._listens.publish(message)
+
+    def server_notification(self, server_id: str, message: Message) -> None:
+        """What a server's shared connection says unprompted (a log line, resources/updated)."""
+        for session in self._sessions:
+            if session.wants_notification(message) and self._connections.shares(session, server_id):
+                session.notify(message)
+        if message["method"] == UPDATED:
+            # Only streams whose identity may still read it (the policy may have changed).
+            subject = Subject.resource(str((message.get("params") or {}).get("uri")), server_id)
+            self._listens.publish(message, lambda listening: self._access.allows(listening.identity, subject))

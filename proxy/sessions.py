@@ -1,0 +1,168 @@
+"""The client sessions of one gateway: the only code that opens, takes over, ends and expires
+them, and mints their ids.
+
+A handshake-era session is opened by ``initialize`` (HTTP: its id is a signed token, so any
+replica can take it over: :mod:`proxy.inbound.tokens`) or by a stdio client's first request.
+It ends on DELETE, when stdin closes, or after ``idle_timeout`` without a request. Ending one
+runs the hooks the composition root registered (stop its ``per_client`` connections, release
+its resource subscriptions), shielded and bounded: often it ends because the client went away.
+
+A 2026-07-28 request has no session: it is a :class:`~proxy.inbound.session.ClientSession`
+built from its envelope that lives as long as the request, and is never registered here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Final
+
+import anyio
+from cachetools import TTLCache
+
+from proxy.inbound.session import LOG_LEVELS, ClientSession, new_session_id
+from proxy.inbound.tokens import SessionTokens
+from proxy.metrics import Metrics
+from proxy.policy.model import Identity
+from proxy.protocol.jsonrpc import Message
+
+__all__ = ["Sessions"]
+
+logger = logging.getLogger("proxy.sessions")
+
+_ENDED_REMEMBERED: Final = 100_000  # ids ended here that a signed token must not bring back
+_END_WITHIN: Final = 10.0  # seconds the end hooks of one session may take together
+
+EndHook = Callable[[ClientSession], Awaitable[None]]
+
+
+class Sessions:
+    def __init__(
+        self,
+        tokens: SessionTokens,
+        metrics: Metrics,
+        *,
+        idle_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._tokens = tokens
+        self._metrics = metrics
+        self._idle_timeout = idle_timeout
+        self._clock = clock
+        self._live: dict[str, ClientSession] = {}
+        # Ended here (DELETE, expiry): a signed id must not bring them back on this replica.
+        self._ended: TTLCache[str, bool] = TTLCache(maxsize=_ENDED_REMEMBERED, ttl=idle_timeout)
+        self._on_end: list[EndHook] = []
+
+    def __iter__(self) -> Iterator[ClientSession]:
+        return iter(list(self._live.values()))
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def on_end(self, hook: EndHook) -> None:
+        """Run ``hook`` for every session that ends, in registration order."""
+        self._on_end.append(hook)
+
+    # ---- opening ------------------------------------------------------------------------
+
+    def fresh(self, transport: str, identity: Identity) -> ClientSession:
+        """A session not yet registered: HTTP's ``initialize`` registers it with :meth:`admit`
+        once the handshake succeeded."""
+        return ClientSession(id="", transport=transport, identity=identity, last_seen=self._clock())
+
+    def admit(self, session: ClientSession) -> str:
+        """Register a session whose ``initialize`` succeeded, under a signed id it can be taken
+        over with; the id."""
+        assert session.protocol_version is not None, "only an initialized session is admitted"
+        session.id = self._tokens.issue(session.protocol_version, session.capabilities, session.identity)
+        self._register(session)
+        return session.id
+
+    def open(self, transport: str, identity: Identity) -> ClientSession:
+        """Register a session with a random id at once (stdio: the connection is the session)."""
+        session = ClientSession(id=new_session_id(), transport=transport, identity=identity)
+        self._register(session)
+        return session
+
+    def find(self, session_id: str, identity: Identity) -> ClientSession | None:
+        """The live session ``session_id`` names, or one another replica (or an earlier run of
+        this one) opened, taken over from its signed id; None when unknown, ended or forged.
+        The caller still checks the session's identity against the request's."""
+        session = self._live.get(session_id)
+        if session is not None:
+            session.last_seen = self._clock()
+            return session
+        if session_id in self._ended:
+            return None
+        claims = self._tokens.restore(session_id, identity)
+        if claims is None:
+            return None
+        session = ClientSession(
+            id=session_id,
+            transport="http",
+            protocol_version=claims.protocol_version,
+            capabilities=claims.capabilities,
+            initialized=True,
+            last_seen=self._clock(),
+            identity=identity,
+        )
+        self._register(session)
+        logger.info("session %s taken over from its signed id", session_id[:8])
+        return session
+
+    def _register(self, session: ClientSession) -> None:
+        self._live[session.id] = session
+        self._metrics.session_opened(session.transport)
+
+    # ---- ending -------------------------------------------------------------------------
+
+    async def end(self, session: ClientSession) -> None:
+        """Forget a session (DELETE, idle expiry, stdin closed), cancel its requests and run
+        the end hooks. Shielded and bounded: often run because the client went away."""
+        if self._live.pop(session.id, None) is not None:
+            self._metrics.session_closed(session.transport)
+        self._ended[session.id] = True
+        for scope in list(session.in_flight.values()):
+            scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_END_WITHIN):
+            for hook in self._on_end:
+                try:
+                    await hook(session)
+                except Exception:  # one hook's failure must not keep the others from running
+                    logger.exception("session %s: a cleanup step failed", session.id[:8])
+
+    async def expire(self) -> None:
+        """Run until cancelled: end HTTP sessions idle longer than ``idle_timeout``."""
+        while True:
+            await anyio.sleep(min(60.0, self._idle_timeout / 2))
+            await self.expire_idle()
+
+    async def expire_idle(self) -> int:
+        """End every HTTP session idle past ``idle_timeout`` with nothing in flight; how many."""
+        deadline = self._clock() - self._idle_timeout
+        idle = [
+            s
+            for s in self._live.values()
+            if s.transport == "http" and s.last_seen < deadline and not s.in_flight
+        ]
+        for session in idle:
+            await self.end(session)
+            logger.info("session %s expired after %gs idle", session.id[:8], self._idle_timeout)
+        return len(idle)
+
+    # ---- telling every session -----------------------------------------------------------
+
+    def broadcast(self, message: Message) -> None:
+        """Queue ``message`` (a list change) for every initialized session."""
+        for session in self._live.values():
+            if session.initialized:
+                session.notify(message)
+
+    def log_floor(self) -> str | None:
+        """The most verbose log level any session asked for: what shared connections log at."""
+        wanted = min(
+            (LOG_LEVELS.index(s.log_level) for s in self._live.values() if s.log_level), default=None
+        )
+        return LOG_LEVELS[wanted] if wanted is not None else None
