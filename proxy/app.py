@@ -13,6 +13,7 @@ Nothing else happens here. The parts, and who tells whom what::
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 from collections.abc import AsyncIterator, Mapping
@@ -23,7 +24,7 @@ import anyio
 
 from proxy.access import Access
 from proxy.auth.authenticator import Authenticator
-from proxy.boundary import Boundary
+from proxy.boundary import Boundary, supervised
 from proxy.bridge.mrtr import Rounds
 from proxy.bridge.parking import ParkedCalls
 from proxy.bridge.state import RequestStates
@@ -97,6 +98,7 @@ class Gateway:
         self.auth = Authenticator.from_settings(config.auth, os.environ)
         self._audit = AuditLog(config.policy.audit) if config.policy.audit.path else None
         self.limiter = self._limiter()
+        self.boundary = Boundary(metrics)
         self.sessions = Sessions(
             SessionTokens(derive_key(secret, "session")), metrics, idle_timeout=config.sessions.idle_timeout
         )
@@ -131,10 +133,12 @@ class Gateway:
             interest=self.interest,
             listens=self.listens,
             forward=compose(self._stages(), forward),
-            boundary=Boundary(metrics),
+            boundary=self.boundary,
             metrics=metrics,
         )
-        self.inbound = Inbound(config, self.router, self.sessions, self.auth, metrics, self.connections)
+        self.inbound = Inbound(
+            config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
+        )
 
     def _limiter(self) -> LimitBackend | None:
         # Limits live in the policy files, so without files there is nothing to count.
@@ -177,7 +181,8 @@ class Gateway:
             await tg.start(self.auth.run)
             await tg.start(self.parked.run)
             if self.config.policy.files and self.config.policy.reload:
-                tg.start_soon(self.access.watch, self.catalogs.policy_changed)
+                watch = functools.partial(self.access.watch, self.catalogs.policy_changed)
+                tg.start_soon(supervised, self.boundary, "policy watcher", watch)
             await tg.start(self.connections.run)
             try:
                 yield self

@@ -18,8 +18,10 @@ only (:meth:`Boundary.respond`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Protocol
 
+import anyio
 import orjson
 
 from proxy.errors import (
@@ -35,11 +37,12 @@ from proxy.metrics import Where
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
 
-__all__ = ["Boundary", "Counts", "wire_error"]
+__all__ = ["Boundary", "Counts", "supervised", "wire_error"]
 
 logger = logging.getLogger("proxy.boundary")
 
-_INTERNAL = "internal error in Manifold; see its log"
+_INTERNAL: Final = "internal error in Manifold; see its log"
+_RESTART_AFTER: Final = 1.0  # seconds before a background task that failed runs again
 
 
 class Counts(Protocol):
@@ -124,3 +127,16 @@ class Boundary:
         """Log and count one failure a supervisor caught and contained."""
         self._counts.internal_error(where)
         logger.error("%s: caught at the %s boundary and contained", context, where, exc_info=exc)
+
+
+async def supervised(boundary: Boundary, name: str, run: Callable[[], Awaitable[None]]) -> None:
+    """Run a background task (a watcher, an expiry loop) until it returns or is cancelled; a
+    failure is caught, logged and counted, and the task runs again a moment later, so that it
+    never reaches the task group every other part shares."""
+    while True:
+        try:
+            await run()
+            return
+        except Exception as exc:
+            boundary.caught(exc, "task", name)
+        await anyio.sleep(_RESTART_AFTER)

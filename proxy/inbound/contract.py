@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.auth.authenticator import Authenticator
+from proxy.boundary import Boundary
 from proxy.config import Config
 from proxy.inbound.listen import Subscription
 from proxy.inbound.session import ClientSession, Deliver
@@ -78,3 +79,4 @@ class Inbound:
     auth: Authenticator
     metrics: Metrics
     health: Health
+    boundary: Boundary  # where a transport's own failures end (proxy.boundary)

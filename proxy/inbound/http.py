@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -109,6 +109,7 @@ class McpEndpoint:
         self._endpoint = inbound.endpoint
         self._sessions = inbound.sessions
         self._auth = inbound.auth
+        self._boundary = inbound.boundary
         self._policy = policy
         self._clock = clock
         self._flood = inbound.config.rate_limits.http
@@ -116,6 +117,30 @@ class McpEndpoint:
         self._modern = ModernEndpoint(inbound)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one HTTP request; the boundary of everything this transport does for it: a
+        failure of our own is logged and counted once and answered as a JSON-RPC error (a
+        stream already under way is ended), never an HTTP 500."""
+        started = False
+
+        async def tracked(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self._serve(scope, receive, tracked)
+        except Exception as exc:
+            self._boundary.caught(exc, "session", f"{scope['method']} /mcp")
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                if not started:
+                    stateless = is_modern_header(header(scope, b"mcp-protocol-version"))
+                    response = wire_error(exc, None, modern=stateless)
+                    status = modern.http_status(response) if stateless else 200
+                    await respond(send, status, jsonrpc.encode(response), JSON_HEADERS)
+                else:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         stateless = is_modern_header(header(scope, b"mcp-protocol-version"))
         if self._flood is not None:
             address = (scope.get("client") or ("unknown", 0))[0]

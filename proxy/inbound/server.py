@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.auth.authenticator import Rejected
+from proxy.boundary import supervised
 from proxy.inbound.contract import Inbound
 from proxy.inbound.http import McpEndpoint, OriginPolicy, Receive, Scope, Send
 from proxy.logs import log_access
@@ -195,7 +196,7 @@ async def serve(
 ) -> None:
     """Serve ``/mcp`` (and the probes) on an already-bound socket until cancelled."""
     async with anyio.create_task_group() as tg:
-        tg.start_soon(inbound.sessions.expire)
+        tg.start_soon(supervised, inbound.boundary, "session expiry", inbound.sessions.expire)
         tg.start_soon(_run_uvicorn, build_app(inbound), sock)
         if metrics_sock is not None:
             tg.start_soon(_run_uvicorn, metrics_app(inbound), metrics_sock)

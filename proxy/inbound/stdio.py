@@ -82,12 +82,33 @@ class _Connection:
                 async for line in lines:
                     self._inbound.metrics.bytes_in("stdio", len(line))
                     if line.strip():
-                        await self._received(line)
+                        await self._line(line)
                 logger.info("stdin closed; the client is gone")
                 self._tg.cancel_scope.cancel()
         finally:
             if self._session is not None:
                 await self._inbound.sessions.end(self._session)
+
+    async def _line(self, line: bytes) -> None:
+        """The boundary of one line: a failure of our own is logged and counted, and the
+        connection reads on."""
+        try:
+            await self._received(line)
+        except Exception as exc:
+            self._inbound.boundary.caught(exc, "session", "a line from the stdio client")
+
+    def _start(self, request_id: RequestId, run: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run one request in its own task, whose failure answers that request and no other."""
+
+        async def supervised() -> None:
+            try:
+                await run(*args)
+            except Exception as exc:
+                self._inbound.boundary.caught(exc, "request", f"stdio request {request_id!r}")
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                    await self._send(wire_error(exc, request_id, modern=self._era is _Era.MODERN))
+
+        self._tg.start_soon(supervised)
 
     async def _received(self, line: bytes) -> None:
         """Act on one line from the client; never raises for what the client sent."""
@@ -121,7 +142,7 @@ class _Connection:
         if self._session is not None:  # legacy
             if enveloped and method != "initialize":
                 return await self._send(wire_error(InvalidRequest(_ENVELOPE_ON_LEGACY), request_id))
-            self._tg.start_soon(self._answer_legacy, self._session, message)
+            self._start(request_id, self._answer_legacy, self._session, message)
             return None
         if method == "initialize":  # only ever here on a connection that is modern already
             return await self._send(wire_error(initialize_refused(message), request_id, modern=True))
@@ -139,7 +160,7 @@ class _Connection:
                 "the first request carries a %s envelope: serving it statelessly", envelope.protocol_version
             )
             self._era = _Era.MODERN
-        self._tg.start_soon(self._modern.answer, message, envelope)
+        self._start(request_id, self._modern.answer, message, envelope)
         return None
 
     def _open_legacy(self) -> None:
