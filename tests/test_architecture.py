@@ -61,5 +61,7 @@ def test_the_composition_root_stays_small() -> None:
 def test_the_checks_see_an_offending_import(tmp_path: Path) -> None:
     """The import walk finds imports nested anywhere, so the pins above can fail."""
     module = tmp_path / "m.py"
-    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from proxy.app import Gateway\n")
+    module.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from proxy.app import Gateway\n"
+    )
     assert "proxy.app" in set(_imports(module))

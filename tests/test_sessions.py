@@ -1,0 +1,147 @@
+"""``Sessions``: the one owner of client sessions, in memory (a clock we move by hand)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from proxy.inbound.session import ClientSession
+from proxy.inbound.tokens import SessionTokens, derive_key
+from proxy.metrics import Metrics
+from proxy.policy.model import Identity
+from proxy.protocol import jsonrpc
+from proxy.sessions import Sessions
+
+ALICE = Identity("alice", frozenset({"dev"}), "api_key")
+MALLORY = Identity("mallory", frozenset({"dev"}), "api_key")
+KEY = derive_key(b"k" * 32, "session")
+
+pytestmark = pytest.mark.anyio
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sessions(clock: Clock | None = None, *, key: bytes = KEY) -> tuple[Sessions, Metrics]:
+    metrics = Metrics(process_metrics=False)
+    return Sessions(SessionTokens(key), metrics, idle_timeout=60, clock=clock or Clock()), metrics
+
+
+def active(metrics: Metrics, transport: str) -> float | None:
+    return metrics.registry.get_sample_value("manifold_client_sessions_active", {"transport": transport})
+
+
+def admitted(registry: Sessions, identity: Identity = ALICE) -> ClientSession:
+    session = registry.fresh("http", identity)
+    session.protocol_version, session.capabilities = "2025-11-25", {"roots": {}}
+    registry.admit(session)
+    return session
+
+
+def test_a_fresh_session_is_registered_only_once_admitted_under_a_signed_id() -> None:
+    registry, metrics = sessions()
+    session = registry.fresh("http", ALICE)
+    assert len(registry) == 0
+    session.protocol_version = "2025-11-25"
+    session_id = registry.admit(session)
+    assert session.id == session_id and "." in session_id  # <payload>.<mac>
+    assert registry.find(session_id, ALICE) is session
+    assert active(metrics, "http") == 1
+
+
+def test_another_replica_takes_a_session_over_from_its_signed_id_with_the_same_identity() -> None:
+    first, _ = sessions()
+    session = admitted(first)
+    second, metrics = sessions()  # same key: a replica sharing sessions.secret
+    taken = second.find(session.id, ALICE)
+    assert taken is not None and taken is not session
+    assert (taken.protocol_version, taken.capabilities, taken.initialized) == (
+        "2025-11-25",
+        {"roots": {}},
+        True,
+    )
+    assert active(metrics, "http") == 1
+    assert sessions()[0].find(session.id, MALLORY) is None  # the id alone is no credential
+
+
+def test_a_forged_or_foreign_id_finds_nothing() -> None:
+    registry, _ = sessions()
+    session = admitted(sessions(key=derive_key(b"x" * 32, "session"))[0])
+    assert registry.find(session.id, ALICE) is None
+    assert registry.find("not-a-token", ALICE) is None
+
+
+async def test_an_ended_session_runs_every_hook_and_cannot_be_taken_over_again() -> None:
+    registry, metrics = sessions()
+    session = admitted(registry)
+    ran: list[str] = []
+
+    async def failing(ended: ClientSession) -> None:
+        ran.append("failing")
+        raise RuntimeError("a cleanup step broke")
+
+    async def release(ended: ClientSession) -> None:
+        ran.append(f"release {ended.id == session.id}")
+
+    registry.on_end(failing)
+    registry.on_end(release)
+    await registry.end(session)
+    assert ran == ["failing", "release True"]  # one hook's failure keeps no other from running
+    assert registry.find(session.id, ALICE) is None  # a signed id must not bring it back here
+    assert active(metrics, "http") == 0
+
+
+async def test_ending_a_session_cancels_its_requests_in_flight() -> None:
+    registry, _ = sessions()
+    session = admitted(registry)
+    with anyio.CancelScope() as scope:
+        session.in_flight[1] = scope
+        await registry.end(session)
+        await anyio.sleep(1)  # cancelled at once by the end; never slept through
+    assert scope.cancelled_caught
+
+
+async def test_idle_http_sessions_expire_but_busy_and_stdio_ones_stay() -> None:
+    clock = Clock()
+    registry, _ = sessions(clock)
+    idle, busy = admitted(registry), admitted(registry)
+    busy.in_flight[7] = anyio.CancelScope()
+    stdio = registry.open("stdio", ALICE)
+    clock.now += 61
+    assert await registry.expire_idle() == 1
+    assert registry.find(idle.id, ALICE) is None
+    assert {s.id for s in registry} == {busy.id, stdio.id}
+
+
+def test_finding_a_session_counts_as_activity() -> None:
+    clock = Clock()
+    registry, _ = sessions(clock)
+    session = admitted(registry)
+    clock.now += 50
+    registry.find(session.id, ALICE)
+    assert session.last_seen == clock.now
+
+
+def test_broadcast_reaches_initialized_sessions_only() -> None:
+    registry, _ = sessions()
+    ready, pending = registry.open("stdio", ALICE), registry.open("stdio", ALICE)
+    ready.initialized = True
+    registry.broadcast(jsonrpc.notification("notifications/tools/list_changed"))
+    assert ready.standalone.pending and not pending.standalone.pending
+
+
+@pytest.mark.parametrize(
+    ("levels", "floor"), [((), None), (("error",), "error"), (("warning", "debug", None), "debug")]
+)
+def test_the_log_floor_is_the_most_verbose_level_any_session_asked_for(
+    levels: tuple[str | None, ...], floor: str | None
+) -> None:
+    registry, _ = sessions()
+    for level in levels:
+        registry.open("stdio", ALICE).log_level = level
+    assert registry.log_floor() == floor
