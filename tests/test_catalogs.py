@@ -59,7 +59,8 @@ def test_each_servers_list_is_merged_under_its_prefix_and_a_change_is_told_once(
     assert [t["name"] for t in page(built, "tools")["tools"]] == ["a.x", "a.y", "b.x"]
     assert changed == ["tools", "tools"]
     entry = built.tool("b.x")
-    assert entry is not None and (entry.server_id, entry.original_name) == ("b", "x")
+    assert entry is not None
+    assert (entry.server_id, entry.original_name) == ("b", "x")
 
 
 def test_pages_follow_cursors_and_a_foreign_cursor_is_refused() -> None:

@@ -84,7 +84,8 @@ async def test_a_second_initialize_and_an_unknown_tool_are_the_clients_mistakes(
         again = decoded(await gateway.router.handle(session, INITIALIZE))
         unknown = decoded(await gateway.router.handle(session, call("mem.nope")))
         method = decoded(await gateway.router.handle(session, {"jsonrpc": "2.0", "id": 9, "method": "x/y"}))
-    assert again["error"]["code"] == -32600 and "already initialized" in again["error"]["message"]
+    assert again["error"]["code"] == -32600
+    assert "already initialized" in again["error"]["message"]
     assert unknown["error"] == {"code": -32602, "message": "unknown tool: mem.nope"}
     assert method["error"]["code"] == -32601
 

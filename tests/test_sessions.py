@@ -49,7 +49,8 @@ def test_a_fresh_session_is_registered_only_once_admitted_under_a_signed_id() ->
     assert len(registry) == 0
     session.protocol_version = "2025-11-25"
     session_id = registry.admit(session)
-    assert session.id == session_id and "." in session_id  # <payload>.<mac>
+    assert session.id == session_id
+    assert "." in session_id  # <payload>.<mac>
     assert registry.find(session_id, ALICE) is session
     assert active(metrics, "http") == 1
 
@@ -59,7 +60,8 @@ def test_another_replica_takes_a_session_over_from_its_signed_id_with_the_same_i
     session = admitted(first)
     second, metrics = sessions()  # same key: a replica sharing sessions.secret
     taken = second.find(session.id, ALICE)
-    assert taken is not None and taken is not session
+    assert taken is not None
+    assert taken is not session
     assert (taken.protocol_version, taken.capabilities, taken.initialized) == (
         "2025-11-25",
         {"roots": {}},
@@ -132,7 +134,8 @@ def test_broadcast_reaches_initialized_sessions_only() -> None:
     ready, pending = registry.open("stdio", ALICE), registry.open("stdio", ALICE)
     ready.initialized = True
     registry.broadcast(jsonrpc.notification("notifications/tools/list_changed"))
-    assert ready.standalone.pending and not pending.standalone.pending
+    assert ready.standalone.pending
+    assert not pending.standalone.pending
 
 
 @pytest.mark.parametrize(
