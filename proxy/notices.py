@@ -14,6 +14,7 @@ from typing import Final
 from proxy.access import Access
 from proxy.connections import Connections
 from proxy.inbound.listen import Listens
+from proxy.outbound.lists import CHANGED
 from proxy.policy import Subject
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
@@ -22,12 +23,8 @@ from proxy.sessions import Sessions
 
 __all__ = ["Notices"]
 
-_CHANGED: Final = {
-    "tools": jsonrpc.notification("notifications/tools/list_changed"),
-    "prompts": jsonrpc.notification("notifications/prompts/list_changed"),
-    "resources": jsonrpc.notification("notifications/resources/list_changed"),
-    "resourceTemplates": jsonrpc.notification("notifications/resources/list_changed"),
-}
+# list kind -> the notification that tells of its change (the same table servers tell us by)
+_CHANGED: Final = {kind: jsonrpc.notification(method) for method, kinds in CHANGED.items() for kind in kinds}
 
 
 class Notices:

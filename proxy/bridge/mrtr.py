@@ -25,13 +25,13 @@ from proxy.bridge.state import Boundary, RequestStates, arguments_digest
 from proxy.errors import INTERNAL_ERROR, InvalidRequestState, RemoteError
 from proxy.outbound.connection import ServerConnection
 from proxy.pipeline import CallContext
+from proxy.protocol.asks import ASKABLE
 from proxy.protocol.results import is_input_required
 
 __all__ = ["Rounds", "boundary_of"]
 
 logger = logging.getLogger("proxy.bridge.mrtr")
 
-_ASKABLE: Final = frozenset({"elicitation/create", "sampling/createMessage", "roots/list"})
 _STATE_ONLY_PAUSE: Final = (0.05, 0.25)  # a result with a state and nothing to ask: retry after
 
 
@@ -132,7 +132,7 @@ def _input_requests(
     for key, request in requests.items():
         method = request.get("method") if isinstance(request, Mapping) else None
         params = request.get("params") if isinstance(request, Mapping) else None
-        if method not in _ASKABLE or not isinstance(params, dict | None):
+        if method not in ASKABLE or not isinstance(params, dict | None):
             raise _misbehaved(server_id, f"sent an input request {key!r} Manifold cannot ask")
         assert isinstance(method, str)
         asked[key] = (method, params)

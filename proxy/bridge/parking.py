@@ -59,18 +59,13 @@ from proxy.errors import (
 from proxy.outbound.relay import Relay
 from proxy.pipeline import CallContext, Caller
 from proxy.policy.model import Identity
+from proxy.protocol.asks import NEEDS
 from proxy.protocol.jsonrpc import Message
 
 __all__ = ["Connection", "ParkedCall", "ParkedCalls"]
 
 logger = logging.getLogger("proxy.bridge.parking")
 
-# What a server may ask a client, and the capability the client must have declared for it.
-_NEEDS: Final = {
-    "elicitation/create": "elicitation",
-    "sampling/createMessage": "sampling",
-    "roots/list": "roots",
-}
 # Questions a server asks together arrive within this of each other (a quiet spell this long ends
 # the round), and a round gathers for at most _GATHER_SPELLS of them.
 _SETTLE: Final = 0.05
@@ -177,7 +172,7 @@ class ParkedCall:
                 -32021 and the call is cancelled), or the call is over.
             RemoteError: the client never answered (expiry, it went away).
         """
-        need = _NEEDS.get(method)
+        need = NEEDS.get(method)
         if need is None:
             raise MethodNotFound(f"Manifold cannot ask a 2026-07-28 client {method}")
         if self.done.is_set():

@@ -43,6 +43,7 @@ from proxy.inbound.session import ClientSession
 from proxy.inbound.streams import EventStream, parse_event_id
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc, modern
+from proxy.protocol.asks import ASKED_CAPABILITIES
 from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
 from proxy.ratelimit import LimitCheck, MemoryBackend
@@ -361,7 +362,7 @@ def _wants_stream(session: ClientSession, message: Message) -> bool:
     meta = (message.get("params") or {}).get("_meta")
     if isinstance(meta, dict) and "progressToken" in meta:
         return True
-    return any(capability in session.capabilities for capability in ("sampling", "elicitation", "roots"))
+    return any(capability in session.capabilities for capability in ASKED_CAPABILITIES)
 
 
 def _sse_writer(send: Send) -> Callable[[str, bytes], Awaitable[None]]:

@@ -21,6 +21,7 @@ from proxy.errors import MethodNotFound, MissingCapability, RemoteError
 from proxy.inbound.streams import EventStream
 from proxy.policy.model import ANONYMOUS, Identity
 from proxy.protocol import jsonrpc, versions
+from proxy.protocol.asks import NEEDS
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.modern import LOG_LEVELS
 
@@ -30,12 +31,6 @@ logger = logging.getLogger("proxy.inbound.session")
 
 _KEEP_CLOSED_STREAMS: Final = 8  # finished request streams kept for Last-Event-ID replay
 _CLIENT_ANSWER_TIMEOUT: Final = 600.0  # a person may be answering an elicitation
-# A server request is passed on only if the client declared the capability it needs.
-_NEEDS: Final = {
-    "sampling/createMessage": "sampling",
-    "elicitation/create": "elicitation",
-    "roots/list": "roots",
-}
 
 Deliver = Callable[[Message], None]
 
@@ -112,7 +107,7 @@ class ClientSession:
         return False
 
     def supports(self, method: str, params: dict[str, Any] | None) -> bool:
-        need = _NEEDS.get(method)
+        need = NEEDS.get(method)
         if need is None or need not in self.capabilities:
             return False
         if method == "elicitation/create" and (params or {}).get("mode") == "url":
@@ -199,10 +194,10 @@ class InboundRequest:
 
     async def request(self, method: str, params: dict[str, Any] | None) -> Any:
         if not self.session.supports(method, params):
-            if self.session.modern and method in _NEEDS:
+            if self.session.modern and method in NEEDS:
                 raise MissingCapability(
-                    f"{method} needs the client capability {_NEEDS[method]!r}, undeclared in the request",
-                    required={_NEEDS[method]: {}},
+                    f"{method} needs the client capability {NEEDS[method]!r}, undeclared in the request",
+                    required={NEEDS[method]: {}},
                 )
             raise MethodNotFound(f"the client did not declare the capability {method} needs")
         if self.session.modern:

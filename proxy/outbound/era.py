@@ -21,6 +21,7 @@ from proxy import __version__
 from proxy.errors import ProtocolError, ServerUnavailable
 from proxy.outbound.relay import Relay
 from proxy.protocol import versions
+from proxy.protocol.asks import ASKED_CAPABILITIES
 from proxy.protocol.headers import ParamHeader, x_mcp_header_problem, x_mcp_headers
 from proxy.protocol.modern import (
     CLIENT_CAPABILITIES_KEY,
@@ -46,7 +47,7 @@ __all__ = [
 # What Manifold tells servers it can do as a client: it relays these to the client session
 # whose request caused them, if that client declared them too (else the server gets an error).
 CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
-RELAYED: Final = ("sampling", "elicitation", "roots")  # what a server may ask a client for
+RELAYED: Final = ASKED_CAPABILITIES  # what a server may ask a client for
 CLIENT_INFO: Final = {"name": "manifold", "version": __version__}
 
 
