@@ -26,7 +26,7 @@ from proxy.catalogs import Catalogs
 from proxy.connections import Connections
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
 from proxy.inbound.listen import Listens, Subscription
-from proxy.inbound.session import LOG_LEVELS, ClientSession, Deliver, InboundRequest
+from proxy.inbound.session import LOG_LEVELS, ClientSession, Deliver, InboundRequest, cancel_named
 from proxy.interest import Interest
 from proxy.metrics import UNKNOWN, Metrics
 from proxy.outbound.connection import ServerConnection, ServerState
@@ -152,10 +152,7 @@ class Router:
         if method == "notifications/initialized":
             session.initialized = True
         elif method == "notifications/cancelled":
-            request_id = (message.get("params") or {}).get("requestId")
-            scope = session.in_flight.get(request_id) if isinstance(request_id, str | int) else None
-            if scope is not None:
-                scope.cancel()
+            cancel_named(session.in_flight, message)
 
     # ---- the method table -----------------------------------------------------------------
 

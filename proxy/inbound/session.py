@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -25,7 +25,7 @@ from proxy.protocol.asks import NEEDS
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.modern import LOG_LEVELS
 
-__all__ = ["ClientSession", "InboundRequest", "LOG_LEVELS", "new_session_id"]
+__all__ = ["ClientSession", "InboundRequest", "LOG_LEVELS", "cancel_named", "new_session_id"]
 
 logger = logging.getLogger("proxy.inbound.session")
 
@@ -33,6 +33,17 @@ _KEEP_CLOSED_STREAMS: Final = 8  # finished request streams kept for Last-Event-
 _CLIENT_ANSWER_TIMEOUT: Final = 600.0  # a person may be answering an elicitation
 
 Deliver = Callable[[Message], None]
+
+
+def cancel_named(in_flight: Mapping[RequestId, anyio.CancelScope], notification: Message) -> bool:
+    """Act on a client's ``notifications/cancelled``: cancel the request it names, if it is
+    still in flight (an unknown or finished id is no error); whether one was."""
+    request_id = (notification.get("params") or {}).get("requestId")
+    scope = in_flight.get(request_id) if isinstance(request_id, str | int) else None
+    if scope is None:
+        return False
+    scope.cancel()
+    return True
 
 
 def new_session_id() -> str:

@@ -20,7 +20,7 @@ from proxy.errors import ProtocolError, UnsupportedVersion
 from proxy.inbound.contract import Inbound
 from proxy.inbound.exchange import Exchange, caller_of
 from proxy.inbound.listen import pump
-from proxy.inbound.session import ClientSession
+from proxy.inbound.session import ClientSession, cancel_named
 from proxy.protocol import versions
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.modern import Envelope
@@ -81,11 +81,10 @@ class ModernRequests:
 
     def cancel(self, notification: Message) -> None:
         """Act on the client's ``notifications/cancelled``: an unknown or finished id is no-op."""
-        request_id = (notification.get("params") or {}).get("requestId")
-        scope = self._in_flight.get(request_id) if isinstance(request_id, str | int) else None
-        if scope is not None:
-            logger.debug("request %r cancelled by the client", request_id)
-            scope.cancel()
+        if cancel_named(self._in_flight, notification):
+            logger.debug(
+                "request %r cancelled by the client", (notification.get("params") or {}).get("requestId")
+            )
 
 
 def initialize_refused(message: Message) -> UnsupportedVersion:
