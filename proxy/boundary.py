@@ -54,7 +54,7 @@ class _Session(Protocol):
     def id(self) -> str: ...
 
     @property
-    def modern(self) -> bool: ...
+    def stateless(self) -> bool: ...
 
 
 def wire_error(exc: Exception, request_id: RequestId | None, *, modern: bool = False) -> Message:
@@ -121,7 +121,7 @@ class Boundary:
             self.caught(exc, where, f"{method} (id {request_id!r}, session {session.id[:8]})")
         elif not isinstance(exc, ProtocolError | RemoteError | ServerUnavailable):
             logger.error("%s (id %r) failed: %s", method, request_id, exc)
-        return wire_error(exc, request_id, modern=session.modern)
+        return wire_error(exc, request_id, modern=session.stateless)
 
     def caught(self, exc: BaseException, where: Where, context: str) -> None:
         """Log and count one failure a supervisor caught and contained."""

@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 
 from proxy.config import ServerConfig
-from proxy.inbound.session import ClientSession, InboundRequest
+from proxy.inbound.session import Client, ClientSession, InboundRequest
 from proxy.metrics import Metrics
 from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
 from proxy.outbound.era import Era
@@ -39,11 +39,10 @@ class Sharing:
     def __init__(self, servers: Mapping[str, ServerConfig]) -> None:
         self._servers = servers
 
-    def shares(self, caller: ClientSession | Caller, server_id: str) -> bool:
+    def shares(self, caller: Client | Caller, server_id: str) -> bool:
         """Whether ``caller`` reaches the server on its shared connection (else on its own: a
         2026-07-28 caller has no session to own one)."""
-        stateless = caller.modern if isinstance(caller, ClientSession) else caller.stateless
-        return self._servers[server_id].session_mode == "shared" or stateless
+        return self._servers[server_id].session_mode == "shared" or caller.stateless
 
 
 class Connections:
@@ -84,7 +83,7 @@ class Connections:
                     await connection.first_attempt_done.wait()
             task_status.started()
 
-    def shares(self, caller: ClientSession | Caller, server_id: str) -> bool:
+    def shares(self, caller: Client | Caller, server_id: str) -> bool:
         """Whether ``caller`` reaches the server on its shared connection (else on its own)."""
         return self._sharing.shares(caller, server_id)
 
@@ -93,8 +92,9 @@ class Connections:
         if self.shares(caller, server_id):
             return self.shared[server_id]
         # Only a handshake-era session's own request gets here: it has a session to own one.
-        assert isinstance(caller, InboundRequest), f"{type(caller).__name__} has no session"
-        return await self._per_client.connection(caller.session, server_id)
+        session = caller.session if isinstance(caller, InboundRequest) else None
+        assert isinstance(session, ClientSession), f"{type(caller).__name__} has no session"
+        return await self._per_client.connection(session, server_id)
 
     async def release(self, session: ClientSession) -> None:
         """A session ended: stop its own connections."""

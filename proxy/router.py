@@ -26,7 +26,14 @@ from proxy.catalogs import Catalogs
 from proxy.connections import Connections
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
 from proxy.inbound.listen import Listens, Subscription
-from proxy.inbound.session import LOG_LEVELS, ClientSession, Deliver, InboundRequest, cancel_named
+from proxy.inbound.session import (
+    LOG_LEVELS,
+    ClientSession,
+    Deliver,
+    InboundRequest,
+    StatelessCaller,
+    cancel_named,
+)
 from proxy.interest import Interest
 from proxy.metrics import UNKNOWN, Metrics
 from proxy.outbound.connection import ServerConnection, ServerState
@@ -57,6 +64,17 @@ _LISTS: Final = {method: kind for kind, (_, method) in LIST_KINDS.items()}
 
 Params = dict[str, Any]
 _Method = Callable[[InboundRequest, Params, RequestId], Awaitable[Any]]
+
+
+def _session(inbound: InboundRequest) -> ClientSession:
+    """The session of a request only the handshake era has (2026-07-28 removed it).
+
+    Raises:
+        MethodNotFound: a stateless caller sent it.
+    """
+    if not isinstance(inbound.session, ClientSession):
+        raise MethodNotFound("Method not found")
+    return inbound.session
 
 
 def _string(params: Mapping[str, Any], key: str, method: str) -> str:
@@ -130,7 +148,7 @@ class Router:
                 session.in_flight.pop(request_id, None)
         return None  # cancelled by the client: the spec says nothing is sent back
 
-    async def handle_stateless(self, caller: ClientSession, message: Message, stream: Deliver) -> Message:
+    async def handle_stateless(self, caller: StatelessCaller, message: Message, stream: Deliver) -> Message:
         """Answer one request of a 2026-07-28 caller, which the inbound transport validated.
 
         ``caller`` is built from the request's envelope and lives as long as the request.
@@ -194,7 +212,7 @@ class Router:
         return {}
 
     async def _initialize(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        session = inbound.session
+        session = _session(inbound)
         if session.protocol_version is not None:
             raise InvalidRequest("this session is already initialized")
         requested = _string(params, "protocolVersion", "initialize")
@@ -287,7 +305,7 @@ class Router:
 
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = _string(params, "uri", "resources/subscribe")
-        session = inbound.session
+        session = _session(inbound)
         server = self._catalogs.readable(uri, session.identity)
         # One subscription on a shared connection serves every session that wants the URI.
         if self._interest.must_tell(session, uri, server):
@@ -297,7 +315,7 @@ class Router:
 
     async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = _string(params, "uri", "resources/unsubscribe")
-        session = inbound.session
+        session = _session(inbound)
         server = self._catalogs.readable(uri, session.identity)
         session.subscriptions.pop(uri, None)
         if self._interest.must_tell(session, uri, server):
@@ -308,7 +326,7 @@ class Router:
 
     @asynccontextmanager
     async def listen(
-        self, caller: ClientSession, subscription_id: RequestId, requested: Filter
+        self, caller: StatelessCaller, subscription_id: RequestId, requested: Filter
     ) -> AsyncIterator[Subscription]:
         """Open a ``subscriptions/listen`` stream for a 2026-07-28 caller, closed on exit; the
         transport writes what it yields (:mod:`proxy.inbound.listen`).
@@ -356,7 +374,7 @@ class Router:
         level = params.get("level")
         if level not in LOG_LEVELS:
             raise InvalidParams(f"unknown log level {level!r}; one of: {', '.join(LOG_LEVELS)}")
-        inbound.session.log_level = str(level)
+        _session(inbound).log_level = str(level)
         # Shared connections log at the most verbose level any session asked for; each session
         # then gets only the lines at or above its own level.
         effective = self._sessions.log_floor() or str(level)

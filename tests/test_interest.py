@@ -11,7 +11,7 @@ from proxy.config import ServerConfig
 from proxy.connections import Sharing
 from proxy.errors import RemoteError
 from proxy.inbound.listen import Listens
-from proxy.inbound.session import ClientSession
+from proxy.inbound.session import ClientSession, StatelessCaller
 from proxy.interest import Interest
 from proxy.policy.model import Identity
 from proxy.protocol import versions
@@ -48,14 +48,15 @@ class World:
             ),
         }
         connections = {sid: Server(self.told, sid, refuses) for sid in servers}
-        self.interest = Interest(self.sessions.values(), self.listens, Sharing(servers), connections)
+        self.sharing = Sharing(servers)
+        self.interest = Interest(self.sessions.values(), self.listens, self.sharing, connections)
 
-    def session(self, *subscribed: tuple[str, str], modern: bool = False) -> ClientSession:
-        version = versions.LATEST_MODERN if modern else versions.LATEST
-        session = ClientSession(f"s{len(self.sessions)}", "http", protocol_version=version, identity=ALICE)
+    def session(self, *subscribed: tuple[str, str]) -> ClientSession:
+        session = ClientSession(
+            f"s{len(self.sessions)}", "http", protocol_version=versions.LATEST, identity=ALICE
+        )
         session.subscriptions.update(dict(subscribed))
-        if not modern:
-            self.sessions[session.id] = session
+        self.sessions[session.id] = session
         return session
 
 
@@ -70,10 +71,9 @@ def test_a_shared_uri_is_told_once_and_a_per_client_one_every_time() -> None:
 
 def test_a_2026_caller_on_a_per_client_server_shares_the_shared_connection() -> None:
     world = World()
-    modern = world.session(modern=True)
-    assert world.interest.shares(modern, "own")
-    legacy = world.session()
-    assert not world.interest.shares(legacy, "own")
+    caller = StatelessCaller("request-1", "http", versions.LATEST_MODERN, {}, ALICE)
+    assert world.sharing.shares(caller, "own")
+    assert not world.interest.shares(world.session(), "own")
 
 
 async def test_an_ended_session_releases_only_what_nobody_else_holds_on_a_shared_connection() -> None:

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from proxy.app import Gateway
-from proxy.inbound.session import ClientSession
+from proxy.inbound.session import ClientSession, StatelessCaller
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
@@ -127,7 +127,7 @@ async def test_a_request_the_client_cancels_is_not_answered() -> None:
 
 async def test_a_stateless_caller_discovers_manifold_and_cannot_use_removed_methods() -> None:
     async with running(Server()) as gateway:
-        caller = ClientSession("request-1", "http", protocol_version="2026-07-28", identity=ALICE)
+        caller = StatelessCaller("request-1", "http", "2026-07-28", {}, ALICE)
         found = decoded(
             await gateway.router.handle_stateless(caller, request("server/discover"), lambda _: None)
         )

@@ -137,7 +137,7 @@ class ParkedCall:
         return f"parked-{self.id}"  # one "session" per call, so questions are attributed to it
 
     @property
-    def capabilities(self) -> dict[str, Any]:
+    def capabilities(self) -> Mapping[str, Any]:
         return self._caller.capabilities
 
     @property

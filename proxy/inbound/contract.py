@@ -17,7 +17,7 @@ from proxy.auth.authenticator import Authenticator
 from proxy.boundary import Boundary
 from proxy.config import Config
 from proxy.inbound.listen import Subscription
-from proxy.inbound.session import ClientSession, Deliver
+from proxy.inbound.session import ClientSession, Deliver, StatelessCaller
 from proxy.metrics import Metrics
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message, RequestId
@@ -34,12 +34,12 @@ class Endpoint(Protocol):
         Never raises but cancellation."""
         ...
 
-    async def handle_stateless(self, caller: ClientSession, message: Message, stream: Deliver) -> Message:
+    async def handle_stateless(self, caller: StatelessCaller, message: Message, stream: Deliver) -> Message:
         """Answer one validated 2026-07-28 request. Never raises but cancellation."""
         ...
 
     def listen(
-        self, caller: ClientSession, subscription_id: RequestId, requested: Filter
+        self, caller: StatelessCaller, subscription_id: RequestId, requested: Filter
     ) -> AbstractAsyncContextManager[Subscription]:
         """Open a ``subscriptions/listen`` stream, closed on exit."""
         ...

@@ -13,7 +13,7 @@ from typing import Final
 import anyio
 
 from proxy.inbound.contract import Endpoint
-from proxy.inbound.session import ClientSession
+from proxy.inbound.session import StatelessCaller
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
 from proxy.protocol.modern import Envelope
@@ -26,17 +26,15 @@ _BUFFERED: Final = 256  # notifications waiting to be written; a client that lag
 _callers = itertools.count(1)
 
 
-def caller_of(envelope: Envelope, identity: Identity, transport: str) -> ClientSession:
-    """The "session" of one modern request: its envelope, for as long as the request lives. Its id
-    is unique, so a server's question is never attributed to another request."""
-    return ClientSession(
+def caller_of(envelope: Envelope, identity: Identity, transport: str) -> StatelessCaller:
+    """The caller of one 2026-07-28 request, from its envelope."""
+    return StatelessCaller(
         id=f"request-{next(_callers)}",
         transport=transport,
         protocol_version=envelope.protocol_version,
         capabilities=dict(envelope.capabilities),
-        client_info=dict(envelope.client_info or {}),
-        initialized=True,
         identity=identity,
+        client_info=dict(envelope.client_info or {}),
         log_level=envelope.log_level,
     )
 
@@ -45,7 +43,7 @@ class Exchange:
     """Run with ``tg.start_soon(exchange.run)``; read :attr:`notes` until it ends, then
     :attr:`answer` is the response."""
 
-    def __init__(self, endpoint: Endpoint, caller: ClientSession, message: Message) -> None:
+    def __init__(self, endpoint: Endpoint, caller: StatelessCaller, message: Message) -> None:
         self._endpoint = endpoint
         self._caller = caller
         self._message = message

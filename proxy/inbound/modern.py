@@ -50,7 +50,7 @@ from proxy.inbound.asgi import (
 from proxy.inbound.contract import Endpoint, Inbound
 from proxy.inbound.exchange import Exchange, caller_of
 from proxy.inbound.listen import stream_sse
-from proxy.inbound.session import ClientSession
+from proxy.inbound.session import StatelessCaller
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc, modern, versions
 from proxy.protocol.headers import VERSION_HEADER, Headers, ParamHeader, check_param_headers, x_mcp_headers
@@ -147,7 +147,7 @@ class ModernEndpoint:
         return await self._exchange(caller, message, receive, send)
 
     async def _listen(
-        self, scope: Scope, caller: ClientSession, message: Message, receive: Receive, send: Send
+        self, scope: Scope, caller: StatelessCaller, message: Message, receive: Receive, send: Send
     ) -> None:
         """``subscriptions/listen``: the response is the stream of notifications, always SSE."""
         accept = header(scope, b"accept")
@@ -189,7 +189,9 @@ class ModernEndpoint:
         self._specs[name] = (definition, specs)
         return specs
 
-    async def _exchange(self, caller: ClientSession, message: Message, receive: Receive, send: Send) -> None:
+    async def _exchange(
+        self, caller: StatelessCaller, message: Message, receive: Receive, send: Send
+    ) -> None:
         """Run the request; answer JSON, or SSE once it has a notification to send first."""
         exchange = Exchange(self._endpoint, caller, message)
         notes = exchange.notes

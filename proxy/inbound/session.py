@@ -13,19 +13,29 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import anyio
 
 from proxy.errors import MethodNotFound, MissingCapability, RemoteError
 from proxy.inbound.streams import EventStream
 from proxy.policy.model import ANONYMOUS, Identity
-from proxy.protocol import jsonrpc, versions
+from proxy.protocol import jsonrpc
 from proxy.protocol.asks import NEEDS
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.modern import LOG_LEVELS
 
-__all__ = ["ClientSession", "InboundRequest", "LOG_LEVELS", "cancel_named", "new_session_id"]
+__all__ = [
+    "Client",
+    "ClientSession",
+    "InboundRequest",
+    "LOG_LEVELS",
+    "StatelessCaller",
+    "cancel_named",
+    "declared",
+    "new_session_id",
+    "wants_log",
+]
 
 logger = logging.getLogger("proxy.inbound.session")
 
@@ -57,8 +67,50 @@ class _Asked:
     response: Message | None = None
 
 
+def wants_log(floor: str | None, level: object) -> bool:
+    """Whether a log line at ``level`` reaches a client that asked for ``floor`` and above."""
+    if floor is None or level not in LOG_LEVELS:
+        return False
+    return LOG_LEVELS.index(str(level)) >= LOG_LEVELS.index(floor)
+
+
+def declared(capabilities: Mapping[str, Any], method: str, params: dict[str, Any] | None) -> bool:
+    """Whether a client with ``capabilities`` declared what a server's ``method`` request needs."""
+    need = NEEDS.get(method)
+    if need is None or need not in capabilities:
+        return False
+    if method == "elicitation/create" and (params or {}).get("mode") == "url":
+        return "url" in (capabilities.get("elicitation") or {})
+    return True
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class StatelessCaller:
+    """The caller of one 2026-07-28 request: what its envelope said, for as long as the request
+    lives. Nothing registers it; its id is unique, so a server's question is never attributed to
+    another request."""
+
+    id: str
+    transport: str  # "http" | "stdio"
+    protocol_version: str
+    capabilities: Mapping[str, Any]
+    identity: Identity
+    client_info: Mapping[str, Any] = field(default_factory=dict)
+    log_level: str | None = None  # log lines only if the request asked, at or above it
+    stateless: ClassVar[bool] = True
+
+    def wants_log(self, level: object) -> bool:
+        return wants_log(self.log_level, level)
+
+    def supports(self, method: str, params: dict[str, Any] | None) -> bool:
+        return declared(self.capabilities, method, params)
+
+
 @dataclass(eq=False)
 class ClientSession:
+    """A handshake-era client's session: from ``initialize`` (or stdio's first request) to its end
+    (:class:`proxy.sessions.Sessions`)."""
+
     id: str
     transport: str  # "http" | "stdio"
     protocol_version: str | None = None
@@ -77,10 +129,7 @@ class ClientSession:
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _stream_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
-    @property
-    def modern(self) -> bool:
-        """A 2026-07-28 caller: this "session" is one request's envelope, gone with the request."""
-        return versions.is_modern(self.protocol_version)
+    stateless: ClassVar[bool] = False
 
     def notify(self, message: Message) -> None:
         """Queue a message on the client's standalone stream; never blocks."""
@@ -103,9 +152,7 @@ class ClientSession:
 
     def wants_log(self, level: object) -> bool:
         """Whether a server log line at ``level`` reaches this client (it set a level at or below)."""
-        if self.log_level is None or level not in LOG_LEVELS:
-            return False
-        return LOG_LEVELS.index(str(level)) >= LOG_LEVELS.index(self.log_level)
+        return wants_log(self.log_level, level)
 
     def wants_notification(self, message: Message) -> bool:
         """Whether a server notification about no request is for this session: a log line at or
@@ -118,12 +165,7 @@ class ClientSession:
         return False
 
     def supports(self, method: str, params: dict[str, Any] | None) -> bool:
-        need = NEEDS.get(method)
-        if need is None or need not in self.capabilities:
-            return False
-        if method == "elicitation/create" and (params or {}).get("mode") == "url":
-            return "url" in (self.capabilities.get("elicitation") or {})
-        return True
+        return declared(self.capabilities, method, params)
 
     async def ask(self, method: str, params: dict[str, Any] | None, deliver: Deliver) -> Any:
         """Send the client a request of our own and wait for its answer.
@@ -160,11 +202,14 @@ class ClientSession:
         asked.event.set()
 
 
+Client = ClientSession | StatelessCaller
+
+
 @dataclass(frozen=True, slots=True)
 class InboundRequest:
     """One client request in progress: the :class:`~proxy.pipeline.Caller` of what it causes."""
 
-    session: ClientSession
+    session: Client
     stream: Deliver | None = None  # the request's own stream, if its transport gives it one
 
     @property
@@ -172,7 +217,7 @@ class InboundRequest:
         return self.session.id
 
     @property
-    def capabilities(self) -> dict[str, Any]:
+    def capabilities(self) -> Mapping[str, Any]:
         return self.session.capabilities
 
     @property
@@ -189,29 +234,33 @@ class InboundRequest:
 
     @property
     def stateless(self) -> bool:
-        return self.session.modern
+        return self.session.stateless
 
     def supports(self, method: str, params: dict[str, Any] | None) -> bool:
         return self.session.supports(method, params)
 
     def notify(self, message: Message) -> None:
-        if (
-            self.session.modern
-            and message["method"] == "notifications/message"
-            and not self.session.wants_log((message.get("params") or {}).get("level"))
-        ):
-            return  # 2026-07-28: log lines only for a request that asked (logLevel), at its level
-        (self.stream or self.session.notify)(message)
+        session = self.session
+        if isinstance(session, StatelessCaller):
+            if message["method"] == "notifications/message" and not session.wants_log(
+                (message.get("params") or {}).get("level")
+            ):
+                return  # 2026-07-28: log lines only for a request that asked (logLevel), at its level
+            if self.stream is not None:
+                self.stream(message)
+            return
+        (self.stream or session.notify)(message)
 
     async def request(self, method: str, params: dict[str, Any] | None) -> Any:
-        if not self.session.supports(method, params):
-            if self.session.modern and method in NEEDS:
+        session = self.session
+        if not session.supports(method, params):
+            if session.stateless and method in NEEDS:
                 raise MissingCapability(
                     f"{method} needs the client capability {NEEDS[method]!r}, undeclared in the request",
                     required={NEEDS[method]: {}},
                 )
             raise MethodNotFound(f"the client did not declare the capability {method} needs")
-        if self.session.modern:
-            # A 2026-07-28 client can be asked only through an input_required result (a later phase).
-            raise MethodNotFound(f"Manifold cannot pass {method} on to a 2026-07-28 client yet")
-        return await self.session.ask(method, params, self.notify)
+        if isinstance(session, StatelessCaller):
+            # A 2026-07-28 client is asked only through an input_required result (proxy.bridge).
+            raise MethodNotFound(f"Manifold cannot send {method} to a 2026-07-28 client as a request")
+        return await session.ask(method, params, self.notify)

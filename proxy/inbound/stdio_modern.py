@@ -20,7 +20,7 @@ from proxy.errors import ProtocolError, UnsupportedVersion
 from proxy.inbound.contract import Inbound
 from proxy.inbound.exchange import Exchange, caller_of
 from proxy.inbound.listen import pump
-from proxy.inbound.session import ClientSession, cancel_named
+from proxy.inbound.session import StatelessCaller, cancel_named
 from proxy.protocol import versions
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.modern import Envelope
@@ -58,7 +58,7 @@ class ModernRequests:
                 if self._in_flight.get(request_id) is scope:
                     del self._in_flight[request_id]
 
-    async def _exchange(self, caller: ClientSession, message: Message) -> None:
+    async def _exchange(self, caller: StatelessCaller, message: Message) -> None:
         exchange = Exchange(self._inbound.endpoint, caller, message)
         async with exchange.notes, anyio.create_task_group() as tg:
             tg.start_soon(exchange.run)
@@ -67,7 +67,7 @@ class ModernRequests:
         assert exchange.answer is not None
         await self._send(exchange.answer)
 
-    async def _listen(self, caller: ClientSession, message: Message) -> None:
+    async def _listen(self, caller: StatelessCaller, message: Message) -> None:
         """``subscriptions/listen``: the acknowledgement, then the notifications it asked for,
         each tagged with its id, until the client cancels it (or the server ends it: then its
         response)."""

@@ -25,7 +25,7 @@ class Relay(Protocol):
     def session_id(self) -> str: ...
 
     @property
-    def capabilities(self) -> dict[str, Any]:
+    def capabilities(self) -> Mapping[str, Any]:
         """What that client declared it can be asked (sampling, elicitation, roots …)."""
         ...
 

@@ -11,7 +11,7 @@ import pytest
 from proxy.bridge.mrtr import Rounds
 from proxy.bridge.state import RequestStates
 from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
-from proxy.inbound.session import ClientSession, InboundRequest
+from proxy.inbound.session import Client, ClientSession, InboundRequest, StatelessCaller
 from proxy.outbound.connection import ServerConnection
 from proxy.pipeline import CallContext
 from proxy.policy.model import Identity
@@ -41,20 +41,19 @@ class Scripted:
         return self.script.pop(0)
 
 
-def call(session: ClientSession, params: dict[str, Any], asked: list[Message] | None = None) -> CallContext:
+def call(session: Client, params: dict[str, Any], asked: list[Message] | None = None) -> CallContext:
     def stream(message: Message) -> None:  # the client answers every request at once
         if asked is not None and "id" in message:
             asked.append(message)
             answer = {"action": "accept", "content": {"name": "Ada"}}
+            assert isinstance(session, ClientSession)  # only a session is asked with a request
             session.answered({"jsonrpc": "2.0", "id": message["id"], "result": answer})
 
     return CallContext(InboundRequest(session, stream), 1, "tools/call", "fx", "fx.ask", params)
 
 
-def modern_session(identity: Identity = ALICE) -> ClientSession:
-    return ClientSession(
-        "r1", "http", protocol_version="2026-07-28", capabilities={"elicitation": {}}, identity=identity
-    )
+def modern_session(identity: Identity = ALICE) -> StatelessCaller:
+    return StatelessCaller("r1", "http", "2026-07-28", {"elicitation": {}}, identity)
 
 
 def legacy_session(capabilities: dict[str, Any] | None = None) -> ClientSession:

@@ -24,7 +24,7 @@ from proxy.errors import (
     RateLimited,
     RemoteError,
 )
-from proxy.inbound.session import ClientSession, InboundRequest
+from proxy.inbound.session import InboundRequest, StatelessCaller
 from proxy.outbound.relay import Relay
 from proxy.pipeline import CallContext
 from proxy.policy.model import Identity
@@ -165,12 +165,11 @@ def context(
     name: str = "fx.ask",
     sink: list[Message] | None = None,
 ) -> CallContext:
-    session = ClientSession(
+    session = StatelessCaller(
         id=f"request-{next(_ids)}",
         transport="http",
         protocol_version=versions.LATEST_MODERN,
         capabilities=EVERYTHING if capabilities is None else capabilities,
-        initialized=True,
         identity=identity,
         log_level=log_level,
     )

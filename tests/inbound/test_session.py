@@ -8,14 +8,18 @@ from typing import Any
 import pytest
 
 from proxy.errors import METHOD_NOT_FOUND, MISSING_CAPABILITY, ProtocolError
-from proxy.inbound.session import ClientSession, InboundRequest
-from proxy.protocol import jsonrpc
+from proxy.inbound.session import Client, ClientSession, InboundRequest, StatelessCaller
+from proxy.policy.model import ANONYMOUS
+from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message
 
 pytestmark = pytest.mark.anyio
 
 
-def caller(version: str, log_level: str | None = None, **capabilities: Any) -> ClientSession:
+def caller(version: str, log_level: str | None = None, **capabilities: Any) -> Client:
+    """A 2026-07-28 request's caller, or a handshake-era session, at ``version``."""
+    if versions.is_modern(version):
+        return StatelessCaller("s", "http", version, capabilities, ANONYMOUS, log_level=log_level)
     return ClientSession(
         id="s", transport="http", protocol_version=version, capabilities=capabilities, log_level=log_level
     )
@@ -25,7 +29,7 @@ def log(level: str) -> Message:
     return jsonrpc.notification("notifications/message", {"level": level, "data": level})
 
 
-def delivered(session: ClientSession, messages: list[Message]) -> list[Message]:
+def delivered(session: Client, messages: list[Message]) -> list[Message]:
     out: list[Message] = []
     request = InboundRequest(session, out.append)
     for message in messages:
@@ -49,7 +53,7 @@ def test_a_legacy_session_gets_every_log_line_about_its_request_as_before() -> N
     assert delivered(caller("2025-11-25"), LINES) == LINES
 
 
-async def ask(session: ClientSession, method: str) -> ProtocolError:
+async def ask(session: Client, method: str) -> ProtocolError:
     with pytest.raises(ProtocolError) as caught:
         await InboundRequest(session, lambda _: None).request(method, {})
     return caught.value
