@@ -105,7 +105,7 @@ def test_panel_ids_are_unique_and_panels_fit_the_grid() -> None:
         "Denials by rule",
         "Rate-limit rejections",
         "Server up",
-        "Server restarts",
+        "Server restarts and caught failures",
         "Catalog size",
         "Requests in flight",
         "Client sessions",

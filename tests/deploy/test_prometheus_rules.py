@@ -20,6 +20,7 @@ REQUIRED = {
     "ManifoldRateLimitSaturation",
     "ManifoldHighP99Latency",
     "ManifoldRateLimitBackendErrors",
+    "ManifoldInternalErrors",
 }
 
 
