@@ -1,13 +1,14 @@
-"""The call path's stages, and the one place where exceptions become wire errors.
+"""The call path: the context a forwarded request carries, and its stages.
 
 Every request Manifold forwards to a server (``tools/call``, ``prompts/get``,
-``resources/read``, ``completion/complete`` …) runs through middleware, outermost first::
+``resources/read``, ``completion/complete`` …) runs, outermost first::
 
-    errors → (metrics → audit → authorize → ratelimit: later stages) → router
+    Router (the request's fault boundary: proxy.boundary) → measure → authorize (audit)
+        → validate → ratelimit → Forward (connection and era bridge: proxy.forward)
 
-Each stage is ``async (ctx, call_next) -> result``; :func:`compose` builds the chain once.
-:func:`wire_error` is the errors stage: it is the only code that turns an exception into a
-JSON-RPC error, for inbound requests and for the answers Manifold gives servers alike.
+A stage with nothing to do is left out (``Gateway._stages``); a test pins the order. Each stage
+is ``async (ctx, call_next) -> result``; :func:`compose` builds the chain once. No stage turns
+an exception into an answer: :func:`proxy.boundary.wire_error` does, at the router.
 """
 
 from __future__ import annotations

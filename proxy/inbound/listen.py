@@ -1,8 +1,7 @@
 """Open ``subscriptions/listen`` streams (revision 2026-07-28), for any inbound transport.
 
-:class:`Listens` is the gateway's fan-out: ``Gateway.listed``, ``_policy_changed`` and
-``server_notification`` publish each change once, and every open :class:`Subscription` whose
-filter wants it queues it. A subscription never blocks the publisher: its queue is bounded, a
+:class:`Listens` is the fan-out to every stream: :class:`proxy.notices.Notices` publishes each
+change once, and every open :class:`Subscription` whose filter wants it queues it. A subscription never blocks the publisher: its queue is bounded, a
 repeat of a notification still unread is dropped (it says nothing new), and a client too slow
 to drain even that loses the stream (logged; ending it without a response tells the client to
 listen again and re-fetch, which is all a longer queue could have told it).
@@ -12,7 +11,7 @@ writes the same messages as lines, and cancels the block on ``notifications/canc
 the listen request's id)::
 
     requested = Filter.parse(params)        # InvalidParams: answer the request with the error
-    async with gateway.listen(session, request_id, requested) as subscription:
+    async with endpoint.listen(caller, request_id, requested) as subscription:
         await pump(subscription, write)     # ack, tagged notifications, the final response
 
 Ending: the client goes away (the transport cancels the block: nothing more is written), the

@@ -4,11 +4,11 @@ The client's first request decides the connection's era, once, as the official S
 stdio server does (``mcp.server.runner.serve_dual_era_loop``):
 
 - ``initialize``, or any request without a 2026-07-28 ``_meta`` envelope → **legacy**: one
-  handshake-era session, answered by ``Gateway.handle``; what it has to say besides responses
+  handshake-era session, answered by ``Endpoint.handle``; what it has to say besides responses
   (notifications, the servers' questions) goes out on its standalone stream, i.e. stdout.
 - a request whose ``params._meta`` names a protocol revision → **modern**: every request is
   classified on its own (``protocol.modern.classify``, no header rung on stdio) and answered by
-  ``Gateway.handle_modern`` for a caller built from its envelope; its progress and the log lines
+  ``Endpoint.handle_stateless`` for a caller built from its envelope; its progress and the log lines
   it opted into are written before its response, and ``notifications/cancelled {requestId}``
   cancels it (nothing more is written for it). ``subscriptions/listen`` streams the same way.
 - a request whose envelope is malformed (no capabilities, a revision not served, …) gets its

@@ -81,7 +81,7 @@ class ServerState(enum.Enum):
 
 
 class ConnectionListener(Protocol):
-    """What a connection tells the gateway. Called synchronously; must not block."""
+    """What a connection tells whoever listens to it. Called synchronously; must not block."""
 
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None: ...
 
