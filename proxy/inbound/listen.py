@@ -3,8 +3,9 @@
 :class:`Listens` is the fan-out to every stream: :class:`proxy.notices.Notices` publishes each
 change once, and every open :class:`Subscription` whose filter wants it queues it. A
 subscription never blocks the publisher: its queue is bounded, a repeat of a notification still
-unread is dropped (it says nothing new), and a client too slow to drain even that loses the stream (logged; ending it without a response tells the client to
-listen again and re-fetch, which is all a longer queue could have told it).
+unread is dropped (it says nothing new), and a client too slow to drain even that loses the
+stream (logged; ending it without a response tells the client to listen again and re-fetch,
+which is all a longer queue could have told it).
 
 A transport serves one listen request like this (the HTTP one is :func:`stream_sse`; stdio
 writes the same messages as lines, and cancels the block on ``notifications/cancelled`` for
