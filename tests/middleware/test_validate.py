@@ -1,0 +1,146 @@
+"""The validate stage: arguments checked before a call, structured results after it; anything
+non-conforming becomes a tool result listing what is wrong, so a model can correct itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.access import ServedTools
+from proxy.errors import ServerUnavailable
+from proxy.middleware.validate import Validate
+from proxy.pipeline import tool_error
+from proxy.policy import SchemaValidators
+from tests.middleware.contexts import Recorder, access_for, call_context, served_tools, tool_context
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> ServedTools:
+    return served_tools(access_for(tmp_path, policy=None))
+
+
+def both() -> Validate:
+    return Validate(SchemaValidators(), arguments=True, results=True)
+
+
+async def test_valid_arguments_and_a_conforming_result_pass_through_untouched(served: ServedTools) -> None:
+    ctx = tool_context(served, "gh.get_issue", arguments={"number": 3})
+    call_next = Recorder({"content": [], "structuredContent": {"title": "Bug"}})
+
+    result = await both()(ctx, call_next)
+
+    assert result is call_next.result
+    assert call_next.seen == [ctx]
+
+
+async def test_invalid_arguments_are_answered_with_every_problem_and_the_tool_is_not_called(
+    served: ServedTools,
+) -> None:
+    call_next = Recorder()
+
+    result = await both()(tool_context(served, "gh.get_issue", arguments={"number": "three"}), call_next)
+
+    assert result == tool_error(
+        "Invalid arguments for gh.get_issue:\n- arguments.number: 'three' is not of type 'integer'",
+        outcome="invalid_arguments",
+    )
+    assert call_next.seen == []
+
+
+async def test_missing_arguments_are_checked_as_an_empty_object(served: ServedTools) -> None:
+    call_next = Recorder()
+
+    result = await both()(tool_context(served, "gh.get_issue"), call_next)
+
+    assert result == tool_error(
+        "Invalid arguments for gh.get_issue:\n- arguments: 'number' is a required property",
+        outcome="invalid_arguments",
+    )
+    assert call_next.seen == []
+
+
+async def test_a_result_that_breaks_the_output_schema_is_withheld_naming_the_problem(
+    served: ServedTools,
+) -> None:
+    ctx = tool_context(served, "gh.get_issue", arguments={"number": 3})
+
+    result = await both()(ctx, Recorder({"content": [], "structuredContent": {"title": 42}}))
+
+    assert result == tool_error(
+        "gh.get_issue returned a result that does not match its outputSchema, so Manifold withheld it:\n"
+        "- structuredContent.title: 42 is not of type 'string'",
+        outcome="invalid_result",
+    )
+
+
+async def test_a_result_without_structured_content_is_withheld_when_the_tool_declares_an_output_schema(
+    served: ServedTools,
+) -> None:
+    result = await both()(
+        tool_context(served, "gh.get_issue", arguments={"number": 3}), Recorder({"content": []})
+    )
+
+    assert result == tool_error(
+        "gh.get_issue returned a result that does not match its outputSchema, so Manifold withheld it:\n"
+        "- structuredContent is missing, but the tool declares an outputSchema",
+        outcome="invalid_result",
+    )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"content": [{"type": "text", "text": "failed"}], "isError": True, "structuredContent": {"title": 1}},
+        {"resultType": "input_required", "inputRequests": {}},
+    ],
+)
+async def test_error_results_and_input_requests_are_not_held_to_the_output_schema(
+    served: ServedTools, answer: dict[str, Any]
+) -> None:
+    result = await both()(tool_context(served, "gh.get_issue", arguments={"number": 3}), Recorder(answer))
+
+    assert result is answer
+
+
+async def test_each_check_can_be_turned_off_on_its_own(served: ServedTools) -> None:
+    bad_call = tool_context(served, "gh.get_issue", arguments={"number": "three"})
+    bad_answer = {"content": [], "structuredContent": {"title": 42}}
+    results_only = Validate(SchemaValidators(), arguments=False, results=True)
+    arguments_only = Validate(SchemaValidators(), arguments=True, results=False)
+    call_next = Recorder(bad_answer)
+
+    assert (await results_only(bad_call, call_next))["_meta"] == {"dev.manifold/outcome": "invalid_result"}
+    good_call = tool_context(served, "gh.get_issue", arguments={"number": 3})
+    assert await arguments_only(good_call, call_next) is bad_answer
+    assert call_next.seen == [bad_call, good_call]
+
+
+@pytest.mark.parametrize("method", ["prompts/get", "resources/read", "completion/complete"])
+async def test_requests_other_than_tool_calls_are_not_validated(served: ServedTools, method: str) -> None:
+    entry = served.catalog.by_name["gh.get_issue"]
+    ctx = call_context(method=method, params={"arguments": {"number": "three"}}, entry=entry)
+    call_next = Recorder({"structuredContent": {"title": 42}})
+
+    assert await both()(ctx, call_next) is call_next.result
+    assert call_next.seen == [ctx]
+
+
+async def test_a_tool_call_without_a_catalog_entry_is_passed_on_unchecked() -> None:
+    ctx = call_context(params={"name": "get_issue", "arguments": {"number": "three"}})
+    call_next = Recorder()
+
+    assert await both()(ctx, call_next) is call_next.result
+    assert call_next.seen == [ctx]
+
+
+async def test_an_exception_from_the_call_propagates_unchanged(served: ServedTools) -> None:
+    error = ServerUnavailable("gh", "the process exited with code 1")
+
+    with pytest.raises(ServerUnavailable) as raised:
+        await both()(tool_context(served, "gh.get_issue", arguments={"number": 3}), Recorder(raises=error))
+
+    assert raised.value is error
