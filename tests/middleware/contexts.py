@@ -128,7 +128,7 @@ def call_context(
 
 def identity_of(ctx: CallContext) -> Identity:
     """Who made the request ``ctx`` carries."""
-    return ctx.request.session.identity
+    return ctx.caller.identity
 
 
 def tool_context(
