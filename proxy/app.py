@@ -34,8 +34,9 @@ from proxy.config import Config
 from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
 from proxy.inbound.listen import Listens, Subscription
 from proxy.inbound.session import LOG_LEVELS, ClientSession, Deliver, InboundRequest
-from proxy.inbound.tokens import SessionTokens, derive_key
+from proxy.inbound.tokens import SessionTokens
 from proxy.interest import Interest
+from proxy.keys import derive_key
 from proxy.metrics import UNKNOWN, Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.metrics import Measure

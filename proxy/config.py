@@ -73,8 +73,9 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
 from proxy.auth.settings import AuthSettings
-from proxy.documents import parse_document, read_text, show_value
+from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
+from proxy.files import read_text
 from proxy.logs import LogSettings
 from proxy.metrics import MetricsSettings
 from proxy.policy.settings import PolicySettings
