@@ -56,6 +56,7 @@ PURE_MODULES = (
     "outbound/lists.py",
     "outbound/relay.py",
     "keys.py",
+    "overrides.py",
     # The leaves the cores lean on: the exception tree, the version, the document parsers.
     "errors.py",
     "__init__.py",
