@@ -10,7 +10,6 @@ sees.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -22,6 +21,7 @@ from proxy.catalog.merge import Catalog
 from proxy.catalog.resources import ResourceIndex
 from proxy.config import ServerConfig
 from proxy.errors import ConfigError
+from proxy.files import stamps
 from proxy.policy import (
     CAUTIOUS,
     Decision,
@@ -33,13 +33,11 @@ from proxy.policy import (
     blocked_names,
     compare,
     effective_for_entry,
-    load_pins,
-    load_policy,
     pin_new,
     rewrite_definition,
-    save_pins,
 )
 from proxy.policy.settings import PolicySettings
+from proxy.policy_files import load_pins, load_policy, save_pins
 from proxy.ratelimit.rules import LimitRule
 
 __all__ = ["Access", "ServedTools"]
@@ -64,18 +62,6 @@ class ServedTools:
         return Subject.tool(entry, self.effective.get(name, CAUTIOUS))
 
 
-def _file_state(paths: Sequence[str]) -> tuple[tuple[float, int] | None, ...]:
-    states: list[tuple[float, int] | None] = []
-    for path in paths:
-        try:
-            stat = os.stat(path)
-        except OSError:
-            states.append(None)
-        else:
-            states.append((stat.st_mtime, stat.st_size))
-    return tuple(states)
-
-
 class Access:
     def __init__(
         self,
@@ -93,7 +79,7 @@ class Access:
         self.limits: tuple[LimitRule, ...] = ()
         self._limits_by_id: dict[str, LimitRule] = {}
         self.version = 0  # moves on every successful reload; views and cursors follow it
-        self._files = _file_state(settings.files)
+        self._files = stamps(settings.files)
         self._pins: dict[str, str] = {}
         if settings.pins.mode != "off":
             self._pins = load_pins(settings.pins.path)
@@ -120,7 +106,7 @@ class Access:
 
     def reload(self) -> bool:
         """Re-read the files; a bad file is logged and the old policy stays. True if it changed."""
-        self._files = _file_state(self.settings.files)
+        self._files = stamps(self.settings.files)
         try:
             self.load()
         except ConfigError as exc:
@@ -133,7 +119,7 @@ class Access:
         """Reload when a policy file changes (polled: inotify is not portable)."""
         while True:
             await anyio.sleep(_WATCH_INTERVAL)
-            if _file_state(self.settings.files) != self._files and self.reload():
+            if stamps(self.settings.files) != self._files and self.reload():
                 on_change()
 
     def limit(self, rule_id: str) -> LimitRule | None:

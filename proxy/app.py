@@ -36,8 +36,9 @@ from proxy.connections import Connections, ServerHealth
 from proxy.forward import Forward
 from proxy.inbound.contract import Inbound
 from proxy.inbound.listen import Listens
-from proxy.inbound.tokens import SessionTokens, derive_key
+from proxy.inbound.tokens import SessionTokens
 from proxy.interest import Interest
+from proxy.keys import derive_key
 from proxy.metrics import Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.metrics import Measure

@@ -44,9 +44,11 @@ server may say ``type`` (``stdio``, ``http``, ``streamable-http``, ``sse``) inst
 ``request_timeout``; ``autoApprove`` and ``alwaysAllow`` are ignored. Any other unknown key is an
 error, so a typo cannot pass silently.
 
-Environment variables override the file for everything but servers: ``MANIFOLD_`` plus the path
-joined by ``__``, e.g. ``MANIFOLD_LISTEN__PORT=9000``, ``MANIFOLD_LOG_LEVEL=debug``; list values
-are JSON (``MANIFOLD_LISTEN__ALLOWED_HOSTS='["gw:8080"]'``).
+Environment variables override the file for every field but the servers: ``MANIFOLD_`` plus the
+path joined by ``__``, e.g. ``MANIFOLD_LISTEN__PORT=9000``, ``MANIFOLD_LOG_LEVEL=debug``,
+``MANIFOLD_POLICY__PINS__MODE=block``; lists, mappings and whole sections are JSON
+(``MANIFOLD_LISTEN__ALLOWED_HOSTS='["gw:8080"]'``). The set is derived from :class:`Config`
+itself (:mod:`proxy.overrides`), so a new field is overridable without being listed anywhere.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -70,13 +72,14 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import ErrorDetails
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
 from proxy.auth.settings import AuthSettings
-from proxy.documents import parse_document, read_text, show_value
+from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
+from proxy.files import read_text
 from proxy.logs import LogSettings
 from proxy.metrics import MetricsSettings
+from proxy.overrides import Overrides, read_overrides
 from proxy.policy.settings import PolicySettings
 from proxy.ratelimit import RateLimitSettings
 
@@ -106,6 +109,9 @@ _DESKTOP_TYPES: dict[str, Transport] = {
 }
 _URL_TRANSPORTS = "'auto', 'streamable-http' or 'sse'"
 _DESKTOP_KEYS = ("type", "disabled", "timeout", "autoApprove", "alwaysAllow")
+# Fields whose values are never repeated in an error: API keys, JWT and session secrets, and a
+# Redis URL (it may carry a password).
+_SECRET_FIELDS = frozenset({"key", "secret", "redis_url"})
 
 
 class _Problems(ValueError):
@@ -362,27 +368,9 @@ class Config(_Model):
         return self
 
 
-class _Overridable(BaseSettings):
-    """The part of :class:`Config` that ``MANIFOLD_*`` variables may set (not the servers)."""
-
-    model_config = SettingsConfigDict(env_prefix="MANIFOLD_", env_nested_delimiter="__")
-
-    listen: ListenConfig = ListenConfig()
-    naming: NamingConfig = NamingConfig()
-    catalog: CatalogConfig = CatalogConfig()
-    sessions: SessionsConfig = SessionsConfig()
-    log_level: str = "info"
-
-
-class _EnvironmentOverrides(EnvSettingsSource):
-    """pydantic-settings' environment source, reading an injected mapping instead of os.environ."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self._environ = environ  # read by _load_env_vars, which the base __init__ calls
-        super().__init__(_Overridable)
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        return {name.lower(): value for name, value in self._environ.items()}
+# The servers come from the file only: a command line or a URL set from the environment would be
+# a way to run anything; their values take ${VAR} instead.
+_NOT_OVERRIDABLE: Final = frozenset({"servers"})
 
 
 def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
@@ -438,14 +426,8 @@ def config_from_mapping(
     interpolated = _interpolate(data, (), environ, problems)
     if problems:
         raise ConfigError("\n".join(_line(source, loc, message) for loc, message in problems))
-    try:
-        overrides = _EnvironmentOverrides(environ)()
-    except SettingsError as exc:
-        reason = str(exc).partition(" from source")[0]  # the source is our class: no news to the reader
-        raise ConfigError(
-            f"{source}: MANIFOLD_* environment: {reason} (nested values must be JSON)"
-        ) from None
-    merged = _merge(interpolated, overrides)
+    overrides = read_overrides(Config, environ, exclude=_NOT_OVERRIDABLE)
+    merged = _merge(interpolated, overrides.values)
     servers_key = "mcpServers" if "mcpServers" in data else "servers"
     try:
         return Config.model_validate(merged)
@@ -498,7 +480,7 @@ def _merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
-def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Mapping[str, Any]) -> list[str]:
+def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Overrides) -> list[str]:
     lines = []
     for error in exc.errors(include_url=False):
         loc: Loc = tuple(error["loc"])
@@ -508,9 +490,9 @@ def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Ma
         else:
             found = [(loc, _message(error, loc))]
         for where, message in found:
-            variable = _override_variable(where, overrides)
-            if variable is not None:
-                message += f" (set by {variable})"
+            blame = overrides.blame(where)
+            if blame is not None:
+                message += f" ({blame})"
             if where[:1] == ("servers",):
                 where = (servers_key, *where[1:])
             lines.append(_line(source, where, message))
@@ -528,9 +510,9 @@ def _message(error: ErrorDetails, loc: Loc) -> str:
         return error["msg"].removeprefix("Value error, ")
     message = error["msg"].replace("Input should be", "must be").replace("String should", "must")
     if (loc[:1] == ("servers",) and len(loc) > 2 and loc[2] in ("env", "headers")) or (
-        loc[:1] == ("auth",) and {"key", "secret"} & set(map(str, loc))
+        _SECRET_FIELDS & set(map(str, loc))
     ):
-        return message  # secrets: never echo an env or header value, an API key or a JWT secret
+        return message  # secrets: never echo an env or header value, a key, a secret or a Redis URL
     return f"{message} (got {show_value(input_value)})"
 
 
@@ -549,16 +531,6 @@ def _known_keys(parent: Loc) -> Iterable[str]:
             return []
         model = annotation
     return [*(name for name in model.model_fields if name != "id"), *extra]
-
-
-def _override_variable(loc: Loc, overrides: Mapping[str, Any], prefix: str = "MANIFOLD_") -> str | None:
-    """The ``MANIFOLD_*`` variable that set the value at ``loc``, if one did."""
-    if not loc or loc[0] not in overrides:
-        return None
-    value = overrides[str(loc[0])]
-    if isinstance(value, Mapping) and len(loc) > 1:
-        return _override_variable(loc[1:], value, f"{prefix}{str(loc[0]).upper()}__")
-    return f"{prefix}{str(loc[0]).upper()}"
 
 
 def _line(source: str, loc: Loc, message: str) -> str:

@@ -1,36 +1,22 @@
-"""Reading the documents operators write (config, policies): YAML or JSON, strictly.
+"""Parsing the documents operators write (config, policies): YAML or JSON, strictly. Pure.
 
 Duplicate keys are errors here (plain YAML and JSON silently keep the last one, which turns a
 pasted server or rule into a silent overwrite), and every error names the file and position.
+Text in, data out: reading the files is :mod:`proxy.files`' job, so the policy package can
+parse with this module and stay pure.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any
 
 import yaml
 
 from proxy.errors import ConfigError
 
-__all__ = ["parse_document", "parse_json", "parse_yaml", "read_text", "show_value"]
-
-
-def read_text(source: str) -> str:
-    """A document's text.
-
-    Raises:
-        ConfigError: the file is missing, unreadable or not UTF-8, naming it.
-    """
-    try:
-        return Path(source).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{source}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read the file ({exc.strerror or exc})") from None
+__all__ = ["parse_document", "parse_json", "parse_yaml", "show_value"]
 
 
 def parse_document(text: str, source: str) -> Any:
@@ -39,7 +25,8 @@ def parse_document(text: str, source: str) -> Any:
     Raises:
         ConfigError: naming the file, the line and column, and the problem.
     """
-    return parse_json(text, source) if Path(source).suffix.lower() == ".json" else parse_yaml(text, source)
+    is_json = PurePath(source).suffix.lower() == ".json"
+    return parse_json(text, source) if is_json else parse_yaml(text, source)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

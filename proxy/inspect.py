@@ -14,7 +14,8 @@ import orjson
 
 from proxy.app import Gateway
 from proxy.config import Config
-from proxy.policy import Identity, Subject, accept, compare, load_pins, save_pins
+from proxy.policy import Identity, Subject, accept, compare
+from proxy.policy_files import load_pins, save_pins
 
 __all__ = ["explain", "identity_from", "pins_accept", "tools"]
 

@@ -19,8 +19,9 @@ from proxy.config import ServerConfig
 from proxy.errors import ConfigError
 from proxy.policy import CAUTIOUS, EffectiveAnnotations, Subject, tool_hash
 from proxy.policy.model import ANONYMOUS, Decision, Identity
-from proxy.policy.pins import Drift, PinMode, accept, save_pins
+from proxy.policy.pins import Drift, PinMode, accept
 from proxy.policy.settings import PinSettings, PolicySettings
+from proxy.policy_files import save_pins
 
 ALICE = Identity("alice", frozenset({"reader"}), "jwt")
 ROOT = Identity("root", frozenset({"admin"}), "api_key")

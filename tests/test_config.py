@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import traceback
 from pathlib import Path
 from typing import Any
@@ -9,6 +11,8 @@ from typing import Any
 import pydantic
 import pytest
 
+import proxy.config
+import proxy.overrides
 from proxy.config import (
     CatalogConfig,
     Config,
@@ -19,7 +23,9 @@ from proxy.config import (
     load_config,
 )
 from proxy.errors import ConfigError
+from proxy.overrides import overridable
 
+README = Path(__file__).resolve().parent.parent / "README.md"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SECRET = "s3cret-value-42"
 
@@ -333,6 +339,189 @@ def test_manifold_variables_override_the_file() -> None:
     assert (config.log_level, config.naming.separator) == ("debug", "__")
 
 
+# A value for every setting the environment may set, different from the default. The list of
+# settings is derived from the Config model (see test_every_setting_has_a_sample): a new field
+# fails that test until it has a sample here, and then is tested like all the others.
+SAMPLES: dict[str, str] = {
+    "MANIFOLD_LISTEN": '{"port": 9001, "host": "0.0.0.0"}',
+    "MANIFOLD_LISTEN__HOST": "0.0.0.0",
+    "MANIFOLD_LISTEN__PORT": "9001",
+    "MANIFOLD_LISTEN__ALLOWED_ORIGINS": '["https://app.example.com"]',
+    "MANIFOLD_LISTEN__ALLOWED_HOSTS": '["gw:9001"]',
+    "MANIFOLD_NAMING": '{"separator": "__", "max_length": 64}',
+    "MANIFOLD_NAMING__SEPARATOR": "__",
+    "MANIFOLD_NAMING__MAX_LENGTH": "64",
+    "MANIFOLD_CATALOG": '{"page_size": 5}',
+    "MANIFOLD_CATALOG__PAGE_SIZE": "5",
+    "MANIFOLD_CATALOG__MAX_SERVER_PAGES": "9",
+    "MANIFOLD_SESSIONS": '{"idle_timeout": 60}',
+    "MANIFOLD_SESSIONS__IDLE_TIMEOUT": "60.5",
+    "MANIFOLD_SESSIONS__SECRET": "s" * 40,
+    "MANIFOLD_LOG_LEVEL": "debug",
+    "MANIFOLD_AUTH": '{"token_cache_size": 5}',
+    "MANIFOLD_AUTH__API_KEYS": '[{"name": "ci", "key": "env:CI_KEY", "roles": ["ci"]}]',
+    "MANIFOLD_AUTH__JWT": '[{"issuer": "https://id.example.com/", "jwks_url": "https://id.example.com/jwks"}]',
+    "MANIFOLD_AUTH__ANONYMOUS": '{"enabled": true, "roles": ["guest"]}',
+    "MANIFOLD_AUTH__ANONYMOUS__ENABLED": "false",
+    "MANIFOLD_AUTH__ANONYMOUS__NAME": "guest",
+    "MANIFOLD_AUTH__ANONYMOUS__ROLES": '["guest"]',
+    "MANIFOLD_AUTH__STDIO_IDENTITY": '{"name": "me"}',
+    "MANIFOLD_AUTH__STDIO_IDENTITY__NAME": "me",
+    "MANIFOLD_AUTH__STDIO_IDENTITY__ROLES": '["admin"]',
+    "MANIFOLD_AUTH__TOKEN_CACHE_SIZE": "5",
+    "MANIFOLD_POLICY": '{"dry_run": true}',
+    "MANIFOLD_POLICY__FILES": '["policies/default.yaml"]',
+    "MANIFOLD_POLICY__DRY_RUN": "true",
+    "MANIFOLD_POLICY__RELOAD": "false",
+    "MANIFOLD_POLICY__VALIDATE_ARGUMENTS": "false",
+    "MANIFOLD_POLICY__VALIDATE_RESULTS": "false",
+    "MANIFOLD_POLICY__PINS": '{"mode": "off"}',
+    "MANIFOLD_POLICY__PINS__MODE": "block",
+    "MANIFOLD_POLICY__PINS__PATH": "/var/lib/manifold/pins.json",
+    "MANIFOLD_POLICY__AUDIT": '{"path": "-"}',
+    "MANIFOLD_POLICY__AUDIT__PATH": "/var/log/manifold/audit.jsonl",
+    "MANIFOLD_POLICY__AUDIT__INCLUDE_ARGUMENTS": "true",
+    "MANIFOLD_RATE_LIMITS": '{"backend": "redis"}',
+    "MANIFOLD_RATE_LIMITS__BACKEND": "redis",
+    "MANIFOLD_RATE_LIMITS__REDIS_URL": "rediss://cache:6380/1",
+    "MANIFOLD_RATE_LIMITS__KEY_PREFIX": "gw:",
+    "MANIFOLD_RATE_LIMITS__FAILURE_MODE": "fail_closed",
+    "MANIFOLD_RATE_LIMITS__TIMEOUT": "1.5",
+    "MANIFOLD_RATE_LIMITS__HTTP": '{"rate": "50/second", "burst": 100}',
+    "MANIFOLD_RATE_LIMITS__HTTP__RATE": "10/minute",
+    "MANIFOLD_RATE_LIMITS__HTTP__BURST": "7",
+    "MANIFOLD_METRICS": '{"port": 9100}',
+    "MANIFOLD_METRICS__ENABLED": "false",
+    "MANIFOLD_METRICS__PATH": "/prom",
+    "MANIFOLD_METRICS__PORT": "9100",
+    "MANIFOLD_METRICS__PER_TOOL_LATENCY": "false",
+    "MANIFOLD_METRICS__IDENTITY_LABELS": "true",
+    "MANIFOLD_METRICS__REQUIRE_AUTH": "true",
+    "MANIFOLD_METRICS__MAX_TOOL_LABEL_VALUES": "50",
+    "MANIFOLD_LOGGING": '{"format": "json"}',
+    "MANIFOLD_LOGGING__FORMAT": "plain",
+    "MANIFOLD_LOGGING__ACCESS_LOG": "false",
+}
+# What a few samples need from the file to be valid on their own.
+SAMPLE_FILES: dict[str, dict[str, Any]] = {
+    "MANIFOLD_RATE_LIMITS__HTTP__BURST": {"rate_limits": {"http": {"rate": "1/second"}}},
+}
+OVERRIDABLE = overridable(Config, exclude={"servers"})
+
+
+def plain(value: Any) -> Any:
+    """A config value as JSON-ish data, to compare with what a variable said."""
+    if isinstance(value, pydantic.SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, tuple | list):
+        return [plain(item) for item in value]
+    if value is None or isinstance(value, str | int | float | bool | dict):
+        return value
+    return str(value)  # a parsed value such as a rate: its text
+
+
+def said(text: str) -> Any:
+    """What a variable's text means: JSON where it is JSON, else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def holds(actual: Any, expected: Any) -> bool:
+    """``actual`` has everything ``expected`` says (a section given as JSON keeps its defaults)."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(
+            k in actual and holds(actual[k], v) for k, v in expected.items()
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(actual, list)
+            and len(actual) == len(expected)
+            and all(holds(a, e) for a, e in zip(actual, expected, strict=True))
+        )
+    return bool(actual == expected)
+
+
+def setting(config: Config, path: tuple[str, ...]) -> Any:
+    value: Any = config
+    for name in path:
+        value = getattr(value, name, None)  # None: a section that is off (rate_limits.http)
+    return value
+
+
+def test_every_setting_has_a_sample() -> None:
+    assert sorted(SAMPLES) == sorted(s.variable for s in OVERRIDABLE)
+
+
+def test_the_derived_settings_reach_every_section_and_leave_out_the_servers() -> None:
+    sections = {s.path[0] for s in OVERRIDABLE}
+    assert sections == set(Config.model_fields) - {"servers"}
+    assert {"MANIFOLD_POLICY__PINS__MODE", "MANIFOLD_METRICS__PORT", "MANIFOLD_AUTH__ANONYMOUS__ENABLED"} <= {
+        s.variable for s in OVERRIDABLE
+    }
+
+
+@pytest.mark.parametrize("variable", [s.variable for s in OVERRIDABLE])
+def test_every_setting_can_be_overridden_from_the_environment(variable: str) -> None:
+    path = next(s.path for s in OVERRIDABLE if s.variable == variable)
+    text = SAMPLES[variable]
+    data = SAMPLE_FILES.get(variable, {})
+
+    overridden = plain(setting(build(data, {variable: text}), path))
+
+    assert holds(overridden, said(text)), overridden
+    assert not holds(plain(setting(build(data), path)), said(text))  # the sample is not the default
+
+
+def documented_overrides() -> list[str]:
+    """Every ``MANIFOLD_X=value`` example in the README and the config module's docstring."""
+    texts = [README.read_text(encoding="utf-8"), proxy.config.__doc__ or "", proxy.overrides.__doc__ or ""]
+    found = {
+        match for text in texts for match in re.findall(r"MANIFOLD_[A-Z0-9_]+=(?:'[^']*'|[^`'\s]+)", text)
+    }
+    return sorted(found)
+
+
+def test_the_documentation_shows_overrides_of_nested_sections() -> None:
+    documented = {example.partition("=")[0] for example in documented_overrides()}
+    assert {"MANIFOLD_LISTEN__PORT", "MANIFOLD_POLICY__PINS__MODE", "MANIFOLD_METRICS__PORT"} <= documented
+
+
+@pytest.mark.parametrize("example", documented_overrides())
+def test_every_documented_override_works(example: str) -> None:
+    variable, _, text = example.partition("=")
+    text = text.strip("'")
+    path = next(s.path for s in OVERRIDABLE if s.variable == variable)
+    assert holds(plain(setting(build({}, {variable: text}), path)), said(text))
+
+
+def test_a_variable_for_a_field_wins_over_one_for_its_whole_section() -> None:
+    environ = {"MANIFOLD_LISTEN": '{"port": 1, "host": "0.0.0.0"}', "MANIFOLD_LISTEN__PORT": "2"}
+    config = build({"listen": {"allowed_hosts": ["gw"]}}, environ)
+    assert (config.listen.port, config.listen.host, config.listen.allowed_hosts) == (2, "0.0.0.0", ("gw",))
+
+
+def test_null_unsets_a_setting_that_may_be_unset() -> None:
+    data = {"metrics": {"port": 9100}, "rate_limits": {"http": {"rate": "5/second"}}}
+    config = build(data, {"MANIFOLD_METRICS__PORT": "null", "MANIFOLD_RATE_LIMITS__HTTP": "null"})
+    assert (config.metrics.port, config.rate_limits.http) == (None, None)
+
+
+def test_variable_names_are_matched_without_regard_to_case() -> None:
+    assert build({}, {"manifold_policy__pins__mode": "off"}).policy.pins.mode == "off"
+
+
+def test_other_manifold_variables_without_a_path_are_left_alone() -> None:
+    # ${MANIFOLD_SESSION_SECRET} in the README's example config is the operator's own variable.
+    environ = {"MANIFOLD_SESSION_SECRET": "x" * 40, "MANIFOLD_READY": "1"}
+    config = build({"sessions": {"secret": "${MANIFOLD_SESSION_SECRET}"}}, environ)
+    assert config.sessions.secret is not None
+    assert config.sessions.secret.get_secret_value() == "x" * 40
+
+
 def test_os_environ_is_read_when_no_environ_is_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("MANIFOLD_CATALOG__PAGE_SIZE", "7")
     monkeypatch.setenv("CONFIG_TEST_BIN", "node")
@@ -347,23 +536,99 @@ def test_an_injected_environ_replaces_os_environ(monkeypatch: pytest.MonkeyPatch
     assert build({}, {}).listen.port == 8080
 
 
-def test_a_bad_override_names_the_variable_that_set_it() -> None:
-    message = error_of({"listen": {"port": 80}}, {"MANIFOLD_LISTEN__PORT": "99999"})
-    assert message == (
-        "test.yaml: listen.port: must be less than or equal to 65535 (got '99999') "
-        "(set by MANIFOLD_LISTEN__PORT)"
-    )
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"MANIFOLD_LISTEN__PORT": "99999"},
+            "test.yaml: listen.port: must be less than or equal to 65535 (got '99999') "
+            "(set by MANIFOLD_LISTEN__PORT)",
+        ),
+        (
+            {"MANIFOLD_METRICS__PORT": "ninety"},
+            "test.yaml: metrics.port: must be a valid integer, unable to parse string as an integer "
+            "(got 'ninety') (set by MANIFOLD_METRICS__PORT)",
+        ),
+        (
+            {"MANIFOLD_POLICY__PINS__MODE": "sometimes"},
+            "test.yaml: policy.pins.mode: must be 'off', 'warn' or 'block' (got 'sometimes') "
+            "(set by MANIFOLD_POLICY__PINS__MODE)",
+        ),
+        (
+            {"MANIFOLD_AUTH__ANONYMOUS__ENABLED": "maybe"},
+            "test.yaml: auth.anonymous.enabled: must be a valid boolean, unable to interpret input "
+            "(got 'maybe') (set by MANIFOLD_AUTH__ANONYMOUS__ENABLED)",
+        ),
+        (
+            {"MANIFOLD_LISTEN": '{"port": 1, "hots": "x"}'},
+            "test.yaml: listen.hots: unknown field (did you mean 'host'?) (set by MANIFOLD_LISTEN)",
+        ),
+        (
+            {"MANIFOLD_LISTEN": "{not json"},
+            "MANIFOLD_LISTEN: must be JSON (an object); Expecting property name enclosed in double "
+            "quotes at line 1, column 2",
+        ),
+        (
+            {"MANIFOLD_POLICY__FILES": "policies/default.yaml"},
+            "MANIFOLD_POLICY__FILES: must be JSON (a list); Expecting value at line 1, column 1",
+        ),
+        (
+            {"MANIFOLD_LISTEN__PORTT": "9000"},
+            "MANIFOLD_LISTEN__PORTT: no setting 'portt' in listen (did you mean MANIFOLD_LISTEN__PORT?)",
+        ),
+        (
+            {"MANIFOLD_POLCY__DRY_RUN": "true"},
+            "MANIFOLD_POLCY__DRY_RUN: no setting 'polcy' (did you mean MANIFOLD_POLICY?)",
+        ),
+        (
+            {"MANIFOLD_LOG_LEVEL__NAME": "x"},
+            "MANIFOLD_LOG_LEVEL__NAME: log_level is a single setting, not a section with 'name' in it",
+        ),
+        (
+            {"MANIFOLD_SERVERS": '{"b": {"command": "evil"}}'},
+            "MANIFOLD_SERVERS: servers cannot be set from the environment; use ${VARIABLE} in the file",
+        ),
+        (
+            {"MANIFOLD_LISTEN__PORT": "1", "manifold_listen__port": "2"},
+            "manifold_listen__port: sets listen.port as MANIFOLD_LISTEN__PORT does; keep one of them",
+        ),
+    ],
+)
+def test_a_bad_override_is_an_error_naming_the_variable(environ: dict[str, str], message: str) -> None:
+    assert error_of({"listen": {"port": 80}}, environ) == message
 
 
-def test_an_override_that_is_not_json_is_a_config_error() -> None:
-    message = error_of({}, {"MANIFOLD_LISTEN": "{not json"})
-    assert message.startswith("test.yaml: MANIFOLD_* environment: ")
-    assert "listen" in message
+def test_every_bad_variable_is_reported_on_its_own_line() -> None:
+    message = error_of({}, {"MANIFOLD_LISTEN__PORTT": "1", "MANIFOLD_LISTEN": "{", "MANIFOLD_SERVERS": "{}"})
+    assert [line.partition(":")[0] for line in message.splitlines()] == [
+        "MANIFOLD_LISTEN",
+        "MANIFOLD_LISTEN__PORTT",
+        "MANIFOLD_SERVERS",
+    ]
 
 
-def test_servers_cannot_be_set_from_the_environment() -> None:
-    config = build({"servers": {"a": stdio()}}, {"MANIFOLD_SERVERS": '{"b": {"command": "evil"}}'})
-    assert list(config.servers) == ["a"]
+@pytest.mark.parametrize(
+    ("data", "environ"),
+    [({"sessions": {"secret": SECRET}}, {}), ({}, {"MANIFOLD_SESSIONS__SECRET": SECRET})],
+    ids=["in-the-file", "from-the-environment"],
+)
+def test_a_session_secret_that_is_too_short_is_not_echoed(
+    data: dict[str, Any], environ: dict[str, str]
+) -> None:
+    message = error_of(data, environ)
+    assert message.startswith("test.yaml: sessions.secret: ")
+    assert SECRET not in message
+
+
+def test_a_bad_key_or_secret_from_the_environment_is_not_echoed() -> None:
+    environ = {
+        "MANIFOLD_AUTH__API_KEYS": f'[{{"name": "ci", "key": "{SECRET}"}}]',
+        "MANIFOLD_AUTH__JWT": f'[{{"issuer": "x", "secret": "{SECRET}"}}]',
+    }
+    message = error_of({}, environ)
+    assert SECRET not in message
+    assert "(set by MANIFOLD_AUTH__API_KEYS)" in message
+    assert "MANIFOLD_AUTH__JWT" in message
 
 
 # --- secrets -------------------------------------------------------------------------------------

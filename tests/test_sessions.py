@@ -6,7 +6,8 @@ import anyio
 import pytest
 
 from proxy.inbound.session import ClientSession
-from proxy.inbound.tokens import SessionTokens, derive_key
+from proxy.inbound.tokens import SessionTokens
+from proxy.keys import derive_key
 from proxy.metrics import Metrics
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc

@@ -33,7 +33,7 @@ from typing import Any, Final, Literal
 import orjson
 
 from proxy.errors import InvalidRequestState
-from proxy.inbound.tokens import fingerprint
+from proxy.keys import fingerprint
 from proxy.policy.model import Identity
 
 __all__ = ["Boundary", "RequestStates", "Sealed", "arguments_digest"]

@@ -2,10 +2,11 @@
 
 A session id is ``<payload>.<mac>``: the payload (base64url JSON) holds what a replica needs
 to take a session over (the negotiated revision, the client's capabilities, a fingerprint of
-the identity that opened it, a random nonce); the MAC (HMAC-SHA256 under a secret the replicas
-share) proves a replica issued it. The payload is signed, not encrypted: it holds nothing
-secret, and the identity fingerprint is a hash. A restored session must still be presented
-with credentials of the same identity, so a leaked id alone is worth nothing.
+the identity that opened it, a random nonce); the MAC (HMAC-SHA256 under a key derived from a
+secret the replicas share, see :mod:`proxy.keys`) proves a replica issued it. The payload is
+signed, not encrypted: it holds nothing secret, and the identity fingerprint is a hash. A
+restored session must still be presented with credentials of the same identity, so a leaked id
+alone is worth nothing.
 """
 
 from __future__ import annotations
@@ -20,23 +21,13 @@ from typing import Any, Final
 
 import orjson
 
+from proxy.keys import fingerprint
 from proxy.policy.model import Identity
 
-__all__ = ["SessionClaims", "SessionTokens", "derive_key", "fingerprint"]
+__all__ = ["SessionClaims", "SessionTokens"]
 
 _MAC_BYTES: Final = 16
 _MAX_TOKEN: Final = 8192
-
-
-def derive_key(secret: bytes, purpose: str) -> bytes:
-    """One key per purpose from the shared secret, so a cursor can never pass for a session id."""
-    return hmac.new(secret, purpose.encode(), hashlib.sha256).digest()
-
-
-def fingerprint(identity: Identity) -> str:
-    """A short hash naming an identity in signed tokens: its source, name and roles."""
-    material = "\0".join([identity.source, identity.name, *sorted(identity.roles)])
-    return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 
 def _b64(data: bytes) -> str:

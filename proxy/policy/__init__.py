@@ -1,15 +1,17 @@
-"""Who may see and call which tool, and what to believe about it. Pure: no clock, no network.
+"""Who may see and call which tool, and what to believe about it. Pure: no clock, no network, no files.
 
 Deciding is apart from enforcing: this package decides and returns data; the request path
 (``authorize`` middleware) hides, refuses and logs.
 
 * :mod:`~proxy.policy.model`: identities, the rule language, decisions, server trust settings.
-* :mod:`~proxy.policy.loader`: policy files -> one :class:`Policy`, or a ConfigError saying where.
+* :mod:`~proxy.policy.loader`: policy documents -> one :class:`Policy`, or a ConfigError saying where.
 * :mod:`~proxy.policy.engine`: :class:`PolicyEngine` -> :class:`Decision` (deny overrides allow,
   default when nothing matches, independent of rule order).
 * :mod:`~proxy.policy.annotations`: the *effective* annotations of a tool (trusted or not).
 * :mod:`~proxy.policy.validation`: arguments and structured results against the tool's schemas.
-* :mod:`~proxy.policy.pins`: tool definition hashes and drift (the only file I/O here).
+* :mod:`~proxy.policy.pins`: tool definition hashes, drift, and the pins file's contents.
+
+The files themselves are read and written by :mod:`proxy.policy_files`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from proxy.policy.annotations import (
     rewrite_definition,
 )
 from proxy.policy.engine import PolicyEngine, Subject
-from proxy.policy.loader import combine, document_from_mapping, load_policy, parse_policy_text
+from proxy.policy.loader import combine, document_from_mapping, parse_policy_text
 from proxy.policy.model import (
     ANONYMOUS,
     Decision,
@@ -40,9 +42,9 @@ from proxy.policy.pins import (
     blocked_names,
     compare,
     current_pins,
-    load_pins,
+    parse_pins,
     pin_new,
-    save_pins,
+    render_pins,
     tool_hash,
 )
 from proxy.policy.validation import SchemaValidators
@@ -71,11 +73,10 @@ __all__ = [
     "document_from_mapping",
     "effective_annotations",
     "effective_for_entry",
-    "load_policy",
-    "load_pins",
+    "parse_pins",
     "parse_policy_text",
     "pin_new",
+    "render_pins",
     "rewrite_definition",
-    "save_pins",
     "tool_hash",
 ]

@@ -1,4 +1,4 @@
-"""Policy files in, one :class:`~proxy.policy.model.Policy` out, or a ConfigError that says where.
+"""Policy documents in, one :class:`~proxy.policy.model.Policy` out, or a ConfigError that says where.
 
 A policy is one or more YAML (or ``.json``) documents loaded together (the language is in
 ``policies/README.md``). Loading several is how operators layer policy: a shared baseline plus
@@ -10,46 +10,30 @@ a file per team, say. Across the files:
 
 Every problem is reported, one line each, naming the file, the rule (index and id), the field
 and the value: ``team.yaml: rules[2] (id 'gh-readers'): match.tools[0]: unclosed '[' …``.
+
+Pure: text or parsed data and a source name in. Reading the files is
+:func:`proxy.policy_files.load_policy`'s job.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-# The config module's parsers reject duplicate keys, which plain YAML would silently resolve
+# These parsers reject duplicate keys, which plain YAML would silently resolve
 # to the last one: exactly the kind of slip a security policy must not absorb.
-from proxy.documents import parse_document, read_text, show_value
+from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
 from proxy.policy.model import AnnotationMatch, Effect, Match, Policy, PolicyDocument, Rule
 from proxy.ratelimit.rules import LimitRule, parse_limits
 
-__all__ = ["combine", "document_from_mapping", "load_policy", "parse_policy_text"]
+__all__ = ["combine", "document_from_mapping", "parse_policy_text"]
 
 Loc = tuple[str | int, ...]
-
-
-def load_policy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> Policy:
-    """Read and combine one or more policy files (the only file reading in this package).
-
-    Raises:
-        ConfigError: a file is missing, unreadable, not YAML/JSON, or not a valid policy, or the
-            files disagree (duplicate rule ids, different defaults). One line per problem.
-    """
-    if isinstance(paths, str | os.PathLike):
-        paths = [paths]
-    if not paths:
-        raise ConfigError("no policy files given")
-    documents: list[tuple[str, PolicyDocument]] = []
-    for path in paths:
-        source = os.fspath(path)
-        documents.append((source, parse_policy_text(read_text(source), source)))
-    return combine(documents)
 
 
 def parse_policy_text(text: str, source: str) -> PolicyDocument:

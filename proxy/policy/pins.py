@@ -16,19 +16,16 @@ does is the operator's choice of mode:
   drift as the reason, until the operator accepts the new definition (re-pins it with
   :func:`accept`, e.g. from a CLI command).
 
-Everything here is pure except :func:`load_pins` and :func:`save_pins`, the package's only file
-writes: a small JSON file, replaced atomically (temporary file in the same directory, then
-``os.replace``), so a crash never leaves half a file.
+Pins are kept in a small JSON file, ``{"version": 1, "pins": {key: hash}}``. This module only
+turns its bytes into pins (:func:`parse_pins`) and back (:func:`render_pins`); reading and
+writing it (atomically) is :mod:`proxy.policy_files`' job, which keeps this package pure.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final, Literal, TypeAlias
 
 import orjson
@@ -44,10 +41,10 @@ __all__ = [
     "blocked_names",
     "compare",
     "current_pins",
-    "load_pins",
+    "parse_pins",
     "pin_key",
     "pin_new",
-    "save_pins",
+    "render_pins",
     "tool_hash",
 ]
 
@@ -136,22 +133,15 @@ def blocked_names(drifts: Iterable[Drift], mode: PinMode) -> frozenset[str]:
     return frozenset(drift.name for drift in drifts) if mode == "block" else frozenset()
 
 
-# --- the file -------------------------------------------------------------------------------------
+# --- the file's contents ------------------------------------------------------------------------
 
 
-def load_pins(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The pins saved at ``path``; ``{}`` when the file does not exist yet.
+def parse_pins(raw: bytes, source: str) -> dict[str, str]:
+    """The pins in a pins file's bytes; ``source`` names the file in errors.
 
     Raises:
-        ConfigError: the file exists but cannot be read or is not a pins file.
+        ConfigError: the bytes are not JSON or not a pins file.
     """
-    source = os.fspath(path)
-    try:
-        raw = Path(source).read_bytes()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read the pins file ({exc.strerror or exc})") from None
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -171,24 +161,9 @@ def load_pins(path: str | os.PathLike[str]) -> dict[str, str]:
     return {key: str(value) for key, value in pins.items()}
 
 
-def save_pins(path: str | os.PathLike[str], pins: Mapping[str, str]) -> None:
-    """Write ``pins`` to ``path`` atomically: readers see the old file or the new one, never half.
-
-    Raises:
-        OSError: the directory is not writable, the disk is full …; ``path`` is then unchanged.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+def render_pins(pins: Mapping[str, str]) -> bytes:
+    """A pins file's bytes: sorted and indented, so a diff of two versions reads well."""
     body = orjson.dumps(
         {"version": _FILE_VERSION, "pins": dict(pins)}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
     )
-    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(body + b"\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    return body + b"\n"

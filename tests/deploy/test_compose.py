@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from proxy.config import Config, config_from_mapping
-from proxy.policy.loader import load_policy
+from proxy.policy_files import load_policy
 from tests.deploy.promql import DEPLOY, run
 from tests.deploy.test_dockerfile import BY_NAME, copies
 

@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from proxy.config import Config, config_from_mapping, load_config
-from proxy.policy.loader import document_from_mapping, load_policy
+from proxy.policy.loader import document_from_mapping
+from proxy.policy_files import load_policy
 from tests.deploy.promql import DEPLOY
 from tests.deploy.test_dockerfile import BY_NAME
 

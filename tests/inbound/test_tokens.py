@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from proxy.inbound.tokens import SessionTokens, derive_key
+from proxy.inbound.tokens import SessionTokens
+from proxy.keys import derive_key
 from proxy.policy.model import Identity
 
 ALICE = Identity("alice", frozenset({"dev"}), "api_key")
@@ -31,7 +32,3 @@ def test_a_tampered_id_another_key_or_another_identity_restores_nothing() -> Non
     assert SessionTokens(KEY).restore(token, Identity("alice", frozenset({"admin"}), "api_key")) is None
     assert SessionTokens(KEY).restore(token, Identity("mallory", frozenset({"dev"}), "api_key")) is None
     assert SessionTokens(KEY).restore("garbage", ALICE) is None
-
-
-def test_keys_for_different_purposes_differ() -> None:
-    assert derive_key(b"x" * 32, "session") != derive_key(b"x" * 32, "cursor")

@@ -1,10 +1,8 @@
-"""Tool pins: stable hashes, drift detection, trust on first use, modes and the pins file."""
+"""Tool pins: stable hashes, drift detection, trust on first use, modes and the pins file's contents."""
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +15,10 @@ from proxy.policy.pins import (
     blocked_names,
     compare,
     current_pins,
-    load_pins,
+    parse_pins,
     pin_key,
     pin_new,
-    save_pins,
+    render_pins,
     tool_hash,
 )
 
@@ -120,47 +118,30 @@ def test_only_block_mode_blocks_drifted_tools() -> None:
     assert blocked_names(drifts, "off") == frozenset()
 
 
-def test_pins_survive_a_save_and_load(tmp_path: Path) -> None:
-    path = tmp_path / "pins.json"
+def test_pins_survive_rendering_and_parsing() -> None:
     pins = current_pins([entry(), entry(original="b", name="gh.b")])
 
-    save_pins(path, pins)
+    body = render_pins(pins)
 
-    assert load_pins(path) == pins
-    assert json.loads(path.read_text())["version"] == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["pins.json"]  # no temporary file left behind
-
-
-def test_a_missing_pins_file_is_no_pins(tmp_path: Path) -> None:
-    assert load_pins(tmp_path / "absent.json") == {}
+    assert parse_pins(body, "pins.json") == pins
+    assert json.loads(body)["version"] == 1
+    assert body.endswith(b"\n")
 
 
-def test_saving_replaces_the_file_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "pins.json"
-    save_pins(path, {"a/b": "sha256:1"})
-
-    def fail(src: str, dst: str) -> None:
-        raise OSError("disk on fire")
-
-    monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError, match="disk on fire"):
-        save_pins(path, {"a/b": "sha256:2"})
-
-    assert load_pins(path) == {"a/b": "sha256:1"}  # the old file is intact
-    assert [p.name for p in tmp_path.iterdir()] == ["pins.json"]  # and the temporary is gone
+def test_a_rendered_pins_file_does_not_depend_on_insertion_order() -> None:
+    forward = render_pins({"a/x": "sha256:1", "b/y": "sha256:2"})
+    assert forward == render_pins({"b/y": "sha256:2", "a/x": "sha256:1"})
 
 
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("{not json", "the pins file is not JSON"),
-        ('{"pins": {}}', "not a pins file"),
-        ('{"version": 1, "pins": []}', "not a pins file"),
-        ('{"version": 1, "pins": {"a/b": 5}}', "pins.a/b: must be a 'sha256:…' string (got 5)"),
+        (b"{not json", "the pins file is not JSON"),
+        (b'{"pins": {}}', "not a pins file"),
+        (b'{"version": 1, "pins": []}', "not a pins file"),
+        (b'{"version": 1, "pins": {"a/b": 5}}', "pins.a/b: must be a 'sha256:…' string (got 5)"),
     ],
 )
-def test_a_broken_pins_file_is_a_config_error_naming_it(tmp_path: Path, content: str, expected: str) -> None:
-    path = tmp_path / "pins.json"
-    path.write_text(content)
+def test_a_broken_pins_file_is_a_config_error_naming_it(content: bytes, expected: str) -> None:
     with pytest.raises(ConfigError, match="pins.json: .*" + expected.replace("(", r"\(").replace(")", r"\)")):
-        load_pins(path)
+        parse_pins(content, "/srv/pins.json")

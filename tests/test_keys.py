@@ -1,0 +1,26 @@
+"""Keys per purpose and identity fingerprints: what every signed token leans on."""
+
+from __future__ import annotations
+
+from proxy.keys import derive_key, fingerprint
+from proxy.policy.model import Identity
+
+
+def test_keys_for_different_purposes_differ() -> None:
+    assert derive_key(b"x" * 32, "session") != derive_key(b"x" * 32, "cursor")
+
+
+def test_the_same_secret_and_purpose_give_the_same_key_on_every_replica() -> None:
+    assert derive_key(b"x" * 32, "session") == derive_key(b"x" * 32, "session")
+    assert derive_key(b"x" * 32, "session") != derive_key(b"y" * 32, "session")
+
+
+def test_a_fingerprint_ignores_role_order_but_not_name_roles_or_source() -> None:
+    alice = Identity("alice", frozenset({"dev", "ops"}), "api_key")
+    assert fingerprint(alice) == fingerprint(Identity("alice", frozenset({"ops", "dev"}), "api_key"))
+    others = [
+        Identity("mallory", frozenset({"dev", "ops"}), "api_key"),
+        Identity("alice", frozenset({"dev"}), "api_key"),
+        Identity("alice", frozenset({"dev", "ops"}), "jwt"),
+    ]
+    assert all(fingerprint(other) != fingerprint(alice) for other in others)
