@@ -94,13 +94,15 @@ class Access:
         Raises:
             ConfigError: a file is missing or invalid (the policy in force is not changed).
         """
-        if self.settings.files:
-            policy = load_policy(list(self.settings.files))
+        # Everything is read before anything is installed: a bad pins file must not leave a new
+        # policy deciding while the views (same version) still show the old one.
+        policy = load_policy(list(self.settings.files)) if self.settings.files else None
+        pins = load_pins(self.settings.pins.path) if self.settings.pins.mode != "off" else self._pins
+        if policy is not None:
             self.engine = PolicyEngine(policy)
             self.limits = policy.limits
             self._limits_by_id = {rule.id: rule for rule in policy.limits}
-        if self.settings.pins.mode != "off":
-            self._pins = load_pins(self.settings.pins.path)
+        self._pins = pins
         self.version += 1
         self._views.clear()
 

@@ -334,11 +334,6 @@ def test_a_reload_of_a_bad_file_is_refused_and_the_old_policy_stays_in_force(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Access.load swaps the engine before reading the pins file, so a reload refused "
-    "for a corrupt pins file leaves the NEW policy deciding while lists (same version) stay old",
-)
 def test_a_reload_refused_for_a_corrupt_pins_file_keeps_the_previous_policy_in_force(tmp_path: Path) -> None:
     access = make_access(tmp_path, pins="warn")
     served = access.serve_tools(tools())
