@@ -114,12 +114,13 @@ class Gateway:
         self.connections: dict[str, ServerConnection] = {
             server.id: ServerConnection(
                 server.id,
-                transport_for(server),
+                transport_for(server, max_depth=config.limits.max_depth),
                 self,
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
                 max_pages=config.catalog.max_server_pages,
                 era=Era.of(server.era),
+                answer_error=wire_error,
             )
             for server in servers
         }

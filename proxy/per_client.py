@@ -18,6 +18,7 @@ from proxy.inbound.session import ClientSession, InboundRequest
 from proxy.outbound.connection import ServerConnection, ServerState
 from proxy.outbound.era import RELAYED, Era
 from proxy.outbound.factory import transport_for
+from proxy.pipeline import wire_error
 from proxy.protocol.jsonrpc import Message
 
 __all__ = ["ClientConnections"]
@@ -66,6 +67,7 @@ class ClientConnections:
                 era=Era.of(server.era),
                 client_capabilities={k: v for k, v in session.capabilities.items() if k in RELAYED},
                 default_relay=InboundRequest(session),
+                answer_error=wire_error,
             )
             scope = anyio.CancelScope()
             self._connections[key] = connection

@@ -21,6 +21,7 @@ import orjson
 from proxy.app import Gateway
 from proxy.config import config_from_mapping
 from proxy.outbound.connection import ServerConnection
+from proxy.pipeline import wire_error
 from proxy.protocol import jsonrpc, modern, versions
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import MemoryTransport, answer
@@ -134,7 +135,7 @@ async def running(server: Server, **config: Any) -> AsyncIterator[Gateway]:
     settings = {"servers": {"mem": {"command": "unused-in-memory"}}, **config}
     gateway = Gateway(config_from_mapping(settings, environ={}))
     gateway.connections["mem"] = ServerConnection(
-        "mem", MemoryTransport(server), gateway, connect_timeout=5, request_timeout=5
+        "mem", MemoryTransport(server), gateway, connect_timeout=5, request_timeout=5, answer_error=wire_error
     )
     async with gateway.running():
         yield gateway
