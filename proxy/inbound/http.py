@@ -188,7 +188,7 @@ class McpEndpoint:
         if body is None:
             return await _error(send, 413, INVALID_REQUEST, f"Payload Too Large: limit is {MAX_BODY} bytes")
         try:
-            decoded = jsonrpc.decode(body)
+            decoded = jsonrpc.decode(body, max_depth=self._gateway.config.limits.max_depth)
             message = None if isinstance(decoded, list) else jsonrpc.validate(decoded)
         except ProtocolError as exc:
             return await _error(send, 400, exc.code, exc.message)

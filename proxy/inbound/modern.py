@@ -101,7 +101,7 @@ class ModernEndpoint:
         if body is None:
             return await _refuse(send, 413, f"Payload Too Large: limit is {MAX_BODY} bytes")
         try:
-            decoded = jsonrpc.decode(body)
+            decoded = jsonrpc.decode(body, max_depth=self._gateway.config.limits.max_depth)
         except ProtocolError as exc:
             return await _reply(send, _error(exc, None))
         try:
