@@ -112,7 +112,7 @@ class Verdict(enum.Enum):
 
     SPEAKS = "the server speaks Streamable HTTP"
     NOT_STREAMABLE = "not a Streamable HTTP endpoint"
-    FAILED = "no usable answer; an error response was delivered"
+    FAILED = "no usable answer; the request failed"
 
 
 @dataclass

@@ -102,7 +102,7 @@ class StreamableHttpTransport:
     def connect(self) -> AbstractAsyncContextManager[_StreamableHttpLink]:
         """Open the HTTP client; no request is made until the first ``send`` (``initialize``).
 
-        Unreachable servers therefore show up as error responses to that request, not here.
+        Unreachable servers therefore show up as the failure of that request, not here.
         On exit the session is ended with DELETE (bounded, errors ignored).
         """
         return self.open_link()

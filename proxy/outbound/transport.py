@@ -14,10 +14,11 @@ OSError, aiohttp, anyio stream or orjson errors. It makes up no answers either: 
 that one request of ours will never be answered (its POST failed, the server's reply to it was
 unusable), ``receive`` hands out a :class:`Failed` for it, carrying the error to raise.
 
-Every message a transport decodes is bounded by the limits it was built with (size per line,
-event or body; nesting depth). A server's message past them, or not JSON-RPC at all, fails the
+Every message a transport decodes is bounded: in size (per line, event or body) and in nesting
+(``max_depth``, as configured). A server's message past them, or not JSON-RPC at all, fails the
 request it answers where the transport can tell which one that is, and is logged and dropped
-where it cannot; it never ends the link.
+where it cannot; it ends the link only where the stream it came on cannot be read any further
+(the one SSE stream of the legacy HTTP+SSE transport).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ Messages stay opaque ``dict`` objects on the hot path: Manifold decodes each mes
 
 Every message from a peer is decoded here, and here its nesting is bounded: orjson decodes 1024
 levels but encodes only 254, so a message it decoded could otherwise fail to go out again, far
-from the peer that sent it. The bound costs two C-speed byte counts per message: a message with
-no more ``{`` and ``[`` than the limit cannot be nested deeper, and only others are walked.
+from the peer that sent it. The bound costs one C-speed pass over the bytes per message (about a
+third of orjson's own time): a message with no more ``{`` and ``[`` than the limit cannot be
+nested deeper, and only others are walked, a level at a time.
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def decode(data: bytes | str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     """
     if isinstance(data, str):
         opens = data.count("{") + data.count("[")
-    else:
-        opens = data.count(b"{") + data.count(b"[")
+    else:  # one pass, where two counts would take two
+        opens = len(data) - len(data.translate(None, b"{["))
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -11,7 +11,7 @@ import anyio.abc
 import orjson
 import pytest
 
-from proxy.errors import ServerProtocolError, ServerUnavailable
+from proxy.errors import ServerProtocolError, ServerUnavailable, Unencodable
 from proxy.outbound.http import AutoHttpTransport, StreamableHttpTransport, http_transport
 from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.outbound.transport import Failed
@@ -360,3 +360,58 @@ def test_the_transport_factory_builds_the_configured_kind() -> None:
     assert isinstance(http_transport("a", "http://x/mcp", None, "auto"), AutoHttpTransport)
     assert isinstance(http_transport("a", "http://x/mcp", None, "streamable-http"), StreamableHttpTransport)
     assert isinstance(http_transport("a", "http://x/sse", None, "sse"), LegacySseTransport)
+
+
+@pytest.mark.parametrize("modern", [False, True], ids=["session", "2026-07-28"])
+async def test_a_message_that_cannot_be_encoded_is_refused_by_send_and_the_link_lives_on(
+    modern: bool,
+) -> None:
+    params: dict[str, Any] = {"name": "x", "arguments": {"n": 2**70}}  # past what JSON numbers carry here
+    if modern:
+        params["_meta"] = {PROTOCOL_VERSION_KEY: "2026-07-28"}
+    async with StreamableHttpTransport("search", f"http://127.0.0.1:{free_port()}/mcp").connect() as link:
+        with anyio.fail_after(5):
+            with pytest.raises(Unencodable):
+                await link.send(jsonrpc.request(9, "tools/call", params))
+            await link.send(INIT)
+            answer, _ = await link.receive()
+    assert failure_of(answer, 1).reason.startswith("POST ")  # nothing was ever sent for 9
+
+
+DEEP_ANSWER = b'{"jsonrpc":"2.0","id":1,"result":' + b"[" * 300 + b"]" * 300 + b"}"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/json", DEEP_ANSWER),
+        ("text/event-stream", b"event: message\ndata: " + DEEP_ANSWER + b"\n\n"),
+    ],
+    ids=["json-body", "sse-event"],
+)
+async def test_an_answer_nested_too_deep_fails_its_request_naming_the_limit(
+    content_type: str, body: bytes
+) -> None:
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        await stream.send(http_response(200, body, reason="OK", content_type=content_type))
+
+    async with scripted_http_server(handler) as server:
+        answer = await one_answer(server.url + "/mcp")
+    error = failure_of(answer, 1)
+    assert type(error) is ServerProtocolError
+    assert (
+        str(error)
+        == "server 'search' broke the protocol: its answer was a message nested deeper than 64 levels"
+    )
+
+
+async def test_a_json_body_declared_past_the_size_limit_fails_its_request_unread() -> None:
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 20000000\r\n\r\n"
+        await stream.send(head.encode() + b'{"jsonrpc":')
+
+    async with scripted_http_server(handler) as server:
+        answer = await one_answer(server.url + "/mcp")
+    error = failure_of(answer, 1)
+    assert type(error) is ServerProtocolError
+    assert error.reason == "a JSON body exceeded 16777216 bytes"

@@ -167,3 +167,23 @@ async def test_a_2026_request_is_refused_at_once_without_a_post_and_headers_are_
     get, post = server.requests
     assert (get.method, post.method, jsonrpc.parse(post.body)) == ("GET", "POST", INIT)
     assert "mcp-param-x" not in post.headers
+
+
+async def test_an_event_past_its_size_limit_ends_the_link_naming_the_limit() -> None:
+    deep = b'{"jsonrpc":"2.0","id":3,"result":' + b"[" * 300 + b"]" * 300 + b"}"
+    events = (
+        b"event: endpoint\ndata: /messages/\n\n"
+        + b"event: message\ndata: "
+        + deep  # an answer too deep fails its request; the stream goes on
+        + b"\n\nevent: message\ndata: "
+        + b"x" * (16 * 1024 * 1024 + 1)
+    )
+    async with (
+        sse_server(events) as server,
+        LegacySseTransport("gamma", server.url + "/sse").connect() as link,
+    ):
+        with anyio.fail_after(10):
+            failed, _ = await link.receive()
+            assert "nested deeper than 64 levels" in failure_of(failed, 3).reason
+            with pytest.raises(ServerUnavailable, match="an SSE event exceeded 16777216 bytes"):
+                await link.receive()

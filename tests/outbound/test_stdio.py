@@ -19,7 +19,7 @@ import anyio.lowlevel
 import orjson
 import pytest
 
-from proxy.errors import ServerProtocolError
+from proxy.errors import ServerProtocolError, Unencodable
 from proxy.outbound.connection import ServerConnection, ServerState
 from proxy.outbound.stdio import StdioTransport
 from proxy.pipeline import wire_error
@@ -128,3 +128,12 @@ async def test_a_second_server_request_under_an_id_in_flight_is_refused_and_the_
     assert refused == "request id 'r' is already in use by a request in flight"
     assert answered == "result"
     assert client.asked == ["roots/list"]  # the duplicate never reached the client
+
+
+async def test_a_request_that_cannot_be_encoded_fails_alone() -> None:
+    async with hostile() as (connection, _):
+        with anyio.fail_after(10):
+            with pytest.raises(Unencodable, match="cannot encode"):
+                await connection.request("tools/call", {"name": "echo", "arguments": {"n": 2**70}})
+            assert (await connection.request("tools/call", {"name": "echo"}))["content"][0]["text"] == "ok"
+        assert (connection.state, connection.restarts) == (ServerState.READY, 0)
