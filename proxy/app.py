@@ -106,7 +106,12 @@ class Gateway:
         self.listens = Listens()  # open subscriptions/listen streams
         heard = _Heard()
         self.connections = Connections(
-            servers, heard, max_pages=config.catalog.max_server_pages, transports=transports
+            servers,
+            heard,
+            max_pages=config.catalog.max_server_pages,
+            max_depth=config.limits.max_depth,
+            boundary=self.boundary,
+            transports=transports,
         )
         notices = Notices(self.sessions, self.listens, self.connections, access)
         self.catalogs = Catalogs(

@@ -123,6 +123,10 @@ class Boundary:
             logger.error("%s (id %r) failed: %s", method, request_id, exc)
         return wire_error(exc, request_id, modern=session.stateless)
 
+    def count(self, where: Where) -> None:
+        """Count one failure a part caught, contained and logged itself."""
+        self._counts.internal_error(where)
+
     def caught(self, exc: BaseException, where: Where, context: str) -> None:
         """Log and count one failure a supervisor caught and contained."""
         self._counts.internal_error(where)

@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import anyio
 
@@ -18,7 +18,9 @@ from proxy import __version__
 from proxy.app import Gateway
 from proxy.config import Config, load_config
 from proxy.errors import ConfigError
+from proxy.inbound.asgi import MAX_BODY
 from proxy.logs import setup_logging
+from proxy.protocol.framing import LineBuffer, LineTooLong
 
 __all__ = ["main"]
 
@@ -173,9 +175,23 @@ async def _serve(config: Config, _: argparse.Namespace) -> int:
 
 
 async def _stdin_lines() -> AsyncIterator[bytes]:
-    stdin = anyio.wrap_file(sys.stdin.buffer)
-    while line := await stdin.readline():
+    """The client's lines on stdin, each bounded as an HTTP body is: a longer one is dropped as it
+    arrives (never held whole), and logged."""
+    async for line in bounded_lines(anyio.wrap_file(sys.stdin.buffer).read1, MAX_BODY):
         yield line
+
+
+async def bounded_lines(read: Callable[[int], Awaitable[bytes]], max_line: int) -> AsyncIterator[bytes]:
+    """Lines from ``read`` (returns b"" at the end), at most ``max_line`` bytes each."""
+    lines = LineBuffer(max_line)
+    while chunk := await read(65536):
+        for line in lines.feed(chunk):
+            if isinstance(line, LineTooLong):
+                logger.warning("stdin: dropped a line from the client: %s", line)
+            else:
+                yield line
+    if (last := lines.rest()) is not None:
+        yield last
 
 
 async def _stdio(config: Config, _: argparse.Namespace) -> int:

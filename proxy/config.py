@@ -16,6 +16,9 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
       max_server_pages: 1000   # stop draining a server's pages after this many
     sessions:
       idle_timeout: 3600       # seconds an idle inbound HTTP session is kept
+    limits:
+      max_depth: 64            # objects/arrays one message may nest, from clients and servers alike;
+                               # 8..200 (deeper ones are refused with -32600 naming the limit)
     log_level: info            # debug | info | warning | error
     servers:                   # server id -> server, in the order given
       github:                  # ids: [A-Za-z0-9_-]+, without the separator
@@ -81,11 +84,13 @@ from proxy.logs import LogSettings
 from proxy.metrics import MetricsSettings
 from proxy.overrides import Overrides, read_overrides
 from proxy.policy.settings import PolicySettings
+from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from proxy.ratelimit import RateLimitSettings
 
 __all__ = [
     "CatalogConfig",
     "Config",
+    "LimitsConfig",
     "ListenConfig",
     "NamingConfig",
     "ServerConfig",
@@ -162,6 +167,13 @@ class CatalogConfig(_Model):
 
     page_size: int = Field(default=100, ge=1, le=10000)
     max_server_pages: int = Field(default=1000, ge=1)
+
+
+class LimitsConfig(_Model):
+    """Bounds on every message Manifold decodes, from clients and servers alike."""
+
+    # Capped below what the JSON encoder can write back out, with room for Manifold's wrapping.
+    max_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=8, le=MAX_DEPTH_CEILING)
 
 
 class SessionsConfig(_Model):
@@ -296,6 +308,7 @@ class Config(_Model):
     naming: NamingConfig = NamingConfig()
     catalog: CatalogConfig = CatalogConfig()
     sessions: SessionsConfig = SessionsConfig()
+    limits: LimitsConfig = LimitsConfig()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     auth: AuthSettings = AuthSettings()
     policy: PolicySettings = PolicySettings()

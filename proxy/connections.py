@@ -16,6 +16,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
+from proxy.boundary import Boundary, wire_error
 from proxy.config import ServerConfig
 from proxy.inbound.session import Client, ClientSession, InboundRequest
 from proxy.metrics import Metrics
@@ -52,24 +53,39 @@ class Connections:
         listener: ConnectionListener,
         *,
         max_pages: int,
+        max_depth: int,
+        boundary: Boundary,
         transports: Mapping[str, Transport] | None = None,  # by server id (tests), else the config's
     ) -> None:
         self._servers = {s.id: s for s in servers}
+        self._boundary = boundary
         self._sharing = Sharing(self._servers)
         given = transports or {}
         self.shared: dict[str, ServerConnection] = {
             server.id: ServerConnection(
                 server.id,
-                given.get(server.id) or transport_for(server),
+                given.get(server.id) or transport_for(server, max_depth=max_depth),
                 listener,
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
                 max_pages=max_pages,
                 era=Era.of(server.era),
+                answer_error=wire_error,
+                on_internal_error=self._caught,
             )
             for server in servers
         }
-        self._per_client = ClientConnections(self._servers, max_pages=max_pages)
+        self._per_client = ClientConnections(
+            self._servers,
+            max_pages=max_pages,
+            max_depth=max_depth,
+            answer_error=wire_error,
+            on_internal_error=self._caught,
+        )
+
+    def _caught(self, where: str, exc: BaseException) -> None:
+        """A connection caught a failure of ours (and logged it): count it."""
+        self._boundary.count("server_request" if where.endswith("server_request") else "server_connection")
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Keep every shared connection up until cancelled; ready once each has connected or

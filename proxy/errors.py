@@ -6,9 +6,11 @@ operator is paged for::
 
     ManifoldError
     ├── ConfigError                 the operator's config or policy file is wrong
-    ├── ProtocolError               a peer broke JSON-RPC / MCP (carries a JSON-RPC code)
+    ├── ProtocolError               a client broke JSON-RPC / MCP (carries a JSON-RPC code)
     │   ├── ParseError              -32700: bytes that are not JSON
     │   ├── InvalidRequest          -32600: JSON that is not a valid JSON-RPC message
+    │   │   ├── MessageTooDeep      -32600: nested deeper than the depth limit
+    │   │   └── MessageTooLarge     -32600: a line, event or body past its size limit
     │   ├── MethodNotFound          -32601
     │   ├── InvalidParams           -32602: unknown tool, bad cursor, missing name …
     │   │   ├── HiddenByPolicy      -32602: as unknown, to the client; "denied" to metrics
@@ -18,14 +20,20 @@ operator is paged for::
     │   ├── HeaderMismatch          -32020: HTTP headers disagree with the body (2026-07-28)
     │   ├── MissingCapability       -32021: needs a client capability the request did not declare
     │   └── UnsupportedVersion      -32022: a 2026-07-28-style request at a revision not served
+    ├── Unencodable                 a message Manifold built cannot be written as JSON (our bug)
     ├── RemoteError                 a server answered a request with a JSON-RPC error
     └── ServerUnavailable           a server cannot answer (not started, crashed, gone)
-        └── ServerTimeout           a server did not answer in time
+        ├── ServerTimeout           a server did not answer in time
+        └── ServerProtocolError     -32603: a server sent what JSON-RPC / MCP does not allow
+                                    (undecodable, past a limit, not an answer)
 
-``ProtocolError`` also names a client's own mistake: its code says which.
+``ProtocolError`` names a client's own mistake: its code says which. The pure decoders in
+``proxy.protocol`` raise it for any peer's bytes, since they cannot know whose they are; the
+outbound transports, which do, turn it into ``ServerProtocolError`` at their edge, so that a
+server's bad message fails the request it was for (or is dropped) and is never the client's fault.
 
-Foreign exceptions (OSError, aiohttp's, anyio's stream errors) are converted into these at
-the transport edge only. Exactly one place turns these into wire errors: ``proxy.pipeline.wire_error``.
+Foreign exceptions (OSError, aiohttp's, anyio's stream errors, orjson's) are converted into these
+at the edge only. Exactly one place turns these into wire errors: ``proxy.boundary.wire_error``.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ __all__ = [
     "InvalidRequest",
     "InvalidRequestState",
     "ManifoldError",
+    "MessageTooDeep",
+    "MessageTooLarge",
     "MethodNotFound",
     "MissingCapability",
     "ParseError",
@@ -59,9 +69,11 @@ __all__ = [
     "RateLimited",
     "RemoteError",
     "ResourceNotFound",
+    "ServerProtocolError",
     "ServerTimeout",
     "ServerUnavailable",
     "UNSUPPORTED_VERSION",
+    "Unencodable",
     "UnsupportedVersion",
 ]
 
@@ -106,6 +118,26 @@ class ParseError(ProtocolError):
 
 class InvalidRequest(ProtocolError):
     code = INVALID_REQUEST
+
+
+class MessageTooDeep(InvalidRequest):
+    """A message nested deeper than the depth limit (every level an object or an array).
+
+    ``request_id`` and ``method`` are the message's own, read from its top level where it could
+    be decoded at all, so that the refusal can still go to the request it was (or answered).
+    """
+
+    def __init__(
+        self, max_depth: int, *, request_id: int | str | None = None, method: str | None = None
+    ) -> None:
+        super().__init__(f"message nested deeper than {max_depth} levels", data={"maxDepth": max_depth})
+        self.max_depth = max_depth
+        self.request_id = request_id
+        self.method = method
+
+
+class MessageTooLarge(InvalidRequest):
+    """A line, SSE event or body grew past its size limit; the message names the limit."""
 
 
 class MethodNotFound(ProtocolError):
@@ -170,6 +202,12 @@ class UnsupportedVersion(ProtocolError):
         )
 
 
+class Unencodable(ManifoldError):
+    """A message Manifold was to send cannot be written as JSON (nested past what the encoder
+    takes, or holding a value that is not JSON data). Everything Manifold decoded encodes again, so
+    this is Manifold's own fault: nothing was sent, and the request it was for fails."""
+
+
 class RemoteError(ManifoldError):
     """A server answered with a JSON-RPC error object; relayed to the client as is."""
 
@@ -203,3 +241,16 @@ class ServerTimeout(ServerUnavailable):
         )
         self.server_id = server_id
         self.reason = "timeout"
+
+
+class ServerProtocolError(ServerUnavailable):
+    """A server sent something JSON-RPC or MCP does not allow: bytes that are not JSON, a message
+    past a size or depth limit, an HTTP answer that holds no response. The request it was for
+    fails with this; the connection lives on."""
+
+    code = INTERNAL_ERROR
+
+    def __init__(self, server_id: str, reason: str) -> None:
+        ManifoldError.__init__(self, f"server {server_id!r} broke the protocol: {reason}")
+        self.server_id = server_id
+        self.reason = reason

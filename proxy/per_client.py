@@ -16,7 +16,7 @@ import anyio.abc
 from proxy.config import ServerConfig
 from proxy.errors import ServerUnavailable
 from proxy.inbound.session import ClientSession, InboundRequest
-from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection, ServerState
 from proxy.outbound.era import RELAYED, Era
 from proxy.outbound.factory import transport_for
 from proxy.protocol.jsonrpc import Message
@@ -42,9 +42,20 @@ class _SessionListener:
 
 
 class ClientConnections:
-    def __init__(self, servers: Mapping[str, ServerConfig], *, max_pages: int) -> None:
+    def __init__(
+        self,
+        servers: Mapping[str, ServerConfig],
+        *,
+        max_pages: int,
+        max_depth: int,
+        answer_error: AnswerError,
+        on_internal_error: InternalErrorHook | None = None,
+    ) -> None:
         self._servers = servers
         self._max_pages = max_pages
+        self._max_depth = max_depth
+        self._answer_error = answer_error
+        self._on_internal_error = on_internal_error
         self._connections: dict[tuple[str, str], ServerConnection] = {}
         self._scopes: dict[tuple[str, str], anyio.CancelScope] = {}
         self._tg: anyio.abc.TaskGroup | None = None  # while run() runs
@@ -70,7 +81,7 @@ class ClientConnections:
             server = self._servers[server_id]
             connection = ServerConnection(
                 server_id,
-                transport_for(server),
+                transport_for(server, max_depth=self._max_depth),
                 _SessionListener(session),
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
@@ -78,6 +89,8 @@ class ClientConnections:
                 era=Era.of(server.era),
                 client_capabilities={k: v for k, v in session.capabilities.items() if k in RELAYED},
                 default_relay=InboundRequest(session),
+                answer_error=self._answer_error,
+                on_internal_error=self._on_internal_error,
             )
             scope = anyio.CancelScope()
             self._connections[key] = connection

@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+import pytest
+
+from proxy.cli import bounded_lines
 from tests.interaction.harness import REPO, fixture_server, write_config
 
 MANIFOLD = [sys.executable, "-m", "proxy.cli"]
@@ -77,3 +81,23 @@ def test_tools_reports_name_collisions(tmp_path: Path) -> None:
     assert {"echo", "tool_000"} <= collided
     renamed = {c["renamed_to"] for c in report["collisions"]}
     assert renamed <= set(names)
+
+
+def test_stdin_lines_past_the_limit_are_dropped_as_they_arrive_and_the_rest_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    chunks = [b'{"a":1}\n' + b"x" * 6, b"x" * 10, b"x\n{", b'"b":2}\n{"c":3}', b""]
+    asked: list[int] = []
+
+    async def read(size: int) -> bytes:
+        asked.append(size)
+        return chunks.pop(0)
+
+    async def lines() -> list[bytes]:
+        return [line async for line in bounded_lines(read, 8)]
+
+    assert anyio.run(lines) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
+    assert asked == [65536] * 5  # never asked for a whole line
+    assert [r.getMessage() for r in caplog.records] == [
+        "stdin: dropped a line from the client: a message line exceeded 8 bytes"
+    ]

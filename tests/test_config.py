@@ -205,6 +205,18 @@ def test_omitted_sections_take_their_defaults() -> None:
     assert config.catalog == CatalogConfig(page_size=100, max_server_pages=1000)
     assert config.sessions.idle_timeout == 3600
     assert (config.log_level, config.servers) == ("info", {})
+    assert config.limits.max_depth == 64
+
+
+def test_the_depth_limit_is_configurable_and_overridable_from_the_environment() -> None:
+    assert build({"limits": {"max_depth": 32}}).limits.max_depth == 32
+    assert build({}, environ={"MANIFOLD_LIMITS__MAX_DEPTH": "100"}).limits.max_depth == 100
+
+
+@pytest.mark.parametrize("depth", [0, 7, 201, 300])
+def test_a_depth_limit_the_encoder_could_not_honour_or_too_small_to_use_is_refused(depth: int) -> None:
+    message = error_of({"limits": {"max_depth": depth}})
+    assert "limits.max_depth" in message
 
 
 def test_server_fields_take_their_defaults() -> None:

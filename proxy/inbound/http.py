@@ -111,6 +111,7 @@ class McpEndpoint:
         self._sessions = inbound.sessions
         self._auth = inbound.auth
         self._boundary = inbound.boundary
+        self._max_depth = inbound.config.limits.max_depth
         self._policy = policy
         self._clock = clock
         self._flood = inbound.config.rate_limits.http
@@ -212,7 +213,7 @@ class McpEndpoint:
         if body is None:
             return await _error(send, 413, INVALID_REQUEST, f"Payload Too Large: limit is {MAX_BODY} bytes")
         try:
-            decoded = jsonrpc.decode(body)
+            decoded = jsonrpc.decode(body, max_depth=self._max_depth)
             message = None if isinstance(decoded, list) else jsonrpc.validate(decoded)
         except ProtocolError as exc:
             return await _error(send, 400, exc.code, exc.message)

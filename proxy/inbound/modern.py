@@ -84,6 +84,7 @@ def is_modern_header(version: str | None) -> bool:
 class ModernEndpoint:
     def __init__(self, inbound: Inbound) -> None:
         self._endpoint: Endpoint = inbound.endpoint
+        self._max_depth = inbound.config.limits.max_depth
         # namespaced tool name -> (the definition served, its Mcp-Param-* annotations)
         self._specs: LRUCache[str, tuple[Mapping[str, Any], tuple[ParamHeader, ...]]] = LRUCache(4096)
 
@@ -101,7 +102,7 @@ class ModernEndpoint:
         if body is None:
             return await _refuse(send, 413, f"Payload Too Large: limit is {MAX_BODY} bytes")
         try:
-            decoded = jsonrpc.decode(body)
+            decoded = jsonrpc.decode(body, max_depth=self._max_depth)
         except ProtocolError as exc:
             return await _reply(send, _error(exc, None))
         try:

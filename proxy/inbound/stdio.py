@@ -113,7 +113,7 @@ class _Connection:
     async def _received(self, line: bytes) -> None:
         """Act on one line from the client; never raises for what the client sent."""
         try:
-            decoded = jsonrpc.decode(line)
+            decoded = jsonrpc.decode(line, max_depth=self._inbound.config.limits.max_depth)
         except ProtocolError as exc:
             return await self._send(self._error(exc, None))
         try:

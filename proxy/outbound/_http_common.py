@@ -1,12 +1,15 @@
-"""What the HTTP client transports share: aiohttp plumbing, the inbox behind ``receive()``, and
-the error responses that stand in for answers a server could not give.
+"""What the HTTP client transports share: aiohttp plumbing, the inbox behind ``receive()``,
+bounded reading and decoding of what a server sends, and the :class:`Failed` outcomes of
+requests a server will not answer.
 
 Three transports build on this module — Streamable HTTP with sessions
 (:mod:`proxy.outbound.streamable_http`), its stateless 2026-07-28 exchanges
 (:mod:`proxy.outbound._http_modern`) and the legacy HTTP+SSE transport
 (:mod:`proxy.outbound.sse_legacy`) — so none of them has to import another for its plumbing.
 Foreign exceptions stay foreign here: :data:`TRANSPORT_ERRORS` names them for the callers, which
-turn them into error responses or :class:`proxy.errors.ServerUnavailable` at their edge.
+turn them into :class:`Failed` outcomes or :class:`proxy.errors.ServerUnavailable` at their edge.
+No answer is made up here: a JSON-RPC error response the transports deliver is always the
+server's own.
 """
 
 from __future__ import annotations
@@ -18,14 +21,14 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import aiohttp
 import anyio
 import anyio.abc
 
-from proxy.errors import CONNECTION_CLOSED, ProtocolError, ServerUnavailable
-from proxy.outbound.transport import Received
+from proxy.errors import MessageTooLarge, ProtocolError, ServerProtocolError, ServerUnavailable
+from proxy.outbound.transport import Failed, Received, unusable_answer
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.sse import SSEDecoder, SSEEvent
@@ -33,29 +36,35 @@ from proxy.protocol.sse import SSEDecoder, SSEEvent
 __all__ = [
     "ACCEPT_BOTH",
     "JSON",
+    "MAX_BODY",
     "SSE",
     "TRANSPORT_ERRORS",
+    "Decoded",
     "EventReader",
     "Inbox",
     "Probe",
     "Verdict",
+    "broken",
     "client_session",
     "describe",
     "error_body",
     "failure",
     "http_failure",
     "messages_in",
+    "read_body",
     "with_extra",
     "owned_task_group",
     "request_id_of",
 ]
 
 # Foreign exceptions an HTTP exchange can raise; they are turned into ours at this edge.
-# ValueError covers an SSE event past the decoder's size limit and malformed headers.
+# ValueError covers malformed headers. (An SSE event or a body past its size limit is ours:
+# MessageTooLarge, which the callers turn into the server's fault.)
 TRANSPORT_ERRORS: Final = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
 SSE: Final = "text/event-stream"
 JSON: Final = "application/json"
 ACCEPT_BOTH: Final = f"{JSON}, {SSE}"
+MAX_BODY: Final = 16 * 1024 * 1024  # bytes in one JSON body from a server (as in one SSE event)
 _MAX_ERROR_BODY: Final = 64 * 1024
 
 
@@ -73,8 +82,9 @@ class Inbox:
         self.reason = "link closed"
         self.ended = False
 
-    def put(self, message: Message, related: RequestId | None = None) -> None:
-        """Queue ``message``; ``related`` is the request whose response stream carried it, if known."""
+    def put(self, message: Message | Failed, related: RequestId | None = None) -> None:
+        """Queue ``message`` (or the failure of a request); ``related`` is the request whose response
+        stream carried it, if known."""
         # Once the link is closing nobody will read it any more.
         with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._send.send_nowait((message, related))
@@ -102,7 +112,7 @@ class Verdict(enum.Enum):
 
     SPEAKS = "the server speaks Streamable HTTP"
     NOT_STREAMABLE = "not a Streamable HTTP endpoint"
-    FAILED = "no usable answer; an error response was delivered"
+    FAILED = "no usable answer; the request failed"
 
 
 @dataclass
@@ -115,11 +125,11 @@ class Probe:
     """
 
     verdict: Verdict | None = None
-    error: Message | None = None  # with NOT_STREAMABLE: the answer if the fallback fails as well
+    error: Message | Failed | None = None  # with NOT_STREAMABLE: the outcome if the fallback fails too
     settled: anyio.Event = field(default_factory=anyio.Event)
     on_settle: Callable[[Verdict], None] | None = None
 
-    def settle(self, verdict: Verdict, error: Message | None = None) -> None:
+    def settle(self, verdict: Verdict, error: Message | Failed | None = None) -> None:
         if self.verdict is None:
             self.verdict, self.error = verdict, error
             self.settled.set()
@@ -127,9 +137,14 @@ class Probe:
                 self.on_settle(verdict)
 
 
-def failure(server_id: str, request_id: RequestId, reason: str) -> Message:
-    """The error response that stands in for an answer the server could not give."""
-    return jsonrpc.error_response(request_id, CONNECTION_CLOSED, f"server {server_id!r}: {reason}")
+def failure(server_id: str, request_id: RequestId, reason: str) -> Failed:
+    """Request ``request_id`` will not be answered: the server could not be reached or went away."""
+    return Failed(request_id, ServerUnavailable(server_id, reason))
+
+
+def broken(server_id: str, request_id: RequestId, reason: str) -> Failed:
+    """Request ``request_id`` will not be answered: what the server sent for it is unusable."""
+    return Failed(request_id, ServerProtocolError(server_id, reason))
 
 
 def describe(exc: BaseException) -> str:
@@ -150,7 +165,7 @@ async def error_body(response: aiohttp.ClientResponse) -> tuple[dict[str, Any] |
         return None, b""
     try:
         decoded = jsonrpc.decode(body)
-    except ProtocolError:
+    except ProtocolError:  # not JSON, or nested past the default limit: an error page, say
         return None, body
     error = decoded.get("error") if isinstance(decoded, dict) and "method" not in decoded else None
     if (
@@ -163,11 +178,14 @@ async def error_body(response: aiohttp.ClientResponse) -> tuple[dict[str, Any] |
     return None, body
 
 
-async def http_failure(server_id: str, request_id: RequestId, response: aiohttp.ClientResponse) -> Message:
-    """The answer to a request whose POST got an HTTP error status.
+async def http_failure(
+    server_id: str, request_id: RequestId, response: aiohttp.ClientResponse
+) -> Message | Failed:
+    """The outcome of a request whose POST got an HTTP error status.
 
     A 4xx whose body is a JSON-RPC error is the server's own answer, so it is passed on (with the
-    request's id: servers send ``id: null`` there); anything else names the status.
+    request's id: servers send ``id: null`` there); anything else fails the request, naming the
+    status.
     """
     status = f"HTTP {response.status} {response.reason or ''}".rstrip()
     error, _ = await error_body(response)
@@ -177,15 +195,55 @@ async def http_failure(server_id: str, request_id: RequestId, response: aiohttp.
     return failure(server_id, request_id, status + detail)
 
 
-def messages_in(data: str | bytes, log: logging.LoggerAdapter[logging.Logger]) -> list[Message]:
-    """The JSON-RPC messages in one body or event (an array is a batch); malformed ones are dropped."""
+async def read_body(response: aiohttp.ClientResponse, limit: int = MAX_BODY) -> bytes:
+    """The whole body, read at most ``limit`` bytes far.
+
+    Raises:
+        MessageTooLarge: the body is longer than ``limit`` (says so, or turned out so).
+        aiohttp.ClientError, OSError: the connection broke.
+    """
+    too_large = MessageTooLarge(f"a JSON body exceeded {limit} bytes")
+    if response.content_length is not None and response.content_length > limit:
+        raise too_large
+    body = bytearray()
+    while chunk := await response.content.readany():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+class Decoded(NamedTuple):
+    """What one body or event held: its messages (and the failures of requests whose answers were
+    unusable), and why anything in it was dropped."""
+
+    items: list[Message | Failed]
+    problem: str | None = None
+
+
+def messages_in(
+    data: str | bytes, server_id: str, log: logging.LoggerAdapter[logging.Logger], *, max_depth: int
+) -> Decoded:
+    """The JSON-RPC messages in one body or event (an array is a batch), each nested at most
+    ``max_depth`` deep. A malformed one is logged and dropped; an answer too deep to use becomes
+    the :class:`Failed` outcome of the request it answers."""
     try:
-        decoded: Any = jsonrpc.decode(data)
-        items = decoded if isinstance(decoded, list) else [decoded]
-        return [jsonrpc.validate(item) for item in items]
+        decoded: Any = jsonrpc.decode(data, max_depth=max_depth)
     except ProtocolError as exc:
-        log.warning("dropped a malformed message from the server: %s", exc.message)
-        return []
+        failed = unusable_answer(server_id, exc)
+        if failed is not None:
+            return Decoded([failed])
+        log.warning("server %r: dropped a malformed message: %s", server_id, exc.message)
+        return Decoded([], exc.message)
+    items: list[Message | Failed] = []
+    problem = None
+    for item in decoded if isinstance(decoded, list) else [decoded]:
+        try:
+            items.append(jsonrpc.validate(item))
+        except ProtocolError as exc:
+            log.warning("server %r: dropped a malformed message: %s", server_id, exc.message)
+            problem = exc.message
+    return Decoded(items, problem)
 
 
 def with_extra(headers: dict[str, str], extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -237,7 +295,7 @@ class EventReader:
 
         Raises:
             aiohttp.ClientError, OSError: the connection broke.
-            ValueError: an event grew past the decoder's limit.
+            MessageTooLarge: an event grew past the decoder's limit (the stream is unusable).
         """
         while not self._pending:
             chunk = await self._response.content.readany()

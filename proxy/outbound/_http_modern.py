@@ -10,7 +10,8 @@ answer is a JSON body or an SSE stream of related notifications ending with the 
 Cancelling is closing the response: the spec makes a server treat the disconnect as the cancel,
 so ``notifications/cancelled`` for one of these requests aborts its POST instead of being sent.
 
-Any HTTP error becomes the request's error response, never a dead link: that is how a caller
+Any HTTP error becomes the request's outcome (the server's own JSON-RPC error where the body holds
+one, else a :class:`~proxy.outbound.transport.Failed`), never a dead link: that is how a caller
 learns a server is handshake-era and falls back to ``initialize`` on the same link.
 """
 
@@ -24,13 +25,7 @@ import aiohttp
 import anyio
 import anyio.abc
 
-from proxy.errors import (
-    CONNECTION_CLOSED,
-    HEADER_MISMATCH,
-    INVALID_REQUEST,
-    MISSING_CAPABILITY,
-    UNSUPPORTED_VERSION,
-)
+from proxy.errors import HEADER_MISMATCH, MISSING_CAPABILITY, UNSUPPORTED_VERSION, MessageTooLarge
 from proxy.outbound._http_common import (
     ACCEPT_BOTH,
     JSON,
@@ -40,12 +35,15 @@ from proxy.outbound._http_common import (
     Inbox,
     Probe,
     Verdict,
+    broken,
     describe,
     error_body,
     failure,
     messages_in,
+    read_body,
     with_extra,
 )
+from proxy.outbound.transport import Failed
 from proxy.protocol import jsonrpc
 from proxy.protocol.headers import encode_header_value
 from proxy.protocol.jsonrpc import Message, RequestId
@@ -84,13 +82,13 @@ def request_headers(message: Message, extra: Mapping[str, str] | None = None) ->
 
 async def modern_http_failure(
     server_id: str, request_id: RequestId, response: aiohttp.ClientResponse
-) -> tuple[Message, bool]:
-    """The answer to a modern request whose POST got an HTTP error status, and whether that answer
-    is one only a 2026-07-28 server gives (:data:`MODERN_ERRORS`).
+) -> tuple[Message | Failed, bool]:
+    """The outcome of a modern request whose POST got an HTTP error status, and whether it is an
+    answer only a 2026-07-28 server gives (:data:`MODERN_ERRORS`).
 
     A JSON-RPC error in the body is the server's own answer and is passed on with the request's
-    id (servers send ``id: null`` there); otherwise a 4xx is -32600 (the server refused the
-    request) and anything else -32000, naming the status and the start of the body.
+    id (servers send ``id: null`` there); otherwise the request fails, naming the status and the
+    start of the body.
     """
     error, body = await error_body(response)
     if error is not None:
@@ -98,9 +96,7 @@ async def modern_http_failure(
         return answer, error["code"] in MODERN_ERRORS
     status = f"HTTP {response.status} {response.reason or ''}".rstrip()
     excerpt = body.decode(errors="replace").strip()[:_EXCERPT]
-    reason = f"server {server_id!r}: {status}" + (f": {excerpt}" if excerpt else "")
-    code = INVALID_REQUEST if 400 <= response.status < 500 else CONNECTION_CLOSED
-    return jsonrpc.error_response(request_id, code, reason), False
+    return failure(server_id, request_id, status + (f": {excerpt}" if excerpt else "")), False
 
 
 class ModernExchanges:
@@ -114,6 +110,8 @@ class ModernExchanges:
         tg: anyio.abc.TaskGroup,
         inbox: Inbox,
         log: logging.LoggerAdapter[logging.Logger],
+        *,
+        max_depth: int,
     ) -> None:
         self._server_id = server_id
         self._url = url
@@ -121,16 +119,22 @@ class ModernExchanges:
         self._tg = tg
         self._inbox = inbox
         self._log = log
+        self._max_depth = max_depth
         self._inflight: dict[RequestId, anyio.CancelScope] = {}
 
     def start(
         self, message: Message, headers: Mapping[str, str] | None = None, probe: Probe | None = None
     ) -> None:
-        """POST ``message`` (a modern request) in the background; its answer goes to the inbox."""
+        """POST ``message`` (a modern request) in the background; its answer goes to the inbox.
+
+        Raises:
+            Unencodable: ``message`` cannot be written as JSON; nothing was started.
+        """
+        data = jsonrpc.encode(message)
         # The scope exists before the task runs, so a cancel that overtakes the task still counts.
         scope = anyio.CancelScope()
         self._inflight[message["id"]] = scope
-        self._tg.start_soon(self._exchange, message, headers, scope, probe)
+        self._tg.start_soon(self._exchange, message, data, headers, scope, probe)
 
     def cancel(self, request_id: object) -> bool:
         """Abort the POST of modern request ``request_id``, closing its response; nothing more is
@@ -144,6 +148,7 @@ class ModernExchanges:
     async def _exchange(
         self,
         message: Message,
+        data: bytes,
         headers: Mapping[str, str] | None,
         scope: anyio.CancelScope,
         probe: Probe | None,
@@ -154,11 +159,13 @@ class ModernExchanges:
                 # Leaving this block before the body's end (a cancel) closes the connection: the
                 # response is unfinished, so aiohttp will not return it to the pool.
                 async with self._http.post(
-                    self._url, data=jsonrpc.encode(message), headers=request_headers(message, headers)
+                    self._url, data=data, headers=request_headers(message, headers)
                 ) as response:
                     await self._answer(response, request_id, probe)
         except TRANSPORT_ERRORS as exc:
             self._fail(request_id, f"POST {self._url} failed: {describe(exc)}")
+        except MessageTooLarge as exc:
+            self._inbox.put(broken(self._server_id, request_id, exc.message), request_id)
         finally:
             if self._inflight.get(request_id) is scope:
                 del self._inflight[request_id]
@@ -185,32 +192,46 @@ class ModernExchanges:
             if error is not None:
                 self._fail(request_id, f"the SSE stream ended before the response ({error})")
         elif content_type == JSON:
-            messages = messages_in(await response.read(), self._log)
-            answered = any(_answers(m, request_id) for m in messages)
+            decoded = messages_in(
+                await read_body(response), self._server_id, self._log, max_depth=self._max_depth
+            )
+            answered = any(_answers(m, request_id) for m in decoded.items)
             if probe is not None:
                 probe.settle(Verdict.SPEAKS if answered else Verdict.FAILED)
-            self._route(messages, request_id)
+            self._route(decoded.items, request_id)
             if not answered:
-                self._fail(request_id, "the JSON body held no response to the request")
+                why = f" ({decoded.problem})" if decoded.problem else ""
+                self._inbox.put(
+                    broken(
+                        self._server_id, request_id, f"the JSON body held no response to the request{why}"
+                    ),
+                    request_id,
+                )
         else:
             if probe is not None:
                 probe.settle(Verdict.FAILED)
             # 202 included: there is no other stream a modern answer could come on.
-            self._fail(request_id, f"HTTP {status} with Content-Type {content_type!r} and no response")
+            reason = f"HTTP {status} with Content-Type {content_type!r} and no response"
+            self._inbox.put(broken(self._server_id, request_id, reason), request_id)
 
     async def _read_stream(self, reader: EventReader, request_id: RequestId) -> str | None:
-        """Deliver every message on the stream until the response; None once it came, else why not."""
+        """Deliver every message on the stream until the response; None once it came, else why not.
+
+        Raises:
+            MessageTooLarge: an event grew past its limit.
+        """
         try:
             while (event := await reader.next()) is not None:
                 if event.event != "message" or not event.data:
                     continue  # an event type MCP does not use
-                if self._route(messages_in(event.data, self._log), request_id):
+                decoded = messages_in(event.data, self._server_id, self._log, max_depth=self._max_depth)
+                if self._route(decoded.items, request_id):
                     return None
         except TRANSPORT_ERRORS as exc:
             return describe(exc)
         return "closed"
 
-    def _route(self, messages: list[Message], request_id: RequestId) -> bool:
+    def _route(self, messages: list[Message | Failed], request_id: RequestId) -> bool:
         """Queue ``messages`` as carried for ``request_id``; True if its response was among them."""
         for message in messages:
             self._inbox.put(message, request_id)
@@ -220,5 +241,7 @@ class ModernExchanges:
         self._inbox.put(failure(self._server_id, request_id, reason), request_id)
 
 
-def _answers(message: Message, request_id: RequestId) -> bool:
+def _answers(message: Message | Failed, request_id: RequestId) -> bool:
+    if isinstance(message, Failed):
+        return message.request_id == request_id
     return "method" not in message and message.get("id") == request_id

@@ -17,8 +17,15 @@ Messages a server sends *about* a request (progress, log lines, sampling/elicita
 requests) go back through that request's :class:`Relay`, i.e. to the one client session that
 caused them, never to everyone.
 
+Nothing one server sends ends more than that server's own requests: an unusable answer fails
+the request it was for (the transport says which), a message that breaks the rules is dropped,
+and an unexpected error in one connected lifetime is logged, counted and followed by a restart,
+like any other failure. Only cancellation leaves :meth:`ServerConnection.run`.
+
 The rules live beside it: ``era`` (the envelope, what a server says of itself, x-mcp-header
 tools), ``lists`` (paging), ``listening`` (the listen stream), ``relay`` (whose request it is).
+It depends on nothing above it: what a failed server request is answered with comes in from the
+caller (``answer_error``), as does the counter of internal errors (``on_internal_error``).
 """
 
 from __future__ import annotations
@@ -38,8 +45,15 @@ from typing import Any, Final, Protocol
 import anyio
 import anyio.abc
 
-from proxy.boundary import wire_error
-from proxy.errors import ProtocolError, RemoteError, ServerTimeout, ServerUnavailable
+from proxy.errors import (
+    INTERNAL_ERROR,
+    InvalidRequest,
+    ProtocolError,
+    RemoteError,
+    ServerTimeout,
+    ServerUnavailable,
+    Unencodable,
+)
 from proxy.outbound.era import (
     CLIENT_CAPABILITIES,
     CLIENT_INFO,
@@ -53,7 +67,7 @@ from proxy.outbound.era import (
 from proxy.outbound.listening import WATCH_METHODS, Listening, untagged
 from proxy.outbound.lists import CHANGED, LIST_KINDS, drain, offered
 from proxy.outbound.relay import Relay, relay_for
-from proxy.outbound.transport import Link, Transport
+from proxy.outbound.transport import Failed, Link, Transport
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.headers import ParamHeader, param_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
@@ -61,11 +75,20 @@ from proxy.protocol.results import CacheHint
 from proxy.protocol.subscriptions import LISTEN
 
 __all__ = [
+    "AnswerError",
     "ConnectionListener",
+    "InternalErrorHook",
     "ServerConnection",
     "ServerState",
     "backoff_delay",
 ]
+
+# The error response to a server's request that failed (``proxy.boundary.wire_error``).
+AnswerError = Callable[[Exception, RequestId], Message]
+# Told of each unexpected error (logged already) and where it happened: "outbound.connection" (a
+# connected lifetime ended by it; a restart follows), "outbound.dispatch" (one message from the
+# server dropped), "outbound.server_request" (one server request answered with -32603).
+InternalErrorHook = Callable[[str, BaseException], None]
 
 logger = logging.getLogger("proxy.outbound.connection")
 
@@ -121,8 +144,15 @@ class ServerConnection:
         default_relay: Relay | None = None,
         clock: Callable[[], float] = time.monotonic,
         era: Era = Era.UNKNOWN,
+        answer_error: AnswerError,
+        on_internal_error: InternalErrorHook | None = None,
     ) -> None:
+        """``answer_error`` turns the failure of a server's request (sampling, elicitation, roots)
+        into the error response the server gets; ``on_internal_error`` hears of every unexpected
+        error (already logged) with where it happened."""
         self.server_id = server_id
+        self._answer_error = answer_error
+        self._on_internal_error = on_internal_error
         self._transport = transport
         self._listener = listener
         self.connect_timeout = connect_timeout
@@ -200,15 +230,23 @@ class ServerConnection:
         """Send a notification if connected; dropped silently otherwise (nothing waits for it)."""
         link = self._link
         if link is not None:
-            with contextlib.suppress(ServerUnavailable):
+            try:
                 await link.send(jsonrpc.notification(method, params))
+            except ServerUnavailable:
+                pass
+            except Unencodable as exc:
+                logger.warning("server %s: dropped %s: %s", self.server_id, method, exc)
 
     async def run(self) -> None:
-        """Keep the server connected until cancelled."""
+        """Keep the server connected until cancelled; nothing else ever leaves it."""
         attempt = 0
         while True:
             started = self._clock()
-            reason = await self._serve_once()
+            try:
+                reason = await self._serve_once()
+            except Exception as exc:  # one lifetime's surprise must not end the gateway
+                self._internal_error("outbound.connection", exc)
+                reason = f"internal error: {type(exc).__name__}"
             self._link = None
             self._fail_pending(reason)
             if self._clock() - started >= _STABLE_AFTER:
@@ -263,7 +301,13 @@ class ServerConnection:
         try:
             while True:
                 message, related = await link.receive()
-                await self._dispatch(link, message, related)
+                if isinstance(message, Failed):
+                    self._settle(message.request_id, failure=message.error)
+                    continue
+                try:
+                    await self._dispatch(link, message, related)
+                except Exception as exc:  # one message's surprise costs that message only
+                    self._internal_error("outbound.dispatch", exc)
         except ServerUnavailable as exc:
             down.append(exc.reason)
         scope.cancel()
@@ -271,21 +315,36 @@ class ServerConnection:
     async def _dispatch(self, link: Link, message: Message, related: RequestId | None) -> None:
         kind = jsonrpc.kind_of(message)
         if kind is MessageKind.RESPONSE:
-            slot = self._pending.get(message["id"]) if isinstance(message.get("id"), int) else None
-            if slot is None:
-                logger.debug(
-                    "server %s: dropped a response to unknown id %r", self.server_id, message.get("id")
-                )
-                return
-            slot.response = message
-            slot.event.set()
+            self._settle(message.get("id"), response=message)
         elif kind is MessageKind.REQUEST:
+            request_id = message["id"]
             if message["method"] == "ping":
-                await link.send(jsonrpc.result_response(message["id"], {}))
+                await self._reply(link, jsonrpc.result_response(request_id, {}), request_id)
+            elif request_id in self._server_requests:
+                # Its answer could not tell which of the two it is for: the second is refused.
+                refused = InvalidRequest(
+                    f"request id {request_id!r} is already in use by a request in flight"
+                )
+                await self._reply(link, self._answer_error(refused, request_id), request_id)
             elif self._tg is not None:
-                self._tg.start_soon(self._relay_request, link, message, related)
+                # Registered before the task runs, so that a duplicate or a cancel that overtakes
+                # the task still finds it.
+                scope = self._server_requests[request_id] = anyio.CancelScope()
+                self._tg.start_soon(self._relay_request, link, message, related, scope)
         else:
             self._notification(message, related)
+
+    def _settle(
+        self, request_id: Any, *, response: Message | None = None, failure: ServerUnavailable | None = None
+    ) -> None:
+        """Hand request ``request_id`` its outcome; a second outcome for it, or one for an id
+        that is not waiting, is dropped."""
+        slot = self._pending.get(request_id) if type(request_id) is int else None
+        if slot is None or slot.event.is_set():
+            logger.debug("server %s: dropped an answer to unknown id %r", self.server_id, request_id)
+            return
+        slot.response, slot.failure = response, failure
+        slot.event.set()
 
     def _notification(self, message: Message, related: RequestId | None) -> None:
         method = message["method"]
@@ -314,22 +373,50 @@ class ServerConnection:
             else:
                 self._listener.server_notification(self.server_id, untagged(message))
 
-    async def _relay_request(self, link: Link, message: Message, related: RequestId | None) -> None:
-        """Pass a server's request (sampling, elicitation, roots) to its client; answer the server."""
-        request_id = message["id"]
-        with anyio.CancelScope() as scope:
-            self._server_requests[request_id] = scope
-            try:
-                in_flight = {our_id: slot.relay for our_id, slot in self._pending.items()}
-                relay = relay_for(related, in_flight, self._default_relay)
-                result = await relay.request(message["method"], message.get("params"))
-                reply = jsonrpc.result_response(request_id, result)
-            except Exception as exc:
-                reply = wire_error(exc, request_id)
-            finally:
+    async def _relay_request(
+        self, link: Link, message: Message, related: RequestId | None, scope: anyio.CancelScope
+    ) -> None:
+        """Pass a server's request (sampling, elicitation, roots) to its client; answer the server.
+
+        Cancelled (the server's ``notifications/cancelled``): nothing is written back.
+        """
+        request_id: RequestId = message["id"]
+        try:
+            with scope:
+                try:
+                    in_flight = {our_id: slot.relay for our_id, slot in self._pending.items()}
+                    relay = relay_for(related, in_flight, self._default_relay)
+                    result = await relay.request(message["method"], message.get("params"))
+                    reply = jsonrpc.result_response(request_id, result)
+                except Exception as exc:
+                    reply = self._answer_error(exc, request_id)
+                await self._reply(link, reply, request_id)
+        except Exception as exc:  # answer_error itself failed: the server still gets an answer
+            self._internal_error("outbound.server_request", exc)
+            with contextlib.suppress(ServerUnavailable, Unencodable):
+                await link.send(_internal_error_reply(request_id))
+        finally:
+            if self._server_requests.get(request_id) is scope:
                 del self._server_requests[request_id]
+
+    async def _reply(self, link: Link, reply: Message, request_id: RequestId) -> None:
+        """Answer a server's request; an answer that cannot be written as JSON becomes an error."""
+        try:
+            await link.send(reply)
+        except ServerUnavailable:
+            pass  # the link is gone, and the request with it
+        except Unencodable as exc:
             with contextlib.suppress(ServerUnavailable):
-                await link.send(reply)
+                await link.send(self._answer_error(exc, request_id))
+
+    def _internal_error(self, where: str, exc: BaseException) -> None:
+        """Log an unexpected error once, with its traceback, and count it."""
+        logger.error("server %s: internal error in %s", self.server_id, where, exc_info=exc)
+        if self._on_internal_error is not None:
+            try:
+                self._on_internal_error(where, exc)
+            except Exception:
+                logger.exception("server %s: the internal-error hook failed", self.server_id)
 
     async def _refresher(self, link: Link) -> None:
         """Re-list what the server says changed; bursts coalesce into one re-list per kind."""
@@ -371,7 +458,9 @@ class ServerConnection:
             result = await self._call(
                 link, "server/discover", {"_meta": envelope(None)}, timeout, era=Era.MODERN
             )
-        except (RemoteError, ServerTimeout) as exc:
+        except (RemoteError, ServerUnavailable) as exc:
+            # An error, silence, or an unusable answer (an HTTP status, the legacy HTTP+SSE
+            # transport's refusal): not a 2026-07-28 server. A dead link fails initialize as well.
             logger.debug("server %s: server/discover failed (%s): handshake era", self.server_id, exc)
             return False
         introduction = parse_discover(result)
@@ -487,3 +576,7 @@ class ServerConnection:
     def _set_state(self, state: ServerState, reason: str | None) -> None:
         self.state, self.reason = state, reason
         self._listener.state_changed(self.server_id, state, reason)
+
+
+def _internal_error_reply(request_id: RequestId) -> Message:
+    return jsonrpc.error_response(request_id, INTERNAL_ERROR, "internal error in Manifold; see its log")

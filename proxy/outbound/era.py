@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy import __version__
-from proxy.errors import ProtocolError, ServerUnavailable
+from proxy.errors import ServerProtocolError, ServerUnavailable
 from proxy.outbound.relay import Relay
 from proxy.protocol import versions
 from proxy.protocol.asks import ASKED_CAPABILITIES
@@ -108,11 +108,11 @@ def parse_discover(result: Any) -> Introduction | None:
     assert isinstance(result, dict)
     meta = result.get("_meta")
     info = meta.get(SERVER_INFO_KEY) if isinstance(meta, dict) else None
-    instructions = result.get("instructions")
+    instructions, capabilities = result.get("instructions"), result.get("capabilities")
     return Introduction(
         era=Era.MODERN,
         protocol_version=versions.LATEST_MODERN,
-        capabilities=result.get("capabilities") or {},
+        capabilities=capabilities if isinstance(capabilities, dict) else {},
         server_info=info if isinstance(info, dict) else {},
         instructions=instructions if isinstance(instructions, str) else None,
     )
@@ -122,22 +122,23 @@ def parse_initialize(result: Any, server_id: str) -> Introduction:
     """What an ``initialize`` result tells.
 
     Raises:
-        ProtocolError: the result is not an object.
+        ServerProtocolError: the result is not an object.
         ServerUnavailable: the server chose a revision Manifold does not speak.
     """
     if not isinstance(result, dict):
-        raise ProtocolError(f"server {server_id!r} answered initialize with a non-object result")
+        raise ServerProtocolError(server_id, "it answered initialize with a non-object result")
     version = result.get("protocolVersion")
     if version not in versions.SUPPORTED:
         raise ServerUnavailable(
             server_id, f"it chose protocol revision {version!r}, which Manifold does not speak"
         )
     instructions = result.get("instructions")
+    capabilities, server_info = result.get("capabilities"), result.get("serverInfo")
     return Introduction(
         era=Era.LEGACY,
         protocol_version=version,
-        capabilities=result.get("capabilities") or {},
-        server_info=result.get("serverInfo") or {},
+        capabilities=capabilities if isinstance(capabilities, dict) else {},
+        server_info=server_info if isinstance(server_info, dict) else {},
         instructions=instructions if isinstance(instructions, str) else None,
     )
 

@@ -5,15 +5,23 @@ from __future__ import annotations
 from proxy.config import ServerConfig
 from proxy.outbound.stdio import StdioTransport
 from proxy.outbound.transport import Transport
+from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH
 
 __all__ = ["transport_for"]
 
 
-def transport_for(server: ServerConfig) -> Transport:
+def transport_for(server: ServerConfig, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Transport:
+    """The transport that reaches ``server``; ``max_depth`` (``limits.max_depth``) bounds the
+    nesting of every message it decodes."""
     if server.kind == "stdio":
         assert server.command is not None
         return StdioTransport(
-            server.id, server.command, server.args, env=server.resolved_env(), cwd=server.cwd
+            server.id,
+            server.command,
+            server.args,
+            env=server.resolved_env(),
+            cwd=server.cwd,
+            max_depth=max_depth,
         )
     assert server.url is not None
     assert server.transport != "stdio"
@@ -25,4 +33,5 @@ def transport_for(server: ServerConfig) -> Transport:
         server.resolved_headers(),
         server.transport,
         connect_timeout=server.connect_timeout,
+        max_depth=max_depth,
     )

@@ -24,7 +24,7 @@ from proxy.outbound._http_modern import is_modern_request
 from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.outbound.streamable_http import StreamableHttpTransport, _StreamableHttpLink
 from proxy.outbound.transport import Link, Received, Transport
-from proxy.protocol.jsonrpc import Message
+from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message
 
 __all__ = ["AutoHttpTransport", "StreamableHttpTransport", "http_transport"]
 
@@ -46,10 +46,15 @@ class AutoHttpTransport:
         headers: Mapping[str, str] | None = None,
         *,
         connect_timeout: float = 30.0,
+        max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
         self.server_id = server_id
-        self._streamable = StreamableHttpTransport(server_id, url, headers, connect_timeout=connect_timeout)
-        self.legacy = LegacySseTransport(server_id, url, headers, connect_timeout=connect_timeout)
+        self._streamable = StreamableHttpTransport(
+            server_id, url, headers, connect_timeout=connect_timeout, max_depth=max_depth
+        )
+        self.legacy = LegacySseTransport(
+            server_id, url, headers, connect_timeout=connect_timeout, max_depth=max_depth
+        )
         self.chosen: Literal["streamable-http", "sse"] | None = None
 
     def connect(self) -> AbstractAsyncContextManager[Link]:
@@ -95,7 +100,7 @@ class _AutoLink:
         self.closing = anyio.Event()
 
     async def send(self, message: Message, *, headers: Mapping[str, str] | None = None) -> None:
-        """Raises: ServerUnavailable: the link is closed."""
+        """Raises: ServerUnavailable: the link is closed. Unencodable: ``message`` is not JSON data."""
         if self.closing.is_set():
             raise ServerUnavailable(self._transport.server_id, "link closed")
         if self._active is not None:
@@ -150,8 +155,9 @@ def http_transport(
     mode: Literal["auto", "streamable-http", "sse"],
     *,
     connect_timeout: float = 30.0,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> Transport:
-    """The HTTP transport for ``mode``.
+    """The HTTP transport for ``mode``; ``max_depth`` bounds the nesting of the server's messages.
 
     Raises:
         ConfigError: an unknown mode.
@@ -165,4 +171,4 @@ def http_transport(
         raise ConfigError(
             f"server {server_id!r}: unknown HTTP transport {mode!r} (auto, streamable-http, sse)"
         )
-    return kinds[mode](server_id, url, headers, connect_timeout=connect_timeout)
+    return kinds[mode](server_id, url, headers, connect_timeout=connect_timeout, max_depth=max_depth)

@@ -20,7 +20,14 @@ from typing import Any, Final
 
 import anyio
 
-from proxy.errors import InvalidParams, MethodNotFound, ProtocolError, RemoteError, ServerUnavailable
+from proxy.errors import (
+    InvalidParams,
+    MethodNotFound,
+    ProtocolError,
+    RemoteError,
+    ServerProtocolError,
+    ServerUnavailable,
+)
 from proxy.protocol.jsonrpc import Message
 from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY
 
@@ -136,9 +143,10 @@ class Listening:
         with scope:
             try:
                 await listen(params)
-            except (RemoteError, ProtocolError) as exc:
+            except (RemoteError, ProtocolError, ServerProtocolError) as exc:
                 logger.warning("server %s: subscriptions/listen failed: %s", self._server_id, exc)
-            except ServerUnavailable:
-                pass  # the link is going: its supervisor restarts everything
+            except ServerUnavailable as exc:
+                # Its POST failed, or the link is going (then its supervisor restarts everything).
+                logger.info("server %s: subscriptions/listen ended: %s", self._server_id, exc.reason)
             finally:
                 ended.set()

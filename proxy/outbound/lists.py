@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from proxy.errors import ProtocolError, RemoteError
+from proxy.errors import RemoteError, ServerProtocolError
 from proxy.protocol.results import CacheHint, hint_of, merge_cache
 
 __all__ = ["CHANGED", "LIST_KINDS", "Drained", "Fetch", "drain", "offered"]
@@ -64,7 +64,7 @@ async def drain(fetch: Fetch, kind: str, *, max_pages: int, server_id: str) -> D
 
     Raises:
         RemoteError: the server refused a page (but -32601 before any item: an empty list).
-        ProtocolError: a page without the list's array.
+        ServerProtocolError: a page without the list's array.
         ServerUnavailable, ServerTimeout: as ``fetch`` raises them.
     """
     method = LIST_KINDS[kind][1]
@@ -81,8 +81,8 @@ async def drain(fetch: Fetch, kind: str, *, max_pages: int, server_id: str) -> D
             raise
         page = result.get(kind) if isinstance(result, dict) else None
         if not isinstance(page, list):
-            raise ProtocolError(f"server {server_id!r} answered {method} without a {kind!r} array")
-        items.extend(page)
+            raise ServerProtocolError(server_id, f"it answered {method} without a {kind!r} array")
+        items.extend(item for item in page if isinstance(item, dict))  # anything else names nothing
         pages.append(hint_of(result))
         cursor = result.get("nextCursor")
         if cursor is None:

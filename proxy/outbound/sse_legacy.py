@@ -5,8 +5,12 @@ messages to, and every server→client message, responses included, arrives on t
 as a ``message`` event. POSTs are answered 202 with no body.
 
 Revision 2026-07-28 does not exist on this transport (it was deprecated before that revision
-and has no per-request headers), so a 2026-07-28 request is answered here, at once, with an
-error: the caller then falls back to ``initialize`` without waiting out a timeout.
+and has no per-request headers), so a 2026-07-28 request fails here, at once (a
+:class:`~proxy.outbound.transport.Failed` outcome, not a made-up answer): the caller then falls
+back to ``initialize`` without waiting out a timeout.
+
+The one SSE stream carries everything, so an event past its size limit leaves nothing to read
+on: the link ends, and its owner starts over.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import anyio
 import anyio.abc
 import yarl
 
-from proxy.errors import INVALID_REQUEST, ServerUnavailable
+from proxy.errors import MessageTooLarge, ServerProtocolError, ServerUnavailable
 from proxy.outbound._http_common import (
     JSON,
     SSE,
@@ -37,7 +41,7 @@ from proxy.outbound._http_common import (
 )
 from proxy.outbound.transport import Received
 from proxy.protocol import jsonrpc
-from proxy.protocol.jsonrpc import Message
+from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message
 from proxy.protocol.modern import has_envelope
 from proxy.protocol.sse import SSEEvent
 
@@ -56,11 +60,14 @@ class LegacySseTransport:
         headers: Mapping[str, str] | None = None,
         *,
         connect_timeout: float = 30.0,
+        max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
+        """``max_depth`` bounds the nesting of each message the server sends."""
         self._server_id = server_id
         self._url = yarl.URL(url)
         self._headers = dict(headers or {})
         self._connect_timeout = connect_timeout
+        self._max_depth = max_depth
         self._log = logging.LoggerAdapter(logger, {"server_id": server_id})
 
     def connect(self) -> AbstractAsyncContextManager[_LegacySseLink]:
@@ -110,14 +117,20 @@ class LegacySseTransport:
                 ) from None
             except TRANSPORT_ERRORS as exc:
                 raise ServerUnavailable(self._server_id, f"GET {self._url} failed: {describe(exc)}") from None
+            except MessageTooLarge as exc:
+                raise ServerProtocolError(self._server_id, f"GET {self._url}: {exc.message}") from None
             task_status.started(endpoint)
+            ended = "SSE stream closed"
             try:
                 while (event := await reader.next()) is not None:
                     self._dispatch(event, inbox)
             except TRANSPORT_ERRORS as exc:
                 self._log.info("server %r: SSE stream broke: %s", self._server_id, describe(exc))
+            except MessageTooLarge as exc:
+                ended = f"SSE stream dropped: {exc.message}"
+                self._log.warning("server %r: %s", self._server_id, ended)
             finally:
-                inbox.end("SSE stream closed")
+                inbox.end(ended)
 
     async def _await_endpoint(self, reader: EventReader, inbox: Inbox) -> yarl.URL:
         while (event := await reader.next()) is not None:
@@ -138,7 +151,8 @@ class LegacySseTransport:
 
     def _dispatch(self, event: SSEEvent, inbox: Inbox) -> None:
         if event.event == "message" and event.data:
-            for message in messages_in(event.data, self._log):
+            decoded = messages_in(event.data, self._server_id, self._log, max_depth=self._max_depth)
+            for message in decoded.items:
                 inbox.put(message)
 
 
@@ -159,13 +173,15 @@ class _LegacySseLink:
         self.closed = False
 
     async def send(self, message: Message, *, headers: Mapping[str, str] | None = None) -> None:
-        """POST one message; a request that cannot be delivered is answered with an error response.
+        """POST one message; a request that cannot be delivered fails (``receive`` hands out its
+        :class:`~proxy.outbound.transport.Failed` outcome).
 
         ``headers`` are ignored: the 2026-07-28 header mirroring does not exist on this transport,
-        and neither do 2026-07-28 requests, which are answered with an error without a POST.
+        and neither do 2026-07-28 requests, which fail without a POST.
 
         Raises:
             ServerUnavailable: the link is closed, or the SSE stream (and with it the session) ended.
+            Unencodable: ``message`` cannot be written as JSON; nothing was sent.
         """
         if self.closed or self._inbox.ended:
             raise ServerUnavailable(
@@ -173,13 +189,12 @@ class _LegacySseLink:
             )
         request_id = request_id_of(message)
         if request_id is not None and has_envelope(message):
-            reason = f"server {self._server_id!r}: the HTTP+SSE transport carries revision 2024-11-05 only"
-            self._inbox.put(jsonrpc.error_response(request_id, INVALID_REQUEST, reason))
+            reason = "the HTTP+SSE transport carries revision 2024-11-05 only"
+            self._inbox.put(failure(self._server_id, request_id, reason))
             return
+        data = jsonrpc.encode(message)
         try:
-            async with self._http.post(
-                self._endpoint, data=jsonrpc.encode(message), headers={"Content-Type": JSON}
-            ) as response:
+            async with self._http.post(self._endpoint, data=data, headers={"Content-Type": JSON}) as response:
                 if 200 <= response.status < 300:
                     return
                 if request_id is not None:

@@ -21,13 +21,13 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from proxy.errors import InvalidRequest, ParseError, ServerUnavailable
-from proxy.outbound.transport import Received
+from proxy.errors import ProtocolError, ServerUnavailable
+from proxy.outbound.transport import Received, unusable_answer
 from proxy.protocol import jsonrpc
 from proxy.protocol.framing import LineBuffer, LineTooLong
-from proxy.protocol.jsonrpc import Message
+from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message
 
-__all__ = ["StdioTransport"]
+__all__ = ["MAX_LINE", "StdioTransport"]
 
 logger = logging.getLogger("proxy.outbound.stdio")
 
@@ -35,18 +35,20 @@ logger = logging.getLogger("proxy.outbound.stdio")
 # programs and a home, never our own secrets (the same set the official SDKs pass on).
 _INHERITED_ENV: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR")
 _READ_CHUNK: Final = 65536
+MAX_LINE: Final = 16 * 1024 * 1024  # bytes in one message line from a server
 
 
 class _StdioLink:
-    def __init__(self, server_id: str, process: anyio.abc.Process) -> None:
+    def __init__(self, server_id: str, process: anyio.abc.Process, *, max_depth: int, max_line: int) -> None:
         assert process.stdin is not None
         assert process.stdout is not None
         self._server_id = server_id
         self._process = process
         self._stdin = process.stdin
         self._stdout = process.stdout
-        self._lines = LineBuffer()
-        self._ready: deque[bytes] = deque()
+        self._max_depth = max_depth
+        self._lines = LineBuffer(max_line)
+        self._ready: deque[bytes | LineTooLong] = deque()
         self._send_lock = anyio.Lock()
         self._closed_reason: str | None = None
 
@@ -55,10 +57,13 @@ class _StdioLink:
 
         Raises:
             ServerUnavailable: the process is gone or its stdin closed.
+            Unencodable: ``message`` cannot be written as JSON.
         """
         if self._closed_reason is not None:
             raise ServerUnavailable(self._server_id, self._closed_reason)
-        data = jsonrpc.encode(message) + b"\n"
+        data = (
+            jsonrpc.encode(message) + b"\n"
+        )  # before the lock: a message that cannot go out holds no one up
         try:
             async with self._send_lock:
                 await self._stdin.send(data)
@@ -66,24 +71,33 @@ class _StdioLink:
             raise ServerUnavailable(self._server_id, f"cannot write to the process: {exc!r}") from None
 
     async def receive(self) -> Received:
+        """The next message on stdout; a line that is not one is dropped (and logged), unless it
+        is an answer too deep to use, which fails the request it answers.
+
+        Raises:
+            ServerUnavailable: the process closed its stdout (exited).
+        """
         while True:
             while self._ready:
                 line = self._ready.popleft()
+                if isinstance(line, LineTooLong):
+                    logger.warning("server %s: dropped a line from stdout: %s", self._server_id, line)
+                    continue
                 try:
-                    return jsonrpc.parse(line), None
-                except (ParseError, InvalidRequest) as exc:
+                    return jsonrpc.parse(line, max_depth=self._max_depth), None
+                except ProtocolError as exc:
                     # A server that prints garbage on stdout breaks only the lines it garbles.
+                    failed = unusable_answer(self._server_id, exc)
+                    if failed is not None:
+                        return failed, None
                     logger.warning(
-                        "server %s: dropped a non-JSON-RPC line from stdout: %s", self._server_id, exc
+                        "server %s: dropped a line from stdout that is not JSON-RPC: %s", self._server_id, exc
                     )
             try:
                 chunk = await self._stdout.receive(_READ_CHUNK)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 raise ServerUnavailable(self._server_id, await self._exit_reason()) from None
-            try:
-                self._ready.extend(self._lines.feed(chunk))
-            except LineTooLong as exc:
-                logger.warning("server %s: %s; the line was dropped", self._server_id, exc)
+            self._ready.extend(self._lines.feed(chunk))
 
     async def _exit_reason(self) -> str:
         with anyio.move_on_after(1.0):
@@ -106,8 +120,14 @@ class StdioTransport:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         shutdown_grace: float = 2.0,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        max_line: int = MAX_LINE,
     ) -> None:
+        """``max_depth`` and ``max_line`` bound each message the server writes: its nesting, and
+        its bytes."""
         self.server_id = server_id
+        self._max_depth = max_depth
+        self._max_line = max_line
         self._argv = [command, *args]
         self._env = {k: v for k in _INHERITED_ENV if (v := os.environ.get(k)) is not None} | dict(env or {})
         self._cwd = cwd
@@ -133,7 +153,7 @@ class StdioTransport:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._log_stderr, process)
             try:
-                yield _StdioLink(self.server_id, process)
+                yield _StdioLink(self.server_id, process, max_depth=self._max_depth, max_line=self._max_line)
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._stop(process)
@@ -144,11 +164,11 @@ class StdioTransport:
         lines = LineBuffer(max_line=64 * 1024)
         try:
             async for chunk in process.stderr:
-                try:
-                    for line in lines.feed(chunk):
+                for line in lines.feed(chunk):
+                    if isinstance(line, LineTooLong):
+                        logger.info("server %s: stderr: (dropped: %s)", self.server_id, line)
+                    else:
                         logger.info("server %s: stderr: %s", self.server_id, line.decode(errors="replace"))
-                except LineTooLong:
-                    logger.info("server %s: stderr: (an overlong line was dropped)", self.server_id)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             return
 

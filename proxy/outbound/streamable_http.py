@@ -10,8 +10,9 @@ server speaks by trying: a request carrying the 2026-07-28 envelope goes to
 else takes the handshake-era path here. On that path a GET stream carries what the server sends
 unprompted, and the transport keeps the session alive on its own: it resumes broken SSE streams
 (``Last-Event-ID``) and replaces an expired session (HTTP 404) by replaying ``initialize``.
-Anything that keeps a request from being answered becomes a JSON-RPC error response for that
-request, so the caller never waits out its timeout for nothing.
+Anything that keeps a request from being answered becomes that request's
+:class:`~proxy.outbound.transport.Failed` outcome, so the caller never waits out its timeout
+for nothing.
 """
 
 from __future__ import annotations
@@ -27,29 +28,32 @@ import aiohttp
 import anyio
 import anyio.abc
 
-from proxy.errors import ServerUnavailable
+from proxy.errors import MessageTooLarge, ServerUnavailable
 from proxy.outbound._http_common import (
     ACCEPT_BOTH,
     JSON,
     SSE,
     TRANSPORT_ERRORS,
+    Decoded,
     EventReader,
     Inbox,
     Probe,
     Verdict,
+    broken,
     client_session,
     describe,
     failure,
     http_failure,
     messages_in,
     owned_task_group,
+    read_body,
     request_id_of,
     with_extra,
 )
 from proxy.outbound._http_modern import ModernExchanges, is_modern_request
-from proxy.outbound.transport import Received
+from proxy.outbound.transport import Failed, Received
 from proxy.protocol import jsonrpc
-from proxy.protocol.jsonrpc import Message, RequestId
+from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message, RequestId
 from proxy.protocol.sse import SSEDecoder
 
 __all__ = ["StreamableHttpTransport"]
@@ -70,9 +74,10 @@ _LIST_CHANGED: Final = jsonrpc.notification("notifications/tools/list_changed")
 class _Read:
     """How reading one SSE stream ended."""
 
-    answer: Message | None  # the response for the request the stream belongs to
+    answer: Message | Failed | None  # the response for the request the stream belongs to
     retry_ms: int | None
     error: str | None = None
+    unusable: bool = False  # the stream broke the protocol (an event past its limit): no resuming
 
 
 class StreamableHttpTransport:
@@ -85,16 +90,19 @@ class StreamableHttpTransport:
         headers: Mapping[str, str] | None = None,
         *,
         connect_timeout: float = 30.0,
+        max_depth: int = DEFAULT_MAX_DEPTH,
     ) -> None:
+        """``max_depth`` bounds the nesting of each message the server sends."""
         self._server_id = server_id
         self._url = url
         self._headers = dict(headers or {})
         self._connect_timeout = connect_timeout
+        self._max_depth = max_depth
 
     def connect(self) -> AbstractAsyncContextManager[_StreamableHttpLink]:
         """Open the HTTP client; no request is made until the first ``send`` (``initialize``).
 
-        Unreachable servers therefore show up as error responses to that request, not here.
+        Unreachable servers therefore show up as the failure of that request, not here.
         On exit the session is ended with DELETE (bounded, errors ignored).
         """
         return self.open_link()
@@ -109,7 +117,13 @@ class StreamableHttpTransport:
                 try:
                     async with owned_task_group() as tg:
                         link = _StreamableHttpLink(
-                            self._server_id, self._url, http, tg, inbox, self._connect_timeout
+                            self._server_id,
+                            self._url,
+                            http,
+                            tg,
+                            inbox,
+                            self._connect_timeout,
+                            self._max_depth,
                         )
                         try:
                             yield link
@@ -132,8 +146,10 @@ class _StreamableHttpLink:
         tg: anyio.abc.TaskGroup,
         inbox: Inbox,
         connect_timeout: float,
+        max_depth: int,
     ) -> None:
         self._server_id = server_id
+        self._max_depth = max_depth
         self._url = url
         self._http = http
         self._tg = tg
@@ -149,7 +165,7 @@ class _StreamableHttpLink:
         self._renewed_at = -math.inf
         self._listening = False
         self.closed = False
-        self.modern = ModernExchanges(server_id, url, http, tg, inbox, self._log)
+        self.modern = ModernExchanges(server_id, url, http, tg, inbox, self._log, max_depth=max_depth)
 
     # ------------------------------------------------------------------ the Link contract
 
@@ -161,6 +177,7 @@ class _StreamableHttpLink:
 
         Raises:
             ServerUnavailable: the link is closed.
+            Unencodable: ``message`` cannot be written as JSON; nothing was sent.
         """
         if self.closed:
             raise ServerUnavailable(self._server_id, "link closed")
@@ -169,15 +186,16 @@ class _StreamableHttpLink:
             return
         if message.get("method") == "notifications/cancelled" and self._cancelled_here(message):
             return
+        data = jsonrpc.encode(message)  # here, so that a message that cannot go out is the caller's error
         if request_id_of(message) is None:
-            accepted = await self._post(message, extra=headers)
+            accepted = await self._post(message, data, extra=headers)
             if accepted and message.get("method") == "notifications/initialized" and not self._listening:
                 self._listening = True
                 self._tg.start_soon(self._listen)
             return
         if message.get("method") == "initialize":
             self._initialize, self._initialize_id = message, message["id"]
-        self._tg.start_soon(self._post, message, True, None, headers)
+        self._tg.start_soon(self._post, message, data, True, None, headers)
 
     async def receive(self) -> Received:
         """The next message, with the id of the request whose POST (or resumed stream) carried it.
@@ -188,10 +206,15 @@ class _StreamableHttpLink:
         return await self._inbox.get()
 
     async def probe(self, initialize: Message, headers: Mapping[str, str] | None = None) -> Probe:
-        """Send ``initialize`` and return once the answer shows whether this is Streamable HTTP."""
+        """Send ``initialize`` and return once the answer shows whether this is Streamable HTTP.
+
+        Raises:
+            Unencodable: ``initialize`` cannot be written as JSON; nothing was sent.
+        """
+        data = jsonrpc.encode(initialize)
         self._initialize, self._initialize_id = initialize, initialize["id"]
         probe = Probe()
-        self._tg.start_soon(self._post, initialize, True, probe, headers)
+        self._tg.start_soon(self._post, initialize, data, True, probe, headers)
         await probe.settled.wait()
         return probe
 
@@ -232,6 +255,7 @@ class _StreamableHttpLink:
     async def _post(
         self,
         message: Message,
+        data: bytes,
         may_renew: bool = True,
         probe: Probe | None = None,
         extra: Mapping[str, str] | None = None,
@@ -242,11 +266,14 @@ class _StreamableHttpLink:
         session_id = None if initialize else self.session_id  # a new session starts without one
         headers = with_extra(self._headers(session_id, initialize=initialize), extra)
         try:
-            async with self._http.post(self._url, data=jsonrpc.encode(message), headers=headers) as response:
+            async with self._http.post(self._url, data=data, headers=headers) as response:
                 if not (response.status == 404 and session_id is not None and may_renew):
                     return await self._answer(response, message, probe)
         except TRANSPORT_ERRORS as exc:
             self._fail(request_id, f"POST {self._url} failed: {describe(exc)}")
+            return False
+        except MessageTooLarge as exc:
+            self._broken(request_id, exc.message)
             return False
         finally:
             if probe is not None:
@@ -255,7 +282,7 @@ class _StreamableHttpLink:
         if not await self._renew(session_id):
             self._fail(request_id, "the session expired and starting a new one failed")
             return False
-        return await self._post(message, may_renew=False, extra=extra)
+        return await self._post(message, data, may_renew=False, extra=extra)
 
     async def _answer(self, response: aiohttp.ClientResponse, message: Message, probe: Probe | None) -> bool:
         status, content_type = response.status, response.content_type
@@ -280,18 +307,20 @@ class _StreamableHttpLink:
             self._inbox.put(await http_failure(self._server_id, request_id, response), request_id)
             return False
         if content_type == JSON:
-            answer = self._take(messages_in(await response.read(), self._log), request_id)
+            decoded = self._decode(await read_body(response))
+            answer = self._take(decoded.items, request_id)
+            why = f" ({decoded.problem})" if decoded.problem else ""
             if answer is None and probe is not None:
-                reason = "the JSON body held no JSON-RPC response: not an MCP endpoint"
-                probe.settle(Verdict.NOT_STREAMABLE, failure(self._server_id, request_id, reason))
+                reason = f"the JSON body held no JSON-RPC response{why}: not an MCP endpoint"
+                probe.settle(Verdict.NOT_STREAMABLE, broken(self._server_id, request_id, reason))
                 return False
             if probe is not None:
                 probe.settle(Verdict.SPEAKS)
             if answer is None:
-                self._fail(request_id, "the JSON body held no response to the request")
+                self._broken(request_id, f"the JSON body held no response to the request{why}")
             return answer is not None
         if content_type != SSE:
-            self._fail(request_id, f"HTTP {status} with unexpected Content-Type {content_type!r}")
+            self._broken(request_id, f"HTTP {status} with unexpected Content-Type {content_type!r}")
             return False
         if probe is not None:
             probe.settle(Verdict.SPEAKS)
@@ -303,7 +332,7 @@ class _StreamableHttpLink:
         read = await self._read(reader, request_id)
         for _ in range(_MAX_RESUMES):
             last_event_id = reader.decoder.last_event_id
-            if read.answer is not None or last_event_id is None:
+            if read.answer is not None or read.unusable or last_event_id is None:
                 break
             # The spec makes the client wait the server's `retry` before reconnecting.
             await anyio.sleep((read.retry_ms or 0) / 1000)
@@ -324,10 +353,12 @@ class _StreamableHttpLink:
                     reader = EventReader(resumed, decoder)
                     retry_ms = read.retry_ms
                     read = await self._read(reader, request_id)
-                    read = _Read(read.answer, read.retry_ms or retry_ms, read.error)
+                    read = _Read(read.answer, read.retry_ms or retry_ms, read.error, read.unusable)
             except TRANSPORT_ERRORS as exc:
                 read = _Read(None, read.retry_ms, describe(exc))
-        if read.answer is None:
+        if read.answer is None and read.unusable:
+            self._broken(request_id, read.error or "the SSE stream broke the protocol")
+        elif read.answer is None:
             self._fail(request_id, f"the SSE stream ended before the response ({read.error or 'closed'})")
         return read.answer is not None
 
@@ -341,17 +372,23 @@ class _StreamableHttpLink:
                 retry_ms = event.retry if event.retry is not None else retry_ms
                 if event.event != "message" or not event.data:
                     continue  # a priming event (id only), or an event type MCP does not use
-                answer = self._take(messages_in(event.data, self._log), request_id, capture=capture)
+                answer = self._take(self._decode(event.data).items, request_id, capture=capture)
                 if answer is not None:
                     # The server ends the stream after the answer; a resumed GET stream may stay open.
                     return _Read(answer, retry_ms)
         except TRANSPORT_ERRORS as exc:
             return _Read(None, retry_ms, describe(exc))
+        except MessageTooLarge as exc:
+            self._log.warning("server %r: an SSE stream was dropped: %s", self._server_id, exc.message)
+            return _Read(None, retry_ms, exc.message, unusable=True)
         return _Read(None, retry_ms)
 
+    def _decode(self, data: str | bytes) -> Decoded:
+        return messages_in(data, self._server_id, self._log, max_depth=self._max_depth)
+
     def _take(
-        self, messages: list[Message], request_id: RequestId | None, *, capture: bool = False
-    ) -> Message | None:
+        self, messages: list[Message | Failed], request_id: RequestId | None, *, capture: bool = False
+    ) -> Message | Failed | None:
         """Queue ``messages`` for ``receive``; return the response to ``request_id`` if among them.
 
         They were carried for ``request_id``, which goes with them. With ``capture`` that request is
@@ -361,13 +398,19 @@ class _StreamableHttpLink:
         related = None if capture else request_id
         answer = None
         for message in messages:
-            is_answer = request_id is not None and "method" not in message and message.get("id") == request_id
+            if isinstance(message, Failed):
+                is_answer = message.request_id == request_id
+            else:
+                is_answer = (
+                    request_id is not None and "method" not in message and message.get("id") == request_id
+                )
             if is_answer:
                 answer = message
                 if capture:
                     continue
             if (
-                self._initialize_id is not None
+                not isinstance(message, Failed)
+                and self._initialize_id is not None
                 and message.get("id") == self._initialize_id
                 and "method" not in message
             ):
@@ -387,6 +430,12 @@ class _StreamableHttpLink:
         else:
             self._inbox.put(failure(self._server_id, request_id, reason), request_id)
 
+    def _broken(self, request_id: RequestId | None, reason: str) -> None:
+        if request_id is None:
+            self._log.warning("server %r: %s", self._server_id, reason)
+        else:
+            self._inbox.put(broken(self._server_id, request_id, reason), request_id)
+
     # ------------------------------------------------------------------ session upkeep
 
     async def _renew(self, stale: str | None) -> bool:
@@ -403,7 +452,7 @@ class _StreamableHttpLink:
             try:
                 with anyio.fail_after(self._connect_timeout):
                     self.session_id = await self._replay_initialize(replay)
-            except (*TRANSPORT_ERRORS, ServerUnavailable) as exc:
+            except (*TRANSPORT_ERRORS, MessageTooLarge, ServerUnavailable) as exc:
                 self._log.warning(
                     "server %r: the session expired; starting a new one failed: %s", self._server_id, exc
                 )
@@ -429,8 +478,8 @@ class _StreamableHttpLink:
             if response.content_type == SSE:
                 answer = (await self._read(EventReader(response), replay["id"], capture=True)).answer
             else:
-                answer = self._take(messages_in(await response.read(), self._log), replay["id"], capture=True)
-        if answer is None or "result" not in answer:
+                answer = self._take(self._decode(await read_body(response)).items, replay["id"], capture=True)
+        if answer is None or isinstance(answer, Failed) or "result" not in answer:
             raise ServerUnavailable(self._server_id, f"initialize was not answered with a result: {answer}")
         self._note_version(answer)
         # Published only after `initialized`: requests must not reach the new session before it.

@@ -9,22 +9,51 @@ except where its wire format forces it to (the Streamable HTTP session, the head
         await link.send(message)
         message, related = await link.receive()
 
-Foreign exceptions are converted at this edge: a transport raises only
-:class:`proxy.errors.ServerUnavailable` (server gone, refused, closed), never OSError,
-aiohttp or anyio stream errors.
+Foreign exceptions are converted at this edge: a transport raises only our own errors, never
+OSError, aiohttp, anyio stream or orjson errors. It makes up no answers either: where it knows
+that one request of ours will never be answered (its POST failed, the server's reply to it was
+unusable), ``receive`` hands out a :class:`Failed` for it, carrying the error to raise.
+
+Every message a transport decodes is bounded: in size (per line, event or body) and in nesting
+(``max_depth``, as configured). A server's message past them, or not JSON-RPC at all, fails the
+request it answers where the transport can tell which one that is, and is logged and dropped
+where it cannot; it ends the link only where the stream it came on cannot be read any further
+(the one SSE stream of the legacy HTTP+SSE transport).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Protocol
 
+from proxy.errors import MessageTooDeep, ProtocolError, ServerProtocolError, ServerUnavailable
 from proxy.protocol.jsonrpc import Message, RequestId
 
-__all__ = ["Link", "Received", "Transport"]
+__all__ = ["Failed", "Link", "Received", "Transport", "unusable_answer"]
 
-Received = tuple[Message, RequestId | None]
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Request ``request_id`` will not be answered: ``error`` says why (the POST failed, the
+    server's answer was unusable …). The caller raises it as that request's outcome."""
+
+    request_id: RequestId
+    error: ServerUnavailable
+
+
+Received = tuple[Message | Failed, RequestId | None]
+
+
+def unusable_answer(server_id: str, refused: ProtocolError) -> Failed | None:
+    """The failure of the request that a server's unusable message answered, where the message
+    says which (a response nested too deep still has its id at the top); None where it does not."""
+    if isinstance(refused, MessageTooDeep) and refused.method is None and refused.request_id is not None:
+        return Failed(
+            refused.request_id, ServerProtocolError(server_id, f"its answer was a {refused.message}")
+        )
+    return None
 
 
 class Link(Protocol):
@@ -39,11 +68,13 @@ class Link(Protocol):
 
         Raises:
             ServerUnavailable: the link is closed or the server cannot be reached.
+            Unencodable: ``message`` cannot be written as JSON; nothing was sent.
         """
         ...
 
     async def receive(self) -> Received:
-        """The next message from the server (responses, requests and notifications alike).
+        """The next message from the server (responses, requests and notifications alike), or
+        the :class:`Failed` outcome of a request that will not be answered.
 
         With it comes the id of the request whose response stream carried it, where the
         transport knows (Streamable HTTP), else None: that is how a server's request during a

@@ -1,33 +1,60 @@
-"""Newline-delimited JSON framing, as the stdio transport uses it."""
+"""Newline-delimited JSON framing, as the stdio transports use it."""
 
 from __future__ import annotations
+
+from proxy.errors import MessageTooLarge
 
 __all__ = ["LineBuffer", "LineTooLong"]
 
 
-class LineTooLong(ValueError):
+class LineTooLong(MessageTooLarge):
     """A peer sent more than ``max_line`` bytes without a newline."""
 
 
 class LineBuffer:
-    """Collects bytes and hands back complete lines (without the newline, blank lines dropped)."""
+    """Collects bytes and hands back complete lines (without the newline, blank lines dropped).
+
+    A line longer than ``max_line`` is never held whole: its bytes are dropped as they come, up to
+    its newline, and a :class:`LineTooLong` stands in its place among the lines, so the lines
+    around it are kept and the peer's fault can be answered in order.
+    """
 
     def __init__(self, max_line: int = 16 * 1024 * 1024) -> None:
         self._buffer = bytearray()
         self._max_line = max_line
+        self._discarding = False  # inside an overlong line, until its newline
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Add ``data``; return every line it completed.
-
-        Raises:
-            LineTooLong: the unfinished line grew past ``max_line``; the buffer is cleared.
-        """
+    def feed(self, data: bytes) -> list[bytes | LineTooLong]:
+        """Add ``data``; return every line it completed, and a :class:`LineTooLong` for each line
+        that grew past ``max_line`` (reported once, when it does)."""
+        out: list[bytes | LineTooLong] = []
+        if self._discarding:
+            cut = data.find(b"\n")
+            if cut == -1:
+                return out
+            data, self._discarding = data[cut + 1 :], False
         self._buffer += data
-        if b"\n" not in data:
-            if len(self._buffer) > self._max_line:
-                self._buffer.clear()
-                raise LineTooLong(f"a message line exceeded {self._max_line} bytes")
-            return []
-        *lines, rest = self._buffer.split(b"\n")
-        self._buffer = bytearray(rest)
-        return [line for line in (bytes(raw).rstrip(b"\r") for raw in lines) if line.strip()]
+        if b"\n" in data:
+            *lines, rest = self._buffer.split(b"\n")
+            self._buffer = bytearray(rest)
+            for raw in lines:
+                line = bytes(raw[:-1] if raw.endswith(b"\r") else raw)  # one CR: CRLF endings
+                if len(line) > self._max_line:
+                    out.append(self._too_long())
+                elif line.strip():
+                    out.append(line)
+        if len(self._buffer) > self._max_line + 1:  # + 1: a CR that may turn out to end the line
+            self._buffer.clear()
+            self._discarding = True
+            out.append(self._too_long())
+        return out
+
+    def rest(self) -> bytes | None:
+        """The unfinished line the stream ended with, if there is one worth reading (a peer may
+        leave out the last newline); the buffer is emptied."""
+        line = bytes(self._buffer).strip()
+        self._buffer.clear()
+        return None if self._discarding or not line else line
+
+    def _too_long(self) -> LineTooLong:
+        return LineTooLong(f"a message line exceeded {self._max_line} bytes")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from proxy.errors import MessageTooLarge
+
 __all__ = ["SSEDecoder", "SSEEvent", "encode_event"]
 
 
@@ -23,7 +25,8 @@ class SSEDecoder:
     """
 
     def __init__(self, max_event_size: int = 16 * 1024 * 1024) -> None:
-        self._pending = b""
+        self._pending = bytearray()
+        self._scanned = 0  # how much of _pending holds no line end
         self._data: list[str] = []
         self._event = ""
         self._id: str | None = None
@@ -34,27 +37,43 @@ class SSEDecoder:
         self.last_event_id: str | None = None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        """Raises: ValueError when one event grows past ``max_event_size``."""
-        self._pending += chunk
+        """Raises: MessageTooLarge when one event grows past ``max_event_size`` (the stream is then
+        unusable: its next event would start in the middle of this one)."""
+        buffer = self._pending
+        buffer += chunk
         if self._at_start:
             # The stream may begin with one UTF-8 BOM, which is not part of the first field name.
-            if len(self._pending) < len(_BOM) and _BOM.startswith(self._pending):
+            if len(buffer) < len(_BOM) and _BOM.startswith(buffer):
                 return []  # maybe the first bytes of a BOM: wait for the rest
-            self._pending = self._pending.removeprefix(_BOM)
+            if buffer.startswith(_BOM):
+                del buffer[: len(_BOM)]
             self._at_start = False
+        # Linear in the bytes fed, whatever their shape: every byte is searched once (the search
+        # resumes where the last one stopped), and lines are cut out of the buffer by position.
         events: list[SSEEvent] = []
-        while True:
-            cut = _line_end(self._pending)
-            if cut is None:
-                break
-            end, after = cut
-            line = self._pending[:end].decode("utf-8", errors="replace")
-            self._pending = self._pending[after:]
-            event = self._line(line)
+        start = 0
+        lf = buffer.find(b"\n", self._scanned)
+        cr = buffer.find(b"\r", self._scanned)
+        while lf != -1 or cr != -1:
+            if cr == -1 or (lf != -1 and lf < cr):
+                end, after = lf, lf + 1
+            elif cr + 1 == len(buffer):
+                break  # a CR at the end may be the first half of CRLF: wait for more
+            else:
+                end, after = cr, cr + 2 if buffer[cr + 1] == _LF else cr + 1
+            event = self._line(buffer[start:end].decode("utf-8", errors="replace"))
             if event is not None:
                 events.append(event)
-        if len(self._pending) + self._size > self._max:
-            raise ValueError(f"an SSE event exceeded {self._max} bytes")
+            start = after
+            if lf != -1 and lf < start:
+                lf = buffer.find(b"\n", start)
+            if cr != -1 and cr < start:
+                cr = buffer.find(b"\r", start)
+        del buffer[:start]  # O(1) at the front of a bytearray
+        # Everything left is an unfinished line: searched already, up to a CR left waiting.
+        self._scanned = len(buffer) if cr == -1 else cr - start
+        if len(buffer) + self._size > self._max:
+            raise self._too_large()
         return events
 
     def _line(self, line: str) -> SSEEvent | None:
@@ -67,14 +86,20 @@ class SSEDecoder:
         if name == "data":
             self._data.append(value)
             self._size += len(value)
+            if self._size > self._max:  # a chunk may hold a whole event, past the check in feed
+                raise self._too_large()
         elif name == "event":
             self._event = value
         elif name == "id" and "\0" not in value:
             self._id = value
             self.last_event_id = value
-        elif name == "retry" and value.isascii() and value.isdigit():  # "²".isdigit() is True too
+        # "²".isdigit() is True too; and int() refuses more than 4300 digits with a ValueError.
+        elif name == "retry" and value.isascii() and value.isdigit() and len(value) <= _MAX_RETRY_DIGITS:
             self._retry = int(value)
         return None
+
+    def _too_large(self) -> MessageTooLarge:
+        return MessageTooLarge(f"an SSE event exceeded {self._max} bytes")
 
     def _dispatch(self) -> SSEEvent | None:
         data, event, event_id, retry = self._data, self._event, self._id, self._retry
@@ -85,18 +110,8 @@ class SSEDecoder:
 
 
 _BOM = b"\xef\xbb\xbf"
-
-
-def _line_end(buffer: bytes) -> tuple[int, int] | None:
-    """Where the first line ends (CRLF, LF or CR), and where the next begins."""
-    lf, cr = buffer.find(b"\n"), buffer.find(b"\r")
-    if cr == -1 and lf == -1:
-        return None
-    if cr == -1 or (lf != -1 and lf < cr):
-        return lf, lf + 1
-    if cr + 1 == len(buffer):
-        return None  # a CR at the end may be the first half of CRLF: wait for more
-    return (cr, cr + 2) if buffer[cr + 1 : cr + 2] == b"\n" else (cr, cr + 1)
+_LF = ord("\n")
+_MAX_RETRY_DIGITS = 9  # over 11 days in milliseconds: a longer one is ignored, as a malformed one is
 
 
 def encode_event(

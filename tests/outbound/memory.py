@@ -11,18 +11,21 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from proxy.errors import ServerUnavailable
-from proxy.outbound.transport import Received
+from proxy.outbound.transport import Failed, Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
 
 # A handler gets each message the client sent and a `reply` function; it may reply any number
-# of times (a response, notifications, nothing) and may block.
-Handler = Callable[[Message, Callable[[Message], Awaitable[None]]], Coroutine[Any, Any, None]]
+# of times (a response, notifications, nothing, or the Failed outcome a transport would hand out)
+# and may block.
+Handler = Callable[[Message, Callable[[Message | Failed], Awaitable[None]]], Coroutine[Any, Any, None]]
 
 
 class MemoryLink:
     def __init__(
-        self, to_server: MemoryObjectSendStream[Message], from_server: MemoryObjectReceiveStream[Message]
+        self,
+        to_server: MemoryObjectSendStream[Message],
+        from_server: MemoryObjectReceiveStream[Message | Failed],
     ):
         self._to_server = to_server
         self._from_server = from_server
@@ -53,7 +56,7 @@ class MemoryTransport:
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[MemoryLink]:
         to_server_send, to_server_receive = anyio.create_memory_object_stream[Message](math.inf)
-        from_server_send, from_server_receive = anyio.create_memory_object_stream[Message](math.inf)
+        from_server_send, from_server_receive = anyio.create_memory_object_stream[Message | Failed](math.inf)
         link = MemoryLink(to_server_send, from_server_receive)
         self.links.append(link)
         self.hang_up = anyio.Event()

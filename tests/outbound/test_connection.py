@@ -7,14 +7,17 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.errors import RemoteError, ServerTimeout, ServerUnavailable
+from proxy.boundary import wire_error
+from proxy.errors import RemoteError, ServerProtocolError, ServerTimeout, ServerUnavailable
 from proxy.outbound.connection import ServerConnection, ServerState, backoff_delay
+from proxy.outbound.transport import Failed, Transport
+from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import Handler, MemoryTransport, answer, initialize_result
 
 pytestmark = pytest.mark.anyio
 
-Reply = Callable[[Message], Awaitable[None]]
+Reply = Callable[[Message | Failed], Awaitable[None]]
 
 
 class Recorder:
@@ -65,9 +68,11 @@ def paged_server(pages: Sequence[tuple[list[str], str | None]], on_call: Handler
 
 @asynccontextmanager
 async def connected(
-    transport: MemoryTransport, recorder: Recorder, **options: Any
+    transport: Transport, recorder: Recorder, **options: Any
 ) -> AsyncIterator[ServerConnection]:
-    connection = ServerConnection("mem", transport, recorder, connect_timeout=5, **options)
+    connection = ServerConnection(
+        "mem", transport, recorder, connect_timeout=5, answer_error=wire_error, **options
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(connection.run)
         with anyio.fail_after(5):
@@ -240,3 +245,100 @@ def test_backoff_doubles_up_to_the_cap() -> None:
     delays = [backoff_delay(n, jitter=0) for n in range(10)]
     assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
     assert max(delays) == 30.0
+
+
+async def test_a_request_the_transport_reports_failed_raises_that_error_and_the_rest_go_on() -> None:
+    async def on_call(message: Message, reply: Reply) -> None:
+        if message["params"]["name"] == "bad":
+            await reply(Failed(message["id"], ServerProtocolError("mem", "its answer was unusable")))
+        else:
+            await reply(answer(message, {"content": []}))
+
+    async with connected(MemoryTransport(paged_server([([], None)], on_call)), Recorder()) as connection:
+        with pytest.raises(
+            ServerProtocolError, match="server 'mem' broke the protocol: its answer was unusable"
+        ):
+            await connection.request("tools/call", {"name": "bad"})
+        assert await connection.request("tools/call", {"name": "good"}) == {"content": []}
+        assert (connection.state, connection.restarts) == (ServerState.READY, 0)
+
+
+class FailsFirst:
+    """A transport whose first link breaks in a way nobody planned for."""
+
+    def __init__(self, transport: MemoryTransport) -> None:
+        self._transport = transport
+        self.connects = 0
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Any]:
+        self.connects += 1
+        if self.connects == 1:
+            raise RuntimeError("a bug, say")
+        async with self._transport.connect() as link:
+            yield link
+
+
+async def test_an_unexpected_error_in_one_lifetime_is_logged_counted_and_followed_by_a_restart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counted: list[tuple[str, BaseException]] = []
+    recorder = Recorder()
+    transport = FailsFirst(MemoryTransport(paged_server([(["a"], None)])))
+    async with connected(
+        transport, recorder, on_internal_error=lambda *seen: counted.append(seen)
+    ) as connection:
+        assert (connection.state, connection.reason) == (ServerState.BACKOFF, "internal error: RuntimeError")
+        with anyio.fail_after(5):
+            while connection.state is not ServerState.READY:
+                await recorder.updated.wait()
+    assert [(where, str(exc)) for where, exc in counted] == [("outbound.connection", "a bug, say")]
+    [logged] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "internal error" in logged.getMessage()
+    assert "server mem" in logged.getMessage()
+    assert logged.exc_info is not None  # the traceback, once
+    assert connection.restarts == 1
+
+
+class FussyListener(Recorder):
+    def server_notification(self, server_id: str, message: Message) -> None:
+        raise KeyError("the gateway choked on it")
+
+
+async def test_a_message_whose_handling_fails_costs_that_message_only() -> None:
+    async def on_call(message: Message, reply: Reply) -> None:
+        await reply(jsonrpc.notification("notifications/message", {"level": "info", "data": "x"}))
+        await reply(answer(message, {"content": []}))
+
+    counted: list[str] = []
+    async with connected(
+        MemoryTransport(paged_server([([], None)], on_call)),
+        FussyListener(),
+        on_internal_error=lambda where, _: counted.append(where),
+    ) as connection:
+        assert await connection.request("tools/call", {"name": "x"}) == {"content": []}
+        assert await connection.request("tools/call", {"name": "x"}) == {"content": []}
+        assert (connection.state, connection.restarts) == (ServerState.READY, 0)
+    assert counted == ["outbound.dispatch", "outbound.dispatch"]
+
+
+async def test_messages_with_odd_ids_and_params_are_dropped_without_harm() -> None:
+    async def on_call(message: Message, reply: Reply) -> None:
+        our_id = message["id"]
+        for odd in (
+            {"jsonrpc": "2.0", "id": "not-ours", "result": {}},
+            {"jsonrpc": "2.0", "id": 10**6, "result": {}},
+            {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}},
+            jsonrpc.notification("notifications/progress", {"progressToken": our_id, "progress": "lots"}),
+            jsonrpc.notification("notifications/progress", {"progressToken": [our_id]}),
+            jsonrpc.notification("notifications/cancelled", {"requestId": {"a": 1}}),
+        ):
+            await reply(odd)
+        await reply(Failed(10**6, ServerProtocolError("mem", "an answer for no one")))
+        await reply(answer(message, {"content": []}))
+        await reply(answer(message, {"content": ["a second answer is dropped"]}))
+
+    async with connected(MemoryTransport(paged_server([([], None)], on_call)), Recorder()) as connection:
+        assert await connection.request("tools/call", {"name": "x"}) == {"content": []}
+        assert await connection.request("tools/call", {"name": "x"}) == {"content": []}
+        assert (connection.state, connection.restarts) == (ServerState.READY, 0)

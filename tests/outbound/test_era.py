@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import ProtocolError, ServerUnavailable
+from proxy.errors import ServerProtocolError, ServerUnavailable
 from proxy.outbound.era import Era, Introduction, envelope, mirror_tools, parse_discover, parse_initialize
 from proxy.protocol.headers import ParamHeader
 from proxy.protocol.jsonrpc import Message
@@ -131,7 +131,9 @@ def test_an_initialize_result_introduces_a_handshake_era_server_at_the_revision_
 
 
 def test_an_initialize_result_that_is_not_an_object_is_a_protocol_error() -> None:
-    with pytest.raises(ProtocolError, match="'s' answered initialize with a non-object result"):
+    with pytest.raises(
+        ServerProtocolError, match="'s' broke the protocol: it answered initialize with a non-object result"
+    ):
         parse_initialize(["2025-11-25"], "s")
 
 

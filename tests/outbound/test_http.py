@@ -11,9 +11,10 @@ import anyio.abc
 import orjson
 import pytest
 
-from proxy.errors import ServerUnavailable
+from proxy.errors import ServerProtocolError, ServerUnavailable, Unencodable
 from proxy.outbound.http import AutoHttpTransport, StreamableHttpTransport, http_transport
 from proxy.outbound.sse_legacy import LegacySseTransport
+from proxy.outbound.transport import Failed
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
 from proxy.protocol.modern import PROTOCOL_VERSION_KEY
@@ -26,6 +27,7 @@ from tests.fixtures.spawn import (
     call,
     collect,
     exercise,
+    failure_of,
     free_port,
     handshake,
     http_response,
@@ -143,29 +145,29 @@ async def test_a_server_that_answers_404_to_every_session_is_not_re_initialized_
             await handshake(link)
             await link.send(jsonrpc.request(2, "tools/list"))
             answers, others = await collect(link, 1)
-            assert answers[2]["error"]["message"] == "server 'search': HTTP 404 Not Found"
+            assert failure_of(answers[2], 2).reason == "HTTP 404 Not Found"
             assert others == [(LIST_CHANGED, None)]  # one renewal was worth a try
             await link.send(jsonrpc.request(3, "tools/list"))
             answers, others = await collect(link, 1)
-            assert "starting a new one failed" in answers[3]["error"]["message"]
+            assert "starting a new one failed" in failure_of(answers[3], 3).reason
             assert others == []
     initializes = [r for r in server.requests if b'"initialize"' in r.body]
     assert [r.headers.get("mcp-session-id") for r in initializes] == [None, None]
 
 
-async def test_a_refused_port_answers_the_request_at_once_with_an_error_naming_the_server() -> None:
+async def test_a_refused_port_fails_the_request_at_once_naming_the_server() -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
     async with StreamableHttpTransport("search", url).connect() as link:
         with anyio.fail_after(5):
             await link.send(INIT)
             answer, related = await link.receive()
     assert related == 1
-    assert answer["id"] == 1
-    assert answer["error"]["code"] == -32000
-    assert answer["error"]["message"].startswith("server 'search': POST ")
+    error = failure_of(answer, 1)
+    assert type(error) is ServerUnavailable
+    assert str(error).startswith("server 'search' is unavailable: POST ")
 
 
-async def one_answer(url: str, server_id: str = "search") -> Message:
+async def one_answer(url: str, server_id: str = "search") -> Message | Failed:
     async with StreamableHttpTransport(server_id, url).connect() as link:
         with anyio.fail_after(5):
             await link.send(INIT)
@@ -174,7 +176,7 @@ async def one_answer(url: str, server_id: str = "search") -> Message:
             return answer
 
 
-async def test_http_500_answers_the_request_with_an_error_naming_the_status() -> None:
+async def test_http_500_fails_the_request_naming_the_status() -> None:
     async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
         await stream.send(
             http_response(500, b"oops", reason="Internal Server Error", content_type="text/plain")
@@ -182,7 +184,8 @@ async def test_http_500_answers_the_request_with_an_error_naming_the_status() ->
 
     async with scripted_http_server(handler) as server:
         answer = await one_answer(server.url + "/mcp")
-    assert answer == jsonrpc.error_response(1, -32000, "server 'search': HTTP 500 Internal Server Error")
+    error = failure_of(answer, 1)
+    assert (type(error), error.reason) == (ServerUnavailable, "HTTP 500 Internal Server Error")
 
 
 async def test_a_4xx_with_a_json_rpc_error_body_is_passed_on_as_the_answer_to_the_request() -> None:
@@ -198,14 +201,16 @@ async def test_a_4xx_with_a_json_rpc_error_body_is_passed_on_as_the_answer_to_th
     assert answer == jsonrpc.error_response(1, -32600, "Bad Request: no")
 
 
-async def test_a_body_that_is_not_json_answers_the_request_with_an_error() -> None:
+async def test_a_body_that_is_not_json_fails_the_request_as_the_server_s_fault() -> None:
     async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
         await stream.send(http_response(200, b"{nope", reason="OK", content_type="application/json"))
 
     async with scripted_http_server(handler) as server:
         answer = await one_answer(server.url + "/mcp")
-    assert answer["error"]["code"] == -32000
-    assert "no response" in answer["error"]["message"]
+    error = failure_of(answer, 1)
+    assert type(error) is ServerProtocolError
+    assert "no response" in error.reason
+    assert "invalid JSON" in error.reason
 
 
 async def test_a_malformed_sse_event_is_logged_and_dropped_and_the_rest_still_arrives(
@@ -336,7 +341,7 @@ async def test_auto_falls_back_to_legacy_sse_and_remembers_it_for_the_next_link(
                 assert text_of(answers[5]) == "5"
 
 
-async def test_auto_answers_with_the_streamable_error_when_the_fallback_fails_too() -> None:
+async def test_auto_fails_the_request_with_the_streamable_error_when_the_fallback_fails_too() -> None:
     async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
         await stream.send(http_response(404, b"no", reason="Not Found", content_type="text/plain"))
 
@@ -347,7 +352,7 @@ async def test_auto_answers_with_the_streamable_error_when_the_fallback_fails_to
         with anyio.fail_after(5):
             await link.send(INIT)
             answer, _ = await link.receive()
-    assert answer == jsonrpc.error_response(1, -32000, "server 'search': HTTP 404 Not Found")
+    assert failure_of(answer, 1).reason == "HTTP 404 Not Found"
     assert [r.method for r in server.requests] == ["POST", "GET"]
 
 
@@ -355,3 +360,58 @@ def test_the_transport_factory_builds_the_configured_kind() -> None:
     assert isinstance(http_transport("a", "http://x/mcp", None, "auto"), AutoHttpTransport)
     assert isinstance(http_transport("a", "http://x/mcp", None, "streamable-http"), StreamableHttpTransport)
     assert isinstance(http_transport("a", "http://x/sse", None, "sse"), LegacySseTransport)
+
+
+@pytest.mark.parametrize("modern", [False, True], ids=["session", "2026-07-28"])
+async def test_a_message_that_cannot_be_encoded_is_refused_by_send_and_the_link_lives_on(
+    modern: bool,
+) -> None:
+    params: dict[str, Any] = {"name": "x", "arguments": {"n": 2**70}}  # past what JSON numbers carry here
+    if modern:
+        params["_meta"] = {PROTOCOL_VERSION_KEY: "2026-07-28"}
+    async with StreamableHttpTransport("search", f"http://127.0.0.1:{free_port()}/mcp").connect() as link:
+        with anyio.fail_after(5):
+            with pytest.raises(Unencodable):
+                await link.send(jsonrpc.request(9, "tools/call", params))
+            await link.send(INIT)
+            answer, _ = await link.receive()
+    assert failure_of(answer, 1).reason.startswith("POST ")  # nothing was ever sent for 9
+
+
+DEEP_ANSWER = b'{"jsonrpc":"2.0","id":1,"result":' + b"[" * 300 + b"]" * 300 + b"}"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/json", DEEP_ANSWER),
+        ("text/event-stream", b"event: message\ndata: " + DEEP_ANSWER + b"\n\n"),
+    ],
+    ids=["json-body", "sse-event"],
+)
+async def test_an_answer_nested_too_deep_fails_its_request_naming_the_limit(
+    content_type: str, body: bytes
+) -> None:
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        await stream.send(http_response(200, body, reason="OK", content_type=content_type))
+
+    async with scripted_http_server(handler) as server:
+        answer = await one_answer(server.url + "/mcp")
+    error = failure_of(answer, 1)
+    assert type(error) is ServerProtocolError
+    assert (
+        str(error)
+        == "server 'search' broke the protocol: its answer was a message nested deeper than 64 levels"
+    )
+
+
+async def test_a_json_body_declared_past_the_size_limit_fails_its_request_unread() -> None:
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 20000000\r\n\r\n"
+        await stream.send(head.encode() + b'{"jsonrpc":')
+
+    async with scripted_http_server(handler) as server:
+        answer = await one_answer(server.url + "/mcp")
+    error = failure_of(answer, 1)
+    assert type(error) is ServerProtocolError
+    assert error.reason == "a JSON body exceeded 16777216 bytes"

@@ -20,9 +20,10 @@ import orjson
 import pytest
 import uvicorn
 
+from proxy.errors import ServerProtocolError, ServerUnavailable
 from proxy.outbound._http_modern import request_headers
 from proxy.outbound.http import AutoHttpTransport, StreamableHttpTransport
-from proxy.outbound.transport import Link
+from proxy.outbound.transport import Failed, Link
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.modern import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, PROTOCOL_VERSION_KEY
@@ -30,8 +31,10 @@ from tests.conformance_modern.fixture_server import build_server, legacy_only
 from tests.fixtures.spawn import (
     VERSION,
     HttpRequest,
+    answered,
     collect,
     exercise,
+    failure_of,
     handshake,
     http_response,
     running_http_fixture,
@@ -58,13 +61,23 @@ def cancel(request_id: RequestId) -> Message:
     return jsonrpc.notification("notifications/cancelled", {"requestId": request_id, "reason": "test"})
 
 
-async def answer_to(link: Link, request_id: RequestId) -> Message:
-    """Receive until the response to ``request_id``; it must come on that request's own exchange."""
+async def outcome_to(link: Link, request_id: RequestId) -> Message | Failed:
+    """Receive until the response to ``request_id`` (or its failure); it must come on that
+    request's own exchange."""
     while True:
         message, related = await link.receive()
-        if "method" not in message and message.get("id") == request_id:
+        if isinstance(message, Failed):
+            mine = message.request_id == request_id
+        else:
+            mine = "method" not in message and message.get("id") == request_id
+        if mine:
             assert related == request_id
             return message
+
+
+async def answer_to(link: Link, request_id: RequestId) -> Message:
+    """The server's response to ``request_id`` (it must not fail)."""
+    return answered(await outcome_to(link, request_id))
 
 
 # ---------------------------------------------------------------------------- the SDK, in process
@@ -243,9 +256,12 @@ async def test_a_modern_request_never_uses_the_session_even_where_one_exists() -
         with anyio.fail_after(5):
             await handshake(link)
             await link.send(modern(2, "tools/list"))
-            answer = await answer_to(link, 2)
-    assert answer["error"]["code"] == -32600
-    assert answer["error"]["message"] == "server 's': HTTP 404 Not Found: gone"
+            answer = await outcome_to(link, 2)
+    error = failure_of(answer, 2)
+    assert (type(error), str(error)) == (
+        ServerUnavailable,
+        "server 's' is unavailable: HTTP 404 Not Found: gone",
+    )
     [request] = [r for r in server.requests if b'"tools/list"' in r.body]
     assert "mcp-session-id" not in request.headers
     assert request.headers["mcp-protocol-version"] == MODERN  # not the session's 2025-11-25
@@ -269,22 +285,15 @@ async def test_a_modern_request_never_uses_the_session_even_where_one_exists() -
             jsonrpc.error_response(7, -32603, "Internal error"),
             id="json-rpc-error-in-a-5xx",
         ),
+        # No JSON-RPC error in the body: nothing to pass on, so the request fails (no made-up answer).
+        pytest.param(405, b"", "HTTP 405 Method Not Allowed", id="bare-405"),
         pytest.param(
-            405,
-            b"",
-            jsonrpc.error_response(7, -32600, "server 's': HTTP 405 Method Not Allowed"),
-            id="bare-405",
-        ),
-        pytest.param(
-            502,
-            b"<html>bad gateway</html>",
-            jsonrpc.error_response(7, -32000, "server 's': HTTP 502 Bad Gateway: <html>bad gateway</html>"),
-            id="html-502",
+            502, b"<html>bad gateway</html>", "HTTP 502 Bad Gateway: <html>bad gateway</html>", id="html-502"
         ),
     ],
 )
-async def test_an_http_error_answers_the_modern_request_and_leaves_the_link_working(
-    status: int, body: bytes, expected: Message
+async def test_an_http_error_answers_or_fails_the_modern_request_and_leaves_the_link_working(
+    status: int, body: bytes, expected: Message | str
 ) -> None:
     reasons = {
         400: "Bad Request",
@@ -307,12 +316,16 @@ async def test_an_http_error_answers_the_modern_request_and_leaves_the_link_work
     ):
         with anyio.fail_after(5):
             await link.send(modern(7, "server/discover"))
-            assert await answer_to(link, 7) == expected
+            outcome = await outcome_to(link, 7)
+            if isinstance(expected, str):
+                assert failure_of(outcome, 7).reason == expected
+            else:
+                assert outcome == expected
             await link.send(modern(8, "tools/list"))
             assert await answer_to(link, 8) == jsonrpc.result_response(8, {"tools": []})
 
 
-async def test_a_202_to_a_modern_request_answers_it_with_an_error_at_once() -> None:
+async def test_a_202_to_a_modern_request_fails_it_at_once_as_the_server_s_fault() -> None:
     async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
         await stream.send(http_response(202, reason="Accepted"))
 
@@ -322,9 +335,10 @@ async def test_a_202_to_a_modern_request_answers_it_with_an_error_at_once() -> N
     ):
         with anyio.fail_after(5):
             await link.send(modern(1, "tools/list"))
-            answer = await answer_to(link, 1)
-    assert answer["error"]["code"] == -32000
-    assert "HTTP 202" in answer["error"]["message"]
+            answer = await outcome_to(link, 1)
+    error = failure_of(answer, 1)
+    assert type(error) is ServerProtocolError
+    assert "HTTP 202" in error.reason
     assert [r.method for r in server.requests] == ["POST"]  # and no GET stream to wait on
 
 
@@ -363,14 +377,17 @@ async def test_a_listen_stream_delivers_its_notifications_with_its_id_until_it_i
         with anyio.fail_after(20):
             await link.send(modern(50, "subscriptions/listen", {"notifications": {"toolsListChanged": True}}))
             acknowledged, related = await link.receive()
-            assert (acknowledged["method"], related) == ("notifications/subscriptions/acknowledged", 50)
+            assert (answered(acknowledged)["method"], related) == (
+                "notifications/subscriptions/acknowledged",
+                50,
+            )
             await link.send(modern(51, "tools/call", {"name": "test_trigger_tool_change", "arguments": {}}))
             answers, others = await collect(link, 1)
             while not others:
                 others.append(await link.receive())
-            assert answers[51]["result"]["content"][0]["text"] == "tools list changed"
+            assert answered(answers[51])["result"]["content"][0]["text"] == "tools list changed"
             [(changed, related)] = others
-            assert (changed["method"], related) == ("notifications/tools/list_changed", 50)
+            assert (answered(changed)["method"], related) == ("notifications/tools/list_changed", 50)
             await link.send(cancel(50))
             [listen] = [r for r in seen if r.message["method"] == "subscriptions/listen"]
             await listen.hung_up.wait()  # the server saw the cancel: the stream was closed
@@ -458,7 +475,7 @@ async def test_auto_refuses_a_modern_request_to_a_legacy_sse_server_and_initiali
         async with transport.connect() as link:
             with anyio.fail_after(20):
                 await link.send(modern(900, "server/discover"))
-                refused = await answer_to(link, 900)
+                refused = await outcome_to(link, 900)
                 assert transport.chosen is None
                 await exercise(link, "beta")
         assert chosen(transport) == "sse"
@@ -468,10 +485,8 @@ async def test_auto_refuses_a_modern_request_to_a_legacy_sse_server_and_initiali
                 await link.send(modern(901, "server/discover"))
                 again, related = await link.receive()
                 await handshake(link)
-    assert refused["error"]["code"] == -32600
-    assert refused["error"]["message"].startswith("server 'beta': HTTP 405")
-    assert again["id"] == 901
-    assert "2024-11-05 only" in again["error"]["message"]
+    assert failure_of(refused, 900).reason.startswith("HTTP 405")
+    assert "2024-11-05 only" in failure_of(again, 901).reason
     assert related is None
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import ProtocolError, RemoteError
+from proxy.errors import RemoteError, ServerProtocolError
 from proxy.outbound.lists import CHANGED, LIST_KINDS, Drained, drain, offered
 from proxy.protocol.results import CacheHint
 
@@ -100,7 +100,10 @@ async def test_any_other_error_is_the_servers_error() -> None:
 
 @pytest.mark.parametrize("result", [{"tools": "a"}, {"prompts": []}, ["a"], None])
 async def test_a_page_without_the_lists_array_is_a_protocol_error(result: Any) -> None:
-    with pytest.raises(ProtocolError, match="server 's' answered tools/list without a 'tools' array"):
+    with pytest.raises(
+        ServerProtocolError,
+        match="server 's' broke the protocol: it answered tools/list without a 'tools' array",
+    ):
         await run(Script([result]))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from proxy.boundary import wire_error
 from proxy.outbound.connection import ServerConnection, ServerState
 from proxy.outbound.era import Era
 from proxy.protocol.jsonrpc import Message
@@ -101,7 +102,9 @@ class Caller:
 
 @asynccontextmanager
 async def connected(server: Server, **options: Any) -> AsyncIterator[ServerConnection]:
-    connection = ServerConnection("mem", MemoryTransport(server), Recorder(), connect_timeout=3, **options)
+    connection = ServerConnection(
+        "mem", MemoryTransport(server), Recorder(), connect_timeout=3, answer_error=wire_error, **options
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(connection.run)
         with anyio.fail_after(5):
@@ -180,7 +183,9 @@ async def test_a_pinned_modern_server_that_does_not_discover_is_down_not_legacy(
 
 async def test_a_remembered_legacy_server_that_went_modern_is_probed_again() -> None:
     server = Server(refuse_initialize_once=True)
-    connection = ServerConnection("mem", MemoryTransport(server), Recorder(), connect_timeout=3)
+    connection = ServerConnection(
+        "mem", MemoryTransport(server), Recorder(), connect_timeout=3, answer_error=wire_error
+    )
     connection.era = Era.LEGACY  # what an earlier lifetime found
     async with anyio.create_task_group() as tg:
         tg.start_soon(connection.run)

@@ -21,6 +21,7 @@ from tests.fixtures.spawn import (
     call,
     collect,
     exercise,
+    failure_of,
     free_port,
     handshake,
     http_response,
@@ -117,7 +118,7 @@ async def test_messages_go_to_the_endpoint_resolved_against_the_sse_url() -> Non
     assert get.headers["x-api-key"] == post.headers["x-api-key"] == "k"
 
 
-async def test_a_post_the_server_rejects_answers_the_request_with_an_error() -> None:
+async def test_a_post_the_server_rejects_fails_the_request_naming_the_status() -> None:
     async with (
         sse_server(b"event: endpoint\ndata: /messages/\n\n", post_status=500) as server,
         LegacySseTransport("gamma", server.url + "/sse").connect() as link,
@@ -125,7 +126,11 @@ async def test_a_post_the_server_rejects_answers_the_request_with_an_error() -> 
         with anyio.fail_after(5):
             await link.send(INIT)
             answer, _ = await link.receive()
-    assert answer == jsonrpc.error_response(1, -32000, "server 'gamma': HTTP 500 Whatever")
+    error = failure_of(answer, 1)
+    assert (type(error), str(error)) == (
+        ServerUnavailable,
+        "server 'gamma' is unavailable: HTTP 500 Whatever",
+    )
 
 
 async def test_when_the_event_stream_ends_receive_and_send_raise_server_unavailable() -> None:
@@ -157,8 +162,28 @@ async def test_a_2026_request_is_refused_at_once_without_a_post_and_headers_are_
             await link.send(discover, headers={"Mcp-Param-X": "1"})
             answer, related = await link.receive()
             await link.send(INIT, headers={"Mcp-Param-X": "1"})  # this transport has no use for them
-    assert (answer["id"], answer["error"]["code"], related) == (9, -32600, None)
-    assert "HTTP+SSE transport carries revision 2024-11-05 only" in answer["error"]["message"]
+    assert related is None
+    assert "HTTP+SSE transport carries revision 2024-11-05 only" in failure_of(answer, 9).reason
     get, post = server.requests
     assert (get.method, post.method, jsonrpc.parse(post.body)) == ("GET", "POST", INIT)
     assert "mcp-param-x" not in post.headers
+
+
+async def test_an_event_past_its_size_limit_ends_the_link_naming_the_limit() -> None:
+    deep = b'{"jsonrpc":"2.0","id":3,"result":' + b"[" * 300 + b"]" * 300 + b"}"
+    events = (
+        b"event: endpoint\ndata: /messages/\n\n"
+        + b"event: message\ndata: "
+        + deep  # an answer too deep fails its request; the stream goes on
+        + b"\n\nevent: message\ndata: "
+        + b"x" * (16 * 1024 * 1024 + 1)
+    )
+    async with (
+        sse_server(events) as server,
+        LegacySseTransport("gamma", server.url + "/sse").connect() as link,
+    ):
+        with anyio.fail_after(10):
+            failed, _ = await link.receive()
+            assert "nested deeper than 64 levels" in failure_of(failed, 3).reason
+            with pytest.raises(ServerUnavailable, match="an SSE event exceeded 16777216 bytes"):
+                await link.receive()

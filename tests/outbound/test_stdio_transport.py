@@ -15,6 +15,16 @@ import pytest
 
 from proxy.errors import ServerUnavailable
 from proxy.outbound.stdio import StdioTransport
+from proxy.outbound.transport import Failed, Link
+from proxy.protocol.jsonrpc import Message
+
+
+async def answered(link: Link) -> Message:
+    """The next message the server wrote (a transport reports no failures on a healthy stdio link)."""
+    message, _ = await link.receive()
+    assert not isinstance(message, Failed), message
+    return message
+
 
 pytestmark = pytest.mark.anyio
 
@@ -241,7 +251,7 @@ async def test_the_process_gets_the_configured_env_and_cwd_and_none_of_our_secre
 
     with anyio.fail_after(10):
         async with transport.connect() as link:
-            message, _ = await link.receive()
+            message = await answered(link)
 
     seen = message["params"]
     env = seen["env"]
@@ -264,7 +274,7 @@ send({"jsonrpc": "2.0", "method": "pids", "params": {"leader": os.getpid(), "chi
 async def test_a_process_that_stops_when_its_stdin_closes_is_not_signalled(log: LogLines) -> None:
     with anyio.fail_after(10):  # waiting out the 30 s grace would trip this bound
         async with server(PRELUDE + READY + WAIT_FOR_EOF, shutdown_grace=30).connect() as link:
-            message, _ = await link.receive()
+            message = await answered(link)
 
     pid = message["params"]["pid"]
     assert f"server fx: process {pid} stopped (code 0)" in log.lines
@@ -274,7 +284,7 @@ async def test_a_process_that_stops_when_its_stdin_closes_is_not_signalled(log: 
 async def test_leaving_the_context_ends_the_process_and_everything_it_started(log: LogLines) -> None:
     with anyio.fail_after(15):
         async with server(PRELUDE + SPAWNS + WAIT_FOREVER, shutdown_grace=0.2).connect() as link:
-            message, _ = await link.receive()
+            message = await answered(link)
             pids = message["params"]
             child = os.pidfd_open(pids["child"])
         try:
@@ -307,7 +317,7 @@ async def test_sigterm_goes_to_the_whole_group_so_every_process_can_clean_up(
         async with server(leader, shutdown_grace=0.5).connect() as link:
             started: dict[str, int] = {}
             while len(started) < 2:  # both said so, so both handlers are installed
-                message, _ = await link.receive()
+                message = await answered(link)
                 started[message["method"]] = message["params"]["pid"]
 
     assert marker.read_text() == "SIGTERM"
@@ -317,7 +327,7 @@ async def test_sigterm_goes_to_the_whole_group_so_every_process_can_clean_up(
 async def test_what_outlives_the_process_is_killed_with_its_group(log: LogLines) -> None:
     with anyio.fail_after(15):
         async with script(SPAWNS, WAIT_FOR_EOF).connect() as link:
-            message, _ = await link.receive()
+            message = await answered(link)
             pids = message["params"]
             child = os.pidfd_open(pids["child"])
         try:
@@ -334,7 +344,7 @@ async def test_a_process_that_ignores_sigterm_is_killed_within_the_bound(log: Lo
 
     with anyio.fail_after(5):  # stdin closed, 0.3 s, SIGTERM, 0.3 s, SIGKILL
         async with server(stubborn + WAIT_FOREVER, shutdown_grace=0.3).connect() as link:
-            message, _ = await link.receive()
+            message = await answered(link)
 
     pid = message["params"]["pid"]
     assert f"server fx: process {pid} stopped (code -9)" in log.lines
@@ -345,7 +355,7 @@ async def test_a_cancelled_user_of_the_link_still_stops_the_process(log: LogLine
     with anyio.fail_after(10):
         with anyio.CancelScope() as scope:
             async with server(PRELUDE + READY + WAIT_FOREVER, shutdown_grace=0.2).connect() as link:
-                message, _ = await link.receive()
+                message = await answered(link)
                 scope.cancel()
                 await link.receive()  # cancelled here, with the process still running
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
-import pytest
-
+from proxy.errors import MessageTooLarge
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.protocol.versions import LATEST, SUPPORTED, negotiate
 
@@ -13,11 +12,39 @@ def test_lines_are_returned_once_complete_and_blank_ones_dropped() -> None:
     assert lines.feed(b":3}\n") == [b'{"c":3}']
 
 
-def test_an_endless_line_is_refused_and_the_buffer_recovers() -> None:
+def test_an_endless_line_is_reported_once_and_dropped_up_to_its_newline() -> None:
     lines = LineBuffer(max_line=8)
-    with pytest.raises(LineTooLong):
-        lines.feed(b"x" * 9)
-    assert lines.feed(b"ok\n") == [b"ok"]
+    [refused] = lines.feed(b"x" * 10)
+    assert isinstance(refused, LineTooLong)
+    assert refused.message == "a message line exceeded 8 bytes"
+    assert lines.feed(b"still the same line") == []
+    assert lines.feed(b" ends here\nok\n") == [b"ok"]
+
+
+def test_an_overlong_line_that_arrives_whole_is_refused_and_its_neighbours_kept() -> None:
+    lines = LineBuffer(max_line=8)
+    first, refused, last = lines.feed(b"short\n" + b"y" * 20 + b"\nlast\n")
+    assert (first, last) == (b"short", b"last")
+    assert isinstance(refused, LineTooLong)
+
+
+def test_the_rest_is_the_last_line_when_the_stream_ends_without_a_newline() -> None:
+    lines = LineBuffer(max_line=8)
+    assert lines.feed(b"a\nbc") == [b"a"]
+    assert lines.rest() == b"bc"
+    assert lines.rest() is None
+    lines.feed(b"y" * 20)
+    assert lines.rest() is None  # refused already
+
+
+def test_a_line_of_exactly_the_limit_is_kept() -> None:
+    assert LineBuffer(max_line=8).feed(b"12345678\r\n") == [b"12345678"]
+
+
+def test_an_overlong_line_is_a_client_protocol_error_naming_the_limit() -> None:
+    [refused] = LineBuffer(max_line=8).feed(b"z" * 10)
+    assert isinstance(refused, MessageTooLarge)
+    assert refused.code == -32600
 
 
 def test_negotiation_keeps_a_supported_revision_and_offers_the_latest_otherwise() -> None:

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
-from proxy.errors import InvalidRequest, ParseError
+from proxy.errors import InvalidRequest, MessageTooDeep, ParseError, Unencodable
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import MessageKind
 
@@ -50,3 +51,99 @@ def test_builders_produce_messages_that_validate() -> None:
         jsonrpc.error_response(None, -32700, "bad", {"detail": 1}),
     ):
         assert jsonrpc.parse(jsonrpc.encode(message)) == message
+
+
+# ---------------------------------------------------------------------------- nesting depth
+
+
+def nested(depth: int, *, request_id: int = 1) -> bytes:
+    """A request nested exactly ``depth`` levels: the message, its params, then arrays."""
+    inner = "[" * (depth - 2) + "]" * (depth - 2)
+    return f'{{"jsonrpc":"2.0","id":{request_id},"method":"m","params":{{"a":{inner}}}}}'.encode()
+
+
+def test_a_message_nested_exactly_to_the_limit_is_accepted() -> None:
+    assert jsonrpc.parse(nested(jsonrpc.DEFAULT_MAX_DEPTH))["id"] == 1
+    assert jsonrpc.parse(nested(8), max_depth=8)["id"] == 1
+
+
+def test_one_level_past_the_limit_is_refused_with_32600_naming_the_limit() -> None:
+    with pytest.raises(MessageTooDeep) as refused:
+        jsonrpc.parse(nested(jsonrpc.DEFAULT_MAX_DEPTH + 1))
+    assert isinstance(refused.value, InvalidRequest)
+    assert refused.value.code == -32600
+    assert refused.value.message == "message nested deeper than 64 levels"
+    with pytest.raises(MessageTooDeep, match="nested deeper than 8 levels"):
+        jsonrpc.decode(nested(9), max_depth=8)
+
+
+def test_a_300_level_message_orjson_could_decode_but_not_encode_is_refused_with_its_id() -> None:
+    with pytest.raises(MessageTooDeep) as refused:
+        jsonrpc.parse(nested(300, request_id=7))
+    assert (refused.value.request_id, refused.value.method) == (7, "m")
+
+
+@pytest.mark.parametrize("depth", [1025, 2000, 100_000])
+def test_a_message_deeper_than_the_decoder_itself_goes_is_refused_naming_our_limit(depth: int) -> None:
+    with pytest.raises(MessageTooDeep, match="nested deeper than 64 levels") as refused:
+        jsonrpc.decode(b"[" * depth + b"]" * depth)
+    assert refused.value.request_id is None
+
+
+def test_brackets_inside_strings_do_not_count() -> None:
+    text = "[{" * 5000
+    message = jsonrpc.parse(orjson.dumps(jsonrpc.request(1, "m", {"text": text})))
+    assert message["params"]["text"] == text
+    assert jsonrpc.decode(orjson.dumps({"text": text}).decode()) == {"text": text}  # str in, too
+
+
+def test_a_message_with_few_brackets_is_never_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    def walked(value: Any, limit: int) -> bool:
+        raise AssertionError("the byte count alone shows it cannot be too deep")
+
+    monkeypatch.setattr(jsonrpc, "_deeper_than", walked)
+    assert jsonrpc.parse(nested(jsonrpc.DEFAULT_MAX_DEPTH))["method"] == "m"
+
+
+def test_a_wide_shallow_message_is_walked_and_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    walks: list[int] = []
+    walk = jsonrpc._deeper_than
+
+    def counted(value: Any, limit: int) -> bool:
+        walks.append(limit)
+        return walk(value, limit)
+
+    monkeypatch.setattr(jsonrpc, "_deeper_than", counted)
+    wide = jsonrpc.request(1, "tools/call", {"items": [{"a": [1]} for _ in range(500)]})
+    assert jsonrpc.parse(orjson.dumps(wide)) == wide
+    assert walks == [64]
+
+
+def test_validate_bounds_depth_only_when_asked() -> None:
+    deep: Any = []
+    for _ in range(100):
+        deep = [deep]
+    message = jsonrpc.request(1, "m", {"deep": deep})
+    assert jsonrpc.validate(message) is message  # what decode returned is bounded already
+    with pytest.raises(MessageTooDeep, match="deeper than 64"):
+        jsonrpc.validate(message, max_depth=64)
+
+
+def test_what_the_highest_allowed_limit_accepts_still_encodes_inside_a_batch() -> None:
+    value: Any = []
+    for _ in range(jsonrpc.MAX_DEPTH_CEILING - 2):
+        value = [value]
+    decoded = jsonrpc.parse(
+        orjson.dumps(jsonrpc.result_response(1, value)), max_depth=jsonrpc.MAX_DEPTH_CEILING
+    )
+    assert jsonrpc.encode([jsonrpc.result_response(2, {"wrapped": decoded})])
+
+
+def test_a_message_that_cannot_be_encoded_is_our_error_not_a_type_error() -> None:
+    deep: Any = []
+    for _ in range(300):
+        deep = [deep]
+    with pytest.raises(Unencodable, match="cannot encode"):
+        jsonrpc.encode(jsonrpc.request(1, "m", {"deep": deep}))
+    with pytest.raises(Unencodable):
+        jsonrpc.encode(jsonrpc.request(1, "m", {"big": 2**70}))

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.errors import MessageTooLarge
 from proxy.protocol.sse import SSEDecoder, SSEEvent, encode_event
 
 
@@ -34,6 +35,36 @@ def test_encode_then_decode_round_trips() -> None:
     assert SSEDecoder().feed(raw) == [SSEEvent(data='{"x": "a\\nb"}\nsecond', id="s1-4", retry=100)]
 
 
-def test_an_event_larger_than_the_limit_is_refused() -> None:
-    with pytest.raises(ValueError, match="exceeded"):
+def test_an_event_larger_than_the_limit_is_refused_naming_the_limit() -> None:
+    with pytest.raises(MessageTooLarge, match="an SSE event exceeded 10 bytes"):
         SSEDecoder(max_event_size=10).feed(b"data: " + b"x" * 20)
+
+
+def test_an_event_past_the_limit_is_refused_even_when_one_chunk_brings_it_whole() -> None:
+    with pytest.raises(MessageTooLarge, match="exceeded 10 bytes"):
+        SSEDecoder(max_event_size=10).feed(b"data: 123456\ndata: 789012\n\n")
+
+
+def test_a_retry_with_more_digits_than_int_takes_is_ignored() -> None:
+    events = SSEDecoder().feed(b"retry: " + b"9" * 5000 + b"\ndata: x\n\n")
+    assert events == [SSEEvent(data="x")]
+
+
+def test_events_come_out_alike_however_the_bytes_are_chunked() -> None:
+    raw = b"\xef\xbb\xbfid: 1\r\ndata: a\r\rdata: b\n\n: c\nevent: e\ndata:\r\n\r\nid: 2\ndata: z\n\n"
+    whole = SSEDecoder().feed(raw)
+    decoder = SSEDecoder()
+    bytewise = [event for i in range(len(raw)) for event in decoder.feed(raw[i : i + 1])]
+    assert whole == bytewise
+    assert whole == [
+        SSEEvent(data="a", id="1"),
+        SSEEvent(data="b"),
+        SSEEvent(data="", event="e"),
+        SSEEvent(data="z", id="2"),
+    ]
+
+
+def test_many_short_lines_in_one_chunk_are_decoded_in_linear_time() -> None:
+    # A quadratic decoder copies the rest of the chunk per line: this would take minutes.
+    chunk = b"\n" * 2_000_000 + b"data: x\n\n"
+    assert SSEDecoder().feed(chunk) == [SSEEvent(data="x")]
