@@ -75,6 +75,7 @@ __all__ = [
     "UNSUPPORTED_VERSION",
     "Unencodable",
     "UnsupportedVersion",
+    "request_id_of",
 ]
 
 PARSE_ERROR: Final = -32700
@@ -134,6 +135,14 @@ class MessageTooDeep(InvalidRequest):
         self.max_depth = max_depth
         self.request_id = request_id
         self.method = method
+
+
+def request_id_of(exc: ProtocolError) -> int | str | None:
+    """The id to answer a refused message under: a too-deep request's own, read from its top
+    level; None otherwise (a response or notification is not answered, a broken one cannot be)."""
+    if isinstance(exc, MessageTooDeep) and exc.method is not None:
+        return exc.request_id
+    return None
 
 
 class MessageTooLarge(InvalidRequest):

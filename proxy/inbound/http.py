@@ -25,7 +25,7 @@ import anyio.abc
 
 from proxy.auth.authenticator import Rejected
 from proxy.boundary import wire_error
-from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, RateLimited
+from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, RateLimited, request_id_of
 from proxy.inbound.asgi import (
     JSON_HEADERS,
     MAX_BODY,
@@ -216,7 +216,7 @@ class McpEndpoint:
             decoded = jsonrpc.decode(body, max_depth=self._max_depth)
             message = None if isinstance(decoded, list) else jsonrpc.validate(decoded)
         except ProtocolError as exc:
-            return await _error(send, 400, exc.code, exc.message)
+            return await _error(send, 400, exc.code, exc.message, request_id_of(exc))
         if message is not None and message.get("method") == "initialize" and "id" in message:
             return await self._initialize(message, scope["manifold.identity"], send)
         if (

@@ -35,7 +35,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from cachetools import LRUCache
 
 from proxy.boundary import wire_error
-from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError
+from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, request_id_of
 from proxy.inbound.asgi import (
     JSON_HEADERS,
     MAX_BODY,
@@ -104,7 +104,7 @@ class ModernEndpoint:
         try:
             decoded = jsonrpc.decode(body, max_depth=self._max_depth)
         except ProtocolError as exc:
-            return await _reply(send, _error(exc, None))
+            return await _reply(send, _error(exc, request_id_of(exc)))
         try:
             if not isinstance(decoded, dict):
                 raise InvalidRequest(_NOT_ONE_MESSAGE)

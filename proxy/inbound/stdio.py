@@ -32,7 +32,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from proxy.boundary import wire_error
-from proxy.errors import InvalidRequest, ProtocolError
+from proxy.errors import InvalidRequest, ProtocolError, request_id_of
 from proxy.inbound.contract import Inbound
 from proxy.inbound.session import ClientSession
 from proxy.inbound.stdio_modern import ModernRequests, initialize_refused
@@ -115,7 +115,7 @@ class _Connection:
         try:
             decoded = jsonrpc.decode(line, max_depth=self._inbound.config.limits.max_depth)
         except ProtocolError as exc:
-            return await self._send(self._error(exc, None))
+            return await self._send(self._error(exc, request_id_of(exc)))
         try:
             message = jsonrpc.validate(decoded)
         except ProtocolError as exc:
