@@ -364,6 +364,8 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_NAMING__SEPARATOR": "__",
     "MANIFOLD_NAMING__MAX_LENGTH": "64",
     "MANIFOLD_CATALOG": '{"page_size": 5}',
+    "MANIFOLD_LIMITS": '{"max_depth": 32}',
+    "MANIFOLD_LIMITS__MAX_DEPTH": "32",
     "MANIFOLD_CATALOG__PAGE_SIZE": "5",
     "MANIFOLD_CATALOG__MAX_SERVER_PAGES": "9",
     "MANIFOLD_SESSIONS": '{"idle_timeout": 60}',

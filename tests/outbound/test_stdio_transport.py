@@ -145,9 +145,11 @@ async def test_a_line_that_is_not_json_rpc_is_dropped_and_the_messages_around_it
             second, _ = await link.receive()
 
     assert (first, second) == ({"jsonrpc": "2.0", "method": "a"}, {"jsonrpc": "2.0", "method": "b"})
-    dropped = [line for line in log.lines if "dropped a non-JSON-RPC line" in line]
+    dropped = [line for line in log.lines if "dropped a line from stdout that is not JSON-RPC" in line]
     assert len(dropped) == 2
-    assert all(line.startswith("server fx: dropped a non-JSON-RPC line from stdout: ") for line in dropped)
+    assert all(
+        line.startswith("server fx: dropped a line from stdout that is not JSON-RPC: ") for line in dropped
+    )
 
 
 async def test_a_line_over_the_limit_is_dropped_and_the_next_message_arrives(log: LogLines) -> None:
@@ -164,7 +166,7 @@ async def test_a_line_over_the_limit_is_dropped_and_the_next_message_arrives(log
             after, _ = await link.receive()
 
     assert (before, after) == ({"jsonrpc": "2.0", "method": "before"}, {"jsonrpc": "2.0", "method": "after"})
-    assert "server fx: a message line exceeded 16777216 bytes; the line was dropped" in log.lines
+    assert "server fx: dropped a line from stdout: a message line exceeded 16777216 bytes" in log.lines
 
 
 async def test_each_stderr_line_is_logged_tagged_with_the_server(log: LogLines) -> None:
@@ -179,7 +181,7 @@ async def test_each_stderr_line_is_logged_tagged_with_the_server(log: LogLines) 
 
     stderr = [line for line in log.lines if line.startswith("server fx: stderr: ")]
     assert stderr[:2] == ["server fx: stderr: starting up", "server fx: stderr: bad \ufffd byte"]
-    assert "server fx: stderr: (an overlong line was dropped)" in stderr
+    assert "server fx: stderr: (dropped: a message line exceeded 65536 bytes)" in stderr
     assert stderr[-1] == "server fx: stderr: ready"
     assert max(map(len, stderr)) < 200000  # the overlong line is never logged whole
 
