@@ -106,7 +106,7 @@ def render(results: Results) -> str:
         "multiplexed on its pipes, as Manifold does). `stdio-K`/`http-K`: through Manifold with K servers "
         "reached over stdio / Streamable HTTP, calls spread round-robin over their `echo` tools; Manifold "
         "reaches them at 2026-07-28 (one POST per request, an envelope on each). `handshake-http-1`: "
-        "http-1 with its server pinned to `era: legacy` (initialize, one session). Manifold "
+        "http-1 with its server pinned to `era: handshake` (initialize, one session). Manifold "
         "CPU per call is compared with the direct fixture server's CPU per call.",
         "",
         "### Like for like: through Manifold vs the same kind of server reached directly",

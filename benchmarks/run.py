@@ -65,7 +65,7 @@ __all__ = ["bench", "main"]
 
 DIRECT: Final = "direct-json"
 DIRECT_STDIO: Final = "direct-stdio"
-HANDSHAKE: Final = "handshake-http-1"  # http-1 with its server pinned to era: legacy
+HANDSHAKE: Final = "handshake-http-1"  # http-1 with its server pinned to era: handshake
 RESULTS_DIR: Final = REPO / "benchmarks" / "results"
 
 
@@ -128,7 +128,7 @@ async def _bench(run: Run) -> None:
             spawn_manifold(f"http-{k}", workdir, manifold_config(servers, page_size=plan.page_size))
         )
     # The same server as http-1, reached with the initialize handshake: what 2026-07-28 costs.
-    handshake_server = {"h00": {**http_server(http_fx[0].url), "era": "legacy"}}
+    handshake_server = {"h00": {**http_server(http_fx[0].url), "era": "handshake"}}
     handshake = run.spawn(
         spawn_manifold(HANDSHAKE, workdir, manifold_config(handshake_server, page_size=plan.page_size))
     )

@@ -57,32 +57,32 @@ class _Session(Protocol):
     def stateless(self) -> bool: ...
 
 
-def wire_error(exc: Exception, request_id: RequestId | None, *, modern: bool = False) -> Message:
+def wire_error(exc: Exception, request_id: RequestId | None, *, stateless: bool = False) -> Message:
     """The JSON-RPC error response for ``exc``, in the shape of the peer's era.
 
-    ``modern``: the peer speaks revision 2026-07-28, which says -32602 (not the handshake
+    ``stateless``: the peer speaks revision 2026-07-28, which says -32602 (not the handshake
     era's -32002) for an unknown resource, whoever noticed it, and leaves an unreadable id out
     rather than sending ``null``. An unexpected ``exc`` gets the generic message only; the
     caller logs it (:class:`Boundary` does).
     """
     if isinstance(exc, ProtocolError):
-        response = jsonrpc.error_response(request_id, _era_code(exc.code, modern), exc.message, exc.data)
+        response = jsonrpc.error_response(request_id, _era_code(exc.code, stateless), exc.message, exc.data)
     elif isinstance(exc, RemoteError):
         error = exc.error
         response = jsonrpc.error_response(
-            request_id, _era_code(error["code"], modern), error["message"], error.get("data")
+            request_id, _era_code(error["code"], stateless), error["message"], error.get("data")
         )
     elif isinstance(exc, ServerUnavailable):
         response = jsonrpc.error_response(request_id, exc.code, str(exc), {"server": exc.server_id})
     else:
         response = jsonrpc.error_response(request_id, INTERNAL_ERROR, _INTERNAL)
-    if modern and request_id is None:
+    if stateless and request_id is None:
         del response["id"]
     return response
 
 
-def _era_code(code: int, modern: bool) -> int:
-    return INVALID_PARAMS if modern and code == RESOURCE_NOT_FOUND else code
+def _era_code(code: int, stateless: bool) -> int:
+    return INVALID_PARAMS if stateless and code == RESOURCE_NOT_FOUND else code
 
 
 def _ours(exc: Exception) -> bool:
@@ -121,7 +121,7 @@ class Boundary:
             self.caught(exc, where, f"{method} (id {request_id!r}, session {session.id[:8]})")
         elif not isinstance(exc, ProtocolError | RemoteError | ServerUnavailable):
             logger.error("%s (id %r) failed: %s", method, request_id, exc)
-        return wire_error(exc, request_id, modern=session.stateless)
+        return wire_error(exc, request_id, stateless=session.stateless)
 
     def count(self, where: Where) -> None:
         """Count one failure a part caught, contained and logged itself."""

@@ -225,7 +225,7 @@ class Catalogs:
         if page.next_cursor is not None:
             result["nextCursor"] = page.next_cursor
         if hint is not None:
-            result = results.modern(result, server_info=dict(server_info or {}), cache=hint)
+            result = results.stateless(result, server_info=dict(server_info or {}), cache=hint)
         fragment = orjson.Fragment(orjson.dumps(result))
         self._pages[key] = fragment
         return fragment

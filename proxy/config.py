@@ -31,7 +31,7 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         connect_timeout: 30    # seconds for start + initialize
         request_timeout: 60    # seconds for each request
         session_mode: shared   # shared (one connection for all clients) | per_client
-        era: auto              # auto (server/discover, else initialize) | legacy | modern
+        era: auto              # auto (server/discover, else initialize) | handshake | stateless
       search:
         url: http://127.0.0.1:9000/mcp       # ... or an HTTP server
         headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
@@ -186,6 +186,9 @@ class SessionsConfig(_Model):
     secret: SecretStr | None = Field(default=None, min_length=32)
 
 
+_ERA_ALIASES: Final = {"legacy": "handshake", "modern": "stateless"}
+
+
 class ServerConfig(_Model):
     """One configured MCP server: a command (stdio) or a URL (HTTP)."""
 
@@ -209,9 +212,16 @@ class ServerConfig(_Model):
     # elicitation, roots) over stdio, where a shared connection cannot tell whose call asked.
     session_mode: Literal["shared", "per_client"] = "shared"
     # The protocol era to speak: auto asks server/discover and falls back to initialize on any
-    # error or silence. legacy skips the probe (a server that ignores unknown requests, or one
-    # whose tools ask clients things the handshake way only); modern never falls back.
-    era: Literal["auto", "legacy", "modern"] = "auto"
+    # error or silence. handshake skips the probe (a server that ignores unknown requests, or one
+    # whose tools ask clients things the handshake way only); stateless never falls back.
+    era: Literal["auto", "handshake", "stateless"] = "auto"
+
+    @field_validator("era", mode="before")
+    @classmethod
+    def _earlier_era_names(cls, value: object) -> object:
+        """``legacy`` and ``modern``, the names of earlier releases, still work."""
+        return _ERA_ALIASES.get(value, value) if isinstance(value, str) else value
+
     # Annotation trust: an untrusted server's hints are replaced by the spec's cautious
     # defaults; per-tool overrides (by the server's own tool name) are the operator's word.
     trusted: bool = False

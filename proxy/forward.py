@@ -46,16 +46,16 @@ class Forward:
         """Raises: ServerUnavailable, ServerTimeout, RemoteError (from the connection);
         InvalidRequestState (a retry's state is not Manifold's for this request)."""
         connection = await self._connections.for_call(ctx.caller, ctx.server_id)
-        modern_caller = ctx.caller.stateless
+        stateless_caller = ctx.caller.stateless
         if ctx.method not in results.INPUT_REQUIRED_METHODS:
             result = await connection.request(ctx.method, dict(ctx.params), relay=ctx.caller)
-        elif connection.modern:
-            bridge = self._rounds.pass_through if modern_caller else self._rounds.unroll
+        elif connection.stateless:
+            bridge = self._rounds.pass_through if stateless_caller else self._rounds.unroll
             result = await bridge(connection, ctx)
-        elif modern_caller:
+        elif stateless_caller:
             return await self._parking.call(connection, ctx)
         else:
             result = await connection.request(ctx.method, dict(ctx.params), relay=ctx.caller)
-        if connection.modern and not modern_caller and isinstance(result, dict):
-            return results.legacy(result)
+        if connection.stateless and not stateless_caller and isinstance(result, dict):
+            return results.handshake(result)
         return result

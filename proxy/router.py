@@ -42,7 +42,7 @@ from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy import Identity, Subject
 from proxy.protocol import jsonrpc, results, versions
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
-from proxy.protocol.modern import REMOVED_METHODS, strip_envelope
+from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
 from proxy.sessions import Sessions
 
@@ -194,7 +194,7 @@ class Router:
         if method in REMOVED_METHODS:
             raise MethodNotFound("Method not found", data=method)
         if method == "server/discover":
-            return results.modern(
+            return results.stateless(
                 self._discover(), server_info=SERVER_INFO, cache=self._catalogs.cache_hint()
             )
         # The caller's envelope is about this hop: servers behind get none (or Manifold's).
@@ -206,7 +206,7 @@ class Router:
             cache = results.merge_cache(
                 [results.hint_of(result) or results.NO_STORE, self._catalogs.cache_hint()]
             )
-        return results.modern(result, server_info=SERVER_INFO, cache=cache)
+        return results.stateless(result, server_info=SERVER_INFO, cache=cache)
 
     async def _ping(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         return {}
@@ -391,7 +391,7 @@ class Router:
                 if (
                     "logging" in connection.capabilities
                     and connection.state is ServerState.READY
-                    and not connection.modern
+                    and not connection.stateless
                 ):
                     tg.start_soon(tell, connection)
         return {}

@@ -933,3 +933,16 @@ def test_validation_errors_name_the_file_they_came_from(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path, environ={})
     assert str(info.value) == f"{path}: servers.github.request_timeout: must be greater than 0 (got -1)"
+
+
+@pytest.mark.parametrize(
+    ("given", "era"), [("handshake", "handshake"), ("legacy", "handshake"), ("modern", "stateless")]
+)
+def test_a_servers_era_takes_the_names_of_earlier_releases_too(given: str, era: str) -> None:
+    config = config_from_mapping({"servers": {"s": {"command": "x", "era": given}}}, environ={})
+    assert config.servers["s"].era == era
+
+
+def test_an_era_that_is_none_of_them_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ConfigError, match="handshake"):
+        config_from_mapping({"servers": {"s": {"command": "x", "era": "ancient"}}}, environ={})

@@ -71,7 +71,7 @@ def test_a_shared_uri_is_told_once_and_a_per_client_one_every_time() -> None:
 
 def test_a_2026_caller_on_a_per_client_server_shares_the_shared_connection() -> None:
     world = World()
-    caller = StatelessCaller("request-1", "http", versions.LATEST_MODERN, {}, ALICE)
+    caller = StatelessCaller("request-1", "http", versions.LATEST_STATELESS, {}, ALICE)
     assert world.sharing.shares(caller, "own")
     assert not world.interest.shares(world.session(), "own")
 

@@ -16,7 +16,7 @@ from proxy.inbound.contract import Endpoint
 from proxy.inbound.session import StatelessCaller
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
-from proxy.protocol.modern import Envelope
+from proxy.protocol.stateless import Envelope
 
 __all__ = ["Exchange", "caller_of"]
 

@@ -7,7 +7,7 @@ everything about MCP itself is the gateway's business.
 
 Two eras share the endpoint. A request whose ``MCP-Protocol-Version`` header names no handshake
 revision (2026-07-28, or one nobody knows), or that carries a 2026-07-28 ``_meta`` envelope with
-neither that header nor a session id, is stateless: ``proxy.inbound.modern`` serves it. Everything
+neither that header nor a session id, is stateless: ``proxy.inbound.stateless`` serves it. Everything
 else is the handshake era: ``initialize`` mints a session, and later requests name it.
 """
 
@@ -38,14 +38,15 @@ from proxy.inbound.asgi import (
     respond,
 )
 from proxy.inbound.contract import Inbound
-from proxy.inbound.modern import ModernEndpoint, is_modern_header
 from proxy.inbound.session import ClientSession
+from proxy.inbound.stateless import StatelessEndpoint, is_stateless_header
 from proxy.inbound.streams import EventStream, parse_event_id
 from proxy.policy.model import Identity
-from proxy.protocol import jsonrpc, modern
+from proxy.protocol import jsonrpc
 from proxy.protocol.asks import ASKED_CAPABILITIES
 from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
+from proxy.protocol.stateless import has_envelope, http_status
 from proxy.ratelimit import LimitCheck, MemoryBackend
 
 __all__ = ["McpEndpoint", "OriginPolicy", "Receive", "Scope", "Send"]
@@ -98,7 +99,7 @@ async def _error(send: Send, status: int, code: int, message: str, request_id: A
 def _refusal(error: ProtocolError, *, stateless: bool) -> bytes:
     """An error sent before the body is read: ``id: null`` for the handshake era, no ``id`` at
     2026-07-28 (whose schema has no null ids)."""
-    return jsonrpc.encode(wire_error(error, None, modern=stateless))
+    return jsonrpc.encode(wire_error(error, None, stateless=stateless))
 
 
 class McpEndpoint:
@@ -116,7 +117,7 @@ class McpEndpoint:
         self._clock = clock
         self._flood = inbound.config.rate_limits.http
         self._flood_buckets = MemoryBackend()
-        self._modern = ModernEndpoint(inbound)
+        self._stateless = StatelessEndpoint(inbound)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request; the boundary of everything this transport does for it: a
@@ -135,15 +136,15 @@ class McpEndpoint:
             self._boundary.caught(exc, "session", f"{scope['method']} /mcp")
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                 if not started:
-                    stateless = is_modern_header(header(scope, b"mcp-protocol-version"))
-                    response = wire_error(exc, None, modern=stateless)
-                    status = modern.http_status(response) if stateless else 200
+                    stateless = is_stateless_header(header(scope, b"mcp-protocol-version"))
+                    response = wire_error(exc, None, stateless=stateless)
+                    status = http_status(response) if stateless else 200
                     await respond(send, status, jsonrpc.encode(response), JSON_HEADERS)
                 else:
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        stateless = is_modern_header(header(scope, b"mcp-protocol-version"))
+        stateless = is_stateless_header(header(scope, b"mcp-protocol-version"))
         if self._flood is not None:
             address = (scope.get("client") or ("unknown", 0))[0]
             check = LimitCheck(f"http:{address}", self._flood.rate.interval, self._flood.burst, "http")
@@ -173,7 +174,7 @@ class McpEndpoint:
             return await respond(send, verdict.status, body, [*JSON_HEADERS, challenge])
         scope["manifold.identity"] = verdict.identity
         if stateless:
-            return await self._modern.post(scope, receive, send)
+            return await self._stateless.post(scope, receive, send)
         if method == "POST":
             return await self._post(scope, receive, send)
         if method == "GET":
@@ -222,12 +223,12 @@ class McpEndpoint:
         if (
             message is not None
             and jsonrpc.kind_of(message) is MessageKind.REQUEST
-            and modern.has_envelope(message)
+            and has_envelope(message)
             and header(scope, b"mcp-session-id") is None
             and header(scope, b"mcp-protocol-version") is None
         ):
             # A 2026-07-28 request without its headers: the stateless path tells the client so.
-            return await self._modern.answer(scope, message, receive, send)
+            return await self._stateless.answer(scope, message, receive, send)
         session = await self._session(scope, send)
         if session is None:
             return None

@@ -23,7 +23,7 @@ from proxy.policy.model import ANONYMOUS, Identity
 from proxy.protocol import jsonrpc
 from proxy.protocol.asks import NEEDS
 from proxy.protocol.jsonrpc import Message, RequestId
-from proxy.protocol.modern import LOG_LEVELS
+from proxy.protocol.stateless import LOG_LEVELS
 
 __all__ = [
     "Client",

@@ -3,19 +3,19 @@
 The client's first request decides the connection's era, once, as the official SDK's dual-era
 stdio server does (``mcp.server.runner.serve_dual_era_loop``):
 
-- ``initialize``, or any request without a 2026-07-28 ``_meta`` envelope → **legacy**: one
+- ``initialize``, or any request without a 2026-07-28 ``_meta`` envelope → **handshake**: one
   handshake-era session, answered by ``Endpoint.handle``; what it has to say besides responses
   (notifications, the servers' questions) goes out on its standalone stream, i.e. stdout.
-- a request whose ``params._meta`` names a protocol revision → **modern**: every request is
-  classified on its own (``protocol.modern.classify``, no header rung on stdio) and answered by
+- a request whose ``params._meta`` names a protocol revision → **stateless**: every request is
+  classified on its own (``protocol.stateless.classify``, no header rung on stdio) and answered by
   ``Endpoint.handle_stateless`` for a caller built from its envelope; its progress and the log lines
   it opted into are written before its response, and ``notifications/cancelled {requestId}``
   cancels it (nothing more is written for it). ``subscriptions/listen`` streams the same way.
 - a request whose envelope is malformed (no capabilities, a revision not served, …) gets its
   error and decides nothing (see ``_request`` for why this differs from the SDK).
 
-Afterwards the other era is refused: ``initialize`` on a modern connection gets -32022 naming
-the modern revisions, an enveloped request on a legacy one -32600.
+Afterwards the other era is refused: ``initialize`` on a stateless connection gets -32022 naming
+the stateless revisions, an enveloped request on a handshake one -32600.
 
 Each request is answered in a task of its own, so a slow tool never holds up the next
 request; writes to stdout are serialised. Logs go to stderr only: stdout is the protocol.
@@ -35,8 +35,8 @@ from proxy.boundary import wire_error
 from proxy.errors import InvalidRequest, ProtocolError, request_id_of
 from proxy.inbound.contract import Inbound
 from proxy.inbound.session import ClientSession
-from proxy.inbound.stdio_modern import ModernRequests, initialize_refused
-from proxy.protocol import jsonrpc, modern
+from proxy.inbound.stdio_stateless import StatelessRequests, initialize_refused
+from proxy.protocol import jsonrpc, stateless
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 
 __all__ = ["serve_stdio"]
@@ -53,8 +53,8 @@ _ENVELOPE_ON_LEGACY: Final = (
 
 class _Era(enum.Enum):
     UNDECIDED = "undecided"
-    LEGACY = "legacy"
-    MODERN = "modern"
+    HANDSHAKE = "handshake"
+    STATELESS = "stateless"
 
 
 async def serve_stdio(inbound: Inbound, lines: AsyncIterable[bytes], write: Write) -> None:
@@ -66,15 +66,15 @@ async def serve_stdio(inbound: Inbound, lines: AsyncIterable[bytes], write: Writ
 class _Connection:
     """One client on stdin/stdout, in the era its first request chose."""
 
-    _tg: TaskGroup  # every request's task, and the legacy session's standalone stream
+    _tg: TaskGroup  # every request's task, and the handshake session's standalone stream
 
     def __init__(self, inbound: Inbound, write: Write) -> None:
         self._inbound = inbound
         self._write = write
         self._lock = anyio.Lock()
         self._era = _Era.UNDECIDED
-        self._session: ClientSession | None = None  # legacy: the one session
-        self._modern = ModernRequests(inbound, self._send)
+        self._session: ClientSession | None = None  # handshake: the one session
+        self._stateless = StatelessRequests(inbound, self._send)
 
     async def serve(self, lines: AsyncIterable[bytes]) -> None:
         try:
@@ -106,7 +106,7 @@ class _Connection:
             except Exception as exc:
                 self._inbound.boundary.caught(exc, "request", f"stdio request {request_id!r}")
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                    await self._send(wire_error(exc, request_id, modern=self._era is _Era.MODERN))
+                    await self._send(wire_error(exc, request_id, stateless=self._era is _Era.STATELESS))
 
         self._tg.start_soon(supervised)
 
@@ -123,49 +123,49 @@ class _Connection:
         kind = jsonrpc.kind_of(message)
         if kind is MessageKind.REQUEST:
             return await self._request(message)
-        if self._session is not None:  # legacy
+        if self._session is not None:  # handshake
             await self._inbound.endpoint.handle(self._session, message)
         elif kind is MessageKind.NOTIFICATION and message["method"] == "notifications/cancelled":
-            self._modern.cancel(message)
+            self._stateless.cancel(message)
         else:
             # Before the first request there is nothing for a notification to be about; a
-            # modern client sends nothing but cancellations, and answers nothing (we ask nothing).
+            # stateless client sends nothing but cancellations, and answers nothing (we ask nothing).
             logger.debug("ignored a %s on a %s connection", kind.value, self._era.value)
         return None
 
     async def _request(self, message: Message) -> None:
         request_id: RequestId = message["id"]
         method = message["method"]
-        enveloped = modern.has_envelope(message)
+        enveloped = stateless.has_envelope(message)
         if self._era is _Era.UNDECIDED and (method == "initialize" or not enveloped):
-            self._open_legacy()
-        if self._session is not None:  # legacy
+            self._open_handshake()
+        if self._session is not None:  # handshake
             if enveloped and method != "initialize":
                 return await self._send(wire_error(InvalidRequest(_ENVELOPE_ON_LEGACY), request_id))
-            self._start(request_id, self._answer_legacy, self._session, message)
+            self._start(request_id, self._answer_handshake, self._session, message)
             return None
-        if method == "initialize":  # only ever here on a connection that is modern already
-            return await self._send(wire_error(initialize_refused(message), request_id, modern=True))
+        if method == "initialize":  # only ever here on a connection that is stateless already
+            return await self._send(wire_error(initialize_refused(message), request_id, stateless=True))
         try:
-            envelope = modern.classify(message, None)
+            envelope = stateless.classify(message, None)
         except ProtocolError as exc:
             # A malformed envelope answers the error and leaves an undecided era undecided.
-            # The SDK locks the connection modern on the version key alone; we do not, because
+            # The SDK locks the connection stateless on the version key alone; we do not, because
             # our -32022 names the handshake revisions too (versions.ADVERTISED) and the spec's
-            # stdio probe falls back to initialize on any error other than a recognised modern
+            # stdio probe falls back to initialize on any error other than a recognised stateless
             # one: locking now would refuse the very initialize our answer invites.
-            return await self._send(wire_error(exc, request_id, modern=True))
+            return await self._send(wire_error(exc, request_id, stateless=True))
         if self._era is _Era.UNDECIDED:
             logger.info(
                 "the first request carries a %s envelope: serving it statelessly", envelope.protocol_version
             )
-            self._era = _Era.MODERN
-        self._start(request_id, self._modern.answer, message, envelope)
+            self._era = _Era.STATELESS
+        self._start(request_id, self._stateless.answer, message, envelope)
         return None
 
-    def _open_legacy(self) -> None:
+    def _open_handshake(self) -> None:
         session = self._inbound.sessions.open("stdio", self._inbound.auth.stdio_identity)
-        self._session, self._era = session, _Era.LEGACY
+        self._session, self._era = session, _Era.HANDSHAKE
         self._tg.start_soon(self._pump_standalone, session)
 
     async def _pump_standalone(self, session: ClientSession) -> None:
@@ -176,13 +176,13 @@ class _Connection:
 
         await session.standalone.follow(0, write_event)
 
-    async def _answer_legacy(self, session: ClientSession, message: Message) -> None:
+    async def _answer_handshake(self, session: ClientSession, message: Message) -> None:
         response = await self._inbound.endpoint.handle(session, message)
         if response is not None:
             await self._send(response)
 
     def _error(self, exc: ProtocolError, request_id: RequestId | None) -> Message:
-        return wire_error(exc, request_id, modern=self._era is _Era.MODERN)
+        return wire_error(exc, request_id, stateless=self._era is _Era.STATELESS)
 
     async def _send(self, message: Message) -> None:
         await self._write_line(jsonrpc.encode(message))

@@ -4,7 +4,7 @@ requests a server will not answer.
 
 Three transports build on this module — Streamable HTTP with sessions
 (:mod:`proxy.outbound.streamable_http`), its stateless 2026-07-28 exchanges
-(:mod:`proxy.outbound._http_modern`) and the legacy HTTP+SSE transport
+(:mod:`proxy.outbound._http_stateless`) and the legacy HTTP+SSE transport
 (:mod:`proxy.outbound.sse_legacy`) — so none of them has to import another for its plumbing.
 Foreign exceptions stay foreign here: :data:`TRANSPORT_ERRORS` names them for the callers, which
 turn them into :class:`Failed` outcomes or :class:`proxy.errors.ServerUnavailable` at their edge.
@@ -119,7 +119,7 @@ class Verdict(enum.Enum):
 class Probe:
     """A one-shot outcome the POST task reports while it goes on reading the answer.
 
-    ``on_settle`` runs synchronously in the POST task as the verdict is reached; a modern
+    ``on_settle`` runs synchronously in the POST task as the verdict is reached; a stateless
     exchange reaches it before it queues the answer, so whoever acts on the verdict has done so
     by the time the caller can read the answer.
     """

@@ -187,15 +187,15 @@ class ServerConnection:
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
         self.protocol_version: str | None = None
-        # Remembered across restarts; UNKNOWN and LEGACY are probed with server/discover first.
+        # Remembered across restarts; UNKNOWN and HANDSHAKE are probed with server/discover first.
         self.era = era
         self._pinned = era is not Era.UNKNOWN  # the operator said which: no probing
         self.first_attempt_done = anyio.Event()
 
     @property
-    def modern(self) -> bool:
+    def stateless(self) -> bool:
         """Whether the server speaks 2026-07-28 (stateless): no handshake, an envelope per request."""
-        return self.era is Era.MODERN
+        return self.era is Era.STATELESS
 
     # ---- public API -------------------------------------------------------------------
 
@@ -220,7 +220,7 @@ class ServerConnection:
         link = self._link
         if link is None or self.state is not ServerState.READY:
             raise ServerUnavailable(self.server_id, self.reason or self.state.value)
-        if self.modern and method in WATCH_METHODS:
+        if self.stateless and method in WATCH_METHODS:
             return self._listening.watch(method, params, self.capabilities)
         return await self._call(
             link, method, params, self.request_timeout if timeout is None else timeout, relay
@@ -288,7 +288,7 @@ class ServerConnection:
                 counts = ", ".join(f"{len(items)} {kind}" for kind, items in lists.items())
                 logger.info("server %s: ready (%s)", self.server_id, counts or "nothing listed")
                 tg.start_soon(self._refresher, link)
-                if self.modern and self._listening.filter(self.capabilities) is not None:
+                if self.stateless and self._listening.filter(self.capabilities) is not None:
                     listen = functools.partial(self._call, link, LISTEN, timeout=math.inf)
                     tg.start_soon(self._listening.keep, listen, self.capabilities)
         except ServerUnavailable as exc:
@@ -435,17 +435,17 @@ class ServerConnection:
     # ---- protocol steps --------------------------------------------------------------
 
     async def _negotiate(self, link: Link) -> None:
-        """Learn the server's era (PLAN §1.11): ``server/discover`` answered with a modern revision
+        """Learn the server's era (PLAN §1.11): ``server/discover`` answered with a stateless revision
         means 2026-07-28; any error, or no answer in time, means the handshake era.
 
         A server remembered (or pinned) as handshake-era gets ``initialize`` straight away; if it
         refuses that as an unsupported revision (-32022: it was upgraded), it is probed again.
         """
-        if self.era is not Era.LEGACY:
+        if self.era is not Era.HANDSHAKE:
             if await self._discover(link):
                 return
             if self._pinned:
-                raise ServerUnavailable(self.server_id, "it did not answer server/discover (era: modern)")
+                raise ServerUnavailable(self.server_id, "it did not answer server/discover (era: stateless)")
         try:
             await self._handshake(link)
         except RemoteError as exc:
@@ -456,7 +456,7 @@ class ServerConnection:
         timeout = min(_DISCOVER_TIMEOUT, self.connect_timeout / 3)
         try:
             result = await self._call(
-                link, "server/discover", {"_meta": envelope(None)}, timeout, era=Era.MODERN
+                link, "server/discover", {"_meta": envelope(None)}, timeout, era=Era.STATELESS
             )
         except (RemoteError, ServerUnavailable) as exc:
             # An error, silence, or an unusable answer (an HTTP status, the legacy HTTP+SSE
@@ -479,7 +479,7 @@ class ServerConnection:
                 "clientInfo": CLIENT_INFO,
             },
             self.connect_timeout,
-            era=Era.LEGACY,
+            era=Era.HANDSHAKE,
         )
         self._adopt(parse_initialize(result, self.server_id))
         await link.send(jsonrpc.notification("notifications/initialized"))
@@ -502,7 +502,7 @@ class ServerConnection:
             self.cache_hints.pop(kind, None)
         else:
             self.cache_hints[kind] = drained.hint
-        if not (drained.ended and kind == "tools" and self.modern):
+        if not (drained.ended and kind == "tools" and self.stateless):
             return drained.items
         # A 2026-07-28 server's tools whose annotations break the rules are dropped (as a client
         # on HTTP must); the annotations of the others are remembered for their calls.
@@ -525,7 +525,7 @@ class ServerConnection:
         """``era``: speak this era whatever the server is thought to be (negotiation)."""
         request_id = next(self._ids)
         slot = _Pending(relay)
-        if (era or self.era) is Era.MODERN:
+        if (era or self.era) is Era.STATELESS:
             params = dict(params or {})
             params["_meta"] = {**(params.get("_meta") or {}), **envelope(relay)}
         meta = params.get("_meta") if params else None

@@ -23,7 +23,7 @@ from proxy.outbound.relay import Relay
 from proxy.protocol import versions
 from proxy.protocol.asks import ASKED_CAPABILITIES
 from proxy.protocol.headers import ParamHeader, x_mcp_header_problem, x_mcp_headers
-from proxy.protocol.modern import (
+from proxy.protocol.stateless import (
     CLIENT_CAPABILITIES_KEY,
     CLIENT_INFO_KEY,
     LOG_LEVEL_KEY,
@@ -55,8 +55,8 @@ class Era(enum.Enum):
     """How a server is spoken to: the ``initialize`` handshake, or 2026-07-28's envelope per request."""
 
     UNKNOWN = "unknown"
-    LEGACY = "legacy"
-    MODERN = "modern"
+    HANDSHAKE = "handshake"
+    STATELESS = "stateless"
 
     @classmethod
     def of(cls, setting: str) -> Era:
@@ -74,12 +74,12 @@ def envelope(relay: Relay | None) -> dict[str, Any]:
     nobody's behalf; Manifold's client info either way."""
     if relay is None:
         return {
-            PROTOCOL_VERSION_KEY: versions.LATEST_MODERN,
+            PROTOCOL_VERSION_KEY: versions.LATEST_STATELESS,
             CLIENT_CAPABILITIES_KEY: {},
             CLIENT_INFO_KEY: CLIENT_INFO,
         }
     meta: dict[str, Any] = {
-        PROTOCOL_VERSION_KEY: versions.LATEST_MODERN,
+        PROTOCOL_VERSION_KEY: versions.LATEST_STATELESS,
         CLIENT_CAPABILITIES_KEY: {k: v for k, v in relay.capabilities.items() if k in RELAYED},
         CLIENT_INFO_KEY: CLIENT_INFO,
     }
@@ -103,15 +103,15 @@ def parse_discover(result: Any) -> Introduction | None:
     """What a ``server/discover`` result tells; None when it does not offer 2026-07-28 (the
     server is then spoken to in the handshake era)."""
     offered = result.get("supportedVersions") if isinstance(result, dict) else None
-    if not isinstance(offered, list) or versions.LATEST_MODERN not in offered:
+    if not isinstance(offered, list) or versions.LATEST_STATELESS not in offered:
         return None
     assert isinstance(result, dict)
     meta = result.get("_meta")
     info = meta.get(SERVER_INFO_KEY) if isinstance(meta, dict) else None
     instructions, capabilities = result.get("instructions"), result.get("capabilities")
     return Introduction(
-        era=Era.MODERN,
-        protocol_version=versions.LATEST_MODERN,
+        era=Era.STATELESS,
+        protocol_version=versions.LATEST_STATELESS,
         capabilities=capabilities if isinstance(capabilities, dict) else {},
         server_info=info if isinstance(info, dict) else {},
         instructions=instructions if isinstance(instructions, str) else None,
@@ -135,7 +135,7 @@ def parse_initialize(result: Any, server_id: str) -> Introduction:
     instructions = result.get("instructions")
     capabilities, server_info = result.get("capabilities"), result.get("serverInfo")
     return Introduction(
-        era=Era.LEGACY,
+        era=Era.HANDSHAKE,
         protocol_version=version,
         capabilities=capabilities if isinstance(capabilities, dict) else {},
         server_info=server_info if isinstance(server_info, dict) else {},

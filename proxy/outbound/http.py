@@ -20,7 +20,7 @@ import anyio.abc
 
 from proxy.errors import ConfigError, ServerUnavailable
 from proxy.outbound._http_common import Inbox, Probe, Verdict, owned_task_group
-from proxy.outbound._http_modern import is_modern_request
+from proxy.outbound._http_stateless import is_stateless_request
 from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.outbound.streamable_http import StreamableHttpTransport, _StreamableHttpLink
 from proxy.outbound.transport import Link, Received, Transport
@@ -106,9 +106,9 @@ class _AutoLink:
         if self._active is not None:
             await self._active.send(message, headers=headers)
             return
-        if is_modern_request(message):
+        if is_stateless_request(message):
             # Not awaited, unlike initialize's probe: the caller's timeout covers the answer.
-            self._streamable.modern.start(message, headers, Probe(on_settle=self._settled_modern))
+            self._streamable.stateless.start(message, headers, Probe(on_settle=self._settled_stateless))
             return
         if message.get("method") != "initialize" or "id" not in message:
             await self._streamable.send(message, headers=headers)
@@ -135,7 +135,7 @@ class _AutoLink:
         """Raises: ServerUnavailable: the link is closed."""
         return await self._inbox.get()
 
-    def _settled_modern(self, verdict: Verdict) -> None:
+    def _settled_stateless(self, verdict: Verdict) -> None:
         # Only a 2026-07-28 answer proves Streamable HTTP here; anything else is left to initialize.
         if verdict is Verdict.SPEAKS and self._active is None:
             self._transport.choose("streamable-http")

@@ -42,8 +42,8 @@ from proxy.outbound._http_common import (
 from proxy.outbound.transport import Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message
-from proxy.protocol.modern import has_envelope
 from proxy.protocol.sse import SSEEvent
+from proxy.protocol.stateless import has_envelope
 
 __all__ = ["LegacySseTransport"]
 

@@ -6,7 +6,7 @@ the answer comes back as a JSON body or an SSE stream and is queued for ``receiv
 
 A link serves both protocol eras, per message, because its caller finds out which one the
 server speaks by trying: a request carrying the 2026-07-28 envelope goes to
-:class:`~proxy.outbound._http_modern.ModernExchanges` (stateless, no session at all); everything
+:class:`~proxy.outbound._http_stateless.StatelessExchanges` (stateless, no session at all); everything
 else takes the handshake-era path here. On that path a GET stream carries what the server sends
 unprompted, and the transport keeps the session alive on its own: it resumes broken SSE streams
 (``Last-Event-ID``) and replaces an expired session (HTTP 404) by replaying ``initialize``.
@@ -50,7 +50,7 @@ from proxy.outbound._http_common import (
     request_id_of,
     with_extra,
 )
-from proxy.outbound._http_modern import ModernExchanges, is_modern_request
+from proxy.outbound._http_stateless import StatelessExchanges, is_stateless_request
 from proxy.outbound.transport import Failed, Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message, RequestId
@@ -165,7 +165,7 @@ class _StreamableHttpLink:
         self._renewed_at = -math.inf
         self._listening = False
         self.closed = False
-        self.modern = ModernExchanges(server_id, url, http, tg, inbox, self._log, max_depth=max_depth)
+        self.stateless = StatelessExchanges(server_id, url, http, tg, inbox, self._log, max_depth=max_depth)
 
     # ------------------------------------------------------------------ the Link contract
 
@@ -181,8 +181,8 @@ class _StreamableHttpLink:
         """
         if self.closed:
             raise ServerUnavailable(self._server_id, "link closed")
-        if is_modern_request(message):
-            self.modern.start(message, headers)
+        if is_stateless_request(message):
+            self.stateless.start(message, headers)
             return
         if message.get("method") == "notifications/cancelled" and self._cancelled_here(message):
             return
@@ -219,12 +219,12 @@ class _StreamableHttpLink:
         return probe
 
     def _cancelled_here(self, cancel: Message) -> bool:
-        """Whether ``cancel`` is done with locally: it names a modern request (whose POST is then
+        """Whether ``cancel`` is done with locally: it names a stateless request (whose POST is then
         aborted: on this transport closing the response is the cancel), or there is no session
-        for it to go to, so it can only be late for a modern request that already ended."""
+        for it to go to, so it can only be late for a stateless request that already ended."""
         params = cancel.get("params")
         request_id = params.get("requestId") if isinstance(params, dict) else None
-        if self.modern.cancel(request_id):
+        if self.stateless.cancel(request_id):
             return True
         if self._initialize is None:
             self._log.debug("server %r: no request %r in flight to cancel", self._server_id, request_id)

@@ -3,7 +3,7 @@
 A 2026-07-28 caller gets ``resultType`` on every result, the answering server's identity in
 ``_meta["io.modelcontextprotocol/serverInfo"]``, and caching hints (``ttlMs``, ``cacheScope``) on
 the results of the cacheable methods. A handshake-era caller gets none of these: the revisions
-it speaks do not define them. Manifold answers a modern caller from many servers at once, so
+it speaks do not define them. Manifold answers a stateless caller from many servers at once, so
 their hints merge: the shortest freshness and the most restrictive scope.
 
 Nothing here does I/O.
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from proxy.protocol.modern import SERVER_INFO_KEY
+from proxy.protocol.stateless import SERVER_INFO_KEY
 
 __all__ = [
     "CACHEABLE_METHODS",
@@ -24,9 +24,9 @@ __all__ = [
     "CacheHint",
     "hint_of",
     "is_input_required",
-    "legacy",
+    "handshake",
     "merge_cache",
-    "modern",
+    "stateless",
 ]
 
 Scope = Literal["public", "private"]
@@ -44,7 +44,7 @@ CACHEABLE_METHODS: Final = frozenset(
 )
 # The only methods a server may answer with ``input_required`` (SEP-2322).
 INPUT_REQUIRED_METHODS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
-_MODERN_ONLY: Final = ("resultType", "ttlMs", "cacheScope")
+_STATELESS_ONLY: Final = ("resultType", "ttlMs", "cacheScope")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,7 @@ def is_input_required(result: object) -> bool:
     return isinstance(result, Mapping) and result.get("resultType") == "input_required"
 
 
-def modern(
+def stateless(
     result: Mapping[str, Any], *, server_info: Mapping[str, Any], cache: CacheHint | None = None
 ) -> dict[str, Any]:
     """``result`` for a 2026-07-28 caller: ``resultType`` (``complete`` unless it says
@@ -112,10 +112,10 @@ def modern(
     return shaped
 
 
-def legacy(result: Mapping[str, Any]) -> dict[str, Any]:
+def handshake(result: Mapping[str, Any]) -> dict[str, Any]:
     """``result`` for a handshake-era caller: without the fields only 2026-07-28 defines
     (``resultType``, ``ttlMs``, ``cacheScope``, the ``serverInfo`` stamp)."""
-    shaped = {k: v for k, v in result.items() if k not in _MODERN_ONLY}
+    shaped = {k: v for k, v in result.items() if k not in _STATELESS_ONLY}
     meta = result.get("_meta")
     if isinstance(meta, Mapping) and SERVER_INFO_KEY in meta:
         rest = {k: v for k, v in meta.items() if k != SERVER_INFO_KEY}

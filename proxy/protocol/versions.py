@@ -1,7 +1,7 @@
 """Protocol revisions Manifold speaks, and how one is chosen.
 
 Two eras. The handshake revisions (2024-11-05 … 2025-11-25) begin with ``initialize`` and live
-in a session. The modern ones (2026-07-28 on) are stateless: every request names its revision
+in a session. The stateless ones (2026-07-28 on) are stateless: every request names its revision
 in ``params._meta``, and a revision Manifold does not serve is refused, never negotiated.
 """
 
@@ -13,10 +13,10 @@ __all__ = [
     "ADVERTISED",
     "HANDSHAKE",
     "LATEST",
-    "LATEST_MODERN",
-    "MODERN",
+    "LATEST_STATELESS",
+    "STATELESS",
     "SUPPORTED",
-    "is_modern",
+    "is_stateless",
     "negotiate",
 ]
 
@@ -25,23 +25,23 @@ SUPPORTED: Final[tuple[str, ...]] = ("2024-11-05", "2025-03-26", "2025-06-18", "
 HANDSHAKE: Final = SUPPORTED
 LATEST: Final = SUPPORTED[-1]
 # Stateless revisions, served per request, oldest first.
-MODERN: Final[tuple[str, ...]] = ("2026-07-28",)
-LATEST_MODERN: Final = MODERN[-1]
+STATELESS: Final[tuple[str, ...]] = ("2026-07-28",)
+LATEST_STATELESS: Final = STATELESS[-1]
 # What server/discover lists and an unsupported-version error names (the same list in both,
-# as a client checks one against the other): modern first, then the handshake revisions, newest
+# as a client checks one against the other): stateless first, then the handshake revisions, newest
 # first, so that a dual-era client learns it may also fall back to initialize.
-ADVERTISED: Final[tuple[str, ...]] = (*reversed(MODERN), *reversed(HANDSHAKE))
+ADVERTISED: Final[tuple[str, ...]] = (*reversed(STATELESS), *reversed(HANDSHAKE))
 
 
-def is_modern(version: object) -> bool:
+def is_stateless(version: object) -> bool:
     """Whether ``version`` is a stateless revision Manifold serves."""
-    return isinstance(version, str) and version in MODERN
+    return isinstance(version, str) and version in STATELESS
 
 
 def negotiate(requested: object) -> str:
     """The revision a server answers ``initialize`` with: the client's if we speak it, else our latest.
 
     This is the spec's rule (lifecycle, version negotiation): the client decides whether it can
-    live with a different answer. ``initialize`` never selects a modern revision.
+    live with a different answer. ``initialize`` never selects a stateless revision.
     """
     return requested if isinstance(requested, str) and requested in SUPPORTED else LATEST

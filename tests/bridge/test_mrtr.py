@@ -1,4 +1,4 @@
-"""input_required with a 2026-07-28 server: passed to modern callers with the state wrapped,
+"""input_required with a 2026-07-28 server: passed to stateless callers with the state wrapped,
 unrolled into real requests for handshake-era callers."""
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ ELICIT = {
 
 @dataclass
 class Scripted:
-    """A modern server: answers each request with the next scripted result; records params."""
+    """A stateless server: answers each request with the next scripted result; records params."""
 
     script: list[dict[str, Any]]
     sent: list[dict[str, Any]] = field(default_factory=list)
     server_id: str = "fx"
-    modern: bool = True
+    stateless: bool = True
 
     async def request(self, method: str, params: dict[str, Any] | None = None, **_: Any) -> Any:
         self.sent.append(dict(params or {}))
@@ -52,11 +52,11 @@ def call(session: Client, params: dict[str, Any], asked: list[Message] | None = 
     return CallContext(InboundRequest(session, stream), 1, "tools/call", "fx", "fx.ask", params)
 
 
-def modern_session(identity: Identity = ALICE) -> StatelessCaller:
+def stateless_session(identity: Identity = ALICE) -> StatelessCaller:
     return StatelessCaller("r1", "http", "2026-07-28", {"elicitation": {}}, identity)
 
 
-def legacy_session(capabilities: dict[str, Any] | None = None) -> ClientSession:
+def handshake_session(capabilities: dict[str, Any] | None = None) -> ClientSession:
     return ClientSession(
         "s1",
         "http",
@@ -71,7 +71,7 @@ def rounds(max_rounds: int = 10) -> Rounds:
 
 
 def as_connection(server: Scripted) -> ServerConnection:
-    return server  # type: ignore[return-value]  # duck-typed: request(), server_id, modern
+    return server  # type: ignore[return-value]  # duck-typed: request(), server_id, stateless
 
 
 async def test_a_modern_caller_gets_the_servers_state_wrapped_and_the_retry_unwrapped() -> None:
@@ -83,11 +83,11 @@ async def test_a_modern_caller_gets_the_servers_state_wrapped_and_the_retry_unwr
     )
     bridge = rounds()
     args = {"name": "ask", "arguments": {"x": 1}}
-    first = await bridge.pass_through(as_connection(server), call(modern_session(), args))
+    first = await bridge.pass_through(as_connection(server), call(stateless_session(), args))
     assert first["inputRequests"] == {"n": ELICIT}
     assert "inner-1" not in first["requestState"].split(".")
     retry = {**args, "inputResponses": {"n": {"action": "accept"}}, "requestState": first["requestState"]}
-    final = await bridge.pass_through(as_connection(server), call(modern_session(), retry))
+    final = await bridge.pass_through(as_connection(server), call(stateless_session(), retry))
     assert final == {"content": [{"type": "text", "text": "hi Ada"}]}
     assert server.sent[1]["requestState"] == "inner-1"
     assert server.sent[1]["inputResponses"] == {"n": {"action": "accept"}}
@@ -104,11 +104,11 @@ async def test_a_wrapped_state_is_good_only_for_its_caller_and_request(
     server = Scripted([{"resultType": "input_required", "inputRequests": {"n": ELICIT}, "requestState": "s"}])
     bridge = rounds()
     first = await bridge.pass_through(
-        as_connection(server), call(modern_session(), {"name": "ask", "arguments": {"x": 1}})
+        as_connection(server), call(stateless_session(), {"name": "ask", "arguments": {"x": 1}})
     )
     retry = {"name": "ask", "arguments": arguments, "requestState": first["requestState"]}
     with pytest.raises(InvalidRequestState):
-        await bridge.pass_through(as_connection(server), call(modern_session(identity), retry))
+        await bridge.pass_through(as_connection(server), call(stateless_session(identity), retry))
     assert len(server.sent) == 1  # the forged retry never reached the server
 
 
@@ -116,7 +116,7 @@ async def test_a_raw_server_state_is_refused() -> None:
     server = Scripted([])
     with pytest.raises(InvalidRequestState):
         await rounds().pass_through(
-            as_connection(server), call(modern_session(), {"name": "ask", "requestState": "inner-1"})
+            as_connection(server), call(stateless_session(), {"name": "ask", "requestState": "inner-1"})
         )
 
 
@@ -129,7 +129,7 @@ async def test_a_legacy_caller_is_asked_for_real_and_the_server_retried_with_the
         ]
     )
     asked: list[Message] = []
-    result = await rounds().unroll(as_connection(server), call(legacy_session(), {"name": "ask"}, asked))
+    result = await rounds().unroll(as_connection(server), call(handshake_session(), {"name": "ask"}, asked))
     assert result == {"content": [], "resultType": "complete"}  # the router strips resultType
     assert [m["method"] for m in asked] == ["elicitation/create", "elicitation/create"]
     assert asked[0]["params"] == ELICIT["params"]
@@ -146,7 +146,9 @@ async def test_unrolling_is_bounded() -> None:
     again = {"resultType": "input_required", "requestState": "again"}
     server = Scripted([again] * 3)
     with pytest.raises(RemoteError, match="after 3 rounds"):
-        await rounds(max_rounds=3).unroll(as_connection(server), call(legacy_session(), {"name": "ask"}, []))
+        await rounds(max_rounds=3).unroll(
+            as_connection(server), call(handshake_session(), {"name": "ask"}, [])
+        )
     assert len(server.sent) == 3
 
 
@@ -155,7 +157,7 @@ async def test_a_legacy_caller_without_the_capability_is_not_asked() -> None:
     asked: list[Message] = []
     with pytest.raises(MethodNotFound):
         await rounds().unroll(
-            as_connection(server), call(legacy_session({"sampling": {}}), {"name": "ask"}, asked)
+            as_connection(server), call(handshake_session({"sampling": {}}), {"name": "ask"}, asked)
         )
     assert asked == []
 
@@ -171,5 +173,7 @@ async def test_a_legacy_caller_without_the_capability_is_not_asked() -> None:
 )
 async def test_a_malformed_input_required_is_the_servers_fault(result: dict[str, Any]) -> None:
     with pytest.raises(RemoteError) as caught:
-        await rounds().unroll(as_connection(Scripted([result])), call(legacy_session(), {"name": "ask"}, []))
+        await rounds().unroll(
+            as_connection(Scripted([result])), call(handshake_session(), {"name": "ask"}, [])
+        )
     assert caught.value.error["code"] == -32603

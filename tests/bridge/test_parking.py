@@ -168,7 +168,7 @@ def context(
     session = StatelessCaller(
         id=f"request-{next(_ids)}",
         transport="http",
-        protocol_version=versions.LATEST_MODERN,
+        protocol_version=versions.LATEST_STATELESS,
         capabilities=EVERYTHING if capabilities is None else capabilities,
         identity=identity,
         log_level=log_level,
@@ -212,7 +212,7 @@ def opened(state: str) -> Sealed:
 
 
 def input_required(result: Any) -> dict[str, Any]:
-    validator(versions.LATEST_MODERN, "InputRequiredResult")(result)
+    validator(versions.LATEST_STATELESS, "InputRequiredResult")(result)
     assert result["resultType"] == "input_required"
     assert isinstance(result, dict)
     return result
@@ -333,7 +333,7 @@ async def test_a_retry_with_a_state_not_issued_for_it_is_refused_and_the_call_st
         state = first["requestState"] if change is None else change(first["requestState"])
         with pytest.raises(InvalidRequestState) as refused:
             await parked.call(server, context(retry(state, {"elicitation-1": NAME}, **params), **ctx_options))
-        assert wire_error(refused.value, 2, modern=True)["error"]["code"] == -32602
+        assert wire_error(refused.value, 2, stateless=True)["error"]["code"] == -32602
         assert server.got == []
         result = await parked.call(server, context(retry(first["requestState"], {"elicitation-1": NAME})))
         assert result == {"content": [{"type": "text", "text": "hello Ada"}]}

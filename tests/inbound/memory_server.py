@@ -20,15 +20,15 @@ import orjson
 
 from proxy.app import Gateway
 from proxy.config import config_from_mapping
-from proxy.protocol import jsonrpc, modern, versions
+from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import MemoryTransport, answer
 from tests.protocol.schemas import validator
 
 __all__ = ["INITIALIZE", "META", "REFUSED", "TOOLS", "V", "Server", "request", "running", "valid"]
 
-V: Final = versions.LATEST_MODERN
-META: Final = {modern.PROTOCOL_VERSION_KEY: V, modern.CLIENT_CAPABILITIES_KEY: {}}
+V: Final = versions.LATEST_STATELESS
+META: Final = {stateless.PROTOCOL_VERSION_KEY: V, stateless.CLIENT_CAPABILITIES_KEY: {}}
 TOOLS: Final[list[dict[str, Any]]] = [
     {"name": name, "inputSchema": {"type": "object"}} for name in ("echo", "slow", "progress")
 ]

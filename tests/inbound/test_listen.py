@@ -4,7 +4,7 @@ change its lists and tell of resource updates whenever a test says so.
 
 Covered here: the stream (SSE, acknowledgement first, tagged notifications of the kinds asked
 for only, keep-alives), the honoured subset of ``resourceSubscriptions`` (readable and accepted
-only), one subscription per URI at the server shared by listen streams and legacy sessions,
+only), one subscription per URI at the server shared by listen streams and handshake sessions,
 the policy re-checked for every update, the ends (disconnect, graceful end, outside
 cancellation, a client too slow), and the registry on its own.
 """
@@ -270,11 +270,11 @@ async def _legacy(endpoint: McpEndpoint) -> Callable[[str, dict[str, Any]], Awai
 async def test_a_legacy_subscription_and_a_listen_share_one_subscription_at_the_server(
     served: Served,
 ) -> None:
-    legacy = await _legacy(served.endpoint)
-    assert (await legacy("resources/subscribe", {"uri": "mem://a"})).json()["result"] == {}
+    handshake = await _legacy(served.endpoint)
+    assert (await handshake("resources/subscribe", {"uri": "mem://a"})).json()["result"] == {}
     async with listening(served.endpoint, listen_request(resourceSubscriptions=["mem://a"])) as stream:
         await stream.next()
-        await legacy("resources/unsubscribe", {"uri": "mem://a"})
+        await handshake("resources/unsubscribe", {"uri": "mem://a"})
         assert served.server.asked("resources/unsubscribe") == []  # the listen stream still watches
     with anyio.fail_after(5):
         await served.server.unsubscribed.wait()
@@ -285,10 +285,10 @@ async def test_a_legacy_subscription_and_a_listen_share_one_subscription_at_the_
 async def test_a_legacy_session_sees_a_listens_subscription_as_taken(served: Served) -> None:
     async with listening(served.endpoint, listen_request(resourceSubscriptions=["mem://a"])) as stream:
         await stream.next()
-        legacy = await _legacy(served.endpoint)
-        await legacy("resources/subscribe", {"uri": "mem://a"})
+        handshake = await _legacy(served.endpoint)
+        await handshake("resources/subscribe", {"uri": "mem://a"})
         assert served.server.asked("resources/subscribe") == ["mem://a"]  # once, by the listen
-    # The legacy session still wants it: closing the stream must not unsubscribe.
+    # The handshake session still wants it: closing the stream must not unsubscribe.
     assert served.server.asked("resources/unsubscribe") == []
 
 
@@ -309,7 +309,7 @@ async def test_the_policy_decides_what_a_stream_may_watch_and_is_asked_again_for
             assert served.server.asked("resources/subscribe") == ["mem://a"]
             policy.write_text(hide.format('"mem://a"'))
             served.gateway.reload_policy()
-            # What each identity may see changed: the stream hears it like a legacy session does.
+            # What each identity may see changed: the stream hears it like a handshake session does.
             assert (await stream.next())["method"] == "notifications/resources/list_changed"
             await served.server.update("mem://a")  # no longer readable by this caller: not delivered
             await served.server.change("tools")  # not asked for

@@ -1,5 +1,5 @@
 """What a request may be sent back: log lines per the caller's level, and server questions, for
-legacy sessions and for 2026-07-28 callers (whose "session" is one request's envelope)."""
+handshake sessions and for 2026-07-28 callers (whose "session" is one request's envelope)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 def caller(version: str, log_level: str | None = None, **capabilities: Any) -> Client:
     """A 2026-07-28 request's caller, or a handshake-era session, at ``version``."""
-    if versions.is_modern(version):
+    if versions.is_stateless(version):
         return StatelessCaller("s", "http", version, capabilities, ANONYMOUS, log_level=log_level)
     return ClientSession(
         id="s", transport="http", protocol_version=version, capabilities=capabilities, log_level=log_level

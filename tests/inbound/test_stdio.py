@@ -1,9 +1,9 @@
 """``serve_stdio`` in memory, both eras: lines in, lines out, in front of a real ``Gateway`` whose
 one server is an in-memory handshake-era server.
 
-Covered here: the first request decides the era (an enveloped one → modern, ``initialize`` or a
-bare request → legacy), the other era is refused afterwards (-32022 naming only the modern
-revisions, -32600), a bad envelope before the decision leaves it undecided, modern requests run
+Covered here: the first request decides the era (an enveloped one → stateless, ``initialize`` or a
+bare request → handshake), the other era is refused afterwards (-32022 naming only the stateless
+revisions, -32600), a bad envelope before the decision leaves it undecided, stateless requests run
 concurrently with their progress written before their response, ``notifications/cancelled``
 cancels one (the server hears of it, nothing more is written for it), ``subscriptions/listen``
 streams as tagged lines until cancelled, unreadable lines.
@@ -23,7 +23,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from proxy.app import Gateway
 from proxy.inbound.stdio import serve_stdio
-from proxy.protocol import jsonrpc, modern, versions
+from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY
 from tests.inbound import memory_server
 from tests.inbound.memory_server import INITIALIZE, META, Server, V, request, running, valid
@@ -114,9 +114,9 @@ async def test_initialize_on_a_modern_connection_is_refused_naming_only_the_mode
         await client.ask(request("tools/list", 1))
         refused = valid(await client.ask({**INITIALIZE, "id": 2}))
         assert (refused["id"], refused["error"]["code"]) == (2, -32022)
-        assert refused["error"]["data"] == {"supported": list(versions.MODERN), "requested": "2025-11-25"}
+        assert refused["error"]["data"] == {"supported": list(versions.STATELESS), "requested": "2025-11-25"}
         assert V in refused["error"]["message"]
-        # Still modern: enveloped requests keep being served.
+        # Still stateless: enveloped requests keep being served.
         assert "result" in await client.ask(request("tools/list", 3))
 
 
@@ -154,9 +154,9 @@ async def test_a_bare_first_request_opens_the_handshake_era(server: Server) -> N
 @pytest.mark.parametrize(
     ("meta", "code"),
     [
-        ({**META, modern.PROTOCOL_VERSION_KEY: "1999-01-01"}, -32022),
-        ({modern.PROTOCOL_VERSION_KEY: V}, -32602),  # no clientCapabilities
-        ({**META, modern.LOG_LEVEL_KEY: "loud"}, -32602),
+        ({**META, stateless.PROTOCOL_VERSION_KEY: "1999-01-01"}, -32022),
+        ({stateless.PROTOCOL_VERSION_KEY: V}, -32602),  # no clientCapabilities
+        ({**META, stateless.LOG_LEVEL_KEY: "loud"}, -32602),
     ],
 )
 async def test_a_bad_envelope_before_the_era_is_decided_is_answered_and_decides_nothing(
@@ -171,7 +171,7 @@ async def test_a_bad_envelope_before_the_era_is_decided_is_answered_and_decides_
         assert initialized["result"]["protocolVersion"] == "2025-11-25"
 
 
-async def test_a_bad_envelope_on_a_modern_connection_leaves_it_modern(server: Server) -> None:
+async def test_a_bad_envelope_on_a_modern_connection_leaves_it_stateless(server: Server) -> None:
     async with stdio(server) as (client, _):
         await client.ask(request("server/discover", 1))
         missing = valid(await client.ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
@@ -276,7 +276,7 @@ async def test_unreadable_lines_are_answered_without_an_id_and_a_readable_id_is_
         assert (before["id"], before["error"]["code"]) == (None, -32700)  # undecided: JSON-RPC's null
         await client.ask(request("server/discover", 1))
         after = valid(await client.ask(b"[1, 2]\n"))
-        assert "id" not in after  # modern: the 2026-07-28 schema has no null id
+        assert "id" not in after  # stateless: the 2026-07-28 schema has no null id
         assert after["error"]["code"] == -32600
         bad = valid(await client.ask(b'{"jsonrpc": "1.0", "id": 9, "method": "tools/list"}\n'))
         assert (bad["id"], bad["error"]["code"]) == (9, -32600)

@@ -2,7 +2,7 @@
 serve`` ↔ the conformance fixture in its handshake-only era over stdio, which asks its client
 real ``elicitation/create`` / ``sampling/createMessage`` / ``roots/list`` requests mid-call.
 
-Manifold turns each such request into ``input_required`` for the modern client, whose callbacks
+Manifold turns each such request into ``input_required`` for the stateless client, whose callbacks
 answer it; the retry carries the answers back to the waiting server. Over stdio a question does
 not say which call it is about, so every test here finishes (or fails) the calls it starts: a
 call left parked would make the next test's questions unattributable.
@@ -30,18 +30,18 @@ from mcp.types import (
     TextContent,
 )
 
-from proxy.protocol import modern, versions
+from proxy.protocol import stateless, versions
 from tests.interaction.harness import REPO, RunningManifold, post, running_manifold
 from tests.protocol.schemas import validator
 
 pytestmark = pytest.mark.anyio
 
-V = versions.LATEST_MODERN
+V = versions.LATEST_STATELESS
 ALICE_KEY = "mfd_alice-parking-key-0123456789abcdefghijklmno"
 BOB_KEY = "mfd_bob-parking-key-0123456789abcdefghijklmnopqr"
-LEGACY_FIXTURE = {
+HANDSHAKE_FIXTURE = {
     "command": sys.executable,
-    "args": ["-m", "tests.conformance_modern.fixture_server", "--era", "legacy", "--transport", "stdio"],
+    "args": ["-m", "tests.conformance_modern.fixture_server", "--era", "handshake", "--transport", "stdio"],
     "cwd": str(REPO),
 }
 ELICIT = "fx.test_input_required_result_elicitation"
@@ -61,7 +61,7 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
                 {"name": "bob", "key": _stored(BOB_KEY), "roles": ["staff"]},
             ],
         },
-        "servers": {"fx": LEGACY_FIXTURE},
+        "servers": {"fx": HANDSHAKE_FIXTURE},
     }
     async with running_manifold(tmp_path_factory.mktemp("parking"), config) as running:
         yield running
@@ -189,9 +189,9 @@ def _call(
         "name": ELICIT,
         "arguments": {},
         "_meta": {
-            modern.PROTOCOL_VERSION_KEY: V,
-            modern.CLIENT_CAPABILITIES_KEY: {"elicitation": {}},
-            modern.CLIENT_INFO_KEY: {"name": "raw", "version": "0"},
+            stateless.PROTOCOL_VERSION_KEY: V,
+            stateless.CLIENT_CAPABILITIES_KEY: {"elicitation": {}},
+            stateless.CLIENT_INFO_KEY: {"name": "raw", "version": "0"},
         },
     }
     if responses is not None:

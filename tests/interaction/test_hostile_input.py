@@ -239,7 +239,7 @@ def _assert_answer(status: int, content_type: str, raw: bytes) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
 )
 # Mostly the handshake era: a 2026-07-28 request without its envelope stops at the door.
-@given(body=bodies, in_session=st.booleans(), modern=st.sampled_from([False, False, True]))
+@given(body=bodies, in_session=st.booleans(), stateless=st.sampled_from([False, False, True]))
 # The known dangers first, every run; then whatever the search finds.
 @example(
     body=_message(
@@ -251,22 +251,22 @@ def _assert_answer(status: int, content_type: str, raw: bytes) -> None:
         },
     ),
     in_session=False,
-    modern=False,
+    stateless=False,
 )
 @example(
     body=_message("tools/call", {"name": "notes.echo", "arguments": Deep(300, False)}),
     in_session=True,
-    modern=False,
+    stateless=False,
 )
-@example(body=Body(Deep(1025, True).text().encode()), in_session=True, modern=False)
-@example(body=_sized(MAX_BODY + 1), in_session=True, modern=False)
+@example(body=Body(Deep(1025, True).text().encode()), in_session=True, stateless=False)
+@example(body=_sized(MAX_BODY + 1), in_session=True, stateless=False)
 async def test_whatever_a_client_posts_gets_an_answer_or_a_4xx_and_the_gateway_lives(
-    target: Target, body: Body, in_session: bool, modern: bool
+    target: Target, body: Body, in_session: bool, stateless: bool
 ) -> None:
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     if in_session:
         headers["Mcp-Session-Id"] = target.session_id
-    if modern:
+    if stateless:
         headers["MCP-Protocol-Version"] = "2026-07-28"
     with anyio.fail_after(ANSWER_WITHIN):
         # A stream, not bytes: aiohttp warns that a megabyte body written at once blocks the loop.

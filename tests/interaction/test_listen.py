@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
 
-from proxy.protocol import modern, versions
+from proxy.protocol import stateless, versions
 from proxy.protocol.sse import SSEDecoder
 from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold
@@ -31,8 +31,8 @@ from tests.protocol.schemas import validator
 pytestmark = pytest.mark.anyio
 
 RELAY = str(REPO / "tests" / "fixtures" / "relay_server.py")
-V = versions.LATEST_MODERN
-META = {modern.PROTOCOL_VERSION_KEY: V, modern.CLIENT_CAPABILITIES_KEY: {}}
+V = versions.LATEST_STATELESS
+META = {stateless.PROTOCOL_VERSION_KEY: V, stateless.CLIENT_CAPABILITIES_KEY: {}}
 STATIC = "note://r1/static"
 HEADERS = {
     "Content-Type": "application/json",
@@ -47,7 +47,7 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
     config = {
         "servers": {
             "alpha": fixture_server("alpha", tools=2, page_size=10),
-            "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"], "era": "legacy"},
+            "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"], "era": "handshake"},
         },
     }
     async with running_manifold(tmp_path_factory.mktemp("listen"), config) as running:

@@ -20,13 +20,13 @@ from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 
-from proxy.protocol import modern, versions
+from proxy.protocol import stateless, versions
 from tests.interaction.harness import REPO, everything_server, fixture_server, write_config
 
 pytestmark = pytest.mark.anyio
 
 RELAY = str(REPO / "tests" / "fixtures" / "relay_server.py")
-V = versions.LATEST_MODERN
+V = versions.LATEST_STATELESS
 
 
 async def test_a_stdio_client_lists_and_calls_tools_of_every_server(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ async def test_a_stdio_client_lists_and_calls_tools_of_every_server(tmp_path: Pa
         command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
     )
     with anyio.fail_after(60):
-        async with Client(params, mode="legacy") as client:
+        async with Client(params, mode="handshake") as client:
             tools = (await client.list_tools()).tools
             names = [tool.name for tool in tools]
             assert names[:3] == ["alpha__tool_000", "alpha__tool_001", "alpha__tool_002"]
@@ -170,14 +170,14 @@ async def test_the_first_request_locks_the_era_of_the_process(tmp_path: Path) ->
             "clientInfo": {"name": "t", "version": "0"},
         },
     }
-    meta = {modern.PROTOCOL_VERSION_KEY: V, modern.CLIENT_CAPABILITIES_KEY: {}}
+    meta = {stateless.PROTOCOL_VERSION_KEY: V, stateless.CLIENT_CAPABILITIES_KEY: {}}
     discover = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}
-    async with _manifold_stdio(tmp_path / "modern") as pipes:
+    async with _manifold_stdio(tmp_path / "stateless") as pipes:
         assert V in (await pipes.ask(discover))["result"]["supportedVersions"]
         refused = await pipes.ask(initialize)
         assert (refused["id"], refused["error"]["code"]) == (2, -32022)
-        assert refused["error"]["data"]["supported"] == list(versions.MODERN)
-    async with _manifold_stdio(tmp_path / "legacy") as pipes:
+        assert refused["error"]["data"]["supported"] == list(versions.STATELESS)
+    async with _manifold_stdio(tmp_path / "handshake") as pipes:
         assert (await pipes.ask(initialize))["result"]["protocolVersion"] == "2025-11-25"
         refused = await pipes.ask({**discover, "id": 3})
         assert (refused["id"], refused["error"]["code"]) == (3, -32600)

@@ -121,7 +121,7 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
         "catalog": {"page_size": 4},
         "servers": {
             "alpha": fixture_server("alpha", tools=5, page_size=3),
-            "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"], "era": "legacy"},
+            "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"], "era": "handshake"},
         },
     }
     async with running_manifold(tmp_path_factory.mktemp("wire"), config) as running:
@@ -273,7 +273,7 @@ async def test_delete_ends_the_session_and_stops_its_per_client_servers(tmp_path
             "solo": {
                 "command": sys.executable,
                 "args": [RELAY, "--name", "solo"],
-                "era": "legacy",
+                "era": "handshake",
                 "session_mode": "per_client",
             }
         }

@@ -40,7 +40,7 @@ class Caller:
 
 
 @pytest.mark.parametrize(
-    ("setting", "era"), [("auto", Era.UNKNOWN), ("legacy", Era.LEGACY), ("modern", Era.MODERN)]
+    ("setting", "era"), [("auto", Era.UNKNOWN), ("handshake", Era.HANDSHAKE), ("stateless", Era.STATELESS)]
 )
 def test_an_era_setting_pins_that_era_and_auto_pins_none(setting: str, era: Era) -> None:
     assert Era.of(setting) is era
@@ -84,7 +84,7 @@ def discover_result(**extra: Any) -> dict[str, Any]:
 
 def test_a_discover_result_offering_2026_07_28_introduces_a_modern_server() -> None:
     assert parse_discover(discover_result(instructions="be nice")) == Introduction(
-        era=Era.MODERN,
+        era=Era.STATELESS,
         protocol_version="2026-07-28",
         capabilities={"tools": {"listChanged": True}},
         server_info={"name": "m", "version": "2"},
@@ -124,7 +124,7 @@ def test_an_initialize_result_introduces_a_handshake_era_server_at_the_revision_
         "instructions": "hi",
     }
     assert parse_initialize(result, "s") == Introduction(
-        Era.LEGACY, "2025-06-18", {"prompts": {}}, {"name": "old", "version": "1"}, "hi"
+        Era.HANDSHAKE, "2025-06-18", {"prompts": {}}, {"name": "old", "version": "1"}, "hi"
     )
     bare = parse_initialize({"protocolVersion": "2025-11-25", "instructions": ["x"]}, "s")
     assert (bare.capabilities, bare.server_info, bare.instructions) == ({}, {}, None)

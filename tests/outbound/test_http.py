@@ -17,7 +17,7 @@ from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.outbound.transport import Failed
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
-from proxy.protocol.modern import PROTOCOL_VERSION_KEY
+from proxy.protocol.stateless import PROTOCOL_VERSION_KEY
 from tests.fixtures.spawn import (
     FIXED_TOOLS,
     INIT,
@@ -362,12 +362,12 @@ def test_the_transport_factory_builds_the_configured_kind() -> None:
     assert isinstance(http_transport("a", "http://x/sse", None, "sse"), LegacySseTransport)
 
 
-@pytest.mark.parametrize("modern", [False, True], ids=["session", "2026-07-28"])
+@pytest.mark.parametrize("stateless", [False, True], ids=["session", "2026-07-28"])
 async def test_a_message_that_cannot_be_encoded_is_refused_by_send_and_the_link_lives_on(
-    modern: bool,
+    stateless: bool,
 ) -> None:
     params: dict[str, Any] = {"name": "x", "arguments": {"n": 2**70}}  # past what JSON numbers carry here
-    if modern:
+    if stateless:
         params["_meta"] = {PROTOCOL_VERSION_KEY: "2026-07-28"}
     async with StreamableHttpTransport("search", f"http://127.0.0.1:{free_port()}/mcp").connect() as link:
         with anyio.fail_after(5):

@@ -40,7 +40,7 @@ def discover_result(**extra: Any) -> dict[str, Any]:
         "resultType": "complete",
         "ttlMs": 0,
         "cacheScope": "public",
-        "_meta": {SERVER_INFO: {"name": "modern-mem", "version": "2"}},
+        "_meta": {SERVER_INFO: {"name": "stateless-mem", "version": "2"}},
         **extra,
     }
 
@@ -49,10 +49,10 @@ def discover_result(**extra: Any) -> dict[str, Any]:
 class Server:
     """A memory server of a chosen era; records what it was sent."""
 
-    modern: bool = True
-    legacy: bool = True
+    stateless: bool = True
+    handshake: bool = True
     silent_discover: bool = False
-    refuse_initialize_once: bool = False  # -32022 to the first initialize (it went modern-only)
+    refuse_initialize_once: bool = False  # -32022 to the first initialize (it went stateless-only)
     seen: list[Message] = field(default_factory=list)
 
     async def __call__(self, message: Message, reply: Reply) -> None:
@@ -65,16 +65,16 @@ class Server:
         if method == "server/discover":
             if self.silent_discover:
                 return
-            if self.modern:
+            if self.stateless:
                 await reply(answer(message, discover_result(instructions="be nice")))
             else:
                 await reply(error(message, -32601, "Method not found"))
         elif method == "initialize":
             if self.refuse_initialize_once:
                 self.refuse_initialize_once = False
-                self.legacy, self.modern = False, True
+                self.handshake, self.stateless = False, True
                 await reply(error(message, -32022, "Unsupported", {"supported": ["2026-07-28"]}))
-            elif self.legacy:
+            elif self.handshake:
                 await reply(answer(message, initialize_result()))
             else:
                 await reply(error(message, -32022, "Unsupported", {"supported": ["2026-07-28"]}))
@@ -120,9 +120,9 @@ def methods(server: Server) -> list[str]:
 async def test_a_server_that_discovers_is_spoken_to_in_2026_07_28_without_a_handshake() -> None:
     server = Server()
     async with connected(server) as connection:
-        assert (connection.era, connection.state) == (Era.MODERN, ServerState.READY)
+        assert (connection.era, connection.state) == (Era.STATELESS, ServerState.READY)
         assert connection.protocol_version == "2026-07-28"
-        assert connection.server_info == {"name": "modern-mem", "version": "2"}
+        assert connection.server_info == {"name": "stateless-mem", "version": "2"}
         assert connection.instructions == "be nice"
         result = await connection.request("tools/call", {"name": "t"}, relay=Caller({"sampling": {}}))
     assert result["enveloped"] is True
@@ -148,9 +148,9 @@ async def test_the_envelope_is_the_callers_capabilities_it_may_be_asked_and_its_
 
 
 async def test_a_server_that_refuses_discover_gets_initialize_and_no_envelopes() -> None:
-    server = Server(modern=False)
+    server = Server(stateless=False)
     async with connected(server) as connection:
-        assert connection.era is Era.LEGACY
+        assert connection.era is Era.HANDSHAKE
         assert connection.protocol_version == "2025-11-25"
         result = await connection.request("tools/call", {"name": "t"}, relay=Caller({}))
     assert result["enveloped"] is False
@@ -161,23 +161,23 @@ async def test_a_server_silent_on_discover_gets_initialize_after_the_probe_timeo
     server = Server(silent_discover=True)
     started = anyio.current_time()
     async with connected(server) as connection:
-        assert connection.era is Era.LEGACY
+        assert connection.era is Era.HANDSHAKE
     assert anyio.current_time() - started >= 1.0  # connect_timeout / 3
     assert methods(server)[:3] == ["server/discover", "notifications/cancelled", "initialize"]
 
 
 async def test_a_pinned_legacy_server_is_never_probed() -> None:
     server = Server()
-    async with connected(server, era=Era.LEGACY) as connection:
-        assert connection.era is Era.LEGACY
+    async with connected(server, era=Era.HANDSHAKE) as connection:
+        assert connection.era is Era.HANDSHAKE
     assert "server/discover" not in methods(server)
 
 
 async def test_a_pinned_modern_server_that_does_not_discover_is_down_not_legacy() -> None:
-    server = Server(modern=False)
-    async with connected(server, era=Era.MODERN) as connection:
+    server = Server(stateless=False)
+    async with connected(server, era=Era.STATELESS) as connection:
         assert connection.state is ServerState.BACKOFF
-        assert "era: modern" in (connection.reason or "")
+        assert "era: stateless" in (connection.reason or "")
     assert "initialize" not in methods(server)
 
 
@@ -186,12 +186,12 @@ async def test_a_remembered_legacy_server_that_went_modern_is_probed_again() -> 
     connection = ServerConnection(
         "mem", MemoryTransport(server), Recorder(), connect_timeout=3, answer_error=wire_error
     )
-    connection.era = Era.LEGACY  # what an earlier lifetime found
+    connection.era = Era.HANDSHAKE  # what an earlier lifetime found
     async with anyio.create_task_group() as tg:
         tg.start_soon(connection.run)
         with anyio.fail_after(5):
             await connection.first_attempt_done.wait()
-        assert (connection.era, connection.state) == (Era.MODERN, ServerState.READY)
+        assert (connection.era, connection.state) == (Era.STATELESS, ServerState.READY)
         tg.cancel_scope.cancel()
     assert methods(server)[:2] == ["initialize", "server/discover"]
 

@@ -12,7 +12,7 @@ import pytest
 from proxy.errors import ServerUnavailable
 from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.protocol import jsonrpc
-from proxy.protocol.modern import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
+from proxy.protocol.stateless import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
 from tests.fixtures.spawn import (
     INIT,
     LIST_CHANGED,

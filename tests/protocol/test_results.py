@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from proxy.protocol import results
-from proxy.protocol.modern import SERVER_INFO_KEY
 from proxy.protocol.results import NO_STORE, CacheHint
+from proxy.protocol.stateless import SERVER_INFO_KEY
 from tests.protocol.schemas import validator
 
 MANIFOLD = {"name": "manifold", "version": "0.1.0"}
@@ -33,7 +33,7 @@ PUBLIC_MINUTE = CacheHint(60_000, "public")
 def test_a_shaped_result_is_valid_at_2026_07_28(
     definition: str, result: dict[str, Any], cache: CacheHint | None
 ) -> None:
-    shaped = results.modern(result, server_info=MANIFOLD, cache=cache)
+    shaped = results.stateless(result, server_info=MANIFOLD, cache=cache)
     validator("2026-07-28", definition)(shaped)
     assert shaped["resultType"] == "complete"
     assert shaped["_meta"][SERVER_INFO_KEY] == MANIFOLD
@@ -44,13 +44,13 @@ def test_without_shaping_a_result_is_not_valid_at_2026_07_28() -> None:
     with pytest.raises(jsonschema.ValidationError):
         validator("2026-07-28", "CallToolResult")({"content": []})
     with pytest.raises(jsonschema.ValidationError):
-        validator("2026-07-28", "ListToolsResult")(results.modern({"tools": []}, server_info=MANIFOLD))
+        validator("2026-07-28", "ListToolsResult")(results.stateless({"tools": []}, server_info=MANIFOLD))
 
 
 def test_cache_hints_go_on_a_complete_result() -> None:
-    shaped = results.modern({"tools": []}, server_info=MANIFOLD, cache=CacheHint(5_000, "private"))
+    shaped = results.stateless({"tools": []}, server_info=MANIFOLD, cache=CacheHint(5_000, "private"))
     assert (shaped["ttlMs"], shaped["cacheScope"]) == (5_000, "private")
-    assert "ttlMs" not in results.modern({"content": []}, server_info=MANIFOLD)
+    assert "ttlMs" not in results.stateless({"content": []}, server_info=MANIFOLD)
 
 
 def test_the_stamp_replaces_another_servers_and_keeps_the_rest_of_meta() -> None:
@@ -58,14 +58,14 @@ def test_the_stamp_replaces_another_servers_and_keeps_the_rest_of_meta() -> None
         "content": [],
         "_meta": {SERVER_INFO_KEY: {"name": "behind", "version": "9"}, "k": 1},
     }
-    shaped = results.modern(result, server_info=MANIFOLD)
+    shaped = results.stateless(result, server_info=MANIFOLD)
     assert shaped["_meta"] == {SERVER_INFO_KEY: MANIFOLD, "k": 1}
     assert result["_meta"][SERVER_INFO_KEY] == {"name": "behind", "version": "9"}  # not mutated
 
 
 def test_an_input_required_result_keeps_its_type_and_is_never_cacheable() -> None:
     asked = {"resultType": "input_required", "inputRequests": {}, "requestState": "s", "ttlMs": 9}
-    shaped = results.modern(asked, server_info=MANIFOLD, cache=PUBLIC_MINUTE)
+    shaped = results.stateless(asked, server_info=MANIFOLD, cache=PUBLIC_MINUTE)
     assert shaped["resultType"] == "input_required"
     assert not {"ttlMs", "cacheScope"} & shaped.keys()
     assert results.is_input_required(shaped)
@@ -74,10 +74,10 @@ def test_an_input_required_result_keeps_its_type_and_is_never_cacheable() -> Non
 
 
 def test_a_legacy_caller_gets_none_of_the_2026_fields() -> None:
-    shaped = results.modern({"tools": [], "_meta": {"k": 1}}, server_info=MANIFOLD, cache=PUBLIC_MINUTE)
-    assert results.legacy(shaped) == {"tools": [], "_meta": {"k": 1}}
-    assert results.legacy(results.modern({"tools": []}, server_info=MANIFOLD)) == {"tools": []}
-    validator("2025-11-25", "ListToolsResult")(results.legacy(shaped))
+    shaped = results.stateless({"tools": [], "_meta": {"k": 1}}, server_info=MANIFOLD, cache=PUBLIC_MINUTE)
+    assert results.handshake(shaped) == {"tools": [], "_meta": {"k": 1}}
+    assert results.handshake(results.stateless({"tools": []}, server_info=MANIFOLD)) == {"tools": []}
+    validator("2025-11-25", "ListToolsResult")(results.handshake(shaped))
 
 
 @pytest.mark.parametrize(

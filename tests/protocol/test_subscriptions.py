@@ -18,7 +18,7 @@ from proxy.protocol.subscriptions import (
 )
 from tests.protocol.schemas import validator
 
-V = versions.LATEST_MODERN
+V = versions.LATEST_STATELESS
 TOOLS = jsonrpc.notification("notifications/tools/list_changed")
 PROMPTS = jsonrpc.notification("notifications/prompts/list_changed")
 RESOURCES = jsonrpc.notification("notifications/resources/list_changed")

@@ -21,13 +21,14 @@ import pytest
 import uvicorn
 
 from proxy.errors import ServerProtocolError, ServerUnavailable
-from proxy.outbound._http_modern import request_headers
+from proxy.outbound._http_stateless import request_headers
 from proxy.outbound.http import AutoHttpTransport, StreamableHttpTransport
 from proxy.outbound.transport import Failed, Link
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
-from proxy.protocol.modern import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, PROTOCOL_VERSION_KEY
-from tests.conformance_modern.fixture_server import build_server, legacy_only
+from proxy.protocol.stateless import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, PROTOCOL_VERSION_KEY
+from tests.conformance_modern.fixture_server import build_server
+from tests.conformance_modern.fixture_server import legacy_only as handshake_only
 from tests.fixtures.spawn import (
     VERSION,
     HttpRequest,
@@ -43,14 +44,14 @@ from tests.fixtures.spawn import (
 
 pytestmark = pytest.mark.anyio
 
-MODERN = "2026-07-28"
+STATELESS = "2026-07-28"
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 
 
-def modern(request_id: RequestId, method: str, params: dict[str, Any] | None = None) -> Message:
-    """A request with the 2026-07-28 envelope, as ServerConnection sends it to a modern server."""
+def stateless(request_id: RequestId, method: str, params: dict[str, Any] | None = None) -> Message:
+    """A request with the 2026-07-28 envelope, as ServerConnection sends it to a stateless server."""
     meta = {
-        PROTOCOL_VERSION_KEY: MODERN,
+        PROTOCOL_VERSION_KEY: STATELESS,
         CLIENT_CAPABILITIES_KEY: {},
         CLIENT_INFO_KEY: {"name": "test", "version": "0"},
     }
@@ -104,11 +105,11 @@ class _Server(uvicorn.Server):
 
 
 @asynccontextmanager
-async def sdk_server(era: Literal["dual", "legacy"]) -> AsyncIterator[tuple[str, list[Seen]]]:
+async def sdk_server(era: Literal["dual", "handshake"]) -> AsyncIterator[tuple[str, list[Seen]]]:
     """The conformance fixture (official SDK) on loopback; yields its URL and every request it got."""
     app: Any = build_server().streamable_http_app()
-    if era == "legacy":
-        app = legacy_only(app)
+    if era == "handshake":
+        app = handshake_only(app)
     seen: list[Seen] = []
 
     async def recording(scope: Any, receive: Any, send: Any) -> None:
@@ -165,23 +166,23 @@ async def test_a_modern_request_goes_out_stateless_with_its_body_mirrored_in_hea
     async with sdk_server("dual") as (url, seen):
         async with StreamableHttpTransport("conf", url, {"X-Api-Key": "k"}).connect() as link:
             with anyio.fail_after(20):
-                await link.send(modern(1, "server/discover"))
+                await link.send(stateless(1, "server/discover"))
                 discovered = await answer_to(link, 1)
                 # The server validates Mcp-Param-Region against the tool's x-mcp-header: without
                 # the caller's header it would refuse the call with -32020.
                 arguments = {"region": "us-west1"}
-                call = modern(2, "tools/call", {"name": "test_custom_headers", "arguments": arguments})
+                call = stateless(2, "tools/call", {"name": "test_custom_headers", "arguments": arguments})
                 await link.send(call, headers={"Mcp-Param-Region": "us-west1"})
                 called = await answer_to(link, 2)
         assert link.session_id is None
-    assert MODERN in discovered["result"]["supportedVersions"]
+    assert STATELESS in discovered["result"]["supportedVersions"]
     assert called["result"]["content"][0]["text"] == "region=us-west1"
     # Stateless: POSTs only (no GET stream opened, no DELETE at close), no session id anywhere.
     assert [r.method for r in seen] == ["POST", "POST"]
     discover, tool = seen
     for request in seen:
         assert "mcp-session-id" not in request.headers
-        assert request.headers["mcp-protocol-version"] == MODERN
+        assert request.headers["mcp-protocol-version"] == STATELESS
         assert request.headers["accept"] == "application/json, text/event-stream"
         assert request.headers["content-type"] == "application/json"
         assert request.headers["x-api-key"] == "k"
@@ -200,7 +201,7 @@ async def test_a_name_that_is_not_plain_ascii_travels_base64_in_mcp_name() -> No
         StreamableHttpTransport("s", server.url + "/mcp").connect() as link,
     ):
         with anyio.fail_after(5):
-            await link.send(modern(1, "resources/read", {"uri": "file:///tmp/ä b"}))
+            await link.send(stateless(1, "resources/read", {"uri": "file:///tmp/ä b"}))
             await answer_to(link, 1)
     [request] = server.requests
     assert request.headers["mcp-name"] == "=?base64?ZmlsZTovLy90bXAvw6QgYg==?="
@@ -210,20 +211,20 @@ async def test_a_name_that_is_not_plain_ascii_travels_base64_in_mcp_name() -> No
 async def test_a_legacy_only_server_refuses_the_modern_request_with_an_error_and_initialize_then_works() -> (
     None
 ):
-    async with sdk_server("legacy") as (url, seen), StreamableHttpTransport("conf", url).connect() as link:
+    async with sdk_server("handshake") as (url, seen), StreamableHttpTransport("conf", url).connect() as link:
         with anyio.fail_after(20):
-            await link.send(modern(900, "server/discover"))
+            await link.send(stateless(900, "server/discover"))
             refused = await answer_to(link, 900)
             # The link is alive: the handshake era, as before, on the same link.
             init = await handshake(link)
             await link.send(jsonrpc.request(2, "tools/list"))
             listed = await answer_to(link, 2)
-            await link.send(cancel(2))  # a legacy request's cancel is still POSTed
+            await link.send(cancel(2))  # a handshake request's cancel is still POSTed
             session_id = link.session_id
     assert refused["id"] == 900
     assert refused["error"] == {
         "code": -32600,
-        "message": f"Bad Request: Unsupported protocol version: {MODERN}",
+        "message": f"Bad Request: Unsupported protocol version: {STATELESS}",
     }
     assert init["result"]["protocolVersion"] == VERSION
     assert any(tool["name"] == "test_custom_headers" for tool in listed["result"]["tools"])
@@ -246,7 +247,7 @@ async def test_a_modern_request_never_uses_the_session_even_where_one_exists() -
             body = orjson.dumps(jsonrpc.result_response(message["id"], {"protocolVersion": VERSION}))
             headers = {"Mcp-Session-Id": "s-1"}
             await stream.send(http_response(200, body, content_type="application/json", headers=headers))
-        else:  # what an expired session gets: for a legacy request it would start a new one
+        else:  # what an expired session gets: for a handshake request it would start a new one
             await stream.send(http_response(404, b"gone", reason="Not Found", content_type="text/plain"))
 
     async with (
@@ -255,7 +256,7 @@ async def test_a_modern_request_never_uses_the_session_even_where_one_exists() -
     ):
         with anyio.fail_after(5):
             await handshake(link)
-            await link.send(modern(2, "tools/list"))
+            await link.send(stateless(2, "tools/list"))
             answer = await outcome_to(link, 2)
     error = failure_of(answer, 2)
     assert (type(error), str(error)) == (
@@ -264,7 +265,7 @@ async def test_a_modern_request_never_uses_the_session_even_where_one_exists() -
     )
     [request] = [r for r in server.requests if b'"tools/list"' in r.body]
     assert "mcp-session-id" not in request.headers
-    assert request.headers["mcp-protocol-version"] == MODERN  # not the session's 2025-11-25
+    assert request.headers["mcp-protocol-version"] == STATELESS  # not the session's 2025-11-25
     assert "last-event-id" not in request.headers
     # No renewal: initialize was sent once.
     assert sum(b'"initialize"' in r.body for r in server.requests) == 1
@@ -315,13 +316,13 @@ async def test_an_http_error_answers_or_fails_the_modern_request_and_leaves_the_
         StreamableHttpTransport("s", server.url + "/mcp").connect() as link,
     ):
         with anyio.fail_after(5):
-            await link.send(modern(7, "server/discover"))
+            await link.send(stateless(7, "server/discover"))
             outcome = await outcome_to(link, 7)
             if isinstance(expected, str):
                 assert failure_of(outcome, 7).reason == expected
             else:
                 assert outcome == expected
-            await link.send(modern(8, "tools/list"))
+            await link.send(stateless(8, "tools/list"))
             assert await answer_to(link, 8) == jsonrpc.result_response(8, {"tools": []})
 
 
@@ -334,7 +335,7 @@ async def test_a_202_to_a_modern_request_fails_it_at_once_as_the_server_s_fault(
         StreamableHttpTransport("s", server.url + "/mcp").connect() as link,
     ):
         with anyio.fail_after(5):
-            await link.send(modern(1, "tools/list"))
+            await link.send(stateless(1, "tools/list"))
             answer = await outcome_to(link, 1)
     error = failure_of(answer, 1)
     assert type(error) is ServerProtocolError
@@ -362,12 +363,12 @@ async def test_cancelling_a_modern_request_closes_its_post_instead_of_sending_th
         StreamableHttpTransport("s", server.url + "/mcp").connect() as link,
     ):
         with anyio.fail_after(5):
-            await link.send(modern(1, "tools/call", {"name": "slow", "arguments": {}}))
+            await link.send(stateless(1, "tools/call", {"name": "slow", "arguments": {}}))
             assert await link.receive() == (progress, 1)
             await link.send(cancel(1))
             await hung_up.wait()
             # Nothing is delivered for the cancelled request: the next message is 2's answer.
-            await link.send(modern(2, "tools/list"))
+            await link.send(stateless(2, "tools/list"))
             assert await link.receive() == (jsonrpc.result_response(2, {"tools": []}), 2)
     assert [jsonrpc.parse(r.body)["method"] for r in server.requests] == ["tools/call", "tools/list"]
 
@@ -375,13 +376,17 @@ async def test_cancelling_a_modern_request_closes_its_post_instead_of_sending_th
 async def test_a_listen_stream_delivers_its_notifications_with_its_id_until_it_is_cancelled() -> None:
     async with sdk_server("dual") as (url, seen), StreamableHttpTransport("conf", url).connect() as link:
         with anyio.fail_after(20):
-            await link.send(modern(50, "subscriptions/listen", {"notifications": {"toolsListChanged": True}}))
+            await link.send(
+                stateless(50, "subscriptions/listen", {"notifications": {"toolsListChanged": True}})
+            )
             acknowledged, related = await link.receive()
             assert (answered(acknowledged)["method"], related) == (
                 "notifications/subscriptions/acknowledged",
                 50,
             )
-            await link.send(modern(51, "tools/call", {"name": "test_trigger_tool_change", "arguments": {}}))
+            await link.send(
+                stateless(51, "tools/call", {"name": "test_trigger_tool_change", "arguments": {}})
+            )
             answers, others = await collect(link, 1)
             while not others:
                 others.append(await link.receive())
@@ -404,10 +409,10 @@ async def test_a_late_cancel_for_a_modern_request_that_ended_is_not_sent() -> No
         StreamableHttpTransport("s", server.url + "/mcp").connect() as link,
     ):
         with anyio.fail_after(5):
-            await link.send(modern(1, "tools/list"))
+            await link.send(stateless(1, "tools/list"))
             await answer_to(link, 1)
             await link.send(cancel(1))
-            await link.send(modern(2, "tools/list"))
+            await link.send(stateless(2, "tools/list"))
             await answer_to(link, 2)
     assert len(server.requests) == 2
 
@@ -424,10 +429,10 @@ async def test_auto_chooses_streamable_http_when_a_modern_request_is_answered() 
         transport = AutoHttpTransport("conf", url)
         async with transport.connect() as link:
             with anyio.fail_after(20):
-                await link.send(modern(1, "server/discover"))
+                await link.send(stateless(1, "server/discover"))
                 await answer_to(link, 1)
                 assert transport.chosen == "streamable-http"
-                await link.send(modern(2, "tools/list"))
+                await link.send(stateless(2, "tools/list"))
                 listed = await answer_to(link, 2)
     assert any(tool["name"] == "test_custom_headers" for tool in listed["result"]["tools"])
     assert [r.method for r in seen] == ["POST", "POST"]
@@ -449,18 +454,18 @@ async def test_auto_takes_only_a_2026_error_in_a_4xx_as_proof_of_streamable_http
         transport = AutoHttpTransport("s", server.url + "/mcp")
         async with transport.connect() as link:
             with anyio.fail_after(5):
-                await link.send(modern(1, "server/discover"))
+                await link.send(stateless(1, "server/discover"))
                 assert await answer_to(link, 1) == jsonrpc.error_response(1, code, "no")
         assert transport.chosen == chosen
     assert [r.method for r in server.requests] == ["POST"]
 
 
 async def test_auto_leaves_a_legacy_only_streamable_server_to_initialize_which_then_picks_it() -> None:
-    async with sdk_server("legacy") as (url, _):
+    async with sdk_server("handshake") as (url, _):
         transport = AutoHttpTransport("conf", url)
         async with transport.connect() as link:
             with anyio.fail_after(20):
-                await link.send(modern(900, "server/discover"))
+                await link.send(stateless(900, "server/discover"))
                 refused = await answer_to(link, 900)
                 assert transport.chosen is None
                 init = await handshake(link)
@@ -474,15 +479,15 @@ async def test_auto_refuses_a_modern_request_to_a_legacy_sse_server_and_initiali
         transport = AutoHttpTransport("beta", url)
         async with transport.connect() as link:
             with anyio.fail_after(20):
-                await link.send(modern(900, "server/discover"))
+                await link.send(stateless(900, "server/discover"))
                 refused = await outcome_to(link, 900)
                 assert transport.chosen is None
                 await exercise(link, "beta")
         assert chosen(transport) == "sse"
-        # A later link goes straight to HTTP+SSE, where a modern request is refused without a POST.
+        # A later link goes straight to HTTP+SSE, where a stateless request is refused without a POST.
         async with transport.connect() as link:
             with anyio.fail_after(20):
-                await link.send(modern(901, "server/discover"))
+                await link.send(stateless(901, "server/discover"))
                 again, related = await link.receive()
                 await handshake(link)
     assert failure_of(refused, 900).reason.startswith("HTTP 405")
@@ -500,21 +505,21 @@ async def test_auto_passes_headers_on_once_the_transport_is_chosen() -> None:
         AutoHttpTransport("s", server.url + "/mcp").connect() as link,
     ):
         with anyio.fail_after(5):
-            await link.send(modern(1, "tools/list"), headers={"Mcp-Param-A": "1"})
+            await link.send(stateless(1, "tools/list"), headers={"Mcp-Param-A": "1"})
             await answer_to(link, 1)
-            await link.send(modern(2, "tools/list"), headers={"Mcp-Param-B": "2"})
+            await link.send(stateless(2, "tools/list"), headers={"Mcp-Param-B": "2"})
             await answer_to(link, 2)
     assert [r.headers.get("mcp-param-a") for r in server.requests] == ["1", None]
     assert [r.headers.get("mcp-param-b") for r in server.requests] == [None, "2"]
 
 
 def test_the_callers_headers_never_replace_the_mirrored_ones() -> None:
-    message = modern(1, "tools/call", {"name": "t"})
+    message = stateless(1, "tools/call", {"name": "t"})
     headers = request_headers(message, {"mcp-method": "evil", "MCP-NAME": "evil", "Mcp-Param-X": "1"})
     assert {k.lower(): v for k, v in headers.items()} == {
         "accept": "application/json, text/event-stream",
         "content-type": "application/json",
-        "mcp-protocol-version": MODERN,
+        "mcp-protocol-version": STATELESS,
         "mcp-method": "tools/call",
         "mcp-name": "t",
         "mcp-param-x": "1",

@@ -24,15 +24,15 @@ from proxy.errors import (
     RemoteError,
     ResourceNotFound,
 )
-from proxy.protocol import jsonrpc, modern, versions
+from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.headers import Headers, encode_header_value
-from proxy.protocol.modern import Envelope
+from proxy.protocol.stateless import Envelope
 
 V = "2026-07-28"
 META = {
-    modern.PROTOCOL_VERSION_KEY: V,
-    modern.CLIENT_CAPABILITIES_KEY: {"sampling": {}},
-    modern.CLIENT_INFO_KEY: {"name": "t", "version": "1"},
+    stateless.PROTOCOL_VERSION_KEY: V,
+    stateless.CLIENT_CAPABILITIES_KEY: {"sampling": {}},
+    stateless.CLIENT_INFO_KEY: {"name": "t", "version": "1"},
 }
 
 
@@ -53,7 +53,7 @@ def headers(method: str = "tools/list", version: str | None = V, **more: str) ->
 def outcome(message: dict[str, Any], pairs: list[tuple[str, str]] | None) -> int | None:
     """The JSON-RPC error code the ladder gives, or None when the request passes."""
     try:
-        modern.classify(message, None if pairs is None else Headers.of(pairs))
+        stateless.classify(message, None if pairs is None else Headers.of(pairs))
     except ProtocolError as exc:
         return exc.code
     return None
@@ -72,14 +72,14 @@ LADDER: list[tuple[str, dict[str, Any], list[tuple[str, str]] | None, int | None
     ("a well-formed request passes", request(), headers(), None),
     ("no _meta", request(meta=None), headers(), INVALID_PARAMS),
     ("_meta is not an object", request(meta="2026-07-28"), headers(), INVALID_PARAMS),
-    ("no protocolVersion", request(meta=without(modern.PROTOCOL_VERSION_KEY)), headers(), INVALID_PARAMS),
+    ("no protocolVersion", request(meta=without(stateless.PROTOCOL_VERSION_KEY)), headers(), INVALID_PARAMS),
     (
         "no clientCapabilities",
-        request(meta=without(modern.CLIENT_CAPABILITIES_KEY)),
+        request(meta=without(stateless.CLIENT_CAPABILITIES_KEY)),
         headers(),
         INVALID_PARAMS,
     ),
-    ("no clientInfo is fine", request(meta=without(modern.CLIENT_INFO_KEY)), headers(), None),
+    ("no clientInfo is fine", request(meta=without(stateless.CLIENT_INFO_KEY)), headers(), None),
     ("no MCP-Protocol-Version header", request(), headers(version=None), HEADER_MISMATCH),
     ("header version unlike the body's", request(), headers(version="2025-11-25"), HEADER_MISMATCH),
     ("no Mcp-Method header", request(), [("mcp-protocol-version", V)], HEADER_MISMATCH),
@@ -108,26 +108,26 @@ LADDER: list[tuple[str, dict[str, Any], list[tuple[str, str]] | None, int | None
     ),
     (
         "header and body disagree before the version is judged",
-        request(meta={**META, modern.PROTOCOL_VERSION_KEY: "v999.0.0"}),
+        request(meta={**META, stateless.PROTOCOL_VERSION_KEY: "v999.0.0"}),
         headers(),
         HEADER_MISMATCH,
     ),
     (
         "an unknown version in both",
-        request(meta={**META, modern.PROTOCOL_VERSION_KEY: "v999.0.0"}),
+        request(meta={**META, stateless.PROTOCOL_VERSION_KEY: "v999.0.0"}),
         headers(version="v999.0.0"),
         UNSUPPORTED_VERSION,
     ),
     (
         "a handshake version is not served per request",
-        request(meta={**META, modern.PROTOCOL_VERSION_KEY: "2025-11-25"}),
+        request(meta={**META, stateless.PROTOCOL_VERSION_KEY: "2025-11-25"}),
         headers(version="2025-11-25"),
         UNSUPPORTED_VERSION,
     ),
     ("no headers at all (stdio): no header rung", request(), None, None),
     (
         "a version that is not a string (stdio)",
-        request(meta={**META, modern.PROTOCOL_VERSION_KEY: 2026}),
+        request(meta={**META, stateless.PROTOCOL_VERSION_KEY: 2026}),
         None,
         INVALID_PARAMS,
     ),
@@ -173,16 +173,16 @@ def test_a_routing_header_sent_twice_is_a_mismatch_before_anything_else(name: st
 
 
 def test_an_unsupported_version_names_every_advertised_one_and_echoes_the_request() -> None:
-    body = request(meta={**META, modern.PROTOCOL_VERSION_KEY: "v999.0.0"})
+    body = request(meta={**META, stateless.PROTOCOL_VERSION_KEY: "v999.0.0"})
     with pytest.raises(ProtocolError) as caught:
-        modern.classify(body, Headers.of(headers(version="v999.0.0")))
+        stateless.classify(body, Headers.of(headers(version="v999.0.0")))
     assert caught.value.data == {"supported": list(versions.ADVERTISED), "requested": "v999.0.0"}
-    assert versions.ADVERTISED[0] == versions.LATEST_MODERN
+    assert versions.ADVERTISED[0] == versions.LATEST_STATELESS
 
 
 def test_the_missing_envelope_keys_are_named() -> None:
     with pytest.raises(ProtocolError) as caught:
-        modern.classify(request(meta={}), None)
+        stateless.classify(request(meta={}), None)
     assert caught.value.message == (
         "params._meta is missing the required envelope key(s): "
         "io.modelcontextprotocol/protocolVersion, io.modelcontextprotocol/clientCapabilities"
@@ -190,15 +190,15 @@ def test_the_missing_envelope_keys_are_named() -> None:
 
 
 def test_an_envelope_carries_capabilities_client_info_and_log_level() -> None:
-    meta = {**META, modern.LOG_LEVEL_KEY: "warning"}
-    assert modern.classify(request(meta=meta), Headers.of(headers())) == Envelope(
+    meta = {**META, stateless.LOG_LEVEL_KEY: "warning"}
+    assert stateless.classify(request(meta=meta), Headers.of(headers())) == Envelope(
         V, {"sampling": {}}, {"name": "t", "version": "1"}, "warning"
     )
 
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [(modern.LOG_LEVEL_KEY, "verbose"), (modern.CLIENT_CAPABILITIES_KEY, ["sampling"])],
+    [(stateless.LOG_LEVEL_KEY, "verbose"), (stateless.CLIENT_CAPABILITIES_KEY, ["sampling"])],
 )
 def test_an_unknown_log_level_or_capabilities_that_are_no_object_are_invalid_params(
     key: str, value: Any
@@ -207,16 +207,16 @@ def test_an_unknown_log_level_or_capabilities_that_are_no_object_are_invalid_par
 
 
 def test_the_envelope_is_recognised_by_its_protocol_version() -> None:
-    assert modern.has_envelope(request())
-    assert not modern.has_envelope(request(meta=without(modern.PROTOCOL_VERSION_KEY)))
-    assert not modern.has_envelope({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert stateless.has_envelope(request())
+    assert not stateless.has_envelope(request(meta=without(stateless.PROTOCOL_VERSION_KEY)))
+    assert not stateless.has_envelope({"jsonrpc": "2.0", "id": 1, "method": "ping"})
 
 
 def test_stripping_the_envelope_keeps_the_rest_of_meta() -> None:
-    params = request(meta={**META, modern.LOG_LEVEL_KEY: "info", "progressToken": "p", "traceparent": "t"})
-    assert modern.strip_envelope(params["params"]) == {"_meta": {"progressToken": "p", "traceparent": "t"}}
-    assert modern.strip_envelope({"name": "x", "_meta": META}) == {"name": "x"}
-    assert modern.strip_envelope({"name": "x"}) == {"name": "x"}
+    params = request(meta={**META, stateless.LOG_LEVEL_KEY: "info", "progressToken": "p", "traceparent": "t"})
+    assert stateless.strip_envelope(params["params"]) == {"_meta": {"progressToken": "p", "traceparent": "t"}}
+    assert stateless.strip_envelope({"name": "x", "_meta": META}) == {"name": "x"}
+    assert stateless.strip_envelope({"name": "x"}) == {"name": "x"}
 
 
 # ---- statuses --------------------------------------------------------------------------------
@@ -237,22 +237,22 @@ STATUSES = [
 
 @pytest.mark.parametrize(("code", "status"), STATUSES)
 def test_each_error_code_has_its_http_status(code: int, status: int) -> None:
-    assert modern.http_status(jsonrpc.error_response(1, code, "x")) == status
+    assert stateless.http_status(jsonrpc.error_response(1, code, "x")) == status
     assert sdk.ERROR_CODE_HTTP_STATUS.get(code, 200) == status
 
 
 def test_a_result_goes_out_with_200() -> None:
-    assert modern.http_status(jsonrpc.result_response(1, {})) == 200
+    assert stateless.http_status(jsonrpc.result_response(1, {})) == 200
 
 
 def test_an_unknown_resource_is_invalid_params_for_a_modern_caller_only() -> None:
     missing = ResourceNotFound("resource not found: x://y", data={"uri": "x://y"})
-    assert wire_error(missing, 3, modern=True)["error"] == {
+    assert wire_error(missing, 3, stateless=True)["error"] == {
         "code": INVALID_PARAMS,
         "message": "resource not found: x://y",
         "data": {"uri": "x://y"},
     }
     assert wire_error(missing, 3)["error"]["code"] == -32002
     relayed = RemoteError("s", {"code": -32002, "message": "nope"})
-    assert wire_error(relayed, 3, modern=True)["error"]["code"] == INVALID_PARAMS
+    assert wire_error(relayed, 3, stateless=True)["error"]["code"] == INVALID_PARAMS
     assert wire_error(relayed, 3)["error"]["code"] == -32002

@@ -4,7 +4,7 @@ of a real ``Gateway`` whose one server is an in-memory handshake-era server.
 Covered here: statuses per the ladder (405/406/202/400/404), JSON answers that wait for nothing,
 SSE once a notification comes first (and keep-alives while silent), a disconnect that cancels
 the request (the server hears notifications/cancelled), no session ever minted, every answer
-valid against the 2026-07-28 schema, and legacy sessions on the same endpoint unchanged.
+valid against the 2026-07-28 schema, and handshake sessions on the same endpoint unchanged.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import anyio
 import orjson
 import pytest
 
-from proxy.inbound import modern as modern_http
+from proxy.inbound import stateless as stateless_http
 from proxy.inbound.http import McpEndpoint, OriginPolicy
-from proxy.protocol import modern, versions
+from proxy.protocol import stateless, versions
 from proxy.protocol.headers import encode_header_value
 from proxy.protocol.sse import SSEDecoder
 from proxy.router import CAPABILITIES
@@ -141,7 +141,7 @@ async def test_discover_answers_json_with_the_versions_capabilities_and_no_sessi
     validator(V, "DiscoverResult")(result)
     assert result["supportedVersions"] == list(versions.ADVERTISED)
     assert result["capabilities"] == CAPABILITIES
-    assert result["_meta"][modern.SERVER_INFO_KEY]["name"] == "manifold"
+    assert result["_meta"][stateless.SERVER_INFO_KEY]["name"] == "manifold"
     assert (result["resultType"], result["ttlMs"], result["cacheScope"]) == ("complete", 0, "public")
 
 
@@ -172,12 +172,12 @@ async def test_with_a_policy_in_force_what_one_identity_is_shown_is_cached_priva
 
 
 async def test_a_call_reaches_the_server_without_the_callers_envelope(asgi: Asgi, server: Server) -> None:
-    meta = {**META, modern.CLIENT_INFO_KEY: {"name": "c", "version": "1"}, "traceparent": "00-1-2-01"}
+    meta = {**META, stateless.CLIENT_INFO_KEY: {"name": "c", "version": "1"}, "traceparent": "00-1-2-01"}
     body = request("tools/call", meta=meta, name="mem.echo", arguments={"a": 1})
     response = await asgi("POST", body, routed("tools/call", "mem.echo"))
     result = valid(response.json())["result"]
     assert result["resultType"] == "complete"
-    assert result["_meta"][modern.SERVER_INFO_KEY]["name"] == "manifold"
+    assert result["_meta"][stateless.SERVER_INFO_KEY]["name"] == "manifold"
     forwarded = server.calls()[-1]["params"]
     assert forwarded == {"name": "echo", "arguments": {"a": 1}, "_meta": {"traceparent": "00-1-2-01"}}
 
@@ -220,7 +220,7 @@ async def test_removed_and_unknown_methods_are_404_method_not_found_with_the_id(
         ),
         (request("tools/list"), {**routed("tools/list"), "Mcp-Method": "prompts/list"}, 400, -32020),
         (
-            request("tools/list", meta={**META, modern.PROTOCOL_VERSION_KEY: "v9"}),
+            request("tools/list", meta={**META, stateless.PROTOCOL_VERSION_KEY: "v9"}),
             routed("tools/list", **{"MCP-Protocol-Version": "v9"}),
             400,
             -32022,
@@ -298,11 +298,11 @@ async def test_refusals_before_the_body_is_read_carry_no_null_id_at_2026_07_28(
         response = await endpoint("POST", request("tools/list"), {**routed("tools/list"), **headers})
         if status == 429:  # the first request spends the burst
             response = await endpoint("POST", request("tools/list"), routed("tools/list"))
-        legacy = await endpoint("POST", request("tools/list"), headers) if status != 429 else None
+        handshake = await endpoint("POST", request("tools/list"), headers) if status != 429 else None
     assert response.status == status
     assert "id" not in valid(response.json())
-    if legacy is not None:  # the handshake era keeps its id: null
-        assert legacy.json()["id"] is None
+    if handshake is not None:  # the handshake era keeps its id: null
+        assert handshake.json()["id"] is None
 
 
 async def test_a_notification_is_accepted_and_dropped(asgi: Asgi, server: Server) -> None:
@@ -337,8 +337,8 @@ async def test_progress_turns_the_answer_into_an_sse_stream_with_the_callers_tok
 async def test_a_silent_request_commits_to_sse_and_keeps_the_stream_alive(
     asgi: Asgi, server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(modern_http, "_DEFER", 0.01)
-    monkeypatch.setattr(modern_http, "_KEEPALIVE", 0.01)
+    monkeypatch.setattr(stateless_http, "_DEFER", 0.01)
+    monkeypatch.setattr(stateless_http, "_KEEPALIVE", 0.01)
 
     def released_after_a_ping(chunk: bytes) -> None:
         if chunk == b": ping\n\n":

@@ -1,6 +1,6 @@
 """Revision 2026-07-28 over Streamable HTTP, client side: every request one self-contained POST.
 
-A request whose ``params._meta`` carries the revision (``proxy.protocol.modern.has_envelope``)
+A request whose ``params._meta`` carries the revision (``proxy.protocol.stateless.has_envelope``)
 is stateless on the wire: no ``Mcp-Session-Id``, no GET stream, no ``Last-Event-ID``, no session
 renewal. Its body is mirrored into headers (``MCP-Protocol-Version``, ``Mcp-Method``,
 ``Mcp-Name``; the caller adds the ``Mcp-Param-*`` it derives from the tool's schema), and its
@@ -47,23 +47,29 @@ from proxy.outbound.transport import Failed
 from proxy.protocol import jsonrpc
 from proxy.protocol.headers import encode_header_value
 from proxy.protocol.jsonrpc import Message, RequestId
-from proxy.protocol.modern import NAME_PARAMS, PROTOCOL_VERSION_KEY, has_envelope
+from proxy.protocol.stateless import NAME_PARAMS, PROTOCOL_VERSION_KEY, has_envelope
 
-__all__ = ["MODERN_ERRORS", "ModernExchanges", "is_modern_request", "modern_http_failure", "request_headers"]
+__all__ = [
+    "STATELESS_ERRORS",
+    "StatelessExchanges",
+    "is_stateless_request",
+    "stateless_http_failure",
+    "request_headers",
+]
 
-# Errors only a 2026-07-28 server gives: one of them in a 4xx says "modern server, fix the
+# Errors only a 2026-07-28 server gives: one of them in a 4xx says "stateless server, fix the
 # request", where anything else in a 4xx may be a handshake-era server refusing the revision.
-MODERN_ERRORS: Final = frozenset({HEADER_MISMATCH, MISSING_CAPABILITY, UNSUPPORTED_VERSION})
+STATELESS_ERRORS: Final = frozenset({HEADER_MISMATCH, MISSING_CAPABILITY, UNSUPPORTED_VERSION})
 _EXCERPT: Final = 200  # characters of a non-JSON-RPC error body worth quoting
 
 
-def is_modern_request(message: Message) -> bool:
+def is_stateless_request(message: Message) -> bool:
     """A request (not a notification or response) that carries the 2026-07-28 envelope."""
     return "method" in message and "id" in message and has_envelope(message)
 
 
 def request_headers(message: Message, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The headers of a modern request's POST: those mirrored from the body, and ``extra`` (the
+    """The headers of a stateless request's POST: those mirrored from the body, and ``extra`` (the
     caller's ``Mcp-Param-*``) except where it names one of those (names are case-insensitive)."""
     params = message["params"]
     method = message["method"]
@@ -80,11 +86,11 @@ def request_headers(message: Message, extra: Mapping[str, str] | None = None) ->
     return with_extra(mirrored, extra)
 
 
-async def modern_http_failure(
+async def stateless_http_failure(
     server_id: str, request_id: RequestId, response: aiohttp.ClientResponse
 ) -> tuple[Message | Failed, bool]:
-    """The outcome of a modern request whose POST got an HTTP error status, and whether it is an
-    answer only a 2026-07-28 server gives (:data:`MODERN_ERRORS`).
+    """The outcome of a stateless request whose POST got an HTTP error status, and whether it is an
+    answer only a 2026-07-28 server gives (:data:`STATELESS_ERRORS`).
 
     A JSON-RPC error in the body is the server's own answer and is passed on with the request's
     id (servers send ``id: null`` there); otherwise the request fails, naming the status and the
@@ -93,14 +99,14 @@ async def modern_http_failure(
     error, body = await error_body(response)
     if error is not None:
         answer = jsonrpc.error_response(request_id, error["code"], error["message"], error.get("data"))
-        return answer, error["code"] in MODERN_ERRORS
+        return answer, error["code"] in STATELESS_ERRORS
     status = f"HTTP {response.status} {response.reason or ''}".rstrip()
     excerpt = body.decode(errors="replace").strip()[:_EXCERPT]
     return failure(server_id, request_id, status + (f": {excerpt}" if excerpt else "")), False
 
 
-class ModernExchanges:
-    """One link's modern requests in flight: each POSTed from a task of its own, each abortable."""
+class StatelessExchanges:
+    """One link's stateless requests in flight: each POSTed from a task of its own, each abortable."""
 
     def __init__(
         self,
@@ -125,7 +131,7 @@ class ModernExchanges:
     def start(
         self, message: Message, headers: Mapping[str, str] | None = None, probe: Probe | None = None
     ) -> None:
-        """POST ``message`` (a modern request) in the background; its answer goes to the inbox.
+        """POST ``message`` (a stateless request) in the background; its answer goes to the inbox.
 
         Raises:
             Unencodable: ``message`` cannot be written as JSON; nothing was started.
@@ -137,7 +143,7 @@ class ModernExchanges:
         self._tg.start_soon(self._exchange, message, data, headers, scope, probe)
 
     def cancel(self, request_id: object) -> bool:
-        """Abort the POST of modern request ``request_id``, closing its response; nothing more is
+        """Abort the POST of stateless request ``request_id``, closing its response; nothing more is
         delivered for it. False when no such request is in flight."""
         scope = self._inflight.pop(request_id, None) if isinstance(request_id, int | str) else None
         if scope is None:
@@ -181,9 +187,9 @@ class ModernExchanges:
     ) -> None:
         status, content_type = response.status, response.content_type
         if not 200 <= status < 300:
-            answer, modern = await modern_http_failure(self._server_id, request_id, response)
+            answer, stateless = await stateless_http_failure(self._server_id, request_id, response)
             if probe is not None:
-                probe.settle(Verdict.SPEAKS if modern else Verdict.FAILED)
+                probe.settle(Verdict.SPEAKS if stateless else Verdict.FAILED)
             self._inbox.put(answer, request_id)
         elif content_type == SSE:
             if probe is not None:
@@ -210,7 +216,7 @@ class ModernExchanges:
         else:
             if probe is not None:
                 probe.settle(Verdict.FAILED)
-            # 202 included: there is no other stream a modern answer could come on.
+            # 202 included: there is no other stream a stateless answer could come on.
             reason = f"HTTP {status} with Content-Type {content_type!r} and no response"
             self._inbox.put(broken(self._server_id, request_id, reason), request_id)
 

@@ -1,10 +1,10 @@
 """End to end at revision 2026-07-28: the official SDK client, stateless, ↔ a real ``manifold
-serve`` ↔ SDK servers of both eras over stdio, beside legacy clients on the same endpoint.
+serve`` ↔ SDK servers of both eras over stdio, beside handshake clients on the same endpoint.
 
 Behind Manifold: ``alpha`` (tests/fixtures/fixture_server.py: 12 tools, 5 a page) and ``r1``
 (tests/fixtures/relay_server.py: prompts, resources, templates, completions, progress). ``alpha``
 answers ``server/discover``, so Manifold speaks 2026-07-28 to it; ``r1`` is pinned to the handshake
-era (``era: legacy``). Manifold serves 7 items a page.
+era (``era: handshake``). Manifold serves 7 items a page.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import PromptReference, TextContent, TextResourceContents
 
-from proxy.protocol import modern, versions
+from proxy.protocol import stateless, versions
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, post, running_manifold
 from tests.interaction.test_metrics import samples, scrape
 from tests.protocol.schemas import validator
@@ -32,11 +32,11 @@ pytestmark = pytest.mark.anyio
 
 RELAY = str(REPO / "tests" / "fixtures" / "relay_server.py")
 PAGE = 7
-V = versions.LATEST_MODERN
+V = versions.LATEST_STATELESS
 META = {
-    modern.PROTOCOL_VERSION_KEY: V,
-    modern.CLIENT_CAPABILITIES_KEY: {},
-    modern.CLIENT_INFO_KEY: {"name": "raw", "version": "0"},
+    stateless.PROTOCOL_VERSION_KEY: V,
+    stateless.CLIENT_CAPABILITIES_KEY: {},
+    stateless.CLIENT_INFO_KEY: {"name": "raw", "version": "0"},
 }
 
 
@@ -46,10 +46,10 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
         "catalog": {"page_size": PAGE},
         "servers": {
             "alpha": fixture_server("alpha", tools=12, page_size=5),
-            "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"], "era": "legacy"},
+            "r1": {"command": sys.executable, "args": [RELAY, "--name", "r1"], "era": "handshake"},
         },
     }
-    async with running_manifold(tmp_path_factory.mktemp("modern"), config) as running:
+    async with running_manifold(tmp_path_factory.mktemp("stateless"), config) as running:
         yield running
 
 
@@ -100,9 +100,9 @@ async def test_a_modern_client_pages_through_the_same_merged_tools_as_a_legacy_o
 ) -> None:
     async with Client(manifold.url, mode=V, cache=None) as client:
         names, pages = await _tool_names(client)
-    async with Client(manifold.url, mode="legacy") as legacy:
-        legacy_names, _ = await _tool_names(legacy)
-    assert names == legacy_names
+    async with Client(manifold.url, mode="handshake") as handshake:
+        handshake_names, _ = await _tool_names(handshake)
+    assert names == handshake_names
     assert [n for n in names if n.startswith("alpha.tool_")] == [f"alpha.tool_{i:03d}" for i in range(12)]
     assert {"alpha.echo", "r1.progress"} <= set(names)
     assert pages == -(-len(names) // PAGE) > 1
@@ -153,9 +153,9 @@ async def test_unknown_names_are_invalid_params_and_an_unknown_resource_names_it
         with pytest.raises(MCPError) as resource:
             await client.read_resource("note://nowhere/x")
         assert (resource.value.error.code, resource.value.error.data) == (-32602, {"uri": "note://nowhere/x"})
-    async with Client(manifold.url, mode="legacy") as legacy:
+    async with Client(manifold.url, mode="handshake") as handshake:
         with pytest.raises(MCPError) as old:
-            await legacy.read_resource("note://nowhere/x")
+            await handshake.read_resource("note://nowhere/x")
         assert old.value.error.code == -32002  # what the handshake revisions define
 
 
@@ -170,7 +170,7 @@ async def _raw(
 
 async def test_the_wire_answers_statelessly_with_statuses_per_the_spec(manifold: RunningManifold) -> None:
     url = manifold.url
-    unknown = {**META, modern.PROTOCOL_VERSION_KEY: "v999.0.0"}
+    unknown = {**META, stateless.PROTOCOL_VERSION_KEY: "v999.0.0"}
     call = _request("tools/call", 5, name="alpha.echo", arguments={})
     async with aiohttp.ClientSession() as http:
         status, headers, body = await _raw(
@@ -246,6 +246,6 @@ async def test_legacy_and_modern_clients_work_side_by_side(manifold: RunningMani
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             for n in range(2):
-                tg.start_soon(use, "legacy", n)
+                tg.start_soon(use, "handshake", n)
                 tg.start_soon(use, V, n)
-    assert answers == {"legacy/0": "2025-11-25", "legacy/1": "2025-11-25", f"{V}/0": V, f"{V}/1": V}
+    assert answers == {"handshake/0": "2025-11-25", "handshake/1": "2025-11-25", f"{V}/0": V, f"{V}/1": V}

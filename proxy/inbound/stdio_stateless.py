@@ -1,4 +1,4 @@
-"""stdio, inbound, revision 2026-07-28: the requests of a connection whose first request was modern.
+"""stdio, inbound, revision 2026-07-28: the requests of a connection whose first request was stateless.
 
 stdio has no per-request stream: a request's progress and the log lines it opted into are
 lines on stdout like everything else, written before its response, and the client cancels a
@@ -23,18 +23,18 @@ from proxy.inbound.listen import pump
 from proxy.inbound.session import StatelessCaller, cancel_named
 from proxy.protocol import versions
 from proxy.protocol.jsonrpc import Message, RequestId
-from proxy.protocol.modern import Envelope
+from proxy.protocol.stateless import Envelope
 from proxy.protocol.subscriptions import LISTEN, Filter
 
-__all__ = ["ModernRequests", "initialize_refused"]
+__all__ = ["StatelessRequests", "initialize_refused"]
 
 logger = logging.getLogger("proxy.inbound.stdio")
 
 Send = Callable[[Message], Awaitable[None]]
 
 
-class ModernRequests:
-    """The modern requests in flight on one stdio connection, by the client's id."""
+class StatelessRequests:
+    """The stateless requests in flight on one stdio connection, by the client's id."""
 
     def __init__(self, inbound: Inbound, send: Send) -> None:
         self._inbound = inbound
@@ -74,7 +74,7 @@ class ModernRequests:
         try:
             requested = Filter.parse(message["params"])
         except ProtocolError as exc:
-            return await self._send(wire_error(exc, message["id"], modern=True))
+            return await self._send(wire_error(exc, message["id"], stateless=True))
         async with self._inbound.endpoint.listen(caller, message["id"], requested) as subscription:
             await pump(subscription, self._send)
         return None
@@ -88,13 +88,13 @@ class ModernRequests:
 
 
 def initialize_refused(message: Message) -> UnsupportedVersion:
-    """-32022 for ``initialize`` on a modern connection. Only the modern revisions are named: the
+    """-32022 for ``initialize`` on a stateless connection. Only the stateless revisions are named: the
     handshake ones are not served on this connection (a new process would serve them)."""
     requested = (message.get("params") or {}).get("protocolVersion")
-    refusal = UnsupportedVersion(requested if isinstance(requested, str) else "", versions.MODERN)
+    refusal = UnsupportedVersion(requested if isinstance(requested, str) else "", versions.STATELESS)
     # What a handshake-era client may show its user (it has no way forward): say why.
     refusal.message = (
-        f"this connection serves protocol revision {', '.join(versions.MODERN)}, chosen by its first "
+        f"this connection serves protocol revision {', '.join(versions.STATELESS)}, chosen by its first "
         "request; the initialize handshake is not accepted on it"
     )
     return refusal

@@ -1,7 +1,7 @@
 """Streamable HTTP, inbound, revision 2026-07-28: one self-contained POST per request.
 
 ``McpEndpoint`` hands a request here (after Origin, Host and authentication) when its
-``MCP-Protocol-Version`` header names no handshake revision, or when it carries a modern
+``MCP-Protocol-Version`` header names no handshake revision, or when it carries a stateless
 ``_meta`` envelope and neither that header nor a session id. No session is minted, required or
 echoed: the caller is who its credentials say, with the capabilities its ``_meta`` declares,
 for this one request. What happens, the first failure wins (the spec's "Server Validation"):
@@ -12,7 +12,7 @@ for this one request. What happens, the first failure wins (the spec's "Server V
     Mcp-Param-* ↔ the served tool's inputSchema → -32020
     the gateway: an unknown or removed method -32601, an undeclared capability -32021, …
 
-Errors go out as JSON with the status of ``protocol.modern.HTTP_STATUS`` (and without an ``id``
+Errors go out as JSON with the status of ``protocol.stateless.HTTP_STATUS`` (and without an ``id``
 when none could be read: the 2026-07-28 schema has no null ids). A response is JSON unless the
 request has something to say first (progress, a log line it opted into): then it is an SSE
 stream, status 200, kept alive while the request is silent. Closing the response stream is the
@@ -52,15 +52,15 @@ from proxy.inbound.exchange import Exchange, caller_of
 from proxy.inbound.listen import stream_sse
 from proxy.inbound.session import StatelessCaller
 from proxy.policy.model import Identity
-from proxy.protocol import jsonrpc, modern, versions
+from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.headers import VERSION_HEADER, Headers, ParamHeader, check_param_headers, x_mcp_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.sse import encode_event
 from proxy.protocol.subscriptions import LISTEN, Filter
 
-__all__ = ["ModernEndpoint", "is_modern_header"]
+__all__ = ["StatelessEndpoint", "is_stateless_header"]
 
-logger = logging.getLogger("proxy.inbound.modern")
+logger = logging.getLogger("proxy.inbound.stateless")
 
 # Answer with JSON if the request is done within this long without a notification; past it,
 # commit to SSE and keep the stream alive with a comment line every as long.
@@ -75,13 +75,13 @@ _PING: Final = b": ping\n\n"
 _NOT_ONE_MESSAGE: Final = "Body must be a single JSON-RPC request or notification object"
 
 
-def is_modern_header(version: str | None) -> bool:
+def is_stateless_header(version: str | None) -> bool:
     """Whether an ``MCP-Protocol-Version`` header routes a request to the stateless path: present,
-    and not a handshake revision (an unknown one too: the modern path names what is served)."""
+    and not a handshake revision (an unknown one too: the stateless path names what is served)."""
     return version is not None and version not in versions.HANDSHAKE
 
 
-class ModernEndpoint:
+class StatelessEndpoint:
     def __init__(self, inbound: Inbound) -> None:
         self._endpoint: Endpoint = inbound.endpoint
         self._max_depth = inbound.config.limits.max_depth
@@ -128,17 +128,21 @@ class ModernEndpoint:
         if kind is MessageKind.NOTIFICATION:
             # None is defined for clients on HTTP (closing the stream is the cancel): dropped.
             version = headers.get(VERSION_HEADER)
-            if not versions.is_modern(version):
-                return await _reply(send, _error(modern.unsupported(version or ""), None))
+            if not versions.is_stateless(version):
+                return await _reply(send, _error(stateless.unsupported(version or ""), None))
             return await respond(send, 202)
         request_id: RequestId = message["id"]
         identity: Identity = scope["manifold.identity"]
         try:
             version = headers.get(VERSION_HEADER)
-            if version is not None and not versions.is_modern(version) and not modern.has_envelope(message):
-                # Not a modern request at all, but a revision we do not know: say which we do.
-                raise modern.unsupported(version)
-            envelope = modern.classify(message, headers)
+            if (
+                version is not None
+                and not versions.is_stateless(version)
+                and not stateless.has_envelope(message)
+            ):
+                # Not a stateless request at all, but a revision we do not know: say which we do.
+                raise stateless.unsupported(version)
+            envelope = stateless.classify(message, headers)
             self._check_param_headers(message, headers, identity)
         except ProtocolError as exc:
             return await _reply(send, _error(exc, request_id))
@@ -202,7 +206,7 @@ class ModernEndpoint:
             first = await _next(notes, _DEFER)
             if first is None and exchange.answer is not None:
                 response = exchange.answer
-                await respond(send, modern.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
+                await respond(send, stateless.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
             else:
                 await send({"type": "http.response.start", "status": 200, "headers": _SSE})
                 note = first
@@ -252,11 +256,11 @@ def _accepts_sse(accept: str) -> bool:
 
 
 def _error(exc: ProtocolError, request_id: RequestId | None) -> Message:
-    return wire_error(exc, request_id, modern=True)  # an unreadable id is left out, not null
+    return wire_error(exc, request_id, stateless=True)  # an unreadable id is left out, not null
 
 
 async def _reply(send: Send, response: Message) -> None:
-    await respond(send, modern.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
+    await respond(send, stateless.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
 
 
 async def _refuse(send: Send, status: int, message: str) -> None:

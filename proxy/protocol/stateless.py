@@ -1,6 +1,6 @@
 """Revision 2026-07-28 on the wire, pure: the request envelope, its validation, the status table.
 
-A modern request carries all there is to know about its caller in ``params._meta`` (revision,
+A stateless request carries all there is to know about its caller in ``params._meta`` (revision,
 capabilities, client info, log level). On Streamable HTTP parts of the body are mirrored into
 headers (``proxy.protocol.headers``), and a server must refuse a request whose headers and body
 disagree. :func:`classify` runs that validation ladder (the spec's "Server Validation", in the
@@ -69,7 +69,7 @@ SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"  # a server's stam
 NAME_PARAMS: Final[Mapping[str, str]] = MappingProxyType(
     {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 )
-# Handshake-era requests 2026-07-28 removed: unknown methods to a modern caller (-32601, HTTP 404).
+# Handshake-era requests 2026-07-28 removed: unknown methods to a stateless caller (-32601, HTTP 404).
 REMOVED_METHODS: Final = frozenset(
     {"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
 )
@@ -100,7 +100,7 @@ def http_status(message: Message) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """What a modern request says about its caller, for this request only."""
+    """What a stateless request says about its caller, for this request only."""
 
     protocol_version: str
     capabilities: Mapping[str, Any]
@@ -109,7 +109,7 @@ class Envelope:
 
 
 def has_envelope(message: Message) -> bool:
-    """Whether a request carries a modern ``_meta`` (a protocol revision in it)."""
+    """Whether a request carries a stateless ``_meta`` (a protocol revision in it)."""
     params = message.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
     return isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
@@ -122,7 +122,7 @@ _ENVELOPE_KEYS: Final = frozenset(
 
 def strip_envelope(params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` without the caller's envelope: what it says is about the caller and this hop, so
-    it is never forwarded as is (a handshake-era server refuses it; a modern one gets the
+    it is never forwarded as is (a handshake-era server refuses it; a stateless one gets the
     envelope of whoever sends the request). The rest of ``_meta`` (progressToken, trace
     context) stays."""
     stripped = dict(params)
@@ -142,7 +142,7 @@ def unsupported(requested: str) -> UnsupportedVersion:
 
 
 def classify(message: Message, headers: Headers | None) -> Envelope:
-    """Validate a modern request's envelope, and its headers against its body (``headers`` is
+    """Validate a stateless request's envelope, and its headers against its body (``headers`` is
     ``None`` on transports without them, stdio). Rungs, the first failure wins:
 
     1. ``MCP-Protocol-Version``, ``Mcp-Method`` or ``Mcp-Name`` sent twice → -32020;
@@ -175,7 +175,7 @@ def classify(message: Message, headers: Headers | None) -> Envelope:
         _check_routing_headers(message, version, headers)
     if not isinstance(version, str):
         raise InvalidParams(f"{PROTOCOL_VERSION_KEY} must be a string")
-    if version not in versions.MODERN:
+    if version not in versions.STATELESS:
         raise unsupported(version)
     capabilities = meta[CLIENT_CAPABILITIES_KEY]
     if not isinstance(capabilities, dict):
