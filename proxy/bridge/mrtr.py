@@ -22,7 +22,7 @@ from typing import Any, Final
 import anyio
 
 from proxy.bridge.state import Boundary, RequestStates, arguments_digest
-from proxy.errors import INTERNAL_ERROR, InvalidRequestState, RemoteError
+from proxy.errors import InvalidRequestState, ServerProtocolError
 from proxy.outbound.connection import ServerConnection
 from proxy.pipeline import CallContext
 from proxy.protocol.asks import ASKABLE
@@ -141,5 +141,6 @@ def _input_requests(
     return asked
 
 
-def _misbehaved(server_id: str, what: str) -> RemoteError:
-    return RemoteError(server_id, {"code": INTERNAL_ERROR, "message": f"server {server_id!r} {what}"})
+def _misbehaved(server_id: str, what: str) -> ServerProtocolError:
+    """A server's input_required Manifold cannot use: that server's fault, and its request's."""
+    return ServerProtocolError(server_id, what)

@@ -45,7 +45,7 @@ logger = logging.getLogger("proxy.inbound.stdio")
 
 Write = Callable[[bytes], Awaitable[None]]
 
-_ENVELOPE_ON_LEGACY: Final = (
+_ENVELOPE_ON_HANDSHAKE: Final = (
     "this connection serves the handshake protocol era (it began with initialize); "
     "requests carrying the 2026-07-28 _meta envelope are not accepted on it"
 )
@@ -141,7 +141,7 @@ class _Connection:
             self._open_handshake()
         if self._session is not None:  # handshake
             if enveloped and method != "initialize":
-                return await self._send(wire_error(InvalidRequest(_ENVELOPE_ON_LEGACY), request_id))
+                return await self._send(wire_error(InvalidRequest(_ENVELOPE_ON_HANDSHAKE), request_id))
             self._start(request_id, self._answer_handshake, self._session, message)
             return None
         if method == "initialize":  # only ever here on a connection that is stateless already

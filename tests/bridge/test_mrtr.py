@@ -10,7 +10,7 @@ import pytest
 
 from proxy.bridge.mrtr import Rounds
 from proxy.bridge.state import RequestStates
-from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
+from proxy.errors import InvalidRequestState, MethodNotFound, ServerProtocolError
 from proxy.inbound.session import Client, ClientSession, InboundRequest, StatelessCaller
 from proxy.outbound.connection import ServerConnection
 from proxy.pipeline import CallContext
@@ -145,7 +145,7 @@ async def test_a_legacy_caller_is_asked_for_real_and_the_server_retried_with_the
 async def test_unrolling_is_bounded() -> None:
     again = {"resultType": "input_required", "requestState": "again"}
     server = Scripted([again] * 3)
-    with pytest.raises(RemoteError, match="after 3 rounds"):
+    with pytest.raises(ServerProtocolError, match="after 3 rounds"):
         await rounds(max_rounds=3).unroll(
             as_connection(server), call(handshake_session(), {"name": "ask"}, [])
         )
@@ -172,8 +172,9 @@ async def test_a_legacy_caller_without_the_capability_is_not_asked() -> None:
     ids=["unaskable method", "not a map", "nothing to ask or retry"],
 )
 async def test_a_malformed_input_required_is_the_servers_fault(result: dict[str, Any]) -> None:
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(ServerProtocolError) as caught:
         await rounds().unroll(
             as_connection(Scripted([result])), call(handshake_session(), {"name": "ask"}, [])
         )
-    assert caught.value.error["code"] == -32603
+    assert caught.value.code == -32603
+    assert caught.value.server_id == "fx"
