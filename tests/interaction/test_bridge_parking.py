@@ -41,7 +41,7 @@ ALICE_KEY = "mfd_alice-parking-key-0123456789abcdefghijklmno"
 BOB_KEY = "mfd_bob-parking-key-0123456789abcdefghijklmnopqr"
 HANDSHAKE_FIXTURE = {
     "command": sys.executable,
-    "args": ["-m", "tests.conformance_modern.fixture_server", "--era", "handshake", "--transport", "stdio"],
+    "args": ["-m", "tests.conformance_modern.fixture_server", "--era", "legacy", "--transport", "stdio"],
     "cwd": str(REPO),
 }
 ELICIT = "fx.test_input_required_result_elicitation"

@@ -2,7 +2,7 @@
 
 The server (tests/conformance_modern/fixture_server.py, dual-era, over stdio) is reached with
 ``server/discover``, so Manifold speaks 2026-07-28 to it: it never sends requests, it answers
-``input_required``. The client is the official SDK in ``mode="handshake"``: it knows nothing of
+``input_required``. The client is the official SDK in ``mode="legacy"``: it knows nothing of
 that, and is asked each question as a real request (its callbacks), while Manifold retries
 downstream with the answers; its log level and subscriptions become per-request ``logLevel`` and
 a listen stream downstream; what only 2026-07-28 defines never reaches it.
@@ -91,7 +91,7 @@ class Asked:
     def client(self, url: str, **options: Any) -> Client:
         return Client(
             url,
-            mode="handshake",
+            mode="legacy",
             elicitation_callback=self.elicit,
             sampling_callback=self.sample,
             list_roots_callback=self.list_roots,
@@ -141,7 +141,7 @@ async def test_a_prompt_that_needs_input_is_unrolled_too(manifold: RunningManifo
 async def test_a_client_without_the_capability_is_not_asked_and_the_call_fails(
     manifold: RunningManifold,
 ) -> None:
-    async with Client(manifold.url, mode="handshake") as client:
+    async with Client(manifold.url, mode="legacy") as client:
         with pytest.raises(MCPError, match="did not declare the capability elicitation/create needs"):
             await client.call_tool("test_input_required_result_elicitation", {})
 
@@ -155,7 +155,7 @@ async def test_the_clients_log_level_becomes_the_per_request_log_level(manifold:
         if len(lines) == 3:
             three.set()
 
-    async with Client(manifold.url, mode="handshake", logging_callback=logged) as client:
+    async with Client(manifold.url, mode="legacy", logging_callback=logged) as client:
         await client.call_tool("test_logging_tool", {})
         assert lines == []  # no level set: the server was told none, and logged nothing
         await client.set_logging_level("info")
@@ -174,7 +174,7 @@ async def test_a_tool_list_change_reaches_the_client_from_the_servers_listen_str
         if getattr(getattr(message, "root", message), "method", None) == "notifications/tools/list_changed":
             changed.set()
 
-    async with Client(manifold.url, mode="handshake", message_handler=on_message) as client:
+    async with Client(manifold.url, mode="legacy", message_handler=on_message) as client:
         before = {tool.name for tool in (await client.list_tools()).tools}
         await client.call_tool("test_trigger_tool_change", {})
         with anyio.fail_after(10):

@@ -56,7 +56,7 @@ async def _direct_tool_names(server: Any) -> list[str]:
     # clients that can answer sampling and elicitation requests.
     names: list[str] = []
     async with Client(
-        server, mode="handshake", sampling_callback=_no_sampling, elicitation_callback=_no_elicitation
+        server, mode="legacy", sampling_callback=_no_sampling, elicitation_callback=_no_elicitation
     ) as client:
         cursor: str | None = None
         while True:
@@ -258,7 +258,7 @@ async def test_list_changed_from_a_server_reaches_clients_and_the_new_tool_is_li
         if getattr(message, "method", None) == "notifications/tools/list_changed":
             changed.set()
 
-    async with Client(manifold.url, mode="handshake", message_handler=on_message) as client:
+    async with Client(manifold.url, mode="legacy", message_handler=on_message) as client:
         await client.list_tools()
         await client.call_tool("beta.add_tool", {"name": "fresh"})
         with anyio.fail_after(15):

@@ -137,8 +137,8 @@ async def test_a_server_progress_notification_too_deep_to_relay_harms_only_its_o
         pass  # asking for progress at all is what matters: the call then carries a progressToken
 
     async with (
-        Client(manifold.url, mode="handshake") as bystander,
-        Client(manifold.url, mode="handshake") as client,
+        Client(manifold.url, mode="legacy") as bystander,
+        Client(manifold.url, mode="legacy") as client,
     ):
         call = client.call_tool("hostile.deep_progress", {}, progress_callback=on_progress)
         outcome = await outcome_of(call, manifold)
@@ -151,8 +151,8 @@ async def test_a_server_progress_notification_too_deep_to_relay_harms_only_its_o
 
 async def test_a_server_log_line_too_deep_to_relay_harms_nobody(manifold: RunningManifold) -> None:
     async with (
-        Client(manifold.url, mode="handshake") as bystander,
-        Client(manifold.url, mode="handshake") as client,
+        Client(manifold.url, mode="legacy") as bystander,
+        Client(manifold.url, mode="legacy") as client,
     ):
         # Both asked for log lines: a line about no request goes to every session that did.
         with anyio.fail_after(ANSWER_WITHIN):
@@ -172,8 +172,8 @@ async def test_two_roots_requests_under_one_id_harm_only_the_call_that_sent_them
         return ListRootsResult(roots=[Root(uri=FileUrl("file:///srv/project"))])
 
     async with (
-        Client(manifold.url, mode="handshake") as bystander,
-        Client(manifold.url, mode="handshake", list_roots_callback=roots) as client,
+        Client(manifold.url, mode="legacy") as bystander,
+        Client(manifold.url, mode="legacy", list_roots_callback=roots) as client,
     ):
         outcome = await outcome_of(client.call_tool("hostile.ask_roots_twice_same_id", {}), manifold)
         assert_alive(manifold)
@@ -202,7 +202,7 @@ async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, A
 async def test_a_client_answer_to_roots_too_deep_to_relay_harms_only_its_own_call(
     manifold: RunningManifold,
 ) -> None:
-    async with Client(manifold.url, mode="handshake") as bystander, aiohttp.ClientSession() as http:
+    async with Client(manifold.url, mode="legacy") as bystander, aiohttp.ClientSession() as http:
         status, headers, body = await post(
             http,
             manifold.url,
@@ -288,7 +288,7 @@ async def test_an_initialize_nested_too_deep_gets_an_error_naming_the_limit(
             "clientInfo": {"name": "deep", "version": "0"},
         },
     }
-    async with Client(manifold.url, mode="handshake") as bystander, aiohttp.ClientSession() as http:
+    async with Client(manifold.url, mode="legacy") as bystander, aiohttp.ClientSession() as http:
         with anyio.fail_after(ANSWER_WITHIN):
             status, _, body = await post(http, manifold.url, deep_json(initialize))
         assert_names_the_limit(status, body, manifold)
@@ -305,7 +305,7 @@ async def test_tool_arguments_nested_too_deep_get_an_error_naming_the_limit(
         "method": "tools/call",
         "params": {"name": "notes.echo", "arguments": nested(DEPTH)},
     }
-    async with Client(manifold.url, mode="handshake") as bystander, aiohttp.ClientSession() as http:
+    async with Client(manifold.url, mode="legacy") as bystander, aiohttp.ClientSession() as http:
         session = {"Mcp-Session-Id": await raw_session(http, manifold.url)}
         with anyio.fail_after(ANSWER_WITHIN):
             status, _, body = await post(http, manifold.url, deep_json(call), session)
@@ -318,7 +318,7 @@ async def test_a_tool_result_too_deep_to_relay_over_http_fails_only_its_call(
     manifold: RunningManifold,
 ) -> None:
     call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "hostile.deep_result"}}
-    async with Client(manifold.url, mode="handshake") as bystander, aiohttp.ClientSession() as http:
+    async with Client(manifold.url, mode="legacy") as bystander, aiohttp.ClientSession() as http:
         session = {"Mcp-Session-Id": await raw_session(http, manifold.url)}
         with anyio.fail_after(ANSWER_WITHIN):
             status, _, body = await post(http, manifold.url, call, session)
@@ -340,7 +340,7 @@ async def test_a_tool_result_too_deep_to_relay_over_stdio_fails_only_its_call(tm
         command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
     )
     with anyio.fail_after(60):
-        async with Client(params, mode="handshake") as client:
+        async with Client(params, mode="legacy") as client:
             outcome = await outcome_of(client.call_tool("hostile.deep_result", {}))
             # Relayed whole it cannot be: the call fails, as a tool error or a JSON-RPC one.
             assert outcome.startswith(("error", "result (isError)")), outcome

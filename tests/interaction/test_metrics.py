@@ -128,7 +128,7 @@ async def test_every_outcome_moves_its_own_counter_by_exactly_one(manifold: Runn
 
 
 async def test_servers_catalog_sessions_and_restarts_are_reported(manifold: RunningManifold) -> None:
-    async with Client(manifold.url, mode="handshake") as client:  # a session, to be counted
+    async with Client(manifold.url, mode="legacy") as client:  # a session, to be counted
         await client.list_tools()
         text = await scrape(manifold)
         assert samples(text, "manifold_client_sessions_active")[(("transport", "http"),)] >= 1

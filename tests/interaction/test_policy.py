@@ -446,7 +446,7 @@ async def test_a_rewritten_policy_file_is_applied_and_a_broken_one_refused(tmp_p
     notices = ListChanged()
     async with (
         running_manifold(tmp_path, reload_config(reload=True)) as manifold,
-        connect(manifold.url, mode="handshake", message_handler=notices) as client,
+        connect(manifold.url, mode="legacy", message_handler=notices) as client,
     ):
         assert list(await listed(client)) == ["alpha.tool_000"]
         changed = notices.expect()
@@ -470,7 +470,7 @@ async def test_sighup_rereads_the_policy_and_clients_are_told(tmp_path: Path) ->
     notices = ListChanged()
     async with (
         running_manifold(tmp_path, reload_config(reload=False)) as manifold,
-        connect(manifold.url, mode="handshake", message_handler=notices) as client,
+        connect(manifold.url, mode="legacy", message_handler=notices) as client,
     ):
         assert list(await listed(client)) == ["alpha.tool_000"]
         policy.write_text(allow_only("alpha.tool_001"))
@@ -512,7 +512,7 @@ async def test_pins_warn_serves_a_drifted_tool_and_logs_the_drift(tmp_path: Path
     notices = ListChanged()
     async with (
         running_manifold(tmp_path, pins_config(tmp_path, "warn")) as manifold,
-        connect(manifold.url, mode="handshake", message_handler=notices) as client,
+        connect(manifold.url, mode="legacy", message_handler=notices) as client,
     ):
         assert "alpha/echo" in orjson.loads((tmp_path / "pins" / "pins.json").read_bytes())["pins"]
         await redefine_echo(client, notices)
@@ -530,7 +530,7 @@ async def test_pins_block_hides_a_drifted_tool_until_accepted_and_restarted(tmp_
     config = pins_config(tmp_path, "block")
     async with (
         running_manifold(tmp_path, config) as manifold,
-        connect(manifold.url, mode="handshake", message_handler=notices) as client,
+        connect(manifold.url, mode="legacy", message_handler=notices) as client,
     ):
         await redefine_echo(client, notices)
         assert "alpha.echo" not in await listed(client)
@@ -554,7 +554,7 @@ async def test_a_call_to_a_tool_blocked_by_pin_drift_is_refused_naming_the_drift
     notices = ListChanged()
     async with (
         running_manifold(tmp_path, pins_config(tmp_path, "block")) as manifold,
-        connect(manifold.url, mode="handshake", message_handler=notices) as client,
+        connect(manifold.url, mode="legacy", message_handler=notices) as client,
     ):
         await redefine_echo(client, notices)
         try:
@@ -571,7 +571,7 @@ async def test_pins_block_serves_an_accepted_tool_again_after_sighup(tmp_path: P
     notices = ListChanged()
     async with (
         running_manifold(tmp_path, pins_config(tmp_path, "block")) as manifold,
-        connect(manifold.url, mode="handshake", message_handler=notices) as client,
+        connect(manifold.url, mode="legacy", message_handler=notices) as client,
     ):
         await redefine_echo(client, notices)
         assert "alpha.echo" not in await listed(client)
@@ -587,7 +587,7 @@ async def test_pins_off_writes_no_pins_and_serves_a_changed_tool(tmp_path: Path)
     notices = ListChanged()
     async with (
         running_manifold(tmp_path, pins_config(tmp_path, "off")) as manifold,
-        connect(manifold.url, mode="handshake", message_handler=notices) as client,
+        connect(manifold.url, mode="legacy", message_handler=notices) as client,
     ):
         await redefine_echo(client, notices)
         tools = await listed(client)

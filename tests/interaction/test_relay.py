@@ -2,7 +2,7 @@
 
 Behind Manifold: ``r1`` (stdio, shared connection), ``r2`` (Streamable HTTP, shared connection)
 and ``r3`` (stdio, ``per_client``), all running tests/fixtures/relay_server.py. The clients speak
-the handshake era (``mode="handshake"``): questions from a server reach a 2026-07-28 client only as
+the handshake era (``mode="legacy"``): questions from a server reach a 2026-07-28 client only as
 ``input_required``, and changes only on ``subscriptions/listen``, neither served yet.
 """
 
@@ -97,7 +97,7 @@ def answer_elicitation(name: str) -> Any:
 async def test_prompts_from_every_server_are_listed_and_each_goes_to_its_server(
     manifold: RunningManifold,
 ) -> None:
-    async with Client(manifold.url, mode="handshake") as client:
+    async with Client(manifold.url, mode="legacy") as client:
         names = [prompt.name for prompt in (await client.list_prompts()).prompts]
         assert names == ["r1.greet", "r2.greet", "r3.greet"]
         for server in ("r1", "r2", "r3"):
@@ -113,7 +113,7 @@ async def test_prompts_from_every_server_are_listed_and_each_goes_to_its_server(
 async def test_resources_keep_their_uris_and_reads_route_by_uri_and_template(
     manifold: RunningManifold,
 ) -> None:
-    async with Client(manifold.url, mode="handshake") as client:
+    async with Client(manifold.url, mode="legacy") as client:
         uris = [str(resource.uri) for resource in (await client.list_resources()).resources]
         assert uris == ["note://r1/static", "note://r2/static", "note://r3/static"]
         templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
@@ -131,7 +131,7 @@ async def test_resources_keep_their_uris_and_reads_route_by_uri_and_template(
 
 
 async def test_completions_route_by_prompt_name_and_by_template(manifold: RunningManifold) -> None:
-    async with Client(manifold.url, mode="handshake") as client:
+    async with Client(manifold.url, mode="legacy") as client:
         prompt = PromptReference(type="ref/prompt", name="r2.greet")
         by_prompt = await client.complete(prompt, {"name": "name", "value": "Al"})
         assert by_prompt.completion.values == ["Alan"]
@@ -150,7 +150,7 @@ async def test_progress_from_a_shared_connection_reaches_only_the_client_that_as
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             seen[who].append(progress)
 
-        async with Client(manifold.url, mode="handshake") as client:
+        async with Client(manifold.url, mode="legacy") as client:
             result = await client.call_tool(
                 f"{server}.progress", {"steps": steps}, progress_callback=on_progress
             )
@@ -166,13 +166,13 @@ async def test_progress_from_a_shared_connection_reaches_only_the_client_that_as
 async def test_sampling_reaches_the_calling_client_and_a_client_without_it_gets_an_error(
     manifold: RunningManifold,
 ) -> None:
-    async with Client(manifold.url, mode="handshake", sampling_callback=answer_sampling) as client:
+    async with Client(manifold.url, mode="legacy", sampling_callback=answer_sampling) as client:
         for server in ("r1", "r2", "r3"):
             assert (
                 _text(await client.call_tool(f"{server}.sample", {"prompt": server}))
                 == f"sampled: reply to {server}"
             )
-    async with Client(manifold.url, mode="handshake") as client:
+    async with Client(manifold.url, mode="legacy") as client:
         with pytest.raises(MCPError, match="did not declare the capability sampling"):
             await client.call_tool("r1.sample", {"prompt": "x"})
 
@@ -184,7 +184,7 @@ async def test_two_clients_sharing_an_http_server_each_answer_their_own_elicitat
 
     async def ask(name: str, server: str) -> None:
         async with Client(
-            manifold.url, mode="handshake", elicitation_callback=answer_elicitation(name)
+            manifold.url, mode="legacy", elicitation_callback=answer_elicitation(name)
         ) as client:
             answers[f"{server}/{name}"] = _text(await client.call_tool(f"{server}.ask", {"question": "who?"}))
 
@@ -202,7 +202,7 @@ async def test_roots_are_asked_of_the_client_behind_a_per_client_connection(
     async def roots(context: ClientRequestContext) -> ListRootsResult:
         return ListRootsResult(roots=[Root(uri=FileUrl("file:///srv/project"))])
 
-    async with Client(manifold.url, mode="handshake", list_roots_callback=roots) as client:
+    async with Client(manifold.url, mode="legacy", list_roots_callback=roots) as client:
         assert _text(await client.call_tool("r3.roots", {})) == "file:///srv/project"
         assert _text(await client.call_tool("r1.roots", {})) == "file:///srv/project"
 
@@ -220,8 +220,8 @@ async def test_log_lines_reach_clients_that_asked_for_that_level(manifold: Runni
         return on_log
 
     async with (
-        Client(manifold.url, mode="handshake", logging_callback=collect("listener")) as listener,
-        Client(manifold.url, mode="handshake", logging_callback=collect("quiet")) as quiet,
+        Client(manifold.url, mode="legacy", logging_callback=collect("listener")) as listener,
+        Client(manifold.url, mode="legacy", logging_callback=collect("quiet")) as quiet,
     ):
         await listener.set_logging_level("error")
         await quiet.set_logging_level("emergency")
@@ -237,8 +237,8 @@ async def test_a_cancelled_call_is_cancelled_at_the_server_and_the_other_client_
 ) -> None:
     marker = tmp_path / "cancelled"
     async with (
-        Client(manifold.url, mode="handshake") as first,
-        Client(manifold.url, mode="handshake") as second,
+        Client(manifold.url, mode="legacy") as first,
+        Client(manifold.url, mode="legacy") as second,
     ):
         with pytest.raises(MCPError):
             await first.call_tool("r1.wait", {"seconds": 30, "marker": str(marker)}, read_timeout_seconds=1)
@@ -265,8 +265,8 @@ async def test_resource_updates_reach_only_subscribed_sessions(manifold: Running
         return on_message
 
     async with (
-        Client(manifold.url, mode="handshake", message_handler=collect("subscriber")) as subscriber,
-        Client(manifold.url, mode="handshake", message_handler=collect("other")) as other,
+        Client(manifold.url, mode="legacy", message_handler=collect("subscriber")) as subscriber,
+        Client(manifold.url, mode="legacy", message_handler=collect("other")) as other,
     ):
         await subscriber.subscribe_resource("note://r1/static")
         await other.call_tool("r1.touch", {"uri": "note://r1/static"})
@@ -278,8 +278,8 @@ async def test_resource_updates_reach_only_subscribed_sessions(manifold: Running
 async def test_a_session_that_ends_releases_its_subscription_at_the_server(
     manifold: RunningManifold,
 ) -> None:
-    async with Client(manifold.url, mode="handshake") as observer:
-        async with Client(manifold.url, mode="handshake") as subscriber:
+    async with Client(manifold.url, mode="legacy") as observer:
+        async with Client(manifold.url, mode="legacy") as subscriber:
             await subscriber.subscribe_resource("note://r2/static")
             told = await observer.call_tool("r2.touch", {"uri": "note://r2/static"})
             assert _text(told) == "touched note://r2/static: told its subscriber"
@@ -298,8 +298,8 @@ async def test_each_per_client_session_subscribes_on_its_own_connection(manifold
             updated.set()
 
     async with (
-        Client(manifold.url, mode="handshake") as first,
-        Client(manifold.url, mode="handshake", message_handler=on_message) as second,
+        Client(manifold.url, mode="legacy") as first,
+        Client(manifold.url, mode="legacy", message_handler=on_message) as second,
     ):
         await first.subscribe_resource("note://r3/static")
         await second.subscribe_resource("note://r3/static")
@@ -330,7 +330,7 @@ async def test_a_per_client_session_hears_its_own_process_not_the_shared_one(
                 marker_heard.set()
 
     async with (
-        Client(manifold.url, mode="handshake", message_handler=on_message) as session,
+        Client(manifold.url, mode="legacy", message_handler=on_message) as session,
         Client(manifold.url, mode=versions.LATEST_STATELESS, cache=None) as stateless,
         stateless.listen(resource_subscriptions=[uri]) as stream,
     ):

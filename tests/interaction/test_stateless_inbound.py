@@ -100,7 +100,7 @@ async def test_a_modern_client_pages_through_the_same_merged_tools_as_a_legacy_o
 ) -> None:
     async with Client(manifold.url, mode=V, cache=None) as client:
         names, pages = await _tool_names(client)
-    async with Client(manifold.url, mode="handshake") as handshake:
+    async with Client(manifold.url, mode="legacy") as handshake:
         handshake_names, _ = await _tool_names(handshake)
     assert names == handshake_names
     assert [n for n in names if n.startswith("alpha.tool_")] == [f"alpha.tool_{i:03d}" for i in range(12)]
@@ -153,7 +153,7 @@ async def test_unknown_names_are_invalid_params_and_an_unknown_resource_names_it
         with pytest.raises(MCPError) as resource:
             await client.read_resource("note://nowhere/x")
         assert (resource.value.error.code, resource.value.error.data) == (-32602, {"uri": "note://nowhere/x"})
-    async with Client(manifold.url, mode="handshake") as handshake:
+    async with Client(manifold.url, mode="legacy") as handshake:
         with pytest.raises(MCPError) as old:
             await handshake.read_resource("note://nowhere/x")
         assert old.value.error.code == -32002  # what the handshake revisions define
@@ -246,6 +246,6 @@ async def test_legacy_and_modern_clients_work_side_by_side(manifold: RunningMani
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             for n in range(2):
-                tg.start_soon(use, "handshake", n)
+                tg.start_soon(use, "legacy", n)  # the SDK client's name for the handshake era
                 tg.start_soon(use, V, n)
-    assert answers == {"handshake/0": "2025-11-25", "handshake/1": "2025-11-25", f"{V}/0": V, f"{V}/1": V}
+    assert answers == {"legacy/0": "2025-11-25", "legacy/1": "2025-11-25", f"{V}/0": V, f"{V}/1": V}

@@ -44,7 +44,7 @@ async def test_a_stdio_client_lists_and_calls_tools_of_every_server(tmp_path: Pa
         command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
     )
     with anyio.fail_after(60):
-        async with Client(params, mode="handshake") as client:
+        async with Client(params, mode="legacy") as client:
             tools = (await client.list_tools()).tools
             names = [tool.name for tool in tools]
             assert names[:3] == ["alpha__tool_000", "alpha__tool_001", "alpha__tool_002"]
