@@ -202,14 +202,16 @@ async def read_body(response: aiohttp.ClientResponse, limit: int = MAX_BODY) -> 
         MessageTooLarge: the body is longer than ``limit`` (says so, or turned out so).
         aiohttp.ClientError, OSError: the connection broke.
     """
-    too_large = MessageTooLarge(f"a JSON body exceeded {limit} bytes")
-    if response.content_length is not None and response.content_length > limit:
-        raise too_large
+    length = response.content_length
+    if length is not None:
+        if length > limit:
+            raise MessageTooLarge(f"a JSON body exceeded {limit} bytes")
+        return await response.read()  # the usual case, on the hot path: one read, no copy
     body = bytearray()
     while chunk := await response.content.readany():
         body += chunk
         if len(body) > limit:
-            raise too_large
+            raise MessageTooLarge(f"a JSON body exceeded {limit} bytes")
     return bytes(body)
 
 
