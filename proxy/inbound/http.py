@@ -198,8 +198,7 @@ class McpEndpoint:
             await _error(send, 403, INVALID_REQUEST, "Forbidden: this session belongs to another identity")
             return None
         # (An MCP-Protocol-Version that is no handshake revision never gets here: see __call__.)
-        session.last_seen = self._clock()
-        return session
+        return session  # Sessions.find counted this request as the session's activity
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         content_type = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()

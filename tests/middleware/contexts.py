@@ -8,10 +8,11 @@ not mocks, so the stages decide exactly as they do in the gateway.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 from prometheus_client import CollectorRegistry
 
 from proxy.access import Access, ServedTools
@@ -33,6 +34,7 @@ __all__ = [
     "Recorder",
     "access_for",
     "call_context",
+    "cancelled_mid_call",
     "identity_of",
     "served_tools",
     "sample",
@@ -124,6 +126,36 @@ def call_context(
         entry,
         subject,
     )
+
+
+async def cancelled_mid_call(
+    run: Callable[[Callable[[CallContext], Awaitable[Any]]], Awaitable[Any]],
+) -> list[str]:
+    """Cancel a call while ``call_next`` is under way; what reached the caller of ``run``.
+
+    ``run`` calls the stage under test with the ``call_next`` it is given, which waits forever.
+    """
+    started = anyio.Event()
+    reached_the_caller: list[str] = []
+
+    async def call_next(ctx: CallContext) -> Any:
+        started.set()
+        await anyio.Event().wait()  # only cancellation ends this
+
+    async def caller() -> None:
+        try:
+            await run(call_next)
+        except anyio.get_cancelled_exc_class():
+            reached_the_caller.append("cancelled")
+            raise
+        reached_the_caller.append("returned")
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(caller)
+            await started.wait()
+            tg.cancel_scope.cancel()
+    return reached_the_caller
 
 
 def identity_of(ctx: CallContext) -> Identity:

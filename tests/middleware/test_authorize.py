@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from proxy.access import Access, ServedTools
@@ -25,7 +24,7 @@ from proxy.errors import (
 )
 from proxy.metrics import Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
-from proxy.pipeline import CallContext, tool_error
+from proxy.pipeline import tool_error
 from proxy.policy.engine import Subject
 from proxy.policy.model import Identity
 from proxy.policy.settings import AuditSettings
@@ -34,6 +33,7 @@ from tests.middleware.contexts import (
     Recorder,
     access_for,
     call_context,
+    cancelled_mid_call,
     sample,
     served_tools,
     ticks,
@@ -298,26 +298,9 @@ async def test_an_exception_from_the_call_propagates_unchanged_and_is_audited_by
 
 
 async def test_a_cancelled_call_is_audited_as_cancelled_and_the_cancellation_goes_on(world: World) -> None:
-    started = anyio.Event()
-    reached_the_caller: list[str] = []
-
-    async def call_next(ctx: CallContext) -> Any:
-        started.set()
-        await anyio.Event().wait()  # only cancellation ends this
-
-    async def caller() -> None:
-        try:
-            await world.stage(tool_context(world.served, "gh.get_issue"), call_next)
-        except anyio.get_cancelled_exc_class():
-            reached_the_caller.append("cancelled")
-            raise
-        reached_the_caller.append("returned")
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(caller)
-            await started.wait()
-            tg.cancel_scope.cancel()
+    reached_the_caller = await cancelled_mid_call(
+        lambda call_next: world.stage(tool_context(world.served, "gh.get_issue"), call_next)
+    )
 
     assert reached_the_caller == ["cancelled"]
     assert [record["outcome"] for record in world.records()] == ["cancelled"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import pytest
 
 from proxy.errors import (
@@ -16,8 +15,8 @@ from proxy.errors import (
 )
 from proxy.metrics import Metrics, MetricsSettings
 from proxy.middleware.metrics import Measure
-from proxy.pipeline import CallContext, tool_error
-from tests.middleware.contexts import Recorder, call_context, sample, ticks
+from proxy.pipeline import tool_error
+from tests.middleware.contexts import Recorder, call_context, cancelled_mid_call, sample, ticks
 
 pytestmark = pytest.mark.anyio
 
@@ -103,26 +102,8 @@ async def test_an_exception_from_the_call_propagates_unchanged_and_is_counted_by
 async def test_a_cancelled_call_is_counted_as_cancelled_and_the_cancellation_goes_on() -> None:
     metrics = Metrics(process_metrics=False)
     stage = Measure(metrics, clock=ticks(1.0, 3.0))
-    started = anyio.Event()
-    reached_the_caller: list[str] = []
 
-    async def call_next(ctx: CallContext) -> Any:
-        started.set()
-        await anyio.Event().wait()  # only cancellation ends this
-
-    async def caller() -> None:
-        try:
-            await stage(call_context(), call_next)
-        except anyio.get_cancelled_exc_class():
-            reached_the_caller.append("cancelled")
-            raise
-        reached_the_caller.append("returned")
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(caller)
-            await started.wait()
-            tg.cancel_scope.cancel()
+    reached_the_caller = await cancelled_mid_call(lambda call_next: stage(call_context(), call_next))
 
     assert reached_the_caller == ["cancelled"]
     assert calls(metrics, "cancelled") == 1.0
