@@ -28,6 +28,7 @@ from proxy.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
+    LimitExceeded,
     ManifoldError,
     ProtocolError,
     RemoteError,
@@ -47,6 +48,8 @@ _RESTART_AFTER: Final = 1.0  # seconds before a background task that failed runs
 
 class Counts(Protocol):
     def internal_error(self, where: Where) -> None: ...
+
+    def limit_refused(self, limit: str) -> None: ...
 
 
 class _Session(Protocol):
@@ -119,9 +122,16 @@ class Boundary:
         context, and counted."""
         if _ours(exc):
             self.caught(exc, where, f"{method} (id {request_id!r}, session {session.id[:8]})")
+        elif isinstance(exc, LimitExceeded):
+            self._counts.limit_refused(exc.limit)
         elif not isinstance(exc, ProtocolError | RemoteError | ServerUnavailable):
             logger.error("%s (id %r) failed: %s", method, request_id, exc)
         return wire_error(exc, request_id, stateless=session.stateless)
+
+    def refused(self, exc: LimitExceeded) -> None:
+        """Count one refusal by a limit that a transport answered itself (an HTTP status, a
+        stdio line it could not read), outside :meth:`answer`."""
+        self._counts.limit_refused(exc.limit)
 
     def count(self, where: Where) -> None:
         """Count one failure a part caught, contained and logged itself."""

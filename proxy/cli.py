@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -94,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
         )
         config = config.model_copy(update={"listen": listen})
+    if args.command in ("serve", "stdio"):
+        _raise_open_files_limit()
     from proxy import inspect
 
     runners = {
@@ -108,6 +111,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+_OPEN_FILES_WANTED = 65536  # connections, server pipes and sockets: far above max_connections
+
+
+def _raise_open_files_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE toward the hard one (often 1024 soft / 524288 hard), so that
+    the connection cap, not the descriptor table, is what refuses a client."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = _OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, _OPEN_FILES_WANTED)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError) as exc:  # a container may forbid it: keep going, say so
+            logger.warning("could not raise the open-files limit from %d to %d: %s", soft, wanted, exc)
+            return
+        logger.debug("open-files limit raised from %d to %d", soft, wanted)
 
 
 def _check(config: Config, path: str) -> int:
@@ -183,7 +203,7 @@ async def _stdin_lines() -> AsyncIterator[bytes]:
 
 async def bounded_lines(read: Callable[[int], Awaitable[bytes]], max_line: int) -> AsyncIterator[bytes]:
     """Lines from ``read`` (returns b"" at the end), at most ``max_line`` bytes each."""
-    lines = LineBuffer(max_line)
+    lines = LineBuffer(max_line, limit="max_request_bytes")
     while chunk := await read(65536):
         for line in lines.feed(chunk):
             if isinstance(line, LineTooLong):

@@ -16,9 +16,10 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
       max_server_pages: 1000   # stop draining a server's pages after this many
     sessions:
       idle_timeout: 3600       # seconds an idle inbound HTTP session is kept
-    limits:
+    limits:                    # every bound, its default and what a peer gets: README "Limits"
       max_depth: 64            # objects/arrays one message may nest, from clients and servers alike;
                                # 8..200 (deeper ones are refused with -32600 naming the limit)
+      max_request_bytes: 4194304
     log_level: info            # debug | info | warning | error
     servers:                   # server id -> server, in the order given
       github:                  # ids: [A-Za-z0-9_-]+, without the separator
@@ -169,11 +170,78 @@ class CatalogConfig(_Model):
     max_server_pages: int = Field(default=1000, ge=1)
 
 
-class LimitsConfig(_Model):
-    """Bounds on every message Manifold decodes, from clients and servers alike."""
+_KIB: Final = 1024
+_MIB: Final = 1024 * 1024
 
+
+class LimitsConfig(_Model):
+    """Bounds on what one client or one server can make Manifold hold or spend.
+
+    Every refusal names its limit (the field name below) to the peer that hit it and counts it
+    in ``manifold_limit_refusals_total{limit}``. README's "Limits" table says what each peer gets.
+    """
+
+    # ---- one message from a client (HTTP body, stdio line) -----------------------------------
     # Capped below what the JSON encoder can write back out, with room for Manifold's wrapping.
     max_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=8, le=MAX_DEPTH_CEILING)
+    max_request_bytes: int = Field(default=4 * _MIB, ge=64 * _KIB, le=256 * _MIB)
+    # Objects and arrays in one client message: what decoding costs in memory (an empty object
+    # is ~64 bytes of Python; 4 MiB of "{}," would be ~130 MB).
+    max_containers: int = Field(default=100_000, ge=1_000)
+    # Encoded size of a client's capabilities + clientInfo (initialize, or a 2026-07-28 _meta).
+    max_capabilities_bytes: int = Field(default=64 * _KIB, ge=1 * _KIB)
+    # Encoded size of one request's _meta.
+    max_meta_bytes: int = Field(default=64 * _KIB, ge=1 * _KIB)
+    # Encoded size of one tools/call's arguments; above validate_in_thread_bytes, schema
+    # validation runs on a worker thread, never on the event loop.
+    max_argument_bytes: int = Field(default=4 * _MIB, ge=1 * _KIB)
+    validate_in_thread_bytes: int = Field(default=64 * _KIB, ge=0)
+    # Entries in one JSON-RPC batch (2025-03-26 only), and how many of them run at once.
+    max_batch: int = Field(default=100, ge=1, le=10_000)
+    batch_concurrency: int = Field(default=8, ge=1, le=1_000)
+
+    # ---- HTTP connections ---------------------------------------------------------------------
+    max_header_bytes: int = Field(default=64 * _KIB, ge=4 * _KIB, le=1 * _MIB)
+    # Seconds to receive a request's line and headers, and its whole body (slowloris).
+    header_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    body_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    # Open client connections; past max_connections - connection_reserve, /mcp answers 503 with
+    # Retry-After while the probes (/healthz, /readyz, /metrics) still answer.
+    max_connections: int = Field(default=2_000, ge=16)
+    connection_reserve: int = Field(default=32, ge=1)
+
+    # ---- sessions and what each one holds -----------------------------------------------------
+    max_sessions: int = Field(default=10_000, ge=1)
+    max_sessions_per_identity: int = Field(default=100, ge=1)
+    max_in_flight_per_session: int = Field(default=64, ge=1)
+    max_listen_streams_per_session: int = Field(default=4, ge=1)
+    max_subscriptions_per_session: int = Field(default=1_000, ge=1)
+    # Bytes of events kept per stream for Last-Event-ID replay.
+    replay_buffer_bytes: int = Field(default=1 * _MIB, ge=0)
+    # 2026-07-28 calls parked while their client answers a question (bridged input_required).
+    max_parked_calls: int = Field(default=1_000, ge=1)
+    # per_client servers: processes/connections in all, and seconds an unused one is kept.
+    max_per_client_connections: int = Field(default=100, ge=1)
+    per_client_idle_timeout: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+
+    # ---- servers ------------------------------------------------------------------------------
+    # One message from a server on any transport (stdio line, SSE event, HTTP JSON body).
+    max_server_message_bytes: int = Field(default=16 * _MIB, ge=64 * _KIB, le=1024 * _MIB)
+    # Tools (prompts, resources, templates: each kind apart) one server may list.
+    max_server_items: int = Field(default=10_000, ge=1)
+    # Lines of a stdio server's stderr kept for /healthz and diagnostics, and logged per minute.
+    stderr_lines_kept: int = Field(default=50, ge=0, le=10_000)
+    stderr_lines_logged_per_minute: int = Field(default=60, ge=0)
+    # A server whose last this-many calls all failed at the transport is not ready.
+    failures_until_unready: int = Field(default=5, ge=1)
+
+    @model_validator(mode="after")
+    def _reserve_below_cap(self) -> LimitsConfig:
+        if self.connection_reserve >= self.max_connections:
+            raise _Problems(
+                [(("connection_reserve",), f"must be below max_connections ({self.max_connections})")]
+            )
+        return self
 
 
 class SessionsConfig(_Model):

@@ -9,8 +9,9 @@ operator is paged for::
     ├── ProtocolError               a client broke JSON-RPC / MCP (carries a JSON-RPC code)
     │   ├── ParseError              -32700: bytes that are not JSON
     │   ├── InvalidRequest          -32600: JSON that is not a valid JSON-RPC message
-    │   │   ├── MessageTooDeep      -32600: nested deeper than the depth limit
-    │   │   └── MessageTooLarge     -32600: a line, event or body past its size limit
+    │   │   └── LimitExceeded       -32600: past a configured limit; ``limit`` names it
+    │   │       ├── MessageTooDeep  -32600: nested deeper than the depth limit
+    │   │       └── MessageTooLarge -32600: a line, event or body past its size limit
     │   ├── MethodNotFound          -32601
     │   ├── InvalidParams           -32602: unknown tool, bad cursor, missing name …
     │   │   ├── HiddenByPolicy      -32602: as unknown, to the client; "denied" to metrics
@@ -57,6 +58,7 @@ __all__ = [
     "InvalidParams",
     "InvalidRequest",
     "InvalidRequestState",
+    "LimitExceeded",
     "ManifoldError",
     "MessageTooDeep",
     "MessageTooLarge",
@@ -121,7 +123,32 @@ class InvalidRequest(ProtocolError):
     code = INVALID_REQUEST
 
 
-class MessageTooDeep(InvalidRequest):
+class LimitExceeded(InvalidRequest):
+    """A peer asked for more than a configured limit allows (``limits.<limit>`` in the config).
+
+    The message says what was refused and names the limit with its value; ``data`` carries both
+    (``{"limit": "max_batch", "max": 100}``) so that a client can tell limits apart, and the
+    boundary counts it in ``manifold_limit_refusals_total{limit}``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: str,
+        maximum: float,
+        data: dict[str, Any] | None = None,
+        said: bool = False,
+    ) -> None:
+        shown = f"{maximum:g}" if isinstance(maximum, float) else str(maximum)
+        # ``said``: the message already gives the value; it only needs the limit's name.
+        suffix = f"(limits.{limit})" if said else f"(limits.{limit} is {shown})"
+        super().__init__(f"{message} {suffix}", data={"limit": limit, "max": maximum, **(data or {})})
+        self.limit = limit
+        self.maximum = maximum
+
+
+class MessageTooDeep(LimitExceeded):
     """A message nested deeper than the depth limit (every level an object or an array).
 
     ``request_id`` and ``method`` are the message's own, read from its top level where it could
@@ -131,7 +158,13 @@ class MessageTooDeep(InvalidRequest):
     def __init__(
         self, max_depth: int, *, request_id: int | str | None = None, method: str | None = None
     ) -> None:
-        super().__init__(f"message nested deeper than {max_depth} levels", data={"maxDepth": max_depth})
+        super().__init__(
+            f"message nested deeper than {max_depth} levels",
+            limit="max_depth",
+            maximum=max_depth,
+            data={"maxDepth": max_depth},
+            said=True,
+        )
         self.max_depth = max_depth
         self.request_id = request_id
         self.method = method
@@ -145,8 +178,11 @@ def request_id_of(exc: ProtocolError) -> int | str | None:
     return None
 
 
-class MessageTooLarge(InvalidRequest):
+class MessageTooLarge(LimitExceeded):
     """A line, SSE event or body grew past its size limit; the message names the limit."""
+
+    def __init__(self, what: str, *, limit: str, maximum: int) -> None:
+        super().__init__(f"{what} exceeded {maximum} bytes", limit=limit, maximum=maximum, said=True)
 
 
 class MethodNotFound(ProtocolError):

@@ -11,6 +11,7 @@ Families (``manifold_`` prefix, base units, ``_total`` on counters)::
     manifold_policy_decisions_total{effect,rule}                counter
     manifold_rate_limit_rejections_total{limit}                 counter
     manifold_rate_limit_backend_errors_total{backend}           counter
+    manifold_limit_refusals_total{limit}                        counter
     manifold_list_requests_total{kind}                          counter
     manifold_list_pages_served_total{kind}                      counter
     manifold_catalog_tools{server}                              gauge
@@ -277,6 +278,11 @@ class Metrics:
             "Failures Manifold caught at a fault boundary: a bug or an unforeseen input; see the log.",
             "where",
         )
+        self._limit_refusals = counter(
+            "manifold_limit_refusals",
+            "Requests, messages and connections refused by a configured limit (limits.<limit>).",
+            "limit",
+        )
         self._received = counter("manifold_received_bytes", "Bytes received from clients.", "transport")
         self._sent = counter("manifold_sent_bytes", "Bytes sent to clients.", "transport")
         gauge("manifold_build_info", "Manifold's version; always 1.", "version").get(__version__).set(1)
@@ -419,6 +425,10 @@ class Metrics:
     def internal_error(self, where: Where) -> None:
         """Count one failure a fault boundary caught (``where``: whose boundary it was)."""
         self._internal.get(where).inc()
+
+    def limit_refused(self, limit: str) -> None:
+        """Count one refusal by ``limits.<limit>`` (a config field name: bounded by construction)."""
+        self._limit_refusals.get(limit).inc()
 
     def bytes_in(self, transport: str, size: int) -> None:
         self._received.get(transport).inc(size)

@@ -99,5 +99,5 @@ def test_stdin_lines_past_the_limit_are_dropped_as_they_arrive_and_the_rest_kept
     assert anyio.run(lines) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
     assert asked == [65536] * 5  # never asked for a whole line
     assert [r.getMessage() for r in caplog.records] == [
-        "stdin: dropped a line from the client: a message line exceeded 8 bytes"
+        "stdin: dropped a line from the client: a message line exceeded 8 bytes (limits.max_request_bytes)"
     ]

@@ -205,13 +205,13 @@ async def read_body(response: aiohttp.ClientResponse, limit: int = MAX_BODY) -> 
     length = response.content_length
     if length is not None:
         if length > limit:
-            raise MessageTooLarge(f"a JSON body exceeded {limit} bytes")
+            raise MessageTooLarge("a JSON body", limit="max_server_message_bytes", maximum=limit)
         return await response.read()  # the usual case, on the hot path: one read, no copy
     body = bytearray()
     while chunk := await response.content.readany():
         body += chunk
         if len(body) > limit:
-            raise MessageTooLarge(f"a JSON body exceeded {limit} bytes")
+            raise MessageTooLarge("a JSON body", limit="max_server_message_bytes", maximum=limit)
     return bytes(body)
 
 

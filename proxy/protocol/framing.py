@@ -19,9 +19,10 @@ class LineBuffer:
     around it are kept and the peer's fault can be answered in order.
     """
 
-    def __init__(self, max_line: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, max_line: int = 16 * 1024 * 1024, *, limit: str = "max_server_message_bytes") -> None:
         self._buffer = bytearray()
         self._max_line = max_line
+        self._limit = limit  # the config field that set max_line, named in the refusal
         self._discarding = False  # inside an overlong line, until its newline
 
     def feed(self, data: bytes) -> list[bytes | LineTooLong]:
@@ -57,4 +58,4 @@ class LineBuffer:
         return None if self._discarding or not line else line
 
     def _too_long(self) -> LineTooLong:
-        return LineTooLong(f"a message line exceeded {self._max_line} bytes")
+        return LineTooLong("a message line", limit=self._limit, maximum=self._max_line)

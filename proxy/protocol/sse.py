@@ -99,7 +99,7 @@ class SSEDecoder:
         return None
 
     def _too_large(self) -> MessageTooLarge:
-        return MessageTooLarge(f"an SSE event exceeded {self._max} bytes")
+        return MessageTooLarge("an SSE event", limit="max_server_message_bytes", maximum=self._max)
 
     def _dispatch(self) -> SSEEvent | None:
         data, event, event_id, retry = self._data, self._event, self._id, self._retry

@@ -162,3 +162,50 @@ async def raw_session(http: aiohttp.ClientSession, url: str) -> str:
 def port_is_closed(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+# ---- the checks every hostile case ends with (issue #14) ------------------------------------
+
+
+def rss_mib(process: subprocess.Popen[bytes]) -> float:
+    """Resident memory of ``process`` now, in MiB (Linux /proc)."""
+    for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {process.pid}")
+
+
+def open_fds(process: subprocess.Popen[bytes]) -> int:
+    """File descriptors ``process`` holds now (Linux /proc)."""
+    return len(os.listdir(f"/proc/{process.pid}/fd"))
+
+
+async def another_client_is_served(manifold: RunningManifold, tool: str, arguments: dict[str, Any]) -> None:
+    """The checks after an attack: the process is alive, and a new client (a new session over a
+    new connection) calls ``tool`` successfully within a bounded time."""
+    assert manifold.process.poll() is None, (
+        f"manifold exited with {manifold.process.returncode}:\n{manifold.log()[-3000:]}"
+    )
+    with anyio.fail_after(20):
+        async with aiohttp.ClientSession() as http:
+            session_id = await raw_session(http, manifold.url)
+            status, _, body = await post(
+                http,
+                manifold.url,
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": tool, "arguments": arguments},
+                },
+                {"Mcp-Session-Id": session_id},
+            )
+    assert status == 200, (status, body)
+    assert body is not None, status
+    assert "result" in body, body
+    assert not body["result"].get("isError"), body
+
+
+def names_the_limit(body: Any, limit: str) -> bool:
+    """Whether a JSON-RPC error body (or a plain-text refusal) names ``limits.<limit>``."""
+    return limit in (body if isinstance(body, str) else orjson.dumps(body).decode())

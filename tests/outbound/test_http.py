@@ -402,6 +402,7 @@ async def test_an_answer_nested_too_deep_fails_its_request_naming_the_limit(
     assert (
         str(error)
         == "server 'search' broke the protocol: its answer was a message nested deeper than 64 levels"
+        " (limits.max_depth)"
     )
 
 
@@ -414,4 +415,4 @@ async def test_a_json_body_declared_past_the_size_limit_fails_its_request_unread
         answer = await one_answer(server.url + "/mcp")
     error = failure_of(answer, 1)
     assert type(error) is ServerProtocolError
-    assert error.reason == "a JSON body exceeded 16777216 bytes"
+    assert error.reason == "a JSON body exceeded 16777216 bytes (limits.max_server_message_bytes)"

@@ -184,6 +184,9 @@ async def test_an_event_past_its_size_limit_ends_the_link_naming_the_limit() -> 
     ):
         with anyio.fail_after(10):
             failed, _ = await link.receive()
-            assert "nested deeper than 64 levels" in failure_of(failed, 3).reason
-            with pytest.raises(ServerUnavailable, match="an SSE event exceeded 16777216 bytes"):
+            assert "nested deeper than 64 levels (limits.max_depth)" in failure_of(failed, 3).reason
+            with pytest.raises(
+                ServerUnavailable,
+                match=r"an SSE event exceeded 16777216 bytes \(limits.max_server_message_bytes\)",
+            ):
                 await link.receive()

@@ -75,7 +75,10 @@ async def test_a_reply_nested_too_deep_fails_that_call_naming_the_server_and_the
                 "content": [{"type": "text", "text": "ok"}]
             }
         assert (connection.state, connection.restarts) == (ServerState.READY, 0)
-    message = "server 'hostile' broke the protocol: its answer was a message nested deeper than 64 levels"
+    message = (
+        "server 'hostile' broke the protocol: its answer was a message nested deeper than 64 levels"
+        " (limits.max_depth)"
+    )
     assert str(failed.value) == message
     # What the client is told: a JSON-RPC error for its request, naming the server and the limit.
     assert wire_error(failed.value, 5) == {
@@ -114,7 +117,7 @@ async def test_garbage_and_deep_notifications_are_dropped_and_the_call_still_ans
     assert recorder.notifications == []  # nor did the deep log line
     dropped = [r.getMessage() for r in caplog.records if "dropped a line" in r.getMessage()]
     assert len(dropped) == 6  # two deep notifications, not JSON, too deep to decode, two not JSON-RPC
-    assert sum("nested deeper than 64 levels" in line for line in dropped) == 3
+    assert sum("nested deeper than 64 levels (limits.max_depth)" in line for line in dropped) == 3
 
 
 async def test_a_second_server_request_under_an_id_in_flight_is_refused_and_the_first_answered() -> None:

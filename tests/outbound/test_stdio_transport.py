@@ -166,7 +166,10 @@ async def test_a_line_over_the_limit_is_dropped_and_the_next_message_arrives(log
             after, _ = await link.receive()
 
     assert (before, after) == ({"jsonrpc": "2.0", "method": "before"}, {"jsonrpc": "2.0", "method": "after"})
-    assert "server fx: dropped a line from stdout: a message line exceeded 16777216 bytes" in log.lines
+    assert (
+        "server fx: dropped a line from stdout: a message line exceeded 16777216 bytes"
+        " (limits.max_server_message_bytes)" in log.lines
+    )
 
 
 async def test_each_stderr_line_is_logged_tagged_with_the_server(log: LogLines) -> None:
@@ -181,7 +184,10 @@ async def test_each_stderr_line_is_logged_tagged_with_the_server(log: LogLines) 
 
     stderr = [line for line in log.lines if line.startswith("server fx: stderr: ")]
     assert stderr[:2] == ["server fx: stderr: starting up", "server fx: stderr: bad \ufffd byte"]
-    assert "server fx: stderr: (dropped: a message line exceeded 65536 bytes)" in stderr
+    assert (
+        "server fx: stderr: (dropped: a message line exceeded 65536 bytes (limits.max_server_message_bytes))"
+        in stderr
+    )
     assert stderr[-1] == "server fx: stderr: ready"
     assert max(map(len, stderr)) < 200000  # the overlong line is never logged whole
 

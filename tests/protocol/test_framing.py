@@ -16,7 +16,8 @@ def test_an_endless_line_is_reported_once_and_dropped_up_to_its_newline() -> Non
     lines = LineBuffer(max_line=8)
     [refused] = lines.feed(b"x" * 10)
     assert isinstance(refused, LineTooLong)
-    assert refused.message == "a message line exceeded 8 bytes"
+    assert refused.message == "a message line exceeded 8 bytes (limits.max_server_message_bytes)"
+    assert refused.data == {"limit": "max_server_message_bytes", "max": 8}
     assert lines.feed(b"still the same line") == []
     assert lines.feed(b" ends here\nok\n") == [b"ok"]
 

@@ -72,7 +72,7 @@ def test_one_level_past_the_limit_is_refused_with_32600_naming_the_limit() -> No
         jsonrpc.parse(nested(jsonrpc.DEFAULT_MAX_DEPTH + 1))
     assert isinstance(refused.value, InvalidRequest)
     assert refused.value.code == -32600
-    assert refused.value.message == "message nested deeper than 64 levels"
+    assert refused.value.message == "message nested deeper than 64 levels (limits.max_depth)"
     with pytest.raises(MessageTooDeep, match="nested deeper than 8 levels"):
         jsonrpc.decode(nested(9), max_depth=8)
 
