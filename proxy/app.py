@@ -101,7 +101,11 @@ class Gateway:
         self.limiter = self._limiter()
         self.boundary = Boundary(metrics)
         self.sessions = Sessions(
-            SessionTokens(derive_key(secret, "session")), metrics, idle_timeout=config.sessions.idle_timeout
+            SessionTokens(derive_key(secret, "session")),
+            metrics,
+            idle_timeout=config.sessions.idle_timeout,
+            max_sessions=config.limits.max_sessions,
+            max_per_identity=config.limits.max_sessions_per_identity,
         )
         self.listens = Listens()  # open subscriptions/listen streams
         heard = _Heard()
@@ -141,6 +145,7 @@ class Gateway:
             forward=compose(self._stages(), forward),
             boundary=self.boundary,
             metrics=metrics,
+            max_in_flight=config.limits.max_in_flight_per_session,
         )
         self.inbound = Inbound(
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary

@@ -19,7 +19,6 @@ from proxy import __version__
 from proxy.app import Gateway
 from proxy.config import Config, load_config
 from proxy.errors import ConfigError
-from proxy.inbound.asgi import MAX_BODY
 from proxy.logs import setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
 
@@ -194,22 +193,25 @@ async def _serve(config: Config, _: argparse.Namespace) -> int:
     return 0
 
 
-async def _stdin_lines() -> AsyncIterator[bytes]:
-    """The client's lines on stdin, each bounded as an HTTP body is: a longer one is dropped as it
-    arrives (never held whole), and logged."""
-    async for line in bounded_lines(anyio.wrap_file(sys.stdin.buffer).read1, MAX_BODY):
+async def _stdin_lines(max_line: int) -> AsyncIterator[bytes | LineTooLong]:
+    """The client's lines on stdin, each bounded as an HTTP body is (``limits.max_request_bytes``):
+    a longer one is dropped as it arrives (never held whole), logged, and stood in for by its
+    refusal, which the stdio transport answers."""
+    async for line in bounded_lines(anyio.wrap_file(sys.stdin.buffer).read1, max_line):
         yield line
 
 
-async def bounded_lines(read: Callable[[int], Awaitable[bytes]], max_line: int) -> AsyncIterator[bytes]:
-    """Lines from ``read`` (returns b"" at the end), at most ``max_line`` bytes each."""
+async def bounded_lines(
+    read: Callable[[int], Awaitable[bytes]], max_line: int
+) -> AsyncIterator[bytes | LineTooLong]:
+    """Lines from ``read`` (returns b"" at the end), at most ``max_line`` bytes each; a longer
+    one is dropped and a :class:`LineTooLong` stands in its place."""
     lines = LineBuffer(max_line, limit="max_request_bytes")
     while chunk := await read(65536):
         for line in lines.feed(chunk):
             if isinstance(line, LineTooLong):
                 logger.warning("stdin: dropped a line from the client: %s", line)
-            else:
-                yield line
+            yield line
     if (last := lines.rest()) is not None:
         yield last
 
@@ -225,7 +227,7 @@ async def _stdio(config: Config, _: argparse.Namespace) -> int:
 
     async with anyio.create_task_group() as tg, Gateway(config).running() as gateway:
         tg.start_soon(_until_signal, tg.cancel_scope, gateway)
-        await serve_stdio(gateway.inbound, _stdin_lines(), write)
+        await serve_stdio(gateway.inbound, _stdin_lines(config.limits.max_request_bytes), write)
         tg.cancel_scope.cancel()
     return 0
 

@@ -24,7 +24,7 @@ from proxy import __version__
 from proxy.boundary import Boundary
 from proxy.catalogs import Catalogs
 from proxy.connections import Connections
-from proxy.errors import InvalidParams, InvalidRequest, MethodNotFound, ResourceNotFound
+from proxy.errors import InvalidParams, InvalidRequest, LimitExceeded, MethodNotFound, ResourceNotFound
 from proxy.inbound.listen import Listens, Subscription
 from proxy.inbound.session import (
     LOG_LEVELS,
@@ -33,6 +33,7 @@ from proxy.inbound.session import (
     InboundRequest,
     StatelessCaller,
     cancel_named,
+    kept_client_info,
 )
 from proxy.interest import Interest
 from proxy.metrics import UNKNOWN, Metrics
@@ -41,6 +42,7 @@ from proxy.outbound.lists import LIST_KINDS
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy import Identity, Subject
 from proxy.protocol import jsonrpc, results, versions
+from proxy.protocol.asks import kept_capabilities
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
@@ -77,6 +79,14 @@ def _session(inbound: InboundRequest) -> ClientSession:
     return inbound.session
 
 
+def _too_many(duplicate: bool, maximum: int) -> InvalidRequest:
+    if duplicate:  # its cancellation could not tell the two apart, nor its end free the right one
+        return InvalidRequest("a request with this id is still in flight in this session")
+    return LimitExceeded(
+        "too many requests in flight in this session", limit="max_in_flight_per_session", maximum=maximum
+    )
+
+
 def _string(params: Mapping[str, Any], key: str, method: str) -> str:
     value = params.get(key)
     if not isinstance(value, str):
@@ -96,6 +106,7 @@ class Router:
         forward: Handler,
         boundary: Boundary,
         metrics: Metrics,
+        max_in_flight: int = 64,
     ) -> None:
         self._catalogs = catalogs
         self._sessions = sessions
@@ -105,6 +116,7 @@ class Router:
         self._forward = forward
         self._boundary = boundary
         self._metrics = metrics
+        self._max_in_flight = max_in_flight
         self._methods: dict[str, _Method] = {
             "tools/call": self._tools_call,
             "prompts/get": self._prompts_get,
@@ -133,6 +145,10 @@ class Router:
             session.answered(message)
             return None
         request_id = message["id"]
+        if request_id in session.in_flight or len(session.in_flight) >= self._max_in_flight:
+            # Answered at once, never queued: a session's requests are bounded where they arrive.
+            refusal = _too_many(request_id in session.in_flight, self._max_in_flight)
+            return self._boundary.answer(refusal, request_id, method=message["method"], session=session)
         # The client may cancel this request by id (notifications/cancelled): its own scope.
         with anyio.CancelScope() as scope, self._metrics.in_flight():
             session.in_flight[request_id] = scope
@@ -220,7 +236,9 @@ class Router:
         if not isinstance(capabilities, dict) or not isinstance(client_info, dict):
             raise InvalidParams('initialize needs "capabilities" and "clientInfo" objects')
         session.protocol_version = versions.negotiate(requested)
-        session.capabilities, session.client_info = capabilities, client_info
+        # Only what Manifold acts on is kept (it lives as long as the session, and goes into its id).
+        session.capabilities = kept_capabilities(capabilities)
+        session.client_info = kept_client_info(client_info)
         result: dict[str, Any] = {
             "protocolVersion": session.protocol_version,
             "capabilities": CAPABILITIES,

@@ -7,6 +7,15 @@ It ends on DELETE, when stdin closes, or after ``idle_timeout`` without a reques
 runs the hooks the composition root registered (stop its ``per_client`` connections, release
 its resource subscriptions), shielded and bounded: often it ends because the client went away.
 
+At most ``limits.max_sessions`` HTTP sessions live at once, and ``max_sessions_per_identity`` of
+one identity (anonymous clients share one). A new one past either makes room by ending the
+longest-idle session of that identity (or of all, for the total) that has no request in flight,
+through the same end as expiry; its signed id is then remembered as ended, so it cannot come
+back. When none is idle, the new ``initialize`` is refused with a ``LimitExceeded`` naming the
+limit: a client that keeps all its sessions busy is told so, and other identities are not
+evicted for it. Taking a session over from its signed id is refused (404, initialize again) while
+the registry is full, so that a takeover never ends another session.
+
 A 2026-07-28 request has no session: it is a :class:`~proxy.inbound.session.ClientSession`
 built from its envelope that lives as long as the request, and is never registered here.
 """
@@ -15,12 +24,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Final
 
 import anyio
 from cachetools import TTLCache
 
+from proxy.errors import LimitExceeded
 from proxy.inbound.session import LOG_LEVELS, ClientSession, new_session_id
 from proxy.inbound.tokens import SessionTokens
 from proxy.metrics import Metrics
@@ -44,13 +54,18 @@ class Sessions:
         metrics: Metrics,
         *,
         idle_timeout: float,
+        max_sessions: int = 10_000,
+        max_per_identity: int = 100,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._tokens = tokens
         self._metrics = metrics
         self._idle_timeout = idle_timeout
         self._clock = clock
+        self._max = max_sessions
+        self._max_per_identity = max_per_identity
         self._live: dict[str, ClientSession] = {}
+        self._by_identity: dict[Identity, dict[str, ClientSession]] = {}  # HTTP sessions only
         # Ended here (DELETE, expiry): a signed id must not bring them back on this replica.
         self._ended: TTLCache[str, bool] = TTLCache(maxsize=_ENDED_REMEMBERED, ttl=idle_timeout)
         self._on_end: list[EndHook] = []
@@ -72,13 +87,42 @@ class Sessions:
         once the handshake succeeded."""
         return ClientSession(id="", transport=transport, identity=identity, last_seen=self._clock())
 
-    def admit(self, session: ClientSession) -> str:
+    async def admit(self, session: ClientSession) -> str:
         """Register a session whose ``initialize`` succeeded, under a signed id it can be taken
-        over with; the id."""
+        over with; the id. Past a limit, the longest-idle session of its identity (or of all) is
+        ended to make room.
+
+        Raises:
+            LimitExceeded: full, and no session that could make room is idle
+                (``limits.max_sessions_per_identity`` or ``limits.max_sessions``).
+        """
         assert session.protocol_version is not None, "only an initialized session is admitted"
+        while len(self._by_identity.get(session.identity, ())) >= self._max_per_identity:
+            await self._evict(self._by_identity[session.identity].values(), "max_sessions_per_identity")
+        while len(self._live) >= self._max:
+            await self._evict(self._live.values(), "max_sessions")
         session.id = self._tokens.issue(session.protocol_version, session.capabilities, session.identity)
         self._register(session)
         return session.id
+
+    async def _evict(self, candidates: Iterable[ClientSession], limit: str) -> None:
+        """End the longest-idle HTTP session among ``candidates`` with nothing in flight.
+
+        Raises:
+            LimitExceeded: none is idle.
+        """
+        maximum = self._max if limit == "max_sessions" else self._max_per_identity
+        idle = [s for s in candidates if s.transport == "http" and not s.in_flight]
+        if not idle:
+            raise LimitExceeded(
+                "too many sessions, and none idle to make room for another", limit=limit, maximum=maximum
+            )
+        victim = min(idle, key=lambda s: s.last_seen)
+        self._metrics.limit_refused(limit)  # a limit acted: counted as its refusals are
+        logger.warning(
+            "session %s ended to make room for a new one (limits.%s is %d)", victim.id[:8], limit, maximum
+        )
+        await self.end(victim)
 
     def open(self, transport: str, identity: Identity) -> ClientSession:
         """Register a session with a random id at once (stdio: the connection is the session)."""
@@ -94,7 +138,7 @@ class Sessions:
         if session is not None:
             session.last_seen = self._clock()
             return session
-        if session_id in self._ended:
+        if session_id in self._ended or len(self._live) >= self._max:
             return None
         claims = self._tokens.restore(session_id, identity)
         if claims is None:
@@ -108,12 +152,16 @@ class Sessions:
             last_seen=self._clock(),
             identity=identity,
         )
+        if len(self._by_identity.get(identity, ())) >= self._max_per_identity:
+            return None  # a takeover never ends another session: initialize again
         self._register(session)
         logger.info("session %s taken over from its signed id", session_id[:8])
         return session
 
     def _register(self, session: ClientSession) -> None:
         self._live[session.id] = session
+        if session.transport == "http":
+            self._by_identity.setdefault(session.identity, {})[session.id] = session
         self._metrics.session_opened(session.transport)
 
     # ---- ending -------------------------------------------------------------------------
@@ -123,6 +171,11 @@ class Sessions:
         the end hooks. Shielded and bounded: often run because the client went away."""
         if self._live.pop(session.id, None) is not None:
             self._metrics.session_closed(session.transport)
+            mine = self._by_identity.get(session.identity)
+            if mine is not None:
+                mine.pop(session.id, None)
+                if not mine:
+                    del self._by_identity[session.identity]
         self._ended[session.id] = True
         for scope in list(session.in_flight.values()):
             scope.cancel()

@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from proxy.cli import bounded_lines
+from proxy.protocol.framing import LineTooLong
 from tests.interaction.harness import REPO, fixture_server, write_config
 
 MANIFOLD = [sys.executable, "-m", "proxy.cli"]
@@ -93,10 +94,16 @@ def test_stdin_lines_past_the_limit_are_dropped_as_they_arrive_and_the_rest_kept
         asked.append(size)
         return chunks.pop(0)
 
-    async def lines() -> list[bytes]:
+    async def lines() -> list[bytes | LineTooLong]:
         return [line async for line in bounded_lines(read, 8)]
 
-    assert anyio.run(lines) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
+    got = anyio.run(lines)
+    assert [line if isinstance(line, bytes) else type(line) for line in got] == [
+        b'{"a":1}',
+        LineTooLong,  # stands in for the dropped line, so that the client hears of it
+        b'{"b":2}',
+        b'{"c":3}',
+    ]
     assert asked == [65536] * 5  # never asked for a whole line
     assert [r.getMessage() for r in caplog.records] == [
         "stdin: dropped a line from the client: a message line exceeded 8 bytes (limits.max_request_bytes)"

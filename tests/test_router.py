@@ -50,7 +50,7 @@ def decoded(response: Message | None) -> Any:
 async def session_of(gateway: Gateway) -> ClientSession:
     session = gateway.sessions.fresh("http", ALICE)
     assert "result" in decoded(await gateway.router.handle(session, INITIALIZE))
-    gateway.sessions.admit(session)
+    await gateway.sessions.admit(session)
     return session
 
 

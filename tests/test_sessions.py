@@ -37,28 +37,28 @@ def active(metrics: Metrics, transport: str) -> float | None:
     return metrics.registry.get_sample_value("manifold_client_sessions_active", {"transport": transport})
 
 
-def admitted(registry: Sessions, identity: Identity = ALICE) -> ClientSession:
+async def admitted(registry: Sessions, identity: Identity = ALICE) -> ClientSession:
     session = registry.fresh("http", identity)
     session.protocol_version, session.capabilities = "2025-11-25", {"roots": {}}
-    registry.admit(session)
+    await registry.admit(session)
     return session
 
 
-def test_a_fresh_session_is_registered_only_once_admitted_under_a_signed_id() -> None:
+async def test_a_fresh_session_is_registered_only_once_admitted_under_a_signed_id() -> None:
     registry, metrics = sessions()
     session = registry.fresh("http", ALICE)
     assert len(registry) == 0
     session.protocol_version = "2025-11-25"
-    session_id = registry.admit(session)
+    session_id = await registry.admit(session)
     assert session.id == session_id
-    assert "." in session_id  # <payload>.<mac>
+    assert session_id.count(".") == 2  # <nonce>.<payload>.<mac>
     assert registry.find(session_id, ALICE) is session
     assert active(metrics, "http") == 1
 
 
-def test_another_replica_takes_a_session_over_from_its_signed_id_with_the_same_identity() -> None:
+async def test_another_replica_takes_a_session_over_from_its_signed_id_with_the_same_identity() -> None:
     first, _ = sessions()
-    session = admitted(first)
+    session = await admitted(first)
     second, metrics = sessions()  # same key: a replica sharing sessions.secret
     taken = second.find(session.id, ALICE)
     assert taken is not None
@@ -72,16 +72,16 @@ def test_another_replica_takes_a_session_over_from_its_signed_id_with_the_same_i
     assert sessions()[0].find(session.id, MALLORY) is None  # the id alone is no credential
 
 
-def test_a_forged_or_foreign_id_finds_nothing() -> None:
+async def test_a_forged_or_foreign_id_finds_nothing() -> None:
     registry, _ = sessions()
-    session = admitted(sessions(key=derive_key(b"x" * 32, "session"))[0])
+    session = await admitted(sessions(key=derive_key(b"x" * 32, "session"))[0])
     assert registry.find(session.id, ALICE) is None
     assert registry.find("not-a-token", ALICE) is None
 
 
 async def test_an_ended_session_runs_every_hook_and_cannot_be_taken_over_again() -> None:
     registry, metrics = sessions()
-    session = admitted(registry)
+    session = await admitted(registry)
     ran: list[str] = []
 
     async def failing(ended: ClientSession) -> None:
@@ -101,7 +101,7 @@ async def test_an_ended_session_runs_every_hook_and_cannot_be_taken_over_again()
 
 async def test_ending_a_session_cancels_its_requests_in_flight() -> None:
     registry, _ = sessions()
-    session = admitted(registry)
+    session = await admitted(registry)
     with anyio.CancelScope() as scope:
         session.in_flight[1] = scope
         await registry.end(session)
@@ -112,7 +112,7 @@ async def test_ending_a_session_cancels_its_requests_in_flight() -> None:
 async def test_idle_http_sessions_expire_but_busy_and_stdio_ones_stay() -> None:
     clock = Clock()
     registry, _ = sessions(clock)
-    idle, busy = admitted(registry), admitted(registry)
+    idle, busy = await admitted(registry), await admitted(registry)
     busy.in_flight[7] = anyio.CancelScope()
     stdio = registry.open("stdio", ALICE)
     clock.now += 61
@@ -121,10 +121,10 @@ async def test_idle_http_sessions_expire_but_busy_and_stdio_ones_stay() -> None:
     assert {s.id for s in registry} == {busy.id, stdio.id}
 
 
-def test_finding_a_session_counts_as_activity() -> None:
+async def test_finding_a_session_counts_as_activity() -> None:
     clock = Clock()
     registry, _ = sessions(clock)
-    session = admitted(registry)
+    session = await admitted(registry)
     clock.now += 50
     registry.find(session.id, ALICE)
     assert session.last_seen == clock.now

@@ -23,7 +23,7 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-MAX_BODY: Final = 4 * 1024 * 1024
+MAX_BODY: Final = 4 * 1024 * 1024  # the default of limits.max_request_bytes
 JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 
 
@@ -43,8 +43,9 @@ async def respond(
     await send({"type": "http.response.body", "body": body})
 
 
-async def read_body(receive: Receive) -> bytes | None:
-    """The whole request body (empty if the client went away); None when it exceeds MAX_BODY."""
+async def read_body(receive: Receive, limit: int = MAX_BODY) -> bytes | None:
+    """The whole request body (empty if the client went away); None when it exceeds ``limit``
+    bytes (read no further: it is never held whole)."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -53,7 +54,7 @@ async def read_body(receive: Receive) -> bytes | None:
             return b""
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY:
+        if size > limit:
             return None
         chunks.append(chunk)
         if not message.get("more_body", False):

@@ -29,7 +29,7 @@ _callers = itertools.count(1)
 def caller_of(envelope: Envelope, identity: Identity, transport: str) -> StatelessCaller:
     """The caller of one 2026-07-28 request, from its envelope."""
     return StatelessCaller(
-        id=f"request-{next(_callers)}",
+        id=f"{next(_callers):08x}-request",  # the first 8 characters (what logs keep) differ
         transport=transport,
         protocol_version=envelope.protocol_version,
         capabilities=dict(envelope.capabilities),

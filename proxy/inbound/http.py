@@ -25,10 +25,16 @@ import anyio.abc
 
 from proxy.auth.authenticator import Rejected
 from proxy.boundary import wire_error
-from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, RateLimited, request_id_of
+from proxy.errors import (
+    INVALID_REQUEST,
+    InvalidRequest,
+    LimitExceeded,
+    ProtocolError,
+    RateLimited,
+    request_id_of,
+)
 from proxy.inbound.asgi import (
     JSON_HEADERS,
-    MAX_BODY,
     Receive,
     Scope,
     Send,
@@ -38,6 +44,7 @@ from proxy.inbound.asgi import (
     respond,
 )
 from proxy.inbound.contract import Inbound
+from proxy.inbound.reading import Reader
 from proxy.inbound.session import ClientSession
 from proxy.inbound.stateless import StatelessEndpoint, is_stateless_header
 from proxy.inbound.streams import EventStream, parse_event_id
@@ -96,6 +103,11 @@ async def _error(send: Send, status: int, code: int, message: str, request_id: A
     await respond(send, status, body, JSON_HEADERS)
 
 
+async def _refused(send: Send, status: int, exc: ProtocolError, request_id: Any = None) -> None:
+    """A client's error answered with its code, message and data (a limit's name and value)."""
+    await respond(send, status, jsonrpc.encode(wire_error(exc, request_id)), JSON_HEADERS)
+
+
 def _refusal(error: ProtocolError, *, stateless: bool) -> bytes:
     """An error sent before the body is read: ``id: null`` for the handshake era, no ``id`` at
     2026-07-28 (whose schema has no null ids)."""
@@ -112,12 +124,15 @@ class McpEndpoint:
         self._sessions = inbound.sessions
         self._auth = inbound.auth
         self._boundary = inbound.boundary
-        self._max_depth = inbound.config.limits.max_depth
+        limits = inbound.config.limits
+        self._read = Reader(limits, inbound.boundary)
+        self._max_batch = limits.max_batch
+        self._batch_concurrency = limits.batch_concurrency
         self._policy = policy
         self._clock = clock
         self._flood = inbound.config.rate_limits.http
         self._flood_buckets = MemoryBackend()
-        self._stateless = StatelessEndpoint(inbound)
+        self._stateless = StatelessEndpoint(inbound, self._read)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request; the boundary of everything this transport does for it: a
@@ -209,30 +224,38 @@ class McpEndpoint:
             return await _error(
                 send, 406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json"
             )
-        body = await read_body(receive)
+        body = await read_body(receive, self._read.max_bytes)
         if body is None:
-            return await _error(send, 413, INVALID_REQUEST, f"Payload Too Large: limit is {MAX_BODY} bytes")
+            return await _refused(send, 413, self._read.too_large("Payload Too Large: the request body"))
         try:
-            decoded = jsonrpc.decode(body, max_depth=self._max_depth)
+            decoded = self._read.decode(body)
             message = None if isinstance(decoded, list) else jsonrpc.validate(decoded)
         except ProtocolError as exc:
-            return await _error(send, 400, exc.code, exc.message, request_id_of(exc))
-        if message is not None and message.get("method") == "initialize" and "id" in message:
-            return await self._initialize(message, scope["manifold.identity"], send)
+            return await _refused(send, 400, exc, request_id_of(exc))
         if (
             message is not None
             and jsonrpc.kind_of(message) is MessageKind.REQUEST
+            and message["method"] != "initialize"  # the handshake's own, whatever it carries
             and has_envelope(message)
             and header(scope, b"mcp-session-id") is None
             and header(scope, b"mcp-protocol-version") is None
         ):
             # A 2026-07-28 request without its headers: the stateless path tells the client so.
-            return await self._stateless.answer(scope, message, receive, send)
+            return await self._stateless.answer(scope, message, len(body), receive, send)
+        if message is not None and jsonrpc.kind_of(message) is not MessageKind.RESPONSE:
+            try:
+                self._read.check(message, len(body))
+            except LimitExceeded as exc:
+                # Answered as the request's own error (HTTP 200), as a client's SDK expects one.
+                request_id = message.get("id")
+                return await _refused(send, 200 if request_id is not None else 400, exc, request_id)
+        if message is not None and message.get("method") == "initialize" and "id" in message:
+            return await self._initialize(message, scope["manifold.identity"], send)
         session = await self._session(scope, send)
         if session is None:
             return None
         if message is None:
-            return await self._batch(session, decoded, send)
+            return await self._batch(session, decoded, len(body), send)
         if jsonrpc.kind_of(message) is not MessageKind.REQUEST:
             await self._endpoint.handle(session, message)
             return await respond(send, 202)
@@ -267,8 +290,12 @@ class McpEndpoint:
                 stream.close()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _batch(self, session: ClientSession, batch: list[Any], send: Send) -> None:
-        """JSON-RPC batches: part of revision 2025-03-26 only (2025-06-18 removed them)."""
+    async def _batch(self, session: ClientSession, batch: list[Any], size: int, send: Send) -> None:
+        """JSON-RPC batches: part of revision 2025-03-26 only (2025-06-18 removed them).
+
+        At most ``limits.max_batch`` entries (else the whole batch is refused), answered by
+        ``limits.batch_concurrency`` workers: a batch never runs more entries at once than that,
+        and its answers still come back in its order."""
         if session.protocol_version != "2025-03-26" or not batch:
             why = (
                 "an empty batch"
@@ -276,7 +303,14 @@ class McpEndpoint:
                 else f"batches, which revision {session.protocol_version} does not allow"
             )
             return await _error(send, 400, INVALID_REQUEST, f"Invalid Request: {why}")
+        if len(batch) > self._max_batch:
+            refusal = LimitExceeded(
+                f"a batch of {len(batch)} entries", limit="max_batch", maximum=self._max_batch
+            )
+            self._boundary.refused(refusal)
+            return await _refused(send, 400, refusal)
         responses: list[Message | None] = [None] * len(batch)
+        entries = iter(enumerate(batch))
 
         async def one(index: int, item: Any) -> None:
             try:
@@ -284,11 +318,22 @@ class McpEndpoint:
             except ProtocolError as exc:
                 responses[index] = jsonrpc.error_response(None, exc.code, exc.message)
                 return
+            if jsonrpc.kind_of(message) is not MessageKind.RESPONSE:
+                try:
+                    self._read.check(message, size)  # the batch's size bounds each entry's
+                except LimitExceeded as exc:
+                    if "id" in message:  # a notification is never answered, not even so
+                        responses[index] = wire_error(exc, message["id"])
+                    return
             responses[index] = await self._endpoint.handle(session, message)
 
+        async def worker() -> None:
+            for index, item in entries:  # the workers share one iterator: each entry runs once
+                await one(index, item)
+
         async with anyio.create_task_group() as tg:
-            for index, item in enumerate(batch):
-                tg.start_soon(one, index, item)
+            for _ in range(min(self._batch_concurrency, len(batch))):
+                tg.start_soon(worker)
         answers = [r for r in responses if r is not None]
         if not answers:
             return await respond(send, 202)
@@ -300,7 +345,11 @@ class McpEndpoint:
         assert response is not None
         if "error" in response:
             return await respond(send, 200, jsonrpc.encode(response), JSON_HEADERS)
-        session_id = self._sessions.admit(session)
+        try:
+            session_id = await self._sessions.admit(session)
+        except LimitExceeded as exc:  # full, and none of the identity's sessions idle
+            self._boundary.refused(exc)
+            return await _refused(send, 200, exc, message["id"])
         headers = [*JSON_HEADERS, (b"mcp-session-id", session_id.encode())]
         return await respond(send, 200, jsonrpc.encode(response), headers)
 

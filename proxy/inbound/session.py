@@ -33,6 +33,7 @@ __all__ = [
     "StatelessCaller",
     "cancel_named",
     "declared",
+    "kept_client_info",
     "new_session_id",
     "wants_log",
 ]
@@ -54,6 +55,20 @@ def cancel_named(in_flight: Mapping[RequestId, anyio.CancelScope], notification:
         return False
     scope.cancel()
     return True
+
+
+_CLIENT_INFO_FIELDS: Final = ("name", "title", "version")
+_MAX_CLIENT_INFO_FIELD: Final = 256
+
+
+def kept_client_info(client_info: Mapping[str, Any]) -> dict[str, Any]:
+    """What a session keeps of a client's ``clientInfo``: its name, title and version, as strings
+    of at most 256 characters (it lives as long as the session; nothing else reads more)."""
+    return {
+        key: value[:_MAX_CLIENT_INFO_FIELD]
+        for key in _CLIENT_INFO_FIELDS
+        if isinstance(value := client_info.get(key), str)
+    }
 
 
 def new_session_id() -> str:

@@ -38,7 +38,6 @@ from proxy.boundary import wire_error
 from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, request_id_of
 from proxy.inbound.asgi import (
     JSON_HEADERS,
-    MAX_BODY,
     Receive,
     Scope,
     Send,
@@ -50,6 +49,7 @@ from proxy.inbound.asgi import (
 from proxy.inbound.contract import Endpoint, Inbound
 from proxy.inbound.exchange import Exchange, caller_of
 from proxy.inbound.listen import stream_sse
+from proxy.inbound.reading import Reader
 from proxy.inbound.session import StatelessCaller
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc, stateless, versions
@@ -82,9 +82,9 @@ def is_stateless_header(version: str | None) -> bool:
 
 
 class StatelessEndpoint:
-    def __init__(self, inbound: Inbound) -> None:
+    def __init__(self, inbound: Inbound, read: Reader) -> None:
         self._endpoint: Endpoint = inbound.endpoint
-        self._max_depth = inbound.config.limits.max_depth
+        self._read = read
         # namespaced tool name -> (the definition served, its Mcp-Param-* annotations)
         self._specs: LRUCache[str, tuple[Mapping[str, Any], tuple[ParamHeader, ...]]] = LRUCache(4096)
 
@@ -98,11 +98,13 @@ class StatelessEndpoint:
         content_type = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
             return await _refuse(send, 415, "Unsupported Media Type: POST application/json")
-        body = await read_body(receive)
+        body = await read_body(receive, self._read.max_bytes)
         if body is None:
-            return await _refuse(send, 413, f"Payload Too Large: limit is {MAX_BODY} bytes")
+            refusal = self._read.too_large("Payload Too Large: the request body")
+            body = jsonrpc.encode(wire_error(refusal, None, stateless=True))
+            return await respond(send, 413, body, JSON_HEADERS)
         try:
-            decoded = jsonrpc.decode(body, max_depth=self._max_depth)
+            decoded = self._read.decode(body)
         except ProtocolError as exc:
             return await _reply(send, _error(exc, request_id_of(exc)))
         try:
@@ -113,10 +115,10 @@ class StatelessEndpoint:
             request_id = decoded.get("id") if isinstance(decoded, dict) else None
             readable = isinstance(request_id, str | int) and not isinstance(request_id, bool)
             return await _reply(send, _error(InvalidRequest(exc.message), request_id if readable else None))
-        return await self.answer(scope, message, receive, send)
+        return await self.answer(scope, message, len(body), receive, send)
 
-    async def answer(self, scope: Scope, message: Message, receive: Receive, send: Send) -> None:
-        """Serve one validated JSON-RPC message (the body was read already)."""
+    async def answer(self, scope: Scope, message: Message, size: int, receive: Receive, send: Send) -> None:
+        """Serve one validated JSON-RPC message (the body, of ``size`` bytes, was read already)."""
         headers = Headers.of(
             (bytes(k).decode("latin-1"), bytes(v).decode("latin-1"))
             for k, v in scope["headers"]
@@ -134,6 +136,7 @@ class StatelessEndpoint:
         request_id: RequestId = message["id"]
         identity: Identity = scope["manifold.identity"]
         try:
+            self._read.check(message, size)
             version = headers.get(VERSION_HEADER)
             if (
                 version is not None

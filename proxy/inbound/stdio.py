@@ -32,8 +32,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from proxy.boundary import wire_error
-from proxy.errors import InvalidRequest, ProtocolError, request_id_of
+from proxy.errors import InvalidRequest, MessageTooLarge, ProtocolError, request_id_of
 from proxy.inbound.contract import Inbound
+from proxy.inbound.reading import Reader
 from proxy.inbound.session import ClientSession
 from proxy.inbound.stdio_stateless import StatelessRequests, initialize_refused
 from proxy.protocol import jsonrpc, stateless
@@ -57,9 +58,10 @@ class _Era(enum.Enum):
     STATELESS = "stateless"
 
 
-async def serve_stdio(inbound: Inbound, lines: AsyncIterable[bytes], write: Write) -> None:
+async def serve_stdio(inbound: Inbound, lines: AsyncIterable[bytes | MessageTooLarge], write: Write) -> None:
     """Serve one client until ``lines`` ends (the client closed our stdin); requests still in
-    flight then are cancelled."""
+    flight then are cancelled. A line too long to read (``limits.max_request_bytes``: the reader
+    of ``lines`` dropped it, never holding it whole) is answered with its refusal."""
     await _Connection(inbound, write).serve(lines)
 
 
@@ -75,11 +77,16 @@ class _Connection:
         self._era = _Era.UNDECIDED
         self._session: ClientSession | None = None  # handshake: the one session
         self._stateless = StatelessRequests(inbound, self._send)
+        self._read = Reader(inbound.config.limits, inbound.boundary)
 
-    async def serve(self, lines: AsyncIterable[bytes]) -> None:
+    async def serve(self, lines: AsyncIterable[bytes | MessageTooLarge]) -> None:
         try:
             async with anyio.create_task_group() as self._tg:
                 async for line in lines:
+                    if isinstance(line, MessageTooLarge):
+                        self._inbound.boundary.refused(line)
+                        await self._send(self._error(line, None))
+                        continue
                     self._inbound.metrics.bytes_in("stdio", len(line))
                     if line.strip():
                         await self._line(line)
@@ -113,7 +120,7 @@ class _Connection:
     async def _received(self, line: bytes) -> None:
         """Act on one line from the client; never raises for what the client sent."""
         try:
-            decoded = jsonrpc.decode(line, max_depth=self._inbound.config.limits.max_depth)
+            decoded = self._read.decode(line)
         except ProtocolError as exc:
             return await self._send(self._error(exc, request_id_of(exc)))
         try:
@@ -121,6 +128,13 @@ class _Connection:
         except ProtocolError as exc:
             return await self._send(self._error(exc, _readable_id(decoded)))
         kind = jsonrpc.kind_of(message)
+        if kind is not MessageKind.RESPONSE:
+            try:
+                self._read.check(message, len(line))
+            except ProtocolError as exc:
+                if kind is MessageKind.REQUEST:
+                    await self._send(self._error(exc, message["id"]))
+                return None
         if kind is MessageKind.REQUEST:
             return await self._request(message)
         if self._session is not None:  # handshake

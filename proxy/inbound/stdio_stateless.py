@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from proxy.boundary import wire_error
-from proxy.errors import ProtocolError, UnsupportedVersion
+from proxy.errors import LimitExceeded, ProtocolError, UnsupportedVersion
 from proxy.inbound.contract import Inbound
 from proxy.inbound.exchange import Exchange, caller_of
 from proxy.inbound.listen import pump
@@ -40,11 +40,20 @@ class StatelessRequests:
         self._inbound = inbound
         self._send = send
         self._in_flight: dict[RequestId, anyio.CancelScope] = {}
+        self._max_in_flight = inbound.config.limits.max_in_flight_per_session
 
     async def answer(self, message: Message, envelope: Envelope) -> None:
         """Run one request and write what it has to say, then its response (a listen request:
         its stream); nothing of it is written once the client has cancelled it."""
         request_id: RequestId = message["id"]
+        if len(self._in_flight) >= self._max_in_flight:  # answered at once, never queued
+            refusal = LimitExceeded(
+                "too many requests in flight on this connection",
+                limit="max_in_flight_per_session",
+                maximum=self._max_in_flight,
+            )
+            self._inbound.boundary.refused(refusal)
+            return await self._send(wire_error(refusal, request_id, stateless=True))
         caller = caller_of(envelope, self._inbound.auth.stdio_identity, "stdio")
         # The client's cancel cancels this scope: the work, and every write still to come for it.
         with anyio.CancelScope() as scope:

@@ -1,9 +1,12 @@
 """Session ids that carry their own state, so any replica can serve any session.
 
-A session id is ``<payload>.<mac>``: the payload (base64url JSON) holds what a replica needs
-to take a session over (the negotiated revision, the client's capabilities, a fingerprint of
-the identity that opened it, a random nonce); the MAC (HMAC-SHA256 under a key derived from a
-secret the replicas share, see :mod:`proxy.keys`) proves a replica issued it. The payload is
+A session id is ``<nonce>.<payload>.<mac>``: a random nonce first, so that the first characters
+of an id (all a log line keeps of it) tell sessions apart; the payload (base64url JSON) holds
+what a replica needs to take a session over (the negotiated revision, the capabilities Manifold
+keeps of the client's, :func:`proxy.protocol.asks.kept_capabilities`, and a fingerprint of the
+identity that opened it); the MAC (HMAC-SHA256 over both, under a key derived from a secret the
+replicas share, see :mod:`proxy.keys`) proves a replica issued it. Whatever a client declares,
+an id stays a few hundred bytes. The payload is
 signed, not encrypted: it holds nothing secret, and the identity fingerprint is a hash. A
 restored session must still be presented with credentials of the same identity, so a leaked id
 alone is worth nothing.
@@ -23,11 +26,12 @@ import orjson
 
 from proxy.keys import fingerprint
 from proxy.policy.model import Identity
+from proxy.protocol.asks import kept_capabilities
 
 __all__ = ["SessionClaims", "SessionTokens"]
 
 _MAC_BYTES: Final = 16
-_MAX_TOKEN: Final = 8192
+_MAX_TOKEN: Final = 2048  # an id this replica set issues is far smaller
 
 
 def _b64(data: bytes) -> str:
@@ -50,22 +54,18 @@ class SessionTokens:
 
     def issue(self, protocol_version: str, capabilities: dict[str, Any], identity: Identity) -> str:
         payload = orjson.dumps(
-            {
-                "v": protocol_version,
-                "c": capabilities,
-                "i": fingerprint(identity),
-                "n": _b64(secrets.token_bytes(16)),
-            }
+            {"v": protocol_version[:64], "c": kept_capabilities(capabilities), "i": fingerprint(identity)}
         )
-        body = _b64(payload)
-        return f"{body}.{self._mac(body)}"
+        signed = f"{_b64(secrets.token_bytes(16))}.{_b64(payload)}"
+        return f"{signed}.{self._mac(signed)}"
 
     def restore(self, token: str, identity: Identity) -> SessionClaims | None:
         """The claims of a session id this secret issued for ``identity``; None for anything else."""
         if len(token) > _MAX_TOKEN:
             return None
-        body, _, mac = token.partition(".")
-        if not body or not hmac.compare_digest(mac, self._mac(body)):
+        signed, _, mac = token.rpartition(".")
+        nonce, _, body = signed.partition(".")
+        if not nonce or not body or not hmac.compare_digest(mac, self._mac(signed)):
             return None
         try:
             claims = orjson.loads(_unb64(body))
@@ -76,7 +76,7 @@ class SessionTokens:
         version, capabilities = claims.get("v"), claims.get("c")
         if not isinstance(version, str) or not isinstance(capabilities, dict):
             return None
-        return SessionClaims(version, capabilities)
+        return SessionClaims(version, kept_capabilities(capabilities))
 
     def _mac(self, body: str) -> str:
         return _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest()[:_MAC_BYTES])

@@ -6,10 +6,11 @@ passed on only to a client that declared the capability it needs.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["ASKABLE", "ASKED_CAPABILITIES", "NEEDS"]
+__all__ = ["ASKABLE", "ASKED_CAPABILITIES", "NEEDS", "kept_capabilities"]
 
 # A server's request to a client -> the client capability it needs.
 NEEDS: Final[Mapping[str, str]] = {
@@ -19,3 +20,26 @@ NEEDS: Final[Mapping[str, str]] = {
 }
 ASKABLE: Final = frozenset(NEEDS)  # the methods
 ASKED_CAPABILITIES: Final = tuple(dict.fromkeys(NEEDS.values()))  # the capabilities, in order
+
+_MAX_FLAGS: Final = 16  # sub-capabilities kept per capability (the spec defines two or three)
+_MAX_FLAG_NAME: Final = 64
+
+
+def kept_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
+    """What Manifold keeps of a client's declared capabilities: the ones a server may ask it for
+    (:data:`ASKED_CAPABILITIES`), each with its flags one level down (``elicitation.url``,
+    ``roots.listChanged``, ``sampling.tools``) and nothing deeper. Manifold acts on nothing else
+    a client declares, and keeps this in every session and signs it into the session's id: so it
+    is small and bounded (a few hundred bytes), whatever the client sent."""
+    kept: dict[str, Any] = {}
+    for name in ASKED_CAPABILITIES:
+        if name not in capabilities:
+            continue
+        value = capabilities[name]
+        flags: dict[str, Any] = {}
+        if isinstance(value, Mapping):
+            for flag, setting in itertools.islice(value.items(), _MAX_FLAGS):
+                if isinstance(flag, str) and len(flag) <= _MAX_FLAG_NAME:
+                    flags[flag] = setting if isinstance(setting, bool) else {}
+        kept[name] = flags
+    return kept

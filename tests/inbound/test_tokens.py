@@ -24,10 +24,10 @@ def test_ids_are_unique_and_visible_ascii() -> None:
 
 def test_a_tampered_id_another_key_or_another_identity_restores_nothing() -> None:
     token = SessionTokens(KEY).issue("2025-11-25", {}, ALICE)
-    body, mac = token.split(".")
-    assert (
-        SessionTokens(KEY).restore(body[:-1] + ("A" if body[-1] != "A" else "B") + "." + mac, ALICE) is None
-    )
+    nonce, body, mac = token.split(".")
+    tampered = body[:-1] + ("A" if body[-1] != "A" else "B")
+    assert SessionTokens(KEY).restore(f"{nonce}.{tampered}.{mac}", ALICE) is None
+    assert SessionTokens(KEY).restore(f"{nonce[::-1]}.{body}.{mac}", ALICE) is None  # the nonce is signed too
     assert SessionTokens(derive_key(b"t" * 32, "session")).restore(token, ALICE) is None
     assert SessionTokens(KEY).restore(token, Identity("alice", frozenset({"admin"}), "api_key")) is None
     assert SessionTokens(KEY).restore(token, Identity("mallory", frozenset({"dev"}), "api_key")) is None
