@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from proxy.errors import LimitExceeded
 from proxy.inbound.session import ClientSession
 from proxy.inbound.tokens import SessionTokens
 from proxy.keys import derive_key
@@ -28,9 +29,23 @@ class Clock:
         return self.now
 
 
-def sessions(clock: Clock | None = None, *, key: bytes = KEY) -> tuple[Sessions, Metrics]:
+def sessions(
+    clock: Clock | None = None, *, key: bytes = KEY, max_sessions: int = 10_000, per_identity: int = 100
+) -> tuple[Sessions, Metrics]:
     metrics = Metrics(process_metrics=False)
-    return Sessions(SessionTokens(key), metrics, idle_timeout=60, clock=clock or Clock()), metrics
+    registry = Sessions(
+        SessionTokens(key),
+        metrics,
+        idle_timeout=60,
+        max_sessions=max_sessions,
+        max_per_identity=per_identity,
+        clock=clock or Clock(),
+    )
+    return registry, metrics
+
+
+def refusals(metrics: Metrics, limit: str) -> float | None:
+    return metrics.registry.get_sample_value("manifold_limit_refusals_total", {"limit": limit})
 
 
 def active(metrics: Metrics, transport: str) -> float | None:
@@ -149,3 +164,62 @@ def test_the_log_floor_is_the_most_verbose_level_any_session_asked_for(
     for level in levels:
         registry.open("stdio", ALICE).log_level = level
     assert registry.log_floor() == floor
+
+
+# ---- how many sessions (limits.max_sessions, max_sessions_per_identity) -------------------------
+
+
+async def test_past_the_per_identity_limit_the_longest_idle_session_of_that_identity_ends() -> None:
+    clock = Clock()
+    registry, metrics = sessions(clock, per_identity=3)
+    ended: list[str] = []
+
+    async def hook(session: ClientSession) -> None:
+        ended.append(session.id)
+
+    registry.on_end(hook)
+    first = await admitted(registry)
+    clock.now += 1
+    second, third = await admitted(registry), await admitted(registry)
+    bob = await admitted(registry, MALLORY)  # another identity is not evicted for alice
+    clock.now += 1
+    registry.find(first.id, ALICE)  # used again: second is now the longest idle
+    fourth = await admitted(registry)
+    assert ended == [second.id]  # ended through the same end as expiry: its hooks ran
+    assert {s.id for s in registry} == {first.id, third.id, bob.id, fourth.id}
+    assert registry.find(second.id, ALICE) is None  # its signed id does not bring it back
+    assert refusals(metrics, "max_sessions_per_identity") == 1
+
+
+async def test_when_no_session_of_the_identity_is_idle_a_new_one_is_refused_naming_the_limit() -> None:
+    registry, metrics = sessions(per_identity=2)
+    busy = [await admitted(registry), await admitted(registry)]
+    for number, session in enumerate(busy):
+        session.in_flight[number] = anyio.CancelScope()
+    with pytest.raises(LimitExceeded) as refused:
+        await admitted(registry)
+    assert refused.value.limit == "max_sessions_per_identity"
+    assert "limits.max_sessions_per_identity is 2" in refused.value.message
+    assert len(registry) == 2
+    assert refusals(metrics, "max_sessions_per_identity") is None  # counted where it is answered
+
+
+async def test_the_total_limit_evicts_the_longest_idle_session_of_any_identity() -> None:
+    clock = Clock()
+    registry, _ = sessions(clock, max_sessions=2)
+    oldest = await admitted(registry, MALLORY)
+    clock.now += 1
+    newer = await admitted(registry)
+    await admitted(registry)
+    assert oldest not in list(registry)
+    assert newer in list(registry)
+
+
+async def test_stdio_sessions_are_never_evicted_and_a_full_registry_takes_no_session_over() -> None:
+    registry, _ = sessions(max_sessions=1)
+    registry.open("stdio", ALICE)
+    with pytest.raises(LimitExceeded):
+        await admitted(registry)
+    other, _ = sessions()
+    elsewhere = await admitted(other)
+    assert registry.find(elsewhere.id, ALICE) is None  # initialize again, where room is made

@@ -32,3 +32,31 @@ def test_a_tampered_id_another_key_or_another_identity_restores_nothing() -> Non
     assert SessionTokens(KEY).restore(token, Identity("alice", frozenset({"admin"}), "api_key")) is None
     assert SessionTokens(KEY).restore(token, Identity("mallory", frozenset({"dev"}), "api_key")) is None
     assert SessionTokens(KEY).restore("garbage", ALICE) is None
+
+
+def test_an_id_stays_small_whatever_the_client_declares() -> None:
+    huge = {
+        "experimental": {"x": "y" * 3_500_000},
+        "sampling": {
+            "context": {},
+            "tools": {"deep": {"x": "y" * 100_000}},
+            **{f"f{i}": {} for i in range(100)},
+        },
+        "elicitation": {"form": {}, "url": {}},
+        "roots": {"listChanged": True},
+    }
+    token = SessionTokens(KEY).issue("2025-11-25", huge, ALICE)
+    assert len(token) < 2048
+    claims = SessionTokens(KEY).restore(token, ALICE)
+    assert claims is not None
+    # What Manifold acts on is kept: the askable capabilities and their flags one level down.
+    assert claims.capabilities["elicitation"] == {"form": {}, "url": {}}
+    assert claims.capabilities["roots"] == {"listChanged": True}
+    assert claims.capabilities["sampling"]["tools"] == {}
+    assert "experimental" not in claims.capabilities
+
+
+def test_ids_differ_in_their_first_eight_characters_which_is_all_a_log_line_keeps() -> None:
+    tokens = SessionTokens(KEY)
+    prefixes = {tokens.issue("2025-11-25", {}, ALICE)[:8] for _ in range(100)}
+    assert len(prefixes) == 100

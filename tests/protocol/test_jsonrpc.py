@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
 import pytest
 
-from proxy.errors import InvalidRequest, MessageTooDeep, ParseError, Unencodable
+from proxy.errors import InvalidRequest, LimitExceeded, MessageTooDeep, ParseError, Unencodable
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import MessageKind
 
@@ -147,3 +148,39 @@ def test_a_message_that_cannot_be_encoded_is_our_error_not_a_type_error() -> Non
         jsonrpc.encode(jsonrpc.request(1, "m", {"deep": deep}))
     with pytest.raises(Unencodable):
         jsonrpc.encode(jsonrpc.request(1, "m", {"big": 2**70}))
+
+
+# ---- objects and arrays in one client message (limits.max_containers) ----------------------
+
+
+def test_a_message_with_more_objects_and_arrays_than_the_limit_is_refused_naming_it() -> None:
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"a": [{}] * 2000}})
+    with pytest.raises(LimitExceeded) as refused:
+        jsonrpc.decode(body, max_containers=1000)
+    assert refused.value.limit == "max_containers"
+    assert "limits.max_containers is 1000" in refused.value.message
+    assert jsonrpc.decode(body, max_containers=3000)["id"] == 1
+    assert jsonrpc.decode(body)["id"] == 1  # a server's message: no container limit
+
+
+def test_braces_inside_strings_are_not_objects() -> None:
+    text = "{[" * 5000 + '\\"{"'  # braces, and an escaped quote that must not end the string
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"t": text}})
+    assert jsonrpc.decode(body, max_containers=1000)["params"]["t"] == text
+    assert jsonrpc.decode(body.decode(), max_containers=1000)["params"]["t"] == text  # str in, too
+
+
+def test_the_container_limit_is_checked_before_the_message_is_decoded() -> None:
+    # Not JSON at all past the braces: only a check made before decoding can name the limit.
+    with pytest.raises(LimitExceeded):
+        jsonrpc.decode(b"[" + b"{}," * 2000 + b" not json", max_containers=1000)
+
+
+def test_counting_the_braces_of_hostile_strings_stays_linear() -> None:
+    # Many escaped quotes in one unterminated string: a scan that restarted at each would be
+    # quadratic (minutes for this); a linear one takes milliseconds.
+    hostile = b'["' + b'\\"{' * 400_000
+    started = time.perf_counter()
+    with pytest.raises(ParseError):
+        jsonrpc.decode(hostile, max_containers=1000)
+    assert time.perf_counter() - started < 2.0
