@@ -107,7 +107,7 @@ def build_hostile(template: str, size: int) -> str:
 def _seconds(template: str, uri: str) -> float:
     compiled = compile_template(template)
     best = float("inf")
-    for _ in range(3):
+    for _ in range(5):
         started = time.perf_counter()
         compiled.matches(UriSubject(uri))
         best = min(best, time.perf_counter() - started)
@@ -116,11 +116,12 @@ def _seconds(template: str, uri: str) -> float:
 
 @pytest.mark.parametrize("template", HOSTILE)
 def test_a_4_mib_uri_is_matched_in_time_linear_in_its_length(template: str) -> None:
-    small, large = build_hostile(template, 400 * 1024), build_hostile(template, 4 * 1024 * 1024)
+    # Both sizes past the CPU caches, so the ratio measures the algorithm, not the cache.
+    small, large = build_hostile(template, 512 * 1024), build_hostile(template, 4 * 1024 * 1024)
     assert not matches(template, large)
     ratio = _seconds(template, large) / _seconds(template, small)
-    # Linear is about 10 (quadratic would be 100); generous for a shared machine.
-    assert ratio < 30, ratio
+    # Linear is about 8 (quadratic would be 64); generous for a shared machine.
+    assert ratio < 32, ratio
     assert _seconds(template, large) < 1.0  # the regex took hours; measured ~25 ms here
 
 
