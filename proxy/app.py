@@ -174,7 +174,12 @@ class Gateway:
         if policy.validate_arguments or policy.validate_results:
             validators = SchemaValidators()
             stages.append(
-                Validate(validators, arguments=policy.validate_arguments, results=policy.validate_results)
+                Validate(
+                    validators,
+                    arguments=policy.validate_arguments,
+                    results=policy.validate_results,
+                    in_thread_bytes=self.config.limits.validate_in_thread_bytes,
+                )
             )
         if self.limiter is not None:
             stages.append(RateLimit(self.access, self.limiter, self.metrics))

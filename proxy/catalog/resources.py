@@ -10,7 +10,6 @@ collision is reported, never silently resolved.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -19,13 +18,11 @@ from typing import Any, Final
 import orjson
 
 from proxy.catalog.merge import ServerSlice
+from proxy.catalog.uri_templates import CompiledTemplate, UriSubject, compile_template
 
-__all__ = ["EMPTY_RESOURCES", "ResourceIndex", "UriCollision", "build_resource_index", "template_pattern"]
+__all__ = ["EMPTY_RESOURCES", "ResourceIndex", "UriCollision", "build_resource_index"]
 
 _GENERATION_HEX: Final = 16
-# RFC 6570 operators -> what one expression may match. Simple strings stop at "/" and the
-# query; reserved ("+") and fragment ("#") expansions may contain anything.
-_EXPRESSION = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +40,7 @@ class UriCollision:
 
 @dataclass(frozen=True, slots=True)
 class _TemplateRoute:
-    pattern: re.Pattern[str]
+    matcher: CompiledTemplate
     server_id: str
     template: str
 
@@ -65,30 +62,14 @@ class ResourceIndex:
         server = self.by_uri.get(uri)
         if server is not None:
             return server
+        if not self.routes:
+            return None
+        # Linear in the URI, however long and whatever the templates (see uri_templates).
+        subject = UriSubject(uri)
         for route in self.routes:
-            if route.pattern.fullmatch(uri):
+            if route.matcher.matches(subject):
                 return route.server_id
         return None
-
-
-def template_pattern(template: str) -> re.Pattern[str]:
-    """A regex that matches the URIs ``template`` (RFC 6570) can expand to."""
-    parts: list[str] = []
-    position = 0
-    for match in _EXPRESSION.finditer(template):
-        parts.append(re.escape(template[position : match.start()]))
-        operator = match.group(1)
-        if operator in ("+", "#"):
-            parts.append(r"[^?]*" if operator == "+" else r"#.*")
-        elif operator in ("?", "&"):
-            parts.append(r"(?:[?&][^#]*)?")
-        elif operator == "/":
-            parts.append(r"(?:/[^/?#]*)*")
-        else:
-            parts.append(r"[^/?#]*" if operator == "" else re.escape(operator) + r"[^/?#]*")
-        position = match.end()
-    parts.append(re.escape(template[position:]))
-    return re.compile("".join(parts))
 
 
 def _merge(
@@ -127,7 +108,7 @@ def build_resource_index(resources: Sequence[ServerSlice], templates: Sequence[S
     )
     routes = tuple(
         _TemplateRoute(
-            template_pattern(item["uriTemplate"]), by_template[item["uriTemplate"]], item["uriTemplate"]
+            compile_template(item["uriTemplate"]), by_template[item["uriTemplate"]], item["uriTemplate"]
         )
         for item in template_items
     )

@@ -11,6 +11,10 @@ Rules:
 * Format checking is off (``format`` is an annotation in 2020-12, and checking it is costly).
 * Cost is bounded: a validator is compiled once per schema object and kept in an LRU cache; at
   most :data:`MAX_PROBLEMS` problems are collected per check; each message is shortened.
+* Where it runs is the caller's choice (this module is pure): :meth:`SchemaValidators.arguments_check`
+  hands out a :class:`Check` that touches no shared cache, so it can run on a worker thread, and
+  says whether the schema holds regular expressions (``pattern``, ``patternProperties``), which
+  Python's ``re`` may backtrack on for a very long time even on short strings.
 * A schema that is not valid JSON Schema is one problem (``the tool's inputSchema is invalid:
   …``), never an exception.
 
@@ -21,10 +25,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
 
+import orjson
 import referencing
 import referencing.exceptions
 from cachetools import LRUCache
@@ -33,7 +38,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-__all__ = ["MAX_PROBLEMS", "SchemaValidators", "ToolLike"]
+__all__ = ["MAX_PROBLEMS", "Check", "SchemaValidators", "ToolLike", "check_alone"]
 
 MAX_PROBLEMS: Final = 10
 _MAX_MESSAGE: Final = 200
@@ -65,6 +70,32 @@ class _Compiled:
     validator: Validator | None
     problem: str | None
     any_object: bool = False  # the schema accepts every JSON object: nothing to run for one
+    has_patterns: bool = False  # holds a regular expression: may cost seconds on any input
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One schema check, compiled and ready: calling it touches no shared state, so it may run
+    on a worker thread while the event loop goes on (jsonschema validators are not mutated by
+    validating)."""
+
+    compiled: _Compiled
+    what: str
+    root: str
+
+    @property
+    def schema(self) -> object:
+        return self.compiled.schema
+
+    @property
+    def has_patterns(self) -> bool:
+        """The schema holds ``pattern``/``patternProperties``: Python's ``re`` backtracks, and a
+        pattern such as ``^(a+)+$`` takes seconds on a 30-character string."""
+        return self.compiled.has_patterns
+
+    def __call__(self, instance: object) -> list[str]:
+        """Problems with ``instance``; ``[]`` when it conforms."""
+        return _run(self.compiled, instance, what=self.what, root=self.root)
 
 
 # Keys that say nothing about an object's contents: a schema of only these (and "type": "object",
@@ -135,26 +166,26 @@ class SchemaValidators:
             return ["structuredContent is missing, but the tool declares an outputSchema"]
         return self._check(schema, result["structuredContent"], what="outputSchema", root="structuredContent")
 
+    def arguments_check(self, tool: ToolLike) -> Check | None:
+        """The compiled check of ``tool``'s ``inputSchema`` (``None``: it has none, anything goes).
+
+        Compiles on a cache miss: call it on the thread that owns this object, then run the
+        check wherever suits.
+        """
+        schema = tool.definition.get("inputSchema")
+        if schema is None:
+            return None
+        return Check(self._compiled(schema), "inputSchema", "arguments")
+
+    def result_check(self, tool: ToolLike) -> Check | None:
+        """The compiled check of ``tool``'s ``outputSchema`` against ``structuredContent``."""
+        schema = tool.definition.get("outputSchema")
+        if schema is None:
+            return None
+        return Check(self._compiled(schema), "outputSchema", "structuredContent")
+
     def _check(self, schema: object, instance: object, *, what: str, root: str) -> list[str]:
-        compiled = self._compiled(schema)
-        if compiled.validator is None:
-            return [f"the tool's {what} is invalid: {compiled.problem}"]
-        if compiled.any_object and isinstance(instance, Mapping):
-            return []
-        try:
-            errors = list(
-                itertools.islice(compiled.validator.iter_errors(cast(Any, instance)), MAX_PROBLEMS + 1)
-            )
-        except referencing.exceptions.Unresolvable as exc:
-            return [
-                f"the tool's {what} refers to {_unresolved(exc)!r}, which cannot be resolved (never fetched)"
-            ]
-        except RecursionError:
-            return [f"the tool's {what} recurses without end on this value"]
-        problems = [_shorten(f"{_path(root, error.absolute_path)}: {error.message}") for error in errors]
-        if len(problems) > MAX_PROBLEMS:
-            problems[MAX_PROBLEMS:] = ["(more problems not shown)"]
-        return problems
+        return _run(self._compiled(schema), instance, what=what, root=root)
 
     def _compiled(self, schema: object) -> _Compiled:
         key = id(schema)
@@ -167,18 +198,72 @@ class SchemaValidators:
 
     def _compile(self, schema: object) -> _Compiled:
         self.compilations += 1
-        if not isinstance(schema, Mapping):
-            return _Compiled(schema, None, f"a schema must be an object (got a {type(schema).__name__})")
-        try:
-            cls = validator_for(schema, default=Draft202012Validator)
-            cls.check_schema(cast(Any, schema))
-            validator = cls(schema, registry=_OFFLINE, format_checker=None)
-        except SchemaError as exc:
-            where = _path("", exc.absolute_path).lstrip(".") or "(root)"
-            return _Compiled(schema, None, _shorten(f"{where}: {exc.message}"))
-        except Exception as exc:  # a server's schema must never take a call down with it
-            return _Compiled(schema, None, _shorten(f"{type(exc).__name__}: {exc}"))
-        return _Compiled(schema, validator, None, _accepts_any_object(schema))
+        return _compile(schema)
+
+
+def _compile(schema: object) -> _Compiled:
+    if not isinstance(schema, Mapping):
+        return _Compiled(schema, None, f"a schema must be an object (got a {type(schema).__name__})")
+    try:
+        cls = validator_for(schema, default=Draft202012Validator)
+        cls.check_schema(cast(Any, schema))
+        validator = cls(schema, registry=_OFFLINE, format_checker=None)
+    except SchemaError as exc:
+        where = _path("", exc.absolute_path).lstrip(".") or "(root)"
+        return _Compiled(schema, None, _shorten(f"{where}: {exc.message}"))
+    except Exception as exc:  # a server's schema must never take a call down with it
+        return _Compiled(schema, None, _shorten(f"{type(exc).__name__}: {exc}"))
+    return _Compiled(schema, validator, None, _accepts_any_object(schema), _has_patterns(schema))
+
+
+def _run(compiled: _Compiled, instance: object, *, what: str, root: str) -> list[str]:
+    if compiled.validator is None:
+        return [f"the tool's {what} is invalid: {compiled.problem}"]
+    if compiled.any_object and isinstance(instance, Mapping):
+        return []
+    try:
+        errors = list(itertools.islice(compiled.validator.iter_errors(cast(Any, instance)), MAX_PROBLEMS + 1))
+    except referencing.exceptions.Unresolvable as exc:
+        return [f"the tool's {what} refers to {_unresolved(exc)!r}, which cannot be resolved (never fetched)"]
+    except RecursionError:
+        return [f"the tool's {what} recurses without end on this value"]
+    problems = [_shorten(f"{_path(root, error.absolute_path)}: {error.message}") for error in errors]
+    if len(problems) > MAX_PROBLEMS:
+        problems[MAX_PROBLEMS:] = ["(more problems not shown)"]
+    return problems
+
+
+def check_alone(schema: object, instance: object, what: str, root: str) -> list[str]:
+    """Problems with ``instance`` against ``schema``: for a worker process, which gets copies (so
+    they are cached by content, not identity) and may be killed mid-way."""
+    key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    compiled = _ALONE_BY_CONTENT.get(key)
+    if compiled is None:
+        compiled = _compile(schema)
+        _ALONE_BY_CONTENT[key] = compiled
+    return _run(compiled, instance, what=what, root=root)
+
+
+_ALONE_BY_CONTENT: Final[LRUCache[bytes, _Compiled]] = LRUCache(maxsize=64)
+
+_REGEX_KEYWORDS: Final = frozenset({"pattern", "patternProperties"})
+
+
+def _has_patterns(schema: object) -> bool:
+    """Whether a regular expression appears anywhere in ``schema`` (a property that happens to be
+    named "pattern" counts too: the cost of that mistake is only a trip to a worker thread)."""
+    return any(key in _REGEX_KEYWORDS for key in _keys(schema))
+
+
+def _keys(value: object) -> Iterator[object]:
+    stack = [value]  # iterative: a server's schema may be nested deeper than Python's stack
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            yield from item
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
 
 
 def _unresolved(exc: referencing.exceptions.Unresolvable) -> str:

@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from proxy.access import ServedTools
+from proxy.catalog.merge import Entry
 from proxy.errors import ServerUnavailable
 from proxy.middleware.validate import Validate
-from proxy.pipeline import tool_error
+from proxy.pipeline import CallContext, tool_error
 from proxy.policy import SchemaValidators
 from tests.middleware.contexts import Recorder, access_for, call_context, served_tools, tool_context
 
@@ -144,3 +146,77 @@ async def test_an_exception_from_the_call_propagates_unchanged(served: ServedToo
         await both()(tool_context(served, "gh.get_issue", arguments={"number": 3}), Recorder(raises=error))
 
     assert raised.value is error
+
+
+# ---- nothing slow on the event loop -------------------------------------------------------
+
+CATASTROPHIC = {"type": "object", "properties": {"word": {"type": "string", "pattern": "^(a+)+$"}}}
+TEXT = {"type": "object", "properties": {"text": {"type": "string", "maxLength": 10}}}
+
+
+def entry_with(schema: dict[str, Any]) -> Entry:
+    return Entry("gh.slow", "gh", "slow", {"name": "gh.slow", "inputSchema": schema})
+
+
+def slow_context(schema: dict[str, Any], arguments: dict[str, Any]) -> CallContext:
+    return call_context(
+        name="gh.slow", params={"name": "slow", "arguments": arguments}, entry=entry_with(schema)
+    )
+
+
+async def test_small_arguments_against_a_plain_schema_are_checked_inline() -> None:
+    stage = Validate(SchemaValidators(), arguments=True, results=False, in_thread_bytes=1024)
+    result = await stage(slow_context(TEXT, {"text": "x" * 11}), Recorder({"content": []}))
+    assert "is too long" in result["content"][0]["text"]
+    assert stage.threaded == 0
+
+
+async def test_arguments_larger_than_the_limit_are_checked_on_a_thread_and_still_correctly() -> None:
+    stage = Validate(SchemaValidators(), arguments=True, results=False, in_thread_bytes=1024)
+    result = await stage(slow_context(TEXT, {"text": "x" * 2000}), Recorder({"content": []}))
+    assert result["isError"] is True
+    assert "- arguments.text: 'xxx" in result["content"][0]["text"]  # (is too long: cut short)
+    valid = await stage(slow_context(TEXT, {"text": "ok", "pad": "y" * 2000}), Recorder({"content": []}))
+    assert valid == {"content": []}
+    assert stage.threaded == 2
+
+
+async def test_a_schema_with_a_pattern_is_checked_in_a_worker_process_whatever_the_size() -> None:
+    stage = Validate(SchemaValidators(), arguments=True, results=False)
+    result = await stage(slow_context(CATASTROPHIC, {"word": "b"}), Recorder({"content": []}))
+    assert "does not match" in result["content"][0]["text"]
+    valid = await stage(slow_context(CATASTROPHIC, {"word": "aaa"}), Recorder({"content": []}))
+    assert valid == {"content": []}
+    assert (stage.in_process, stage.threaded) == (2, 0)
+
+
+async def test_a_backtracking_pattern_grinds_elsewhere_while_the_loop_goes_on_and_is_stopped() -> None:
+    stage = Validate(SchemaValidators(), arguments=True, results=False, check_seconds=3)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            # 2**28 steps for re: a minute if it ran here; the process is killed at 3 s.
+            result = await stage(
+                slow_context(CATASTROPHIC, {"word": "a" * 28 + "b"}), Recorder({"content": []})
+            )
+            tg.cancel_scope.cancel()
+    assert "within 3 s" in result["content"][0]["text"]
+    assert ticks >= 50  # the loop kept running meanwhile (300 at best; a frozen loop gives 0 or 1)
+
+
+async def test_a_large_structured_result_is_checked_on_a_thread() -> None:
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+    entry = Entry("gh.big", "gh", "big", {"name": "gh.big", "outputSchema": schema})
+    ctx = call_context(name="gh.big", params={"name": "big"}, entry=entry)
+    stage = Validate(SchemaValidators(), arguments=False, results=True, in_thread_bytes=1024)
+    result = await stage(ctx, Recorder({"content": [], "structuredContent": {"body": "z" * 4096}}))
+    assert "'title' is a required property" in result["content"][0]["text"]
+    assert stage.threaded == 1

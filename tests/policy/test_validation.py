@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.catalog.merge import Entry
-from proxy.policy.validation import MAX_PROBLEMS, SchemaValidators
+from proxy.policy.validation import MAX_PROBLEMS, Check, SchemaValidators
 
 COUNTER = {
     "type": "object",
@@ -229,3 +229,21 @@ def test_a_schema_that_accepts_any_object_is_not_run_but_a_non_object_still_fail
     assert validators.check_arguments(permissive, ["not", "an", "object"]) != []  # type: ignore[arg-type]
     strict = tool({"type": "object", "additionalProperties": False})
     assert validators.check_arguments(strict, {"anything": 1}) != []
+
+
+def test_a_check_says_whether_its_schema_holds_a_regular_expression() -> None:
+    validators = SchemaValidators()
+
+    def check(schema: dict[str, Any]) -> Check:
+        compiled = validators.arguments_check(tool(schema))
+        assert compiled is not None
+        return compiled
+
+    assert not check({"type": "object", "properties": {"a": {"type": "string"}}}).has_patterns
+    assert check({"properties": {"a": {"anyOf": [{"pattern": "^x+$"}]}}}).has_patterns
+    assert check({"patternProperties": {"^x": {}}}).has_patterns
+    assert check({"properties": {"a": {"pattern": "^(a+)+$"}}})({"a": "b"})  # and it still checks
+
+
+def test_a_tool_without_an_input_schema_has_no_check() -> None:
+    assert SchemaValidators().arguments_check(tool(None)) is None
