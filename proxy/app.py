@@ -109,7 +109,7 @@ class Gateway:
             servers,
             heard,
             max_pages=config.catalog.max_server_pages,
-            max_depth=config.limits.max_depth,
+            limits=config.limits,
             boundary=self.boundary,
             transports=transports,
         )

@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 
 from proxy.boundary import Boundary, wire_error
-from proxy.config import ServerConfig
+from proxy.config import LimitsConfig, ServerConfig
 from proxy.inbound.session import Client, ClientSession, InboundRequest
 from proxy.metrics import Metrics
 from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
@@ -53,7 +53,7 @@ class Connections:
         listener: ConnectionListener,
         *,
         max_pages: int,
-        max_depth: int,
+        limits: LimitsConfig,
         boundary: Boundary,
         transports: Mapping[str, Transport] | None = None,  # by server id (tests), else the config's
     ) -> None:
@@ -64,7 +64,10 @@ class Connections:
         self.shared: dict[str, ServerConnection] = {
             server.id: ServerConnection(
                 server.id,
-                given.get(server.id) or transport_for(server, max_depth=max_depth),
+                given.get(server.id)
+                or transport_for(
+                    server, max_depth=limits.max_depth, max_message_bytes=limits.max_server_message_bytes
+                ),
                 listener,
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
@@ -72,13 +75,16 @@ class Connections:
                 era=Era.of(server.era),
                 answer_error=wire_error,
                 on_internal_error=self._caught,
+                max_items=limits.max_server_items,
+                failures_until_unready=limits.failures_until_unready,
+                on_limit=boundary.refused,
             )
             for server in servers
         }
         self._per_client = ClientConnections(
             self._servers,
             max_pages=max_pages,
-            max_depth=max_depth,
+            max_depth=limits.max_depth,
             answer_error=wire_error,
             on_internal_error=self._caught,
         )
@@ -117,11 +123,21 @@ class Connections:
         self._per_client.close(session.id)
 
     def health(self) -> dict[str, dict[str, Any]]:
-        """Each server's state, for ``/healthz`` and ``/readyz``."""
-        return {
-            sid: {"state": c.state.value, "required": self._servers[sid].required, "reason": c.reason}
-            for sid, c in self.shared.items()
-        }
+        """Each server's state, for ``/healthz`` and ``/readyz``; ``limits`` says which of its
+        lists were cut, and at what (``limits.max_server_items``)."""
+        health: dict[str, dict[str, Any]] = {}
+        for sid, c in self.shared.items():
+            health[sid] = {
+                "state": c.state.value,
+                "required": self._servers[sid].required,
+                "reason": c.reason,
+            }
+            if c.capped:
+                health[sid]["limits"] = {
+                    kind: f"listed more than {kept}; kept the first {kept} (limits.max_server_items)"
+                    for kind, kept in c.capped.items()
+                }
+        return health
 
     def waiting_for(self) -> list[str]:
         """The required servers that are not up."""
@@ -141,7 +157,7 @@ class ServerHealth:
 
     def __init__(self, metrics: Metrics, server_ids: Sequence[str]) -> None:
         self._metrics = metrics
-        self._starting: dict[str, float] = {}
+        self._starting: dict[str, float | None] = {}  # when the current start began; None once up
         for server_id in server_ids:
             metrics.server_up(server_id, False)
 
@@ -152,5 +168,7 @@ class ServerHealth:
             if server_id in self._starting:  # a second start is a restart
                 self._metrics.server_restart(server_id)
             self._starting[server_id] = time.monotonic()
-        elif state is ServerState.READY and server_id in self._starting:
-            self._metrics.server_connect_seconds(server_id, time.monotonic() - self._starting[server_id])
+        elif state is ServerState.READY and (began := self._starting.get(server_id)) is not None:
+            # Only the first READY of a start: a failing server that recovers did not reconnect.
+            self._metrics.server_connect_seconds(server_id, time.monotonic() - began)
+            self._starting[server_id] = None
