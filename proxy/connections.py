@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
@@ -27,11 +27,16 @@ from proxy.outbound.transport import Transport
 from proxy.per_client import ClientConnections
 from proxy.pipeline import Caller
 
-__all__ = ["Connections", "ServerHealth", "Sharing"]
+__all__ = ["Connections", "ServerHealth", "Sharing", "WaitFor"]
 
 logger = logging.getLogger("proxy.connections")
 
 _FIRST_ATTEMPT_SLACK: Final = 5.0  # seconds past a server's connect timeout that start-up waits
+
+# Whose first attempt to connect start-up waits for: every server's (tests, tools that inspect),
+# the ``required`` ones' (stdio: its client has no /readyz to ask), or nobody's (``serve``: it
+# answers /healthz at once; /readyz waits for the required servers, and the others join later).
+WaitFor = Literal["all", "required", "none"]
 
 
 class Sharing:
@@ -93,16 +98,23 @@ class Connections:
         """A connection caught a failure of ours (and logged it): count it."""
         self._boundary.count("server_request" if where.endswith("server_request") else "server_connection")
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Keep every shared connection up until cancelled; ready once each has connected or
-        failed its first attempt (bounded by its connect timeout)."""
+    async def run(
+        self,
+        *,
+        wait_for: WaitFor = "all",
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Keep every shared connection up until cancelled; ready once each server ``wait_for``
+        names has connected or failed its first attempt (bounded by its connect timeout). A
+        server that connects later joins the catalogs then, and clients hear list_changed."""
         async with anyio.create_task_group() as tg:
             await tg.start(self._per_client.run)
             for connection in self.shared.values():
                 tg.start_soon(connection.run, name=f"server {connection.server_id}")
-            for connection in self.shared.values():
-                with anyio.move_on_after(connection.connect_timeout + _FIRST_ATTEMPT_SLACK):
-                    await connection.first_attempt_done.wait()
+            for sid, connection in self.shared.items():
+                if wait_for == "all" or (wait_for == "required" and self._servers[sid].required):
+                    with anyio.move_on_after(connection.connect_timeout + _FIRST_ATTEMPT_SLACK):
+                        await connection.first_attempt_done.wait()
             task_status.started()
 
     def shares(self, caller: Client | Caller, server_id: str) -> bool:
