@@ -32,7 +32,7 @@ from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
 from proxy.config import Config
-from proxy.connections import Connections, ServerHealth
+from proxy.connections import Connections, ServerHealth, WaitFor
 from proxy.forward import Forward
 from proxy.inbound.contract import Inbound
 from proxy.inbound.listen import Listens
@@ -113,7 +113,7 @@ class Gateway:
             servers,
             heard,
             max_pages=config.catalog.max_server_pages,
-            max_depth=config.limits.max_depth,
+            limits=config.limits,
             boundary=self.boundary,
             transports=transports,
         )
@@ -191,15 +191,16 @@ class Gateway:
             self.catalogs.policy_changed()
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[Gateway]:
-        """Start every part; yield once each server has connected or failed its first attempt."""
+    async def running(self, *, wait_for: WaitFor = "all") -> AsyncIterator[Gateway]:
+        """Start every part; yield once each server ``wait_for`` names has connected or failed
+        its first attempt (``serve`` waits for none: it answers /healthz at once)."""
         async with anyio.create_task_group() as tg:
             await tg.start(self.auth.run)
             await tg.start(self.parked.run)
             if self.config.policy.files and self.config.policy.reload:
                 watch = functools.partial(self.access.watch, self.catalogs.policy_changed)
                 tg.start_soon(supervised, self.boundary, "policy watcher", watch)
-            await tg.start(self.connections.run)
+            await tg.start(functools.partial(self.connections.run, wait_for=wait_for))
             try:
                 yield self
             finally:

@@ -184,7 +184,9 @@ async def _serve(config: Config, _: argparse.Namespace) -> int:
         logger.error("cannot listen on %s: %s", config.listen.host, exc.strerror)
         return 2
     host, port = sock.getsockname()[:2]
-    async with anyio.create_task_group() as tg, Gateway(config).running() as gateway:
+    # Listening at once: /healthz answers while servers connect, /readyz waits for the required
+    # ones, and a server that connects later joins the catalog (clients hear list_changed).
+    async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="none") as gateway:
         tg.start_soon(_until_signal, tg.cancel_scope, gateway)
         await tg.start(serve, gateway.inbound, sock, metrics_sock)
         shown = f"[{host}]" if ":" in host else host
@@ -225,7 +227,10 @@ async def _stdio(config: Config, _: argparse.Namespace) -> int:
         await stdout.write(data)
         await stdout.flush()
 
-    async with anyio.create_task_group() as tg, Gateway(config).running() as gateway:
+    # Unlike serve, every server's first attempt is waited for: a stdio client (a desktop app) has
+    # no /readyz to ask, lists tools as soon as it has initialized, and not every one re-lists on
+    # list_changed. Its start-up is paid once per launch, not by other clients.
+    async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="all") as gateway:
         tg.start_soon(_until_signal, tg.cancel_scope, gateway)
         await serve_stdio(gateway.inbound, _stdin_lines(config.limits.max_request_bytes), write)
         tg.cancel_scope.cancel()

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import anyio
 import anyio.abc
 
 from proxy.boundary import Boundary, wire_error
-from proxy.config import ServerConfig
+from proxy.config import LimitsConfig, ServerConfig
 from proxy.inbound.session import Client, ClientSession, InboundRequest
 from proxy.metrics import Metrics
 from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
@@ -27,11 +27,16 @@ from proxy.outbound.transport import Transport
 from proxy.per_client import ClientConnections
 from proxy.pipeline import Caller
 
-__all__ = ["Connections", "ServerHealth", "Sharing"]
+__all__ = ["Connections", "ServerHealth", "Sharing", "WaitFor"]
 
 logger = logging.getLogger("proxy.connections")
 
 _FIRST_ATTEMPT_SLACK: Final = 5.0  # seconds past a server's connect timeout that start-up waits
+
+# Whose first attempt to connect start-up waits for: every server's (tests, tools that inspect),
+# the ``required`` ones' (stdio: its client has no /readyz to ask), or nobody's (``serve``: it
+# answers /healthz at once; /readyz waits for the required servers, and the others join later).
+WaitFor = Literal["all", "required", "none"]
 
 
 class Sharing:
@@ -53,7 +58,7 @@ class Connections:
         listener: ConnectionListener,
         *,
         max_pages: int,
-        max_depth: int,
+        limits: LimitsConfig,
         boundary: Boundary,
         transports: Mapping[str, Transport] | None = None,  # by server id (tests), else the config's
     ) -> None:
@@ -64,7 +69,10 @@ class Connections:
         self.shared: dict[str, ServerConnection] = {
             server.id: ServerConnection(
                 server.id,
-                given.get(server.id) or transport_for(server, max_depth=max_depth),
+                given.get(server.id)
+                or transport_for(
+                    server, max_depth=limits.max_depth, max_message_bytes=limits.max_server_message_bytes
+                ),
                 listener,
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
@@ -72,13 +80,16 @@ class Connections:
                 era=Era.of(server.era),
                 answer_error=wire_error,
                 on_internal_error=self._caught,
+                max_items=limits.max_server_items,
+                failures_until_unready=limits.failures_until_unready,
+                on_limit=boundary.refused,
             )
             for server in servers
         }
         self._per_client = ClientConnections(
             self._servers,
             max_pages=max_pages,
-            max_depth=max_depth,
+            max_depth=limits.max_depth,
             answer_error=wire_error,
             on_internal_error=self._caught,
         )
@@ -87,16 +98,23 @@ class Connections:
         """A connection caught a failure of ours (and logged it): count it."""
         self._boundary.count("server_request" if where.endswith("server_request") else "server_connection")
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Keep every shared connection up until cancelled; ready once each has connected or
-        failed its first attempt (bounded by its connect timeout)."""
+    async def run(
+        self,
+        *,
+        wait_for: WaitFor = "all",
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Keep every shared connection up until cancelled; ready once each server ``wait_for``
+        names has connected or failed its first attempt (bounded by its connect timeout). A
+        server that connects later joins the catalogs then, and clients hear list_changed."""
         async with anyio.create_task_group() as tg:
             await tg.start(self._per_client.run)
             for connection in self.shared.values():
                 tg.start_soon(connection.run, name=f"server {connection.server_id}")
-            for connection in self.shared.values():
-                with anyio.move_on_after(connection.connect_timeout + _FIRST_ATTEMPT_SLACK):
-                    await connection.first_attempt_done.wait()
+            for sid, connection in self.shared.items():
+                if wait_for == "all" or (wait_for == "required" and self._servers[sid].required):
+                    with anyio.move_on_after(connection.connect_timeout + _FIRST_ATTEMPT_SLACK):
+                        await connection.first_attempt_done.wait()
             task_status.started()
 
     def shares(self, caller: Client | Caller, server_id: str) -> bool:
@@ -117,11 +135,21 @@ class Connections:
         self._per_client.close(session.id)
 
     def health(self) -> dict[str, dict[str, Any]]:
-        """Each server's state, for ``/healthz`` and ``/readyz``."""
-        return {
-            sid: {"state": c.state.value, "required": self._servers[sid].required, "reason": c.reason}
-            for sid, c in self.shared.items()
-        }
+        """Each server's state, for ``/healthz`` and ``/readyz``; ``limits`` says which of its
+        lists were cut, and at what (``limits.max_server_items``)."""
+        health: dict[str, dict[str, Any]] = {}
+        for sid, c in self.shared.items():
+            health[sid] = {
+                "state": c.state.value,
+                "required": self._servers[sid].required,
+                "reason": c.reason,
+            }
+            if c.capped:
+                health[sid]["limits"] = {
+                    kind: f"listed more than {kept}; kept the first {kept} (limits.max_server_items)"
+                    for kind, kept in c.capped.items()
+                }
+        return health
 
     def waiting_for(self) -> list[str]:
         """The required servers that are not up."""
@@ -141,7 +169,7 @@ class ServerHealth:
 
     def __init__(self, metrics: Metrics, server_ids: Sequence[str]) -> None:
         self._metrics = metrics
-        self._starting: dict[str, float] = {}
+        self._starting: dict[str, float | None] = {}  # when the current start began; None once up
         for server_id in server_ids:
             metrics.server_up(server_id, False)
 
@@ -152,5 +180,7 @@ class ServerHealth:
             if server_id in self._starting:  # a second start is a restart
                 self._metrics.server_restart(server_id)
             self._starting[server_id] = time.monotonic()
-        elif state is ServerState.READY and server_id in self._starting:
-            self._metrics.server_connect_seconds(server_id, time.monotonic() - self._starting[server_id])
+        elif state is ServerState.READY and (began := self._starting.get(server_id)) is not None:
+            # Only the first READY of a start: a failing server that recovers did not reconnect.
+            self._metrics.server_connect_seconds(server_id, time.monotonic() - began)
+            self._starting[server_id] = None

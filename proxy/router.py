@@ -37,7 +37,7 @@ from proxy.inbound.session import (
 )
 from proxy.interest import Interest
 from proxy.metrics import UNKNOWN, Metrics
-from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.connection import ServerConnection
 from proxy.outbound.lists import LIST_KINDS
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy import Identity, Subject
@@ -406,10 +406,6 @@ class Router:
         # A 2026-07-28 server has no logging/setLevel: each request carries its caller's level.
         async with anyio.create_task_group() as tg:
             for connection in self._connections.shared.values():
-                if (
-                    "logging" in connection.capabilities
-                    and connection.state is ServerState.READY
-                    and not connection.stateless
-                ):
+                if "logging" in connection.capabilities and connection.serving and not connection.stateless:
                     tg.start_soon(tell, connection)
         return {}

@@ -142,9 +142,17 @@ def failure(server_id: str, request_id: RequestId, reason: str) -> Failed:
     return Failed(request_id, ServerUnavailable(server_id, reason))
 
 
-def broken(server_id: str, request_id: RequestId, reason: str) -> Failed:
-    """Request ``request_id`` will not be answered: what the server sent for it is unusable."""
-    return Failed(request_id, ServerProtocolError(server_id, reason))
+def broken(
+    server_id: str, request_id: RequestId, reason: str, cause: MessageTooLarge | None = None
+) -> Failed:
+    """Request ``request_id`` will not be answered: what the server sent for it is unusable.
+
+    ``cause``: the limit the answer broke, kept on the error so that whoever settles the request
+    can count the refusal (``manifold_limit_refusals_total``); transports hold no metrics.
+    """
+    error = ServerProtocolError(server_id, reason)
+    error.__cause__ = cause
+    return Failed(request_id, error)
 
 
 def describe(exc: BaseException) -> str:
@@ -179,16 +187,19 @@ async def error_body(response: aiohttp.ClientResponse) -> tuple[dict[str, Any] |
 
 
 async def http_failure(
-    server_id: str, request_id: RequestId, response: aiohttp.ClientResponse
+    server_id: str,
+    request_id: RequestId,
+    response: aiohttp.ClientResponse,
+    said: tuple[dict[str, Any] | None, bytes] | None = None,
 ) -> Message | Failed:
     """The outcome of a request whose POST got an HTTP error status.
 
     A 4xx whose body is a JSON-RPC error is the server's own answer, so it is passed on (with the
     request's id: servers send ``id: null`` there); anything else fails the request, naming the
-    status.
+    status. ``said`` is what :func:`error_body` returned, when the caller read the body already.
     """
     status = f"HTTP {response.status} {response.reason or ''}".rstrip()
-    error, _ = await error_body(response)
+    error, _ = said if said is not None else await error_body(response)
     if error is not None and 400 <= response.status < 500:
         return jsonrpc.error_response(request_id, error["code"], error["message"], error.get("data"))
     detail = f": {error['message']}" if error is not None else ""
@@ -196,14 +207,17 @@ async def http_failure(
 
 
 async def read_body(response: aiohttp.ClientResponse, limit: int = MAX_BODY) -> bytes:
-    """The whole body, read at most ``limit`` bytes far.
+    """The whole body, read at most ``limit`` bytes far (``limits.max_server_message_bytes``).
+
+    A Content-Length is trusted only for an unencoded body: aiohttp inflates a gzip/deflate/br
+    body as it reads, so a small compressed length can stand for any size once decoded.
 
     Raises:
         MessageTooLarge: the body is longer than ``limit`` (says so, or turned out so).
         aiohttp.ClientError, OSError: the connection broke.
     """
     length = response.content_length
-    if length is not None:
+    if length is not None and response.headers.get("Content-Encoding", "identity") == "identity":
         if length > limit:
             raise MessageTooLarge("a JSON body", limit="max_server_message_bytes", maximum=limit)
         return await response.read()  # the usual case, on the hot path: one read, no copy
@@ -286,9 +300,12 @@ async def client_session(
 class EventReader:
     """SSE events from one aiohttp response, one at a time."""
 
-    def __init__(self, response: aiohttp.ClientResponse, decoder: SSEDecoder | None = None) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, decoder: SSEDecoder | None = None, *, limit: int = MAX_BODY
+    ) -> None:
+        """``limit`` bounds one event (``limits.max_server_message_bytes``) unless ``decoder`` is given."""
         self._response = response
-        self.decoder = decoder if decoder is not None else SSEDecoder()
+        self.decoder = decoder if decoder is not None else SSEDecoder(limit)
         self._pending: deque[SSEEvent] = deque()
         self.count = 0  # events read so far
 

@@ -118,7 +118,9 @@ class StatelessExchanges:
         log: logging.LoggerAdapter[logging.Logger],
         *,
         max_depth: int,
+        max_bytes: int,
     ) -> None:
+        """``max_bytes`` bounds each JSON body and SSE event (``limits.max_server_message_bytes``)."""
         self._server_id = server_id
         self._url = url
         self._http = http
@@ -126,6 +128,7 @@ class StatelessExchanges:
         self._inbox = inbox
         self._log = log
         self._max_depth = max_depth
+        self._max_bytes = max_bytes
         self._inflight: dict[RequestId, anyio.CancelScope] = {}
 
     def start(
@@ -171,7 +174,7 @@ class StatelessExchanges:
         except TRANSPORT_ERRORS as exc:
             self._fail(request_id, f"POST {self._url} failed: {describe(exc)}")
         except MessageTooLarge as exc:
-            self._inbox.put(broken(self._server_id, request_id, exc.message), request_id)
+            self._inbox.put(broken(self._server_id, request_id, exc.message, exc), request_id)
         finally:
             if self._inflight.get(request_id) is scope:
                 del self._inflight[request_id]
@@ -194,13 +197,12 @@ class StatelessExchanges:
         elif content_type == SSE:
             if probe is not None:
                 probe.settle(Verdict.SPEAKS)
-            error = await self._read_stream(EventReader(response), request_id)
+            error = await self._read_stream(EventReader(response, limit=self._max_bytes), request_id)
             if error is not None:
                 self._fail(request_id, f"the SSE stream ended before the response ({error})")
         elif content_type == JSON:
-            decoded = messages_in(
-                await read_body(response), self._server_id, self._log, max_depth=self._max_depth
-            )
+            body = await read_body(response, self._max_bytes)
+            decoded = messages_in(body, self._server_id, self._log, max_depth=self._max_depth)
             answered = any(_answers(m, request_id) for m in decoded.items)
             if probe is not None:
                 probe.settle(Verdict.SPEAKS if answered else Verdict.FAILED)

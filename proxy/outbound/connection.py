@@ -22,6 +22,11 @@ the request it was for (the transport says which), a message that breaks the rul
 and an unexpected error in one connected lifetime is logged, counted and followed by a restart,
 like any other failure. Only cancellation leaves :meth:`ServerConnection.run`.
 
+Health follows outcomes, not only the link: a connected server whose last
+``failures_until_unready`` calls all failed at the transport (unreachable, timed out, or an
+answer that broke the protocol; not a tool's error or a JSON-RPC error the server answered) is
+``failing``: still served, so that one success makes it ``ready`` again, but not counted as up.
+
 The rules live beside it: ``era`` (the envelope, what a server says of itself, x-mcp-header
 tools), ``lists`` (paging), ``listening`` (the listen stream), ``relay`` (whose request it is).
 It depends on nothing above it: what a failed server request is answered with comes in from the
@@ -48,6 +53,7 @@ import anyio.abc
 from proxy.errors import (
     INTERNAL_ERROR,
     InvalidRequest,
+    LimitExceeded,
     ProtocolError,
     RemoteError,
     ServerTimeout,
@@ -78,6 +84,7 @@ __all__ = [
     "AnswerError",
     "ConnectionListener",
     "InternalErrorHook",
+    "LimitHook",
     "ServerConnection",
     "ServerState",
     "backoff_delay",
@@ -89,6 +96,8 @@ AnswerError = Callable[[Exception, RequestId], Message]
 # connected lifetime ended by it; a restart follows), "outbound.dispatch" (one message from the
 # server dropped), "outbound.server_request" (one server request answered with -32603).
 InternalErrorHook = Callable[[str, BaseException], None]
+# Told of each limit a server's answer or list ran into (the refusal is counted by its name).
+LimitHook = Callable[[LimitExceeded], None]
 
 logger = logging.getLogger("proxy.outbound.connection")
 
@@ -100,7 +109,11 @@ _DISCOVER_TIMEOUT: Final = 10.0  # a handshake-era server may ignore server/disc
 class ServerState(enum.Enum):
     STARTING = "starting"
     READY = "ready"
+    FAILING = "failing"  # connected, but its last calls all failed at the transport
     BACKOFF = "backoff"
+
+
+_SERVING: Final = frozenset({ServerState.READY, ServerState.FAILING})
 
 
 class ConnectionListener(Protocol):
@@ -146,10 +159,15 @@ class ServerConnection:
         era: Era = Era.UNKNOWN,
         answer_error: AnswerError,
         on_internal_error: InternalErrorHook | None = None,
+        max_items: int = 10_000,
+        failures_until_unready: int = 5,
+        on_limit: LimitHook | None = None,
     ) -> None:
         """``answer_error`` turns the failure of a server's request (sampling, elicitation, roots)
         into the error response the server gets; ``on_internal_error`` hears of every unexpected
-        error (already logged) with where it happened."""
+        error (already logged) with where it happened, ``on_limit`` of every limit the server
+        ran into. ``max_items`` bounds each list (``limits.max_server_items``);
+        ``failures_until_unready`` calls failed in a row make the server ``failing``."""
         self.server_id = server_id
         self._answer_error = answer_error
         self._on_internal_error = on_internal_error
@@ -158,6 +176,12 @@ class ServerConnection:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self._max_pages = max_pages
+        self._max_items = max_items
+        self._failures_until_unready = failures_until_unready
+        self._failures = 0  # calls failed at the transport in a row
+        self._on_limit = on_limit
+        # The lists cut at max_items in this connected lifetime, by kind (shown in /healthz).
+        self.capped: dict[str, int] = {}
         self._client_capabilities = (
             CLIENT_CAPABILITIES if client_capabilities is None else client_capabilities
         )
@@ -218,13 +242,44 @@ class ServerConnection:
             RemoteError: the server answered with a JSON-RPC error.
         """
         link = self._link
-        if link is None or self.state is not ServerState.READY:
+        if link is None or self.state not in _SERVING:
             raise ServerUnavailable(self.server_id, self.reason or self.state.value)
         if self.stateless and method in WATCH_METHODS:
             return self._listening.watch(method, params, self.capabilities)
-        return await self._call(
-            link, method, params, self.request_timeout if timeout is None else timeout, relay
-        )
+        try:
+            result = await self._call(
+                link, method, params, self.request_timeout if timeout is None else timeout, relay
+            )
+        except ServerUnavailable as exc:  # timeouts and protocol errors included
+            self._outcome(exc)
+            raise
+        except RemoteError:
+            self._outcome(None)  # the server answered: it works
+            raise
+        self._outcome(None)
+        return result
+
+    @property
+    def serving(self) -> bool:
+        """Whether requests go out to the server (it is connected, whether or not they succeed)."""
+        return self.state in _SERVING
+
+    def _outcome(self, failure: ServerUnavailable | None) -> None:
+        """Note how one call ended: ``failure`` at the transport, or None (answered)."""
+        cause = failure.__cause__ if failure is not None else None
+        if isinstance(cause, LimitExceeded) and self._on_limit is not None:
+            self._on_limit(cause)  # a transport's refusal, counted here: transports hold no metrics
+        if failure is None:
+            self._failures = 0
+            if self.state is ServerState.FAILING:
+                logger.info("server %s: a call succeeded; ready again", self.server_id)
+                self._set_state(ServerState.READY, None)
+            return
+        self._failures += 1
+        if self._failures >= self._failures_until_unready and self.state is ServerState.READY:
+            reason = f"its last {self._failures} calls failed; the last: {failure.reason}"
+            logger.warning("server %s: failing: %s", self.server_id, reason)
+            self._set_state(ServerState.FAILING, reason)
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         """Send a notification if connected; dropped silently otherwise (nothing waits for it)."""
@@ -281,6 +336,7 @@ class ServerConnection:
                     tg.cancel_scope.cancel()
                     return down[0]
                 self._link = link
+                self._failures = 0
                 self._set_state(ServerState.READY, None)
                 for kind in LIST_KINDS:
                     self._listener.listed(self.server_id, kind, lists.get(kind, []))
@@ -497,7 +553,16 @@ class ServerConnection:
         async def fetch(method: str, params: dict[str, Any] | None) -> Any:
             return await self._call(link, method, params, self.request_timeout)
 
-        drained = await drain(fetch, kind, max_pages=self._max_pages, server_id=self.server_id)
+        drained = await drain(
+            fetch, kind, max_pages=self._max_pages, server_id=self.server_id, max_items=self._max_items
+        )
+        if drained.capped:
+            self.capped[kind] = self._max_items
+            if self._on_limit is not None:
+                what = f"server {self.server_id!r} listed more {kind} than kept"
+                self._on_limit(LimitExceeded(what, limit="max_server_items", maximum=self._max_items))
+        else:
+            self.capped.pop(kind, None)
         if drained.hint is None:
             self.cache_hints.pop(kind, None)
         else:

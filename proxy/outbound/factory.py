@@ -10,9 +10,12 @@ from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH
 __all__ = ["transport_for"]
 
 
-def transport_for(server: ServerConfig, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Transport:
+def transport_for(
+    server: ServerConfig, *, max_depth: int = DEFAULT_MAX_DEPTH, max_message_bytes: int = 16 * 1024 * 1024
+) -> Transport:
     """The transport that reaches ``server``; ``max_depth`` (``limits.max_depth``) bounds the
-    nesting of every message it decodes."""
+    nesting of every message it decodes, ``max_message_bytes`` (``limits.max_server_message_bytes``)
+    the size of each HTTP JSON body and SSE event."""
     if server.kind == "stdio":
         assert server.command is not None
         return StdioTransport(
@@ -34,4 +37,5 @@ def transport_for(server: ServerConfig, *, max_depth: int = DEFAULT_MAX_DEPTH) -
         server.transport,
         connect_timeout=server.connect_timeout,
         max_depth=max_depth,
+        max_message_bytes=max_message_bytes,
     )

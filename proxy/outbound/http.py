@@ -19,7 +19,7 @@ import anyio
 import anyio.abc
 
 from proxy.errors import ConfigError, ServerUnavailable
-from proxy.outbound._http_common import Inbox, Probe, Verdict, owned_task_group
+from proxy.outbound._http_common import MAX_BODY, Inbox, Probe, Verdict, owned_task_group
 from proxy.outbound._http_stateless import is_stateless_request
 from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.outbound.streamable_http import StreamableHttpTransport, _StreamableHttpLink
@@ -47,13 +47,24 @@ class AutoHttpTransport:
         *,
         connect_timeout: float = 30.0,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        max_message_bytes: int = MAX_BODY,
     ) -> None:
         self.server_id = server_id
         self._streamable = StreamableHttpTransport(
-            server_id, url, headers, connect_timeout=connect_timeout, max_depth=max_depth
+            server_id,
+            url,
+            headers,
+            connect_timeout=connect_timeout,
+            max_depth=max_depth,
+            max_message_bytes=max_message_bytes,
         )
         self.legacy = LegacySseTransport(
-            server_id, url, headers, connect_timeout=connect_timeout, max_depth=max_depth
+            server_id,
+            url,
+            headers,
+            connect_timeout=connect_timeout,
+            max_depth=max_depth,
+            max_message_bytes=max_message_bytes,
         )
         self.chosen: Literal["streamable-http", "sse"] | None = None
 
@@ -156,8 +167,10 @@ def http_transport(
     *,
     connect_timeout: float = 30.0,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    max_message_bytes: int = MAX_BODY,
 ) -> Transport:
-    """The HTTP transport for ``mode``; ``max_depth`` bounds the nesting of the server's messages.
+    """The HTTP transport for ``mode``; ``max_depth`` bounds the nesting of the server's messages,
+    ``max_message_bytes`` the size of each (``limits.max_server_message_bytes``).
 
     Raises:
         ConfigError: an unknown mode.
@@ -171,4 +184,11 @@ def http_transport(
         raise ConfigError(
             f"server {server_id!r}: unknown HTTP transport {mode!r} (auto, streamable-http, sse)"
         )
-    return kinds[mode](server_id, url, headers, connect_timeout=connect_timeout, max_depth=max_depth)
+    return kinds[mode](
+        server_id,
+        url,
+        headers,
+        connect_timeout=connect_timeout,
+        max_depth=max_depth,
+        max_message_bytes=max_message_bytes,
+    )

@@ -1,5 +1,7 @@
 """A server's lists (tools, prompts, resources, resource templates): which it offers, and every
-page of one, guarded against servers that page forever.
+page of one, guarded against servers that page forever or list without end: at most
+``max_pages`` pages (``catalog.max_server_pages``) and ``max_items`` items of each kind
+(``limits.max_server_items``; the first ones are kept).
 
 :func:`drain` does no I/O itself: it is handed ``fetch``, which sends one list request (on the
 connection's link) and returns its result, so the paging rules are tested without a server.
@@ -54,10 +56,15 @@ class Drained:
     # What the server said of the list's freshness (ttlMs, cacheScope), merged over its pages;
     # None when a page said nothing.
     hint: CacheHint | None = None
+    # The list was cut at ``max_items`` (limits.max_server_items): the server listed more.
+    capped: bool = False
 
 
-async def drain(fetch: Fetch, kind: str, *, max_pages: int, server_id: str) -> Drained:
-    """Every page of one list, at most ``max_pages``.
+async def drain(
+    fetch: Fetch, kind: str, *, max_pages: int, server_id: str, max_items: int = 10_000
+) -> Drained:
+    """Every page of one list, at most ``max_pages`` of them and ``max_items`` items (the first
+    ones; no further page is asked for once the list is full, and the cut is logged once).
 
     A server that offers a capability but not one of its lists (resources without templates,
     say) answers -32601: that list is empty, not a broken server.
@@ -84,6 +91,12 @@ async def drain(fetch: Fetch, kind: str, *, max_pages: int, server_id: str) -> D
             raise ServerProtocolError(server_id, f"it answered {method} without a {kind!r} array")
         items.extend(item for item in page if isinstance(item, dict))  # anything else names nothing
         pages.append(hint_of(result))
+        if len(items) > max_items or (len(items) == max_items and result.get("nextCursor") is not None):
+            logger.warning(
+                "server %s: %s listed more than %d %s; keeping the first %d (limits.max_server_items)",
+                server_id, method, max_items, kind, max_items,
+            )  # fmt: skip
+            return Drained(items[:max_items], ended=False, hint=_merged(pages), capped=True)
         cursor = result.get("nextCursor")
         if cursor is None:
             return Drained(items, ended=True, hint=_merged(pages))

@@ -27,6 +27,7 @@ import yarl
 from proxy.errors import MessageTooLarge, ServerProtocolError, ServerUnavailable
 from proxy.outbound._http_common import (
     JSON,
+    MAX_BODY,
     SSE,
     TRANSPORT_ERRORS,
     EventReader,
@@ -61,13 +62,16 @@ class LegacySseTransport:
         *,
         connect_timeout: float = 30.0,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        max_message_bytes: int = MAX_BODY,
     ) -> None:
-        """``max_depth`` bounds the nesting of each message the server sends."""
+        """``max_depth`` bounds the nesting of each message the server sends, ``max_message_bytes``
+        the size of each SSE event (``limits.max_server_message_bytes``)."""
         self._server_id = server_id
         self._url = yarl.URL(url)
         self._headers = dict(headers or {})
         self._connect_timeout = connect_timeout
         self._max_depth = max_depth
+        self._max_bytes = max_message_bytes
         self._log = logging.LoggerAdapter(logger, {"server_id": server_id})
 
     def connect(self) -> AbstractAsyncContextManager[_LegacySseLink]:
@@ -109,7 +113,7 @@ class LegacySseTransport:
                             f"GET {self._url} answered HTTP {response.status} {response.content_type}, "
                             "not an event stream",
                         )
-                    reader = EventReader(response)
+                    reader = EventReader(response, limit=self._max_bytes)
                     endpoint = await self._await_endpoint(reader, inbox)
             except TimeoutError:
                 raise ServerUnavailable(

@@ -9,7 +9,10 @@ server speaks by trying: a request carrying the 2026-07-28 envelope goes to
 :class:`~proxy.outbound._http_stateless.StatelessExchanges` (stateless, no session at all); everything
 else takes the handshake-era path here. On that path a GET stream carries what the server sends
 unprompted, and the transport keeps the session alive on its own: it resumes broken SSE streams
-(``Last-Event-ID``) and replaces an expired session (HTTP 404) by replaying ``initialize``.
+(``Last-Event-ID``) and replaces an expired session by replaying ``initialize``: HTTP 404 on a
+session, as the spec says, or HTTP 400 whose body speaks of the session (what servers built on
+the TypeScript SDK's examples answer once restarted: "No valid session ID provided"). Any other
+400 is the one request's failure: a bad request must not cost everyone the session.
 Anything that keeps a request from being answered becomes that request's
 :class:`~proxy.outbound.transport.Failed` outcome, so the caller never waits out its timeout
 for nothing.
@@ -22,7 +25,7 @@ import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 import anyio
@@ -32,6 +35,7 @@ from proxy.errors import MessageTooLarge, ServerUnavailable
 from proxy.outbound._http_common import (
     ACCEPT_BOTH,
     JSON,
+    MAX_BODY,
     SSE,
     TRANSPORT_ERRORS,
     Decoded,
@@ -42,6 +46,7 @@ from proxy.outbound._http_common import (
     broken,
     client_session,
     describe,
+    error_body,
     failure,
     http_failure,
     messages_in,
@@ -67,6 +72,7 @@ _MAX_RESUMES: Final = 5  # GETs with Last-Event-ID for one request before giving
 _BACKOFF: Final = (0.5, 30.0)  # GET stream reconnects: first and longest pause, in seconds
 _DELETE_TIMEOUT: Final = 2.0
 _RENEW_INTERVAL: Final = 2.0  # seconds: the least time between two session renewals
+_SESSION_TEXT: Final = 1024  # bytes of a non-JSON-RPC 400 body searched for word of the session
 _LIST_CHANGED: Final = jsonrpc.notification("notifications/tools/list_changed")
 
 
@@ -91,13 +97,16 @@ class StreamableHttpTransport:
         *,
         connect_timeout: float = 30.0,
         max_depth: int = DEFAULT_MAX_DEPTH,
+        max_message_bytes: int = MAX_BODY,
     ) -> None:
-        """``max_depth`` bounds the nesting of each message the server sends."""
+        """``max_depth`` bounds the nesting of each message the server sends, ``max_message_bytes``
+        the size of each JSON body and SSE event (``limits.max_server_message_bytes``)."""
         self._server_id = server_id
         self._url = url
         self._headers = dict(headers or {})
         self._connect_timeout = connect_timeout
         self._max_depth = max_depth
+        self._max_bytes = max_message_bytes
 
     def connect(self) -> AbstractAsyncContextManager[_StreamableHttpLink]:
         """Open the HTTP client; no request is made until the first ``send`` (``initialize``).
@@ -124,6 +133,7 @@ class StreamableHttpTransport:
                             inbox,
                             self._connect_timeout,
                             self._max_depth,
+                            self._max_bytes,
                         )
                         try:
                             yield link
@@ -147,9 +157,11 @@ class _StreamableHttpLink:
         inbox: Inbox,
         connect_timeout: float,
         max_depth: int,
+        max_bytes: int,
     ) -> None:
         self._server_id = server_id
         self._max_depth = max_depth
+        self._max_bytes = max_bytes
         self._url = url
         self._http = http
         self._tg = tg
@@ -165,7 +177,9 @@ class _StreamableHttpLink:
         self._renewed_at = -math.inf
         self._listening = False
         self.closed = False
-        self.stateless = StatelessExchanges(server_id, url, http, tg, inbox, self._log, max_depth=max_depth)
+        self.stateless = StatelessExchanges(
+            server_id, url, http, tg, inbox, self._log, max_depth=max_depth, max_bytes=max_bytes
+        )
 
     # ------------------------------------------------------------------ the Link contract
 
@@ -267,24 +281,34 @@ class _StreamableHttpLink:
         headers = with_extra(self._headers(session_id, initialize=initialize), extra)
         try:
             async with self._http.post(self._url, data=data, headers=headers) as response:
-                if not (response.status == 404 and session_id is not None and may_renew):
+                if session_id is None or not may_renew or response.status not in (400, 404):
                     return await self._answer(response, message, probe)
+                said = await error_body(response)
+                if not _session_gone(response.status, said):
+                    return await self._answer(response, message, probe, said)
         except TRANSPORT_ERRORS as exc:
             self._fail(request_id, f"POST {self._url} failed: {describe(exc)}")
             return False
         except MessageTooLarge as exc:
-            self._broken(request_id, exc.message)
+            self._broken(request_id, exc.message, exc)
             return False
         finally:
             if probe is not None:
                 probe.settle(Verdict.FAILED)  # only if nothing better was said already
-        # HTTP 404 on a session: it expired (or the server restarted). Start a new one and retry once.
+        # The session expired (or the server restarted). Start a new one and retry once.
         if not await self._renew(session_id):
             self._fail(request_id, "the session expired and starting a new one failed")
             return False
         return await self._post(message, data, may_renew=False, extra=extra)
 
-    async def _answer(self, response: aiohttp.ClientResponse, message: Message, probe: Probe | None) -> bool:
+    async def _answer(
+        self,
+        response: aiohttp.ClientResponse,
+        message: Message,
+        probe: Probe | None,
+        said: tuple[dict[str, Any] | None, bytes] | None = None,
+    ) -> bool:
+        """Route the answer to one POST; ``said`` is its error body, if read already."""
         status, content_type = response.status, response.content_type
         request_id = request_id_of(message)
         if (
@@ -304,10 +328,10 @@ class _StreamableHttpLink:
         if status == 202:
             return True  # no body; a server may send the answer on the GET stream instead
         if status >= 300:
-            self._inbox.put(await http_failure(self._server_id, request_id, response), request_id)
+            self._inbox.put(await http_failure(self._server_id, request_id, response, said), request_id)
             return False
         if content_type == JSON:
-            decoded = self._decode(await read_body(response))
+            decoded = self._decode(await read_body(response, self._max_bytes))
             answer = self._take(decoded.items, request_id)
             why = f" ({decoded.problem})" if decoded.problem else ""
             if answer is None and probe is not None:
@@ -328,7 +352,7 @@ class _StreamableHttpLink:
 
     async def _read_answer_stream(self, response: aiohttp.ClientResponse, request_id: RequestId) -> bool:
         """Read the SSE answer to one request, resuming with Last-Event-ID if the stream breaks."""
-        reader = EventReader(response)
+        reader = EventReader(response, limit=self._max_bytes)
         read = await self._read(reader, request_id)
         for _ in range(_MAX_RESUMES):
             last_event_id = reader.decoder.last_event_id
@@ -342,7 +366,7 @@ class _StreamableHttpLink:
                 request_id,
                 last_event_id,
             )
-            decoder = SSEDecoder()
+            decoder = SSEDecoder(self._max_bytes)
             decoder.last_event_id = last_event_id
             headers = self._headers(self.session_id, accept=SSE, last_event_id=last_event_id)
             try:
@@ -430,11 +454,13 @@ class _StreamableHttpLink:
         else:
             self._inbox.put(failure(self._server_id, request_id, reason), request_id)
 
-    def _broken(self, request_id: RequestId | None, reason: str) -> None:
+    def _broken(
+        self, request_id: RequestId | None, reason: str, cause: MessageTooLarge | None = None
+    ) -> None:
         if request_id is None:
             self._log.warning("server %r: %s", self._server_id, reason)
         else:
-            self._inbox.put(broken(self._server_id, request_id, reason), request_id)
+            self._inbox.put(broken(self._server_id, request_id, reason, cause), request_id)
 
     # ------------------------------------------------------------------ session upkeep
 
@@ -476,9 +502,11 @@ class _StreamableHttpLink:
                 raise ServerUnavailable(self._server_id, f"initialize got HTTP {response.status}")
             session_id = response.headers.get(_SESSION)
             if response.content_type == SSE:
-                answer = (await self._read(EventReader(response), replay["id"], capture=True)).answer
+                reader = EventReader(response, limit=self._max_bytes)
+                answer = (await self._read(reader, replay["id"], capture=True)).answer
             else:
-                answer = self._take(self._decode(await read_body(response)).items, replay["id"], capture=True)
+                body = await read_body(response, self._max_bytes)
+                answer = self._take(self._decode(body).items, replay["id"], capture=True)
         if answer is None or isinstance(answer, Failed) or "result" not in answer:
             raise ServerUnavailable(self._server_id, f"initialize was not answered with a result: {answer}")
         self._note_version(answer)
@@ -507,14 +535,19 @@ class _StreamableHttpLink:
                     if response.status == 405:
                         self._log.debug("server %r offers no GET stream", self._server_id)
                         return
-                    # 404 means "session expired" only where GET worked before: some servers that
-                    # offer no GET stream say 404 instead of 405.
-                    if response.status == 404 and streamed and session_id is not None:
-                        if await self._renew(session_id):
-                            continue
+                    # 404 (or a 400 about the session) means "session expired" only where GET
+                    # worked before: some servers that offer no GET stream say 404 instead of 405.
+                    if response.status in (400, 404) and streamed and session_id is not None:
+                        if _session_gone(response.status, await error_body(response)):
+                            if await self._renew(session_id):
+                                continue
+                        else:
+                            self._log.info(
+                                "server %r: GET stream refused: HTTP %s", self._server_id, response.status
+                            )
                     elif response.status == 200 and response.content_type == SSE:
                         streamed = True
-                        decoder = SSEDecoder()
+                        decoder = SSEDecoder(self._max_bytes)
                         decoder.last_event_id = last_event_id
                         reader = EventReader(response, decoder)
                         retry_ms = (await self._read(reader, None)).retry_ms
@@ -540,6 +573,21 @@ class _StreamableHttpLink:
                     pass
             except TRANSPORT_ERRORS as exc:
                 self._log.debug("server %r: DELETE of the session failed: %s", self._server_id, describe(exc))
+
+
+def _session_gone(status: int, said: tuple[dict[str, Any] | None, bytes]) -> bool:
+    """Whether an HTTP error to a request that carried a session id says that session is gone.
+
+    404 is the spec's word for it. Servers built on the TypeScript SDK's examples answer 400 with
+    "No valid session ID provided" instead; a 400 counts only when its body speaks of the session
+    (the JSON-RPC error's message, else the start of the body), so that a malformed request fails
+    alone instead of costing every caller a new session.
+    """
+    if status == 404:
+        return True
+    error, body = said
+    text = error["message"] if error is not None else body[:_SESSION_TEXT].decode(errors="replace")
+    return status == 400 and "session" in text.lower()
 
 
 def _not_streamable(status: int, content_type: str) -> bool:

@@ -80,7 +80,9 @@ def _terminating(process: subprocess.Popen[bytes]) -> Iterator[None]:
                 process.wait(timeout=5)
 
 
-async def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
+async def _wait_healthy(
+    url: str, process: subprocess.Popen[bytes], log_path: Path, *, settled: bool = True
+) -> None:
     with anyio.fail_after(30):
         async with aiohttp.ClientSession() as http:
             while True:
@@ -88,16 +90,28 @@ async def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Pa
                     raise RuntimeError(f"manifold exited with {process.returncode}; see {log_path}")
                 try:
                     async with http.get(url) as response:
-                        if response.status == 200:
-                            return
+                        health = await response.json() if response.status == 200 else None
+                    servers = health["servers"].values() if health is not None else ()
+                    if health is not None and not (settled and any(_first_try(s) for s in servers)):
+                        return
                 except aiohttp.ClientConnectionError:
                     pass
                 await anyio.sleep(0.05)  # polling a port that is not open yet: nothing to wait on
 
 
+def _first_try(server: dict[str, Any]) -> bool:
+    # Still connecting: a first attempt (or a restart's, which lasts as long and is as rare to
+    # poll into as a server is quick to fail: backoff lasts longer than a failed attempt).
+    return bool(server["state"] == "starting")
+
+
 @asynccontextmanager
-async def running_manifold(tmp_path: Path, config: dict[str, Any]) -> AsyncIterator[RunningManifold]:
-    """``manifold serve`` on a free loopback port; yields once ``/healthz`` answers."""
+async def running_manifold(
+    tmp_path: Path, config: dict[str, Any], *, settled: bool = True
+) -> AsyncIterator[RunningManifold]:
+    """``manifold serve`` on a free loopback port; yields once ``/healthz`` answers and (with
+    ``settled``) no server is still on its first attempt to connect: ``serve`` listens at once,
+    so without waiting a test could meet a catalog that servers have not joined yet."""
     port = free_port()
     config_path = write_config(tmp_path / "manifold.yaml", config)
     log_path = tmp_path / "manifold.log"
@@ -105,7 +119,7 @@ async def running_manifold(tmp_path: Path, config: dict[str, Any]) -> AsyncItera
         ["serve", "--config", str(config_path), "--port", str(port), "--log-level", "info"], log_path
     )
     with _terminating(process):
-        await _wait_healthy(f"http://127.0.0.1:{port}/healthz", process, log_path)
+        await _wait_healthy(f"http://127.0.0.1:{port}/healthz", process, log_path, settled=settled)
         yield RunningManifold(f"http://127.0.0.1:{port}/mcp", process, log_path)
 
 

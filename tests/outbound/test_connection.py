@@ -342,3 +342,55 @@ async def test_messages_with_odd_ids_and_params_are_dropped_without_harm() -> No
         assert await connection.request("tools/call", {"name": "x"}) == {"content": []}
         assert await connection.request("tools/call", {"name": "x"}) == {"content": []}
         assert (connection.state, connection.restarts) == (ServerState.READY, 0)
+
+
+async def test_a_server_whose_last_calls_all_failed_at_the_transport_is_failing_until_one_succeeds() -> None:
+    mode = {"fail": True}
+
+    async def on_call(message: Message, reply: Reply) -> None:
+        if mode["fail"]:
+            await reply(Failed(message["id"], ServerProtocolError("mem", "HTTP 200 with no response")))
+        elif message["params"]["name"] == "refuse":  # the server's own error: it works
+            await reply({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": "no"}})
+        else:
+            await reply(answer(message, {"content": []}))
+
+    recorder = Recorder()
+    handler = paged_server([(["a"], None)], on_call)
+    async with connected(MemoryTransport(handler), recorder, failures_until_unready=3) as connection:
+        for attempt in range(3):
+            assert connection.state is ServerState.READY, attempt
+            with pytest.raises(ServerProtocolError):
+                await connection.request("tools/call", {"name": "a"})
+        failing = "its last 3 calls failed; the last: HTTP 200 with no response"
+        assert recorder.states[-1] == (ServerState.FAILING, failing)
+        assert (connection.state.value, connection.reason) == ("failing", failing)
+        mode["fail"] = False  # still served while failing: one answer makes it ready again
+        with pytest.raises(RemoteError):
+            await connection.request("tools/call", {"name": "refuse"})
+        assert recorder.states[-2:] == [(ServerState.FAILING, failing), (ServerState.READY, None)]
+
+
+async def test_json_rpc_errors_the_server_answers_never_make_it_failing() -> None:
+    async def on_call(message: Message, reply: Reply) -> None:
+        await reply({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": "no"}})
+
+    handler = paged_server([(["a"], None)], on_call)
+    async with connected(MemoryTransport(handler), Recorder(), failures_until_unready=1) as connection:
+        for _ in range(3):
+            with pytest.raises(RemoteError):
+                await connection.request("tools/call", {"name": "a"})
+        assert connection.state is ServerState.READY
+
+
+async def test_a_list_past_max_items_is_cut_counted_and_remembered_for_health() -> None:
+    refused: list[str] = []
+    recorder = Recorder()
+    pages = [([f"t{i}", f"u{i}"], f"p{i + 1}") for i in range(10)]
+    handler = paged_server(pages)
+    async with connected(
+        MemoryTransport(handler), recorder, max_items=5, on_limit=lambda exc: refused.append(exc.limit)
+    ) as connection:
+        assert connection.capped == {"tools": 5}
+    assert recorder.listings == [["t0", "u0", "t1", "u1", "t2"]]
+    assert refused == ["max_server_items"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -11,7 +13,7 @@ import anyio.abc
 import orjson
 import pytest
 
-from proxy.errors import ServerProtocolError, ServerUnavailable, Unencodable
+from proxy.errors import MessageTooLarge, ServerProtocolError, ServerUnavailable, Unencodable
 from proxy.outbound.http import AutoHttpTransport, StreamableHttpTransport, http_transport
 from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.outbound.transport import Failed
@@ -24,6 +26,7 @@ from tests.fixtures.spawn import (
     LIST_CHANGED,
     VERSION,
     HttpRequest,
+    answered,
     call,
     collect,
     exercise,
@@ -416,3 +419,138 @@ async def test_a_json_body_declared_past_the_size_limit_fails_its_request_unread
     error = failure_of(answer, 1)
     assert type(error) is ServerProtocolError
     assert error.reason == "a JSON body exceeded 16777216 bytes (limits.max_server_message_bytes)"
+
+
+async def _answer_with_limit(url: str, limit: int) -> Message | Failed:
+    async with StreamableHttpTransport("search", url, max_message_bytes=limit).connect() as link:
+        with anyio.fail_after(5):
+            await link.send(INIT)
+            answer, _ = await link.receive()
+            return answer
+
+
+async def test_a_compressed_body_that_inflates_past_the_limit_fails_its_request_naming_the_limit() -> None:
+    # 1 MiB of JSON in ~1 KiB of gzip: the Content-Length says nothing of the decoded size.
+    inflated = b'{"jsonrpc":"2.0","id":1,"result":{"pad":"' + b"x" * (1024 * 1024) + b'"}}'
+    compressed = gzip.compress(inflated)
+
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        response = http_response(
+            200,
+            compressed,
+            reason="OK",
+            content_type="application/json",
+            headers={"Content-Encoding": "gzip"},
+        )
+        await stream.send(response)
+
+    async with scripted_http_server(handler) as server:
+        answer = await _answer_with_limit(server.url + "/mcp", 64 * 1024)
+    error = failure_of(answer, 1)
+    assert type(error) is ServerProtocolError
+    assert error.reason == "a JSON body exceeded 65536 bytes (limits.max_server_message_bytes)"
+    assert isinstance(error.__cause__, MessageTooLarge)  # so that the refusal can be counted
+
+
+async def test_a_body_of_unknown_length_past_the_configured_limit_fails_its_request() -> None:
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        # No Content-Length: the body runs until the connection closes (and would not end).
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+        await stream.send(head + b'{"jsonrpc":"2.0","id":1,"result":{"pad":"')
+        for _ in range(1000):  # bounded: far past the limit, then give up
+            await stream.send(b"x" * 65536)
+
+    async with scripted_http_server(handler) as server:
+        answer = await _answer_with_limit(server.url + "/mcp", 100_000)
+    assert (
+        failure_of(answer, 1).reason == "a JSON body exceeded 100000 bytes (limits.max_server_message_bytes)"
+    )
+
+
+async def test_an_sse_event_past_the_configured_limit_fails_its_request_naming_the_limit() -> None:
+    event = b"event: message\ndata: " + b"x" * 200_000 + b"\n\n"
+
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        await stream.send(http_response(200, event, reason="OK", content_type="text/event-stream"))
+
+    async with scripted_http_server(handler) as server:
+        answer = await _answer_with_limit(server.url + "/mcp", 100_000)
+    assert (
+        failure_of(answer, 1).reason == "an SSE event exceeded 100000 bytes (limits.max_server_message_bytes)"
+    )
+
+
+def _session_server(
+    refusal: bytes, status: int = 400
+) -> tuple[Callable[[HttpRequest, anyio.abc.ByteStream], Awaitable[None]], list[str]]:
+    """A server that forgets session ``s-1`` after its first call, refusing it with ``refusal``."""
+    sessions, known, calls = iter(range(1, 100)), set[str](), []
+
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        if request.method != "POST":
+            await stream.send(http_response(405, reason="Method Not Allowed"))
+            return
+        message = jsonrpc.parse(request.body)
+        session = request.headers.get("mcp-session-id", "")
+        if message.get("method") == "initialize":
+            body = orjson.dumps(jsonrpc.result_response(message["id"], {"protocolVersion": VERSION}))
+            known.add(new := f"s-{next(sessions)}")
+            headers = {"Mcp-Session-Id": new}
+            await stream.send(http_response(200, body, content_type="application/json", headers=headers))
+        elif "id" not in message:
+            await stream.send(http_response(202, reason="Accepted"))
+        elif session not in known or (message["params"] or {}).get("name") == "bad":
+            await stream.send(
+                http_response(status, refusal, reason="Bad Request", content_type="application/json")
+            )
+        else:
+            calls.append(session)
+            known.discard("s-1")  # "restarted": the first session is forgotten after its first call
+            body = orjson.dumps(jsonrpc.result_response(message["id"], {"session": session}))
+            await stream.send(http_response(200, body, content_type="application/json"))
+
+    return handler, calls
+
+
+# What server-everything (the TypeScript SDK's example) answers once restarted, and a plain 400.
+_GONE = "Bad Request: No valid session ID provided"
+NO_SESSION = orjson.dumps({"jsonrpc": "2.0", "error": {"code": -32000, "message": _GONE}, "id": None})
+BAD_PARAMS = orjson.dumps(
+    {"jsonrpc": "2.0", "error": {"code": -32602, "message": "Bad Request: unknown tool"}, "id": None}
+)
+
+
+async def test_a_400_that_says_the_session_is_gone_starts_a_new_session_and_retries_the_call_once() -> None:
+    handler, calls = _session_server(NO_SESSION)
+    async with (
+        scripted_http_server(handler) as server,
+        StreamableHttpTransport("everything", server.url + "/mcp").connect() as link,
+    ):
+        with anyio.fail_after(5):
+            await handshake(link)
+            await link.send(call(2, "echo", {}))
+            await link.send(call(3, "echo", {}))
+            answers, others = await collect(link, 2)
+    assert {answered(answers[2])["result"]["session"], answered(answers[3])["result"]["session"]} <= {
+        "s-1",
+        "s-2",
+    }
+    assert calls.count("s-2") >= 1
+    assert others == [(LIST_CHANGED, None)]
+    initializes = [r for r in server.requests if b'"initialize"' in r.body]
+    assert len(initializes) == 2
+
+
+async def test_a_400_for_a_bad_request_fails_that_request_alone_and_keeps_the_session() -> None:
+    handler, _ = _session_server(BAD_PARAMS)
+    async with (
+        scripted_http_server(handler) as server,
+        StreamableHttpTransport("everything", server.url + "/mcp").connect() as link,
+    ):
+        with anyio.fail_after(5):
+            await handshake(link)
+            await link.send(call(2, "bad", {}))
+            answers, others = await collect(link, 1)
+    assert answers[2] == jsonrpc.error_response(2, -32602, "Bad Request: unknown tool")
+    assert others == []
+    assert len([r for r in server.requests if b'"initialize"' in r.body]) == 1

@@ -134,3 +134,29 @@ def test_a_server_offers_the_lists_of_its_capabilities_in_a_fixed_order() -> Non
 def test_every_list_changed_notification_names_kinds_that_are_listed() -> None:
     assert CHANGED["notifications/resources/list_changed"] == ("resources", "resourceTemplates")
     assert {kind for kinds in CHANGED.values() for kind in kinds} == set(LIST_KINDS)
+
+
+async def test_a_list_past_max_items_keeps_the_first_ones_asks_for_no_more_pages_and_says_it_was_cut(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    script = Script([page(["a", "b"], "c1"), page(["c", "d"], "c2"), page(["e"], "c3"), page(["f"])])
+    drained = await drain(script, "tools", max_pages=10, server_id="s", max_items=3)
+    assert (names(drained), drained.ended, drained.capped) == (["a", "b", "c"], False, True)
+    assert len(script.asked) == 2
+    warnings = [r.getMessage() for r in caplog.records if "max_server_items" in r.getMessage()]
+    assert warnings == [
+        "server s: tools/list listed more than 3 tools; keeping the first 3 (limits.max_server_items)"
+    ]
+
+
+async def test_a_list_of_exactly_max_items_that_ends_there_is_whole() -> None:
+    drained = await drain(
+        Script([page(["a"], "c1"), page(["b"])]), "tools", max_pages=10, server_id="s", max_items=2
+    )
+    assert (names(drained), drained.ended, drained.capped) == (["a", "b"], True, False)
+
+
+async def test_a_full_list_whose_server_says_there_is_more_is_cut_without_asking() -> None:
+    script = Script([page(["a", "b"], "c1"), page(["c"])])
+    drained = await drain(script, "tools", max_pages=10, server_id="s", max_items=2)
+    assert (names(drained), drained.capped, len(script.asked)) == (["a", "b"], True, 1)
