@@ -5,7 +5,8 @@ A connection is admitted when it opens, by how many are open then (``limits.max_
 
     open ≤ cap - reserve    SERVE        every path
     open ≤ cap              PROBES_ONLY  /healthz, /readyz and /metrics; anything else 503
-    open > cap              REFUSE       503 written straight away, then closed
+    open ≤ cap + DRAINING   REFUSE       503 written straight away, then closed lingering
+    open > cap + DRAINING   SHED         503 written straight away, then closed at once
 
 The reserve is what keeps an orchestrator's probes answering while clients fill the rest. The
 cap itself is lowered below the open-files limit (:func:`connection_cap`): past that limit the
@@ -15,6 +16,11 @@ sees as a broken server. Below it, a client is told 503 and when to come back.
 :func:`refusal` builds the whole HTTP response for a refusal once, at start: the connection
 layer writes it without an ASGI app, so its body is the JSON-RPC error the fault boundary
 makes of the :class:`~proxy.errors.LimitExceeded` (naming the limit), with ``Connection: close``.
+
+A refused connection is drained for a moment before it is closed (a close with unread bytes
+resets the connection, which can destroy the answer), and holds a descriptor meanwhile: past
+``DRAINING`` of those, a flood of connections is shed without the wait, so the refusals never
+eat the descriptors kept for the servers.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ __all__ = [
     "FILES_PER_SERVER",
     "FILES_SPARE",
     "RETRY_AFTER",
+    "DRAINING",
     "Admission",
     "ConnectionBudget",
     "connection_cap",
@@ -43,6 +50,8 @@ __all__ = [
 # worker threads' pipes, plus each server's pipes or pooled sockets.
 FILES_SPARE: Final = 64
 FILES_PER_SERVER: Final = 8
+# Refused connections past the cap drained at once; half of FILES_SPARE.
+DRAINING: Final = 32
 # Seconds a refused client is asked to wait: idle connections are reaped within header_timeout,
 # busy ones turn over far faster; clients back off on their own past that.
 RETRY_AFTER: Final = 1
@@ -52,6 +61,7 @@ class Admission(enum.Enum):
     SERVE = "serve"
     PROBES_ONLY = "probes only"
     REFUSE = "refuse"
+    SHED = "shed"
 
 
 @dataclass(slots=True)
@@ -71,7 +81,9 @@ class ConnectionBudget:
         self.open += 1
         if self.open <= self.cap - self.reserve:
             return Admission.SERVE
-        return Admission.PROBES_ONLY if self.open <= self.cap else Admission.REFUSE
+        if self.open <= self.cap:
+            return Admission.PROBES_ONLY
+        return Admission.REFUSE if self.open <= self.cap + DRAINING else Admission.SHED
 
     def closed(self) -> None:
         self.open -= 1

@@ -133,7 +133,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._admission = self.guard.budget.opened()
-        if self._admission is Admission.REFUSE:
+        if self._admission is Admission.REFUSE or self._admission is Admission.SHED:
             self._refuse(self.guard.full)
             return
         self._ready_at = self.loop.time()
@@ -248,6 +248,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
                 self.transport.close()  # a response is half written: nothing else may follow it
                 return
         self.transport.write(self.guard.responses[refused])
+        if self._admission is Admission.SHED:
+            self.transport.close()  # after the write; a flood is not drained (admission.DRAINING)
+            return
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.flow.resume_reading()

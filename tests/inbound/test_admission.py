@@ -8,6 +8,7 @@ import orjson
 
 from proxy.errors import LimitExceeded
 from proxy.inbound.admission import (
+    DRAINING,
     FILES_PER_SERVER,
     FILES_SPARE,
     Admission,
@@ -24,6 +25,13 @@ def test_connections_are_served_up_to_the_reserve_then_probes_only_then_refused(
         *[Admission.PROBES_ONLY] * 2,
         *[Admission.REFUSE] * 2,
     ]
+
+
+def test_past_the_refusals_being_drained_a_flood_is_shed() -> None:
+    budget = ConnectionBudget(cap=2, reserve=1)
+    admitted = [budget.opened() for _ in range(2 + DRAINING + 2)]
+    assert admitted[2 : 2 + DRAINING] == [Admission.REFUSE] * DRAINING
+    assert admitted[-2:] == [Admission.SHED] * 2
 
 
 def test_a_closed_connection_frees_its_place() -> None:
