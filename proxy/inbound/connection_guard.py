@@ -17,7 +17,8 @@ httptools protocol that adds bookkeeping around the parser's callbacks:
 Every refusal is counted under its limit's name (``manifold_limit_refusals_total{limit}``), and
 written with ``Connection: close`` followed by a *lingering* close: our side is shut for writing
 and what the client still sends is read and dropped for a moment, because closing a socket with
-unread bytes in it sends a reset that can destroy the response before the client reads it.
+unread bytes in it sends a reset that can destroy the response before the client reads it. Past
+a few such drains (``admission.DRAINING``), a flood of refused connections is closed at once.
 
 Cost on the hot path: a phase (an enum), a byte counter and one timer handle per connection;
 per request one ``call_at`` and one ``cancel``, no allocation of ours.
