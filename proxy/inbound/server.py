@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 import time
 from collections.abc import Iterator, MutableMapping
@@ -28,6 +29,7 @@ from starlette.routing import Route
 
 from proxy.auth.authenticator import Rejected
 from proxy.boundary import supervised
+from proxy.inbound.connection_guard import ConnectionGuard
 from proxy.inbound.contract import Inbound
 from proxy.inbound.http import McpEndpoint, OriginPolicy, Receive, Scope, Send
 from proxy.logs import log_access
@@ -154,11 +156,25 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def _run_uvicorn(app: Any, sock: socket.socket) -> None:
+def _guard(inbound: Inbound) -> ConnectionGuard:
+    """One connection budget for both listeners: it stands for the process's descriptors."""
+    config = inbound.config
+    probes = {"/healthz", "/readyz"}
+    if config.metrics.enabled:
+        probes.add(config.metrics.path)
+    return ConnectionGuard(
+        config.limits, inbound.boundary, frozenset(probes), servers=len(config.enabled_servers())
+    )
+
+
+async def _run_uvicorn(app: Any, sock: socket.socket, guard: ConnectionGuard) -> None:
     """Serve ``app`` on ``sock`` until cancelled, then let uvicorn drain its connections."""
     config = uvicorn.Config(
         app,
-        http="httptools",
+        http=guard.protocol(),  # httptools, with limits.max_connections, headers and timeouts
+        ws="none",  # MCP has no WebSocket transport; an upgraded connection would leave the guard
+        # An idle keep-alive connection is closed before its next request's header_timeout runs out.
+        timeout_keep_alive=min(5, math.ceil(guard.header_timeout)),
         lifespan="off",
         log_config=None,  # our logging setup (JSON, redaction) applies to uvicorn's lines too
         access_log=False,  # _Observed writes the access log
@@ -197,7 +213,8 @@ async def serve(
     """Serve ``/mcp`` (and the probes) on an already-bound socket until cancelled."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(supervised, inbound.boundary, "session expiry", inbound.sessions.expire)
-        tg.start_soon(_run_uvicorn, build_app(inbound), sock)
+        guard = _guard(inbound)
+        tg.start_soon(_run_uvicorn, build_app(inbound), sock, guard)
         if metrics_sock is not None:
-            tg.start_soon(_run_uvicorn, metrics_app(inbound), metrics_sock)
+            tg.start_soon(_run_uvicorn, metrics_app(inbound), metrics_sock, guard)
         task_status.started()

@@ -55,10 +55,12 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-def _spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn(args: list[str], log_path: Path, open_files: int | None = None) -> subprocess.Popen[bytes]:
+    # prlimit rather than a preexec_fn: nothing runs between fork and exec in a threaded process.
+    limit = [] if open_files is None else ["prlimit", f"--nofile={open_files}:{open_files}", "--"]
     with log_path.open("wb") as log:
         return subprocess.Popen(
-            [*MANIFOLD, *args],
+            [*limit, *MANIFOLD, *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
@@ -107,16 +109,22 @@ def _first_try(server: dict[str, Any]) -> bool:
 
 @asynccontextmanager
 async def running_manifold(
-    tmp_path: Path, config: dict[str, Any], *, settled: bool = True
+    tmp_path: Path, config: dict[str, Any], *, settled: bool = True, open_files: int | None = None
 ) -> AsyncIterator[RunningManifold]:
     """``manifold serve`` on a free loopback port; yields once ``/healthz`` answers and (with
     ``settled``) no server is still on its first attempt to connect: ``serve`` listens at once,
-    so without waiting a test could meet a catalog that servers have not joined yet."""
+    so without waiting a test could meet a catalog that servers have not joined yet.
+
+    ``open_files``: the process's open-files limit (RLIMIT_NOFILE, soft and hard alike), so that
+    it cannot raise it at start.
+    """
     port = free_port()
     config_path = write_config(tmp_path / "manifold.yaml", config)
     log_path = tmp_path / "manifold.log"
     process = _spawn(
-        ["serve", "--config", str(config_path), "--port", str(port), "--log-level", "info"], log_path
+        ["serve", "--config", str(config_path), "--port", str(port), "--log-level", "info"],
+        log_path,
+        open_files,
     )
     with _terminating(process):
         await _wait_healthy(f"http://127.0.0.1:{port}/healthz", process, log_path, settled=settled)
