@@ -111,6 +111,7 @@ class Gateway:
             max_pages=config.catalog.max_server_pages,
             max_depth=config.limits.max_depth,
             boundary=self.boundary,
+            limits=config.limits,
             transports=transports,
         )
         notices = Notices(self.sessions, self.listens, self.connections, access)

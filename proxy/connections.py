@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 
 from proxy.boundary import Boundary, wire_error
-from proxy.config import ServerConfig
+from proxy.config import LimitsConfig, ServerConfig
 from proxy.inbound.session import Client, ClientSession, InboundRequest
 from proxy.metrics import Metrics
 from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
@@ -32,6 +32,7 @@ __all__ = ["Connections", "ServerHealth", "Sharing"]
 logger = logging.getLogger("proxy.connections")
 
 _FIRST_ATTEMPT_SLACK: Final = 5.0  # seconds past a server's connect timeout that start-up waits
+_STDERR_SHOWN: Final = 5  # last stderr lines of a server that is not ready, in /healthz
 
 
 class Sharing:
@@ -55,6 +56,7 @@ class Connections:
         max_pages: int,
         max_depth: int,
         boundary: Boundary,
+        limits: LimitsConfig | None = None,  # a stdio server's line size and stderr bounds
         transports: Mapping[str, Transport] | None = None,  # by server id (tests), else the config's
     ) -> None:
         self._servers = {s.id: s for s in servers}
@@ -64,7 +66,7 @@ class Connections:
         self.shared: dict[str, ServerConnection] = {
             server.id: ServerConnection(
                 server.id,
-                given.get(server.id) or transport_for(server, max_depth=max_depth),
+                given.get(server.id) or transport_for(server, max_depth=max_depth, limits=limits),
                 listener,
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
@@ -79,6 +81,7 @@ class Connections:
             self._servers,
             max_pages=max_pages,
             max_depth=max_depth,
+            limits=limits,
             answer_error=wire_error,
             on_internal_error=self._caught,
         )
@@ -117,11 +120,15 @@ class Connections:
         self._per_client.close(session.id)
 
     def health(self) -> dict[str, dict[str, Any]]:
-        """Each server's state, for ``/healthz`` and ``/readyz``."""
-        return {
-            sid: {"state": c.state.value, "required": self._servers[sid].required, "reason": c.reason}
-            for sid, c in self.shared.items()
-        }
+        """Each server's state, for ``/healthz`` and ``/readyz``; with the last lines a server that
+        is not ready wrote to stderr, where it has any (stdio)."""
+        report: dict[str, dict[str, Any]] = {}
+        for sid, c in self.shared.items():
+            required = self._servers[sid].required
+            report[sid] = {"state": c.state.value, "required": required, "reason": c.reason}
+            if c.state is not ServerState.READY and (stderr := c.stderr_tail(_STDERR_SHOWN)):
+                report[sid]["stderr"] = stderr
+        return report
 
     def waiting_for(self) -> list[str]:
         """The required servers that are not up."""

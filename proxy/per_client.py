@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from proxy.config import ServerConfig
+from proxy.config import LimitsConfig, ServerConfig
 from proxy.errors import ServerUnavailable
 from proxy.inbound.session import ClientSession, InboundRequest
 from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection, ServerState
@@ -48,12 +48,14 @@ class ClientConnections:
         *,
         max_pages: int,
         max_depth: int,
+        limits: LimitsConfig | None = None,
         answer_error: AnswerError,
         on_internal_error: InternalErrorHook | None = None,
     ) -> None:
         self._servers = servers
         self._max_pages = max_pages
         self._max_depth = max_depth
+        self._limits = limits
         self._answer_error = answer_error
         self._on_internal_error = on_internal_error
         self._connections: dict[tuple[str, str], ServerConnection] = {}
@@ -81,7 +83,7 @@ class ClientConnections:
             server = self._servers[server_id]
             connection = ServerConnection(
                 server_id,
-                transport_for(server, max_depth=self._max_depth),
+                transport_for(server, max_depth=self._max_depth, limits=self._limits),
                 _SessionListener(session),
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,

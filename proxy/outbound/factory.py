@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.config import ServerConfig
+from proxy.config import LimitsConfig, ServerConfig
 from proxy.outbound.stdio import StdioTransport
 from proxy.outbound.transport import Transport
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH
@@ -10,11 +10,15 @@ from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH
 __all__ = ["transport_for"]
 
 
-def transport_for(server: ServerConfig, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Transport:
+def transport_for(
+    server: ServerConfig, *, max_depth: int = DEFAULT_MAX_DEPTH, limits: LimitsConfig | None = None
+) -> Transport:
     """The transport that reaches ``server``; ``max_depth`` (``limits.max_depth``) bounds the
-    nesting of every message it decodes."""
+    nesting of every message it decodes, ``limits`` (the defaults where not given) the size of a
+    stdio server's lines and how much of its stderr is kept and logged."""
     if server.kind == "stdio":
         assert server.command is not None
+        limits = limits or LimitsConfig()
         return StdioTransport(
             server.id,
             server.command,
@@ -22,6 +26,9 @@ def transport_for(server: ServerConfig, *, max_depth: int = DEFAULT_MAX_DEPTH) -
             env=server.resolved_env(),
             cwd=server.cwd,
             max_depth=max_depth,
+            max_line=limits.max_server_message_bytes,
+            stderr_lines_kept=limits.stderr_lines_kept,
+            stderr_lines_logged_per_minute=limits.stderr_lines_logged_per_minute,
         )
     assert server.url is not None
     assert server.transport != "stdio"

@@ -152,7 +152,9 @@ async def test_a_line_that_is_not_json_rpc_is_dropped_and_the_messages_around_it
     )
 
 
-async def test_a_line_over_the_limit_is_dropped_and_the_next_message_arrives(log: LogLines) -> None:
+async def test_a_line_over_the_limit_with_no_id_to_read_fails_every_request_and_the_next_message_arrives(
+    log: LogLines,
+) -> None:
     # 17 MiB without a newline: past the 16 MiB a line may grow to, whatever the read sizes.
     overlong = """\
     send({"jsonrpc": "2.0", "method": "before"})
@@ -163,16 +165,59 @@ async def test_a_line_over_the_limit_is_dropped_and_the_next_message_arrives(log
     with anyio.fail_after(30):
         async with script(overlong, WAIT_FOR_EOF).connect() as link:
             before, _ = await link.receive()
+            refused, _ = await link.receive()
             after, _ = await link.receive()
 
     assert (before, after) == ({"jsonrpc": "2.0", "method": "before"}, {"jsonrpc": "2.0", "method": "after"})
-    assert (
-        "server fx: dropped a line from stdout: a message line exceeded 16777216 bytes"
-        " (limits.max_server_message_bytes)" in log.lines
+    assert isinstance(refused, Failed)
+    assert refused.request_id is None  # every request in flight: any of them may have been it
+    assert str(refused.error) == (
+        "server 'fx' broke the protocol: it wrote a message too large to tell which request it answered:"
+        " a message line exceeded 16777216 bytes (limits.max_server_message_bytes)"
     )
 
 
-async def test_each_stderr_line_is_logged_tagged_with_the_server(log: LogLines) -> None:
+@pytest.mark.parametrize(
+    ("answer", "request_id"),
+    [
+        # The Python SDK writes the id first, the TypeScript SDK last.
+        (b'{"jsonrpc":"2.0","id":7,"result":{"text":"%s"}}', 7),
+        (b'{"result":{"text":"%s"},"jsonrpc":"2.0","id":"seven"}', "seven"),
+    ],
+)
+async def test_an_answer_over_the_limit_fails_the_request_it_was_for_read_from_either_end(
+    answer: bytes, request_id: int | str
+) -> None:
+    write = f"sys.stdout.buffer.write({answer!r}.replace(b'%s', b'x' * 1024 * 1024) + b'\\n')\n"
+    source = PRELUDE + write + "sys.stdout.flush()\n" + WAIT_FOR_EOF
+    transport = StdioTransport("fx", sys.executable, ["-c", source], max_line=64 * 1024)
+
+    with anyio.fail_after(10):
+        async with transport.connect() as link:
+            refused, _ = await link.receive()
+
+    assert isinstance(refused, Failed)
+    assert refused.request_id == request_id
+    assert str(refused.error) == (
+        "server 'fx' broke the protocol: its answer was too large: a message line exceeded 65536 bytes"
+        " (limits.max_server_message_bytes)"
+    )
+
+
+async def test_an_answer_that_is_not_utf8_fails_the_request_it_was_for() -> None:
+    garbled = b'{"jsonrpc":"2.0","id":3,"result":{"text":"\xff\xfe"}}\n'
+    source = PRELUDE + f"sys.stdout.buffer.write({garbled!r})\nsys.stdout.flush()\n" + WAIT_FOR_EOF
+
+    with anyio.fail_after(10):
+        async with server(source).connect() as link:
+            refused, _ = await link.receive()
+
+    assert isinstance(refused, Failed)
+    assert refused.request_id == 3
+    assert str(refused.error).startswith("server 'fx' broke the protocol: its answer was not JSON: ")
+
+
+async def test_each_stderr_line_is_logged_tagged_with_the_server_and_cut_to_a_kib(log: LogLines) -> None:
     chatter = """\
     sys.stderr.buffer.write(b"starting up\\nbad \\xff byte\\n" + b"e" * 200000 + b"\\nready\\n")
     sys.stderr.buffer.flush()
@@ -184,10 +229,7 @@ async def test_each_stderr_line_is_logged_tagged_with_the_server(log: LogLines) 
 
     stderr = [line for line in log.lines if line.startswith("server fx: stderr: ")]
     assert stderr[:2] == ["server fx: stderr: starting up", "server fx: stderr: bad \ufffd byte"]
-    assert (
-        "server fx: stderr: (dropped: a message line exceeded 65536 bytes (limits.max_server_message_bytes))"
-        in stderr
-    )
+    assert "server fx: stderr: " + "e" * 1024 + "…" in stderr  # cut to its first KiB
     assert stderr[-1] == "server fx: stderr: ready"
     assert max(map(len, stderr)) < 200000  # the overlong line is never logged whole
 
