@@ -209,7 +209,8 @@ class StdioTransport:
             notice = self._stderr.flush()
             if notice is not None:
                 logger.info("server %s: stderr: %s", self.server_id, notice)
-            logger.info("server %s: process %d stopped (code %s)", self.server_id, child.pid, child.returncode)
+            code = child.returncode
+            logger.info("server %s: process %d stopped (code %s)", self.server_id, child.pid, code)
 
     async def _watch_exit(self, child: Child, link: _StdioLink) -> None:
         """On the process's exit, end the link even while others hold its pipes open."""

@@ -49,11 +49,12 @@ class LineBuffer:
             cut = data.find(b"\n")
             if self._keep:
                 end = len(data) if cut == -1 else cut
-                self._tail = (self._tail + data[max(0, end - self._keep) : end])[-self._keep :]
+                # One byte more than kept: a CR before the newline is not the line's.
+                self._tail = (self._tail + data[max(0, end - self._keep - 1) : end])[-self._keep - 1 :]
             if cut == -1:
                 return out
             if self._keep:
-                out.append(self._too_long(self._head, self._tail.removesuffix(b"\r")))
+                out.append(self._too_long(self._head, self._tail.removesuffix(b"\r")[-self._keep :]))
             data, self._discarding = data[cut + 1 :], False
         self._buffer += data
         if b"\n" in data:
@@ -67,7 +68,8 @@ class LineBuffer:
                     out.append(line)
         if len(self._buffer) > self._max_line + 1:  # + 1: a CR that may turn out to end the line
             if self._keep:
-                self._head, self._tail = bytes(self._buffer[: self._keep]), bytes(self._buffer[-self._keep :])
+                self._head = bytes(self._buffer[: self._keep])
+                self._tail = bytes(self._buffer[-self._keep - 1 :])
             else:
                 out.append(self._too_long())
             self._buffer.clear()
