@@ -32,6 +32,7 @@ __all__ = ["Connections", "ServerHealth", "Sharing", "WaitFor"]
 logger = logging.getLogger("proxy.connections")
 
 _FIRST_ATTEMPT_SLACK: Final = 5.0  # seconds past a server's connect timeout that start-up waits
+_STDERR_SHOWN: Final = 5  # last stderr lines of a server that is not ready, in /healthz
 
 # Whose first attempt to connect start-up waits for: every server's (tests, tools that inspect),
 # the ``required`` ones' (stdio: its client has no /readyz to ask), or nobody's (``serve``: it
@@ -69,10 +70,7 @@ class Connections:
         self.shared: dict[str, ServerConnection] = {
             server.id: ServerConnection(
                 server.id,
-                given.get(server.id)
-                or transport_for(
-                    server, max_depth=limits.max_depth, max_message_bytes=limits.max_server_message_bytes
-                ),
+                given.get(server.id) or transport_for(server, limits=limits),
                 listener,
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
@@ -89,7 +87,8 @@ class Connections:
         self._per_client = ClientConnections(
             self._servers,
             max_pages=max_pages,
-            max_depth=limits.max_depth,
+            limits=limits,
+            on_limit=boundary.refused,
             answer_error=wire_error,
             on_internal_error=self._caught,
         )
@@ -135,21 +134,24 @@ class Connections:
         self._per_client.close(session.id)
 
     def health(self) -> dict[str, dict[str, Any]]:
-        """Each server's state, for ``/healthz`` and ``/readyz``; ``limits`` says which of its
-        lists were cut, and at what (``limits.max_server_items``)."""
-        health: dict[str, dict[str, Any]] = {}
+        """Each server's state, for ``/healthz`` and ``/readyz``: ``limits`` says which of its lists
+        were cut, and at what (``limits.max_server_items``); ``stderr``, the last lines a server that
+        is not ready wrote there (stdio)."""
+        report: dict[str, dict[str, Any]] = {}
         for sid, c in self.shared.items():
-            health[sid] = {
+            entry = report[sid] = {
                 "state": c.state.value,
                 "required": self._servers[sid].required,
                 "reason": c.reason,
             }
             if c.capped:
-                health[sid]["limits"] = {
+                entry["limits"] = {
                     kind: f"listed more than {kept}; kept the first {kept} (limits.max_server_items)"
                     for kind, kept in c.capped.items()
                 }
-        return health
+            if c.state is not ServerState.READY and (stderr := c.stderr_tail(_STDERR_SHOWN)):
+                entry["stderr"] = stderr
+        return report
 
     def waiting_for(self) -> list[str]:
         """The required servers that are not up."""

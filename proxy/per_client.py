@@ -7,14 +7,14 @@ so a server's request outside any call (``roots/list`` after initialize) still f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 import anyio.abc
 
-from proxy.config import ServerConfig
-from proxy.errors import ServerUnavailable
+from proxy.config import LimitsConfig, ServerConfig
+from proxy.errors import LimitExceeded, ServerUnavailable
 from proxy.inbound.session import ClientSession, InboundRequest
 from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection, ServerState
 from proxy.outbound.era import RELAYED, Era
@@ -47,13 +47,15 @@ class ClientConnections:
         servers: Mapping[str, ServerConfig],
         *,
         max_pages: int,
-        max_depth: int,
+        limits: LimitsConfig,
         answer_error: AnswerError,
         on_internal_error: InternalErrorHook | None = None,
+        on_limit: Callable[[LimitExceeded], None] | None = None,
     ) -> None:
         self._servers = servers
         self._max_pages = max_pages
-        self._max_depth = max_depth
+        self._limits = limits
+        self._on_limit = on_limit
         self._answer_error = answer_error
         self._on_internal_error = on_internal_error
         self._connections: dict[tuple[str, str], ServerConnection] = {}
@@ -81,7 +83,7 @@ class ClientConnections:
             server = self._servers[server_id]
             connection = ServerConnection(
                 server_id,
-                transport_for(server, max_depth=self._max_depth),
+                transport_for(server, limits=self._limits),
                 _SessionListener(session),
                 connect_timeout=server.connect_timeout,
                 request_timeout=server.request_timeout,
@@ -91,6 +93,9 @@ class ClientConnections:
                 default_relay=InboundRequest(session),
                 answer_error=self._answer_error,
                 on_internal_error=self._on_internal_error,
+                max_items=self._limits.max_server_items,
+                failures_until_unready=self._limits.failures_until_unready,
+                on_limit=self._on_limit,
             )
             scope = anyio.CancelScope()
             self._connections[key] = connection

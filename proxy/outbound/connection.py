@@ -73,7 +73,7 @@ from proxy.outbound.era import (
 from proxy.outbound.listening import WATCH_METHODS, Listening, untagged
 from proxy.outbound.lists import CHANGED, LIST_KINDS, drain, offered
 from proxy.outbound.relay import Relay, relay_for
-from proxy.outbound.transport import Failed, Link, Transport
+from proxy.outbound.transport import Diagnostics, Failed, Link, Transport
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.headers import ParamHeader, param_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
@@ -292,9 +292,17 @@ class ServerConnection:
             except Unencodable as exc:
                 logger.warning("server %s: dropped %s: %s", self.server_id, method, exc)
 
+    def stderr_tail(self, count: int | None = None) -> list[str]:
+        """The last ``count`` lines the server wrote to stderr, oldest first (a stdio server's;
+        none for others): what a health report shows of a server that is not ready."""
+        return self._transport.stderr_tail(count) if isinstance(self._transport, Diagnostics) else []
+
     async def run(self) -> None:
         """Keep the server connected until cancelled; nothing else ever leaves it."""
         attempt = 0
+        # Told, not only set in __init__: a listener counts each STARTING after the first as a
+        # restart, so a silent first start would make it count the first restart as the start.
+        self._set_state(ServerState.STARTING, None)
         while True:
             started = self._clock()
             try:
@@ -303,7 +311,7 @@ class ServerConnection:
                 self._internal_error("outbound.connection", exc)
                 reason = f"internal error: {type(exc).__name__}"
             self._link = None
-            self._fail_pending(reason)
+            self._fail_pending(ServerUnavailable(self.server_id, reason))
             if self._clock() - started >= _STABLE_AFTER:
                 attempt = 0
             delay = backoff_delay(attempt)
@@ -358,7 +366,10 @@ class ServerConnection:
             while True:
                 message, related = await link.receive()
                 if isinstance(message, Failed):
-                    self._settle(message.request_id, failure=message.error)
+                    if message.request_id is None:  # which one cannot be told: each may have been it
+                        self._fail_pending(message.error)
+                    else:
+                        self._settle(message.request_id, failure=message.error)
                     continue
                 try:
                     await self._dispatch(link, message, related)
@@ -633,10 +644,12 @@ class ServerConnection:
                 jsonrpc.notification("notifications/cancelled", {"requestId": request_id, "reason": reason})
             )
 
-    def _fail_pending(self, reason: str) -> None:
+    def _fail_pending(self, failure: ServerUnavailable) -> None:
+        """Fail every request in flight that is still waiting with ``failure``."""
         for slot in self._pending.values():
-            slot.failure = ServerUnavailable(self.server_id, reason)
-            slot.event.set()
+            if not slot.event.is_set():
+                slot.failure = failure
+                slot.event.set()
 
     def _set_state(self, state: ServerState, reason: str | None) -> None:
         self.state, self.reason = state, reason

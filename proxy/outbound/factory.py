@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from proxy.config import ServerConfig
+from proxy.config import LimitsConfig, ServerConfig
 from proxy.outbound.stdio import StdioTransport
 from proxy.outbound.transport import Transport
-from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH
 
 __all__ = ["transport_for"]
 
 
-def transport_for(
-    server: ServerConfig, *, max_depth: int = DEFAULT_MAX_DEPTH, max_message_bytes: int = 16 * 1024 * 1024
-) -> Transport:
-    """The transport that reaches ``server``; ``max_depth`` (``limits.max_depth``) bounds the
-    nesting of every message it decodes, ``max_message_bytes`` (``limits.max_server_message_bytes``)
-    the size of each HTTP JSON body and SSE event."""
+def transport_for(server: ServerConfig, *, limits: LimitsConfig | None = None) -> Transport:
+    """The transport that reaches ``server``, bounded by ``limits`` (the defaults where not given):
+    ``max_depth`` and ``max_server_message_bytes`` for every message it decodes (a stdio line, an
+    HTTP JSON body, an SSE event), and for a stdio server how much of its stderr is kept and
+    logged."""
+    limits = limits or LimitsConfig()
     if server.kind == "stdio":
         assert server.command is not None
         return StdioTransport(
@@ -24,7 +23,10 @@ def transport_for(
             server.args,
             env=server.resolved_env(),
             cwd=server.cwd,
-            max_depth=max_depth,
+            max_depth=limits.max_depth,
+            max_line=limits.max_server_message_bytes,
+            stderr_lines_kept=limits.stderr_lines_kept,
+            stderr_lines_logged_per_minute=limits.stderr_lines_logged_per_minute,
         )
     assert server.url is not None
     assert server.transport != "stdio"
@@ -36,6 +38,6 @@ def transport_for(
         server.resolved_headers(),
         server.transport,
         connect_timeout=server.connect_timeout,
-        max_depth=max_depth,
-        max_message_bytes=max_message_bytes,
+        max_depth=limits.max_depth,
+        max_message_bytes=limits.max_server_message_bytes,
     )

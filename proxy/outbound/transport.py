@@ -17,8 +17,13 @@ unusable), ``receive`` hands out a :class:`Failed` for it, carrying the error to
 Every message a transport decodes is bounded: in size (per line, event or body) and in nesting
 (``max_depth``, as configured). A server's message past them, or not JSON-RPC at all, fails the
 request it answers where the transport can tell which one that is, and is logged and dropped
-where it cannot; it ends the link only where the stream it came on cannot be read any further
-(the one SSE stream of the legacy HTTP+SSE transport).
+where it cannot (a stdio line too large to read an id from fails every request in flight on its
+link instead: its framing is broken, so any of them may have been the one); it ends the link
+only where the stream it came on cannot be read any further (the one SSE stream of the legacy
+HTTP+SSE transport).
+
+A transport may also tell what a server said besides its messages (:class:`Diagnostics`: a stdio
+server's last stderr lines), for health reports.
 """
 
 from __future__ import annotations
@@ -26,20 +31,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from proxy.errors import MessageTooDeep, ProtocolError, ServerProtocolError, ServerUnavailable
 from proxy.protocol.jsonrpc import Message, RequestId
 
-__all__ = ["Failed", "Link", "Received", "Transport", "unusable_answer"]
+__all__ = ["Diagnostics", "Failed", "Link", "Received", "Transport", "unusable_answer"]
 
 
 @dataclass(frozen=True, slots=True)
 class Failed:
     """Request ``request_id`` will not be answered: ``error`` says why (the POST failed, the
-    server's answer was unusable …). The caller raises it as that request's outcome."""
+    server's answer was unusable …). The caller raises it as that request's outcome.
 
-    request_id: RequestId
+    ``request_id`` None: an answer was unusable and which request it was for cannot be told (a
+    stdio line past the size limit with no id to read): every request in flight fails with it."""
+
+    request_id: RequestId | None
     error: ServerUnavailable
 
 
@@ -95,4 +103,13 @@ class Transport(Protocol):
         Raises:
             ServerUnavailable: the server could not be started or reached.
         """
+        ...
+
+
+@runtime_checkable
+class Diagnostics(Protocol):
+    """A transport that keeps what its server wrote besides messages (a stdio server's stderr)."""
+
+    def stderr_tail(self, count: int | None = None) -> list[str]:
+        """The last ``count`` lines (all it keeps, by default), oldest first."""
         ...

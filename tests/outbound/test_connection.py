@@ -394,3 +394,57 @@ async def test_a_list_past_max_items_is_cut_counted_and_remembered_for_health() 
         assert connection.capped == {"tools": 5}
     assert recorder.listings == [["t0", "u0", "t1", "u1", "t2"]]
     assert refused == ["max_server_items"]
+
+
+async def test_a_failure_that_names_no_request_fails_every_call_in_flight_and_the_link_lives_on() -> None:
+    calls: list[Message] = []
+    both_in = anyio.Event()
+
+    async def on_call(message: Message, reply: Reply) -> None:
+        if message["params"]["name"] == "good":
+            await reply(answer(message, {"content": []}))
+            return
+        calls.append(message)
+        if len(calls) == 2:
+            both_in.set()
+            await reply(Failed(None, ServerProtocolError("mem", "it wrote a message too large")))
+
+    async with connected(MemoryTransport(paged_server([([], None)], on_call)), Recorder()) as connection:
+        failures: list[str] = []
+
+        async def call() -> None:
+            try:
+                await connection.request("tools/call", {"name": "waits"})
+            except ServerProtocolError as exc:
+                failures.append(str(exc))
+
+        with anyio.fail_after(5):  # far below the 60 s request timeout
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                tg.start_soon(call)
+            assert await connection.request("tools/call", {"name": "good"}) == {"content": []}
+        assert (connection.state, connection.restarts) == (ServerState.READY, 0)
+    assert failures == ["server 'mem' broke the protocol: it wrote a message too large"] * 2
+
+
+async def test_every_restart_is_counted_in_the_metric_the_first_one_included() -> None:
+    from proxy.connections import ServerHealth
+    from proxy.metrics import Metrics
+
+    metrics = Metrics(process_metrics=False)
+    health = ServerHealth(metrics, ["mem"])
+
+    class Counted(Recorder):
+        def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
+            super().state_changed(server_id, state, reason)
+            health.state_changed(server_id, state, reason)
+
+    recorder = Counted()
+    transport = FailsFirst(MemoryTransport(paged_server([(["a"], None)])))
+    async with connected(transport, recorder) as connection:
+        with anyio.fail_after(5):
+            while connection.state is not ServerState.READY:
+                await recorder.updated.wait()
+    restarts = metrics.registry.get_sample_value("manifold_server_restarts_total", {"server": "mem"})
+    assert (connection.restarts, restarts) == (1, 1.0)
+    assert recorder.states[0] == (ServerState.STARTING, None)  # the first start is told too

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping
@@ -152,7 +153,9 @@ async def test_a_line_that_is_not_json_rpc_is_dropped_and_the_messages_around_it
     )
 
 
-async def test_a_line_over_the_limit_is_dropped_and_the_next_message_arrives(log: LogLines) -> None:
+async def test_a_line_over_the_limit_with_no_id_to_read_fails_every_request_and_the_next_message_arrives(
+    log: LogLines,
+) -> None:
     # 17 MiB without a newline: past the 16 MiB a line may grow to, whatever the read sizes.
     overlong = """\
     send({"jsonrpc": "2.0", "method": "before"})
@@ -163,16 +166,59 @@ async def test_a_line_over_the_limit_is_dropped_and_the_next_message_arrives(log
     with anyio.fail_after(30):
         async with script(overlong, WAIT_FOR_EOF).connect() as link:
             before, _ = await link.receive()
+            refused, _ = await link.receive()
             after, _ = await link.receive()
 
     assert (before, after) == ({"jsonrpc": "2.0", "method": "before"}, {"jsonrpc": "2.0", "method": "after"})
-    assert (
-        "server fx: dropped a line from stdout: a message line exceeded 16777216 bytes"
-        " (limits.max_server_message_bytes)" in log.lines
+    assert isinstance(refused, Failed)
+    assert refused.request_id is None  # every request in flight: any of them may have been it
+    assert str(refused.error) == (
+        "server 'fx' broke the protocol: it wrote a message too large to tell which request it answered:"
+        " a message line exceeded 16777216 bytes (limits.max_server_message_bytes)"
     )
 
 
-async def test_each_stderr_line_is_logged_tagged_with_the_server(log: LogLines) -> None:
+@pytest.mark.parametrize(
+    ("answer", "request_id"),
+    [
+        # The Python SDK writes the id first, the TypeScript SDK last.
+        (b'{"jsonrpc":"2.0","id":7,"result":{"text":"%s"}}', 7),
+        (b'{"result":{"text":"%s"},"jsonrpc":"2.0","id":"seven"}', "seven"),
+    ],
+)
+async def test_an_answer_over_the_limit_fails_the_request_it_was_for_read_from_either_end(
+    answer: bytes, request_id: int | str
+) -> None:
+    write = f"sys.stdout.buffer.write({answer!r}.replace(b'%s', b'x' * 1024 * 1024) + b'\\n')\n"
+    source = PRELUDE + write + "sys.stdout.flush()\n" + WAIT_FOR_EOF
+    transport = StdioTransport("fx", sys.executable, ["-c", source], max_line=64 * 1024)
+
+    with anyio.fail_after(10):
+        async with transport.connect() as link:
+            refused, _ = await link.receive()
+
+    assert isinstance(refused, Failed)
+    assert refused.request_id == request_id
+    assert str(refused.error) == (
+        "server 'fx' broke the protocol: its answer was too large: a message line exceeded 65536 bytes"
+        " (limits.max_server_message_bytes)"
+    )
+
+
+async def test_an_answer_that_is_not_utf8_fails_the_request_it_was_for() -> None:
+    garbled = b'{"jsonrpc":"2.0","id":3,"result":{"text":"\xff\xfe"}}\n'
+    source = PRELUDE + f"sys.stdout.buffer.write({garbled!r})\nsys.stdout.flush()\n" + WAIT_FOR_EOF
+
+    with anyio.fail_after(10):
+        async with server(source).connect() as link:
+            refused, _ = await link.receive()
+
+    assert isinstance(refused, Failed)
+    assert refused.request_id == 3
+    assert str(refused.error).startswith("server 'fx' broke the protocol: its answer was not JSON: ")
+
+
+async def test_each_stderr_line_is_logged_tagged_with_the_server_and_cut_to_a_kib(log: LogLines) -> None:
     chatter = """\
     sys.stderr.buffer.write(b"starting up\\nbad \\xff byte\\n" + b"e" * 200000 + b"\\nready\\n")
     sys.stderr.buffer.flush()
@@ -184,10 +230,7 @@ async def test_each_stderr_line_is_logged_tagged_with_the_server(log: LogLines) 
 
     stderr = [line for line in log.lines if line.startswith("server fx: stderr: ")]
     assert stderr[:2] == ["server fx: stderr: starting up", "server fx: stderr: bad \ufffd byte"]
-    assert (
-        "server fx: stderr: (dropped: a message line exceeded 65536 bytes (limits.max_server_message_bytes))"
-        in stderr
-    )
+    assert "server fx: stderr: " + "e" * 1024 + "…" in stderr  # cut to its first KiB
     assert stderr[-1] == "server fx: stderr: ready"
     assert max(map(len, stderr)) < 200000  # the overlong line is never logged whole
 
@@ -371,3 +414,91 @@ async def test_a_cancelled_user_of_the_link_still_stops_the_process(log: LogLine
     assert scope.cancelled_caught
     assert f"server fx: process {pid} stopped (code -15)" in log.lines
     assert reaped(pid)
+
+
+# ---- a process that leaves others holding its pipes ---------------------------------------------
+
+HOLDS_PIPES = """\
+hold = "import os, signal\\nif {setsid}:\\n    os.setsid()\\nsignal.pause()\\n"
+grandchild = subprocess.Popen([sys.executable, "-c", hold])  # inherits stdin, stdout and stderr
+pids = {{"leader": os.getpid(), "grandchild": grandchild.pid}}
+send({{"jsonrpc": "2.0", "method": "pids", "params": pids}})
+sys.stdin.buffer.readline()
+os._exit(5)
+"""
+
+
+@pytest.mark.parametrize("setsid", [False, True], ids=["same-group", "setsid"])
+async def test_an_exit_is_seen_at_once_though_a_grandchild_holds_stdout_and_none_is_left_to_block_us(
+    setsid: bool, log: LogLines
+) -> None:
+    with anyio.fail_after(10):
+        async with script(HOLDS_PIPES.format(setsid=setsid)).connect() as link:
+            pids = (await answered(link))["params"]
+            grandchild = os.pidfd_open(pids["grandchild"])
+            try:
+                await link.send({"jsonrpc": "2.0", "method": "go"})
+                with anyio.fail_after(2), pytest.raises(ServerUnavailable) as received:
+                    await link.receive()  # its stdout is still open: only the process says it ended
+                with pytest.raises(ServerUnavailable) as sent:
+                    await link.send({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            except BaseException:
+                os.close(grandchild)
+                raise
+        try:
+            if setsid:  # out of the group, out of our reach: it runs on, holding nothing of ours open
+                signal.pidfd_send_signal(grandchild, 0)  # alive: no ProcessLookupError
+                os.kill(pids["grandchild"], signal.SIGKILL)
+            else:
+                await until_exited(grandchild)  # killed with the process group
+        finally:
+            os.close(grandchild)
+
+    assert received.value.reason == sent.value.reason == "the process exited with code 5"
+    assert f"server fx: process {pids['leader']} stopped (code 5)" in log.lines
+    assert reaped(pids["leader"])
+
+
+# ---- stderr ----------------------------------------------------------------------------------------
+
+FLOODS_STDERR = """\
+import threading
+def flood():
+    line = b"e" * 99 + b"\\n"
+    for _ in range(400):  # 40 MB, in 100-byte lines
+        sys.stderr.buffer.write(line * 1000)
+    sys.stderr.buffer.flush()
+    send({"jsonrpc": "2.0", "method": "flooded"})
+threading.Thread(target=flood, daemon=True).start()
+"""
+
+
+async def test_a_stderr_flood_neither_holds_up_stdout_nor_floods_our_log(log: LogLines) -> None:
+    transport = StdioTransport(
+        "fx",
+        sys.executable,
+        ["-c", PRELUDE + FLOODS_STDERR + ECHO],
+        stderr_lines_kept=5,
+        stderr_lines_logged_per_minute=10,
+    )
+    answered_within: list[float] = []
+    with anyio.fail_after(60):
+        async with transport.connect() as link:
+            for n in range(50):  # bounded: 50 echoes, each well within a second
+                started = anyio.current_time()
+                await link.send({"jsonrpc": "2.0", "id": n, "method": "echo"})
+                message = await answered(link)
+                if message.get("method") == "flooded":
+                    break
+                answered_within.append(anyio.current_time() - started)
+            while (await answered(link)).get("method") != "flooded":
+                pass
+            kept = transport.stderr_tail()
+
+    assert answered_within
+    assert max(answered_within) < 1.0
+    assert kept == ["e" * 99] * 5
+    stderr = [line for line in log.lines if line.startswith("server fx: stderr: ")]
+    assert len(stderr) == 11  # ten lines, then how many more were not logged
+    assert stderr[-1].startswith("server fx: stderr: (")
+    assert "not logged" in stderr[-1]

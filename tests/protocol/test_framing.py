@@ -53,3 +53,18 @@ def test_negotiation_keeps_a_supported_revision_and_offers_the_latest_otherwise(
     assert negotiate("2099-01-01") == LATEST
     assert negotiate(None) == LATEST
     assert LATEST == SUPPORTED[-1] == "2025-11-25"
+
+
+def test_kept_ends_of_an_overlong_line_come_with_its_refusal_when_it_ends() -> None:
+    lines = LineBuffer(max_line=8, keep=3)
+    assert lines.feed(b"ok\nabcdefghij") == [b"ok"]  # past the limit, but its end is not known yet
+    assert lines.feed(b"klmnop") == []
+    refused, after = lines.feed(b"qrs\r\nafter\n")
+    assert isinstance(refused, LineTooLong)
+    assert (refused.head, refused.tail, after) == (b"abc", b"qrs", b"after")
+
+
+def test_kept_ends_of_an_overlong_line_that_arrives_whole() -> None:
+    [refused] = LineBuffer(max_line=8, keep=3).feed(b"abcdefghijklm\n")
+    assert isinstance(refused, LineTooLong)
+    assert (refused.head, refused.tail) == (b"abc", b"klm")
