@@ -101,7 +101,10 @@ class Gateway:
         self.limiter = self._limiter()
         self.boundary = Boundary(metrics)
         self.sessions = Sessions(
-            SessionTokens(derive_key(secret, "session")), metrics, idle_timeout=config.sessions.idle_timeout
+            SessionTokens(derive_key(secret, "session")),
+            metrics,
+            idle_timeout=config.sessions.idle_timeout,
+            replay_bytes=config.limits.replay_buffer_bytes,
         )
         self.listens = Listens()  # open subscriptions/listen streams
         heard = _Heard()

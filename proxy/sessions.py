@@ -22,6 +22,7 @@ import anyio
 from cachetools import TTLCache
 
 from proxy.inbound.session import LOG_LEVELS, ClientSession, new_session_id
+from proxy.inbound.streams import REPLAY_BYTES
 from proxy.inbound.tokens import SessionTokens
 from proxy.metrics import Metrics
 from proxy.policy.model import Identity
@@ -44,11 +45,13 @@ class Sessions:
         metrics: Metrics,
         *,
         idle_timeout: float,
+        replay_bytes: int = REPLAY_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._tokens = tokens
         self._metrics = metrics
         self._idle_timeout = idle_timeout
+        self._replay_bytes = replay_bytes
         self._clock = clock
         self._live: dict[str, ClientSession] = {}
         # Ended here (DELETE, expiry): a signed id must not bring them back on this replica.
@@ -70,7 +73,9 @@ class Sessions:
     def fresh(self, transport: str, identity: Identity) -> ClientSession:
         """A session not yet registered: HTTP's ``initialize`` registers it with :meth:`admit`
         once the handshake succeeded."""
-        return ClientSession(id="", transport=transport, identity=identity, last_seen=self._clock())
+        return ClientSession(
+            id="", transport=transport, identity=identity, last_seen=self._clock(), replay_bytes=self._replay_bytes
+        )
 
     def admit(self, session: ClientSession) -> str:
         """Register a session whose ``initialize`` succeeded, under a signed id it can be taken
@@ -82,7 +87,9 @@ class Sessions:
 
     def open(self, transport: str, identity: Identity) -> ClientSession:
         """Register a session with a random id at once (stdio: the connection is the session)."""
-        session = ClientSession(id=new_session_id(), transport=transport, identity=identity)
+        session = ClientSession(
+            id=new_session_id(), transport=transport, identity=identity, replay_bytes=self._replay_bytes
+        )
         self._register(session)
         return session
 
@@ -107,6 +114,7 @@ class Sessions:
             initialized=True,
             last_seen=self._clock(),
             identity=identity,
+            replay_bytes=self._replay_bytes,
         )
         self._register(session)
         logger.info("session %s taken over from its signed id", session_id[:8])
