@@ -74,7 +74,11 @@ class Sessions:
         """A session not yet registered: HTTP's ``initialize`` registers it with :meth:`admit`
         once the handshake succeeded."""
         return ClientSession(
-            id="", transport=transport, identity=identity, last_seen=self._clock(), replay_bytes=self._replay_bytes
+            id="",
+            transport=transport,
+            identity=identity,
+            last_seen=self._clock(),
+            replay_bytes=self._replay_bytes,
         )
 
     def admit(self, session: ClientSession) -> str:
