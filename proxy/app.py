@@ -144,6 +144,7 @@ class Gateway:
             forward=compose(self._stages(), forward),
             boundary=self.boundary,
             metrics=metrics,
+            limits=config.limits,
         )
         self.inbound = Inbound(
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
