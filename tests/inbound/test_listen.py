@@ -508,9 +508,7 @@ def refusals(served: Served, limit: str) -> float:
     return registry.get_sample_value("manifold_limit_refusals_total", {"limit": limit}) or 0.0
 
 
-async def test_an_identity_past_its_listen_streams_is_refused_naming_the_limit_and_a_closed_one_makes_room() -> (
-    None
-):
+async def test_an_identity_past_its_listen_streams_is_refused_naming_the_limit_until_one_closes() -> None:
     # Two per identity: one per session times the two sessions it may have.
     limits = {"max_listen_streams_per_session": 1, "max_sessions_per_identity": 2}
     async with serving(limits=limits) as served:
