@@ -133,7 +133,7 @@ class Gateway:
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
         states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
-        self.parked = ParkedCalls(states)
+        self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
         self.router = Router(
             catalogs=self.catalogs,
