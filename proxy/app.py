@@ -115,6 +115,8 @@ class Gateway:
             max_depth=config.limits.max_depth,
             boundary=self.boundary,
             transports=transports,
+            max_per_client=config.limits.max_per_client_connections,
+            per_client_idle_timeout=config.limits.per_client_idle_timeout,
         )
         notices = Notices(self.sessions, self.listens, self.connections, access)
         self.catalogs = Catalogs(

@@ -56,6 +56,8 @@ class Connections:
         max_depth: int,
         boundary: Boundary,
         transports: Mapping[str, Transport] | None = None,  # by server id (tests), else the config's
+        max_per_client: int = 100,  # limits.max_per_client_connections
+        per_client_idle_timeout: float = 300.0,  # limits.per_client_idle_timeout
     ) -> None:
         self._servers = {s.id: s for s in servers}
         self._boundary = boundary
@@ -81,6 +83,8 @@ class Connections:
             max_depth=max_depth,
             answer_error=wire_error,
             on_internal_error=self._caught,
+            max_connections=max_per_client,
+            idle_timeout=per_client_idle_timeout,
         )
 
     def _caught(self, where: str, exc: BaseException) -> None:
@@ -104,7 +108,12 @@ class Connections:
         return self._sharing.shares(caller, server_id)
 
     async def for_call(self, caller: Caller, server_id: str) -> ServerConnection:
-        """The connection ``caller``'s request to ``server_id`` goes out on."""
+        """The connection ``caller``'s request to ``server_id`` goes out on.
+
+        Raises:
+            LimitExceeded: a ``per_client`` connection would have to start, and as many run as
+                ``limits.max_per_client_connections`` allows.
+        """
         if self.shares(caller, server_id):
             return self.shared[server_id]
         # Only a handshake-era session's own request gets here: it has a session to own one.
