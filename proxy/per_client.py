@@ -64,10 +64,16 @@ class _Running:
     connection: ServerConnection
     scope: anyio.CancelScope
     used: float  # when a request last went out on it, or was last seen in flight
+    waiting: int = 0  # requests waiting for it to connect (a slow start is no idleness)
 
     def idle(self, server_id: str) -> bool:
-        """Whether nothing needs it now: no request in flight, no subscription of its session."""
-        return not self.connection.in_flight and server_id not in self.session.subscriptions.values()
+        """Whether nothing needs it now: no request waiting for it or in flight on it, no
+        resource subscription of its session."""
+        return (
+            not self.waiting
+            and not self.connection.in_flight
+            and server_id not in self.session.subscriptions.values()
+        )
 
 
 class ClientConnections:
@@ -122,10 +128,14 @@ class ClientConnections:
         running = self._running.get(key)
         if running is None:
             running = self._start(key, session, server_id)
-        running.used = self._clock()
         connection = running.connection
-        with anyio.move_on_after(connection.connect_timeout + 1):
-            await connection.first_attempt_done.wait()
+        running.waiting += 1
+        try:
+            with anyio.move_on_after(connection.connect_timeout + 1):
+                await connection.first_attempt_done.wait()
+        finally:
+            running.waiting -= 1
+            running.used = self._clock()
         return connection
 
     def _start(self, key: _Key, session: ClientSession, server_id: str) -> _Running:

@@ -124,3 +124,22 @@ async def test_a_connection_with_a_request_in_flight_or_a_subscription_is_not_id
         assert connections.stop_idle() == 0
         assert running_servers() == 2
         tg.cancel_scope.cancel()
+
+
+async def test_a_connection_still_starting_for_a_request_is_not_idle() -> None:
+    clock = Clock()
+    alice = session("alice")
+    async with per_client(10, clock) as connections, anyio.create_task_group() as tg:
+        started = anyio.Event()
+
+        async def connect() -> None:
+            await connections.connection(alice, "pc")
+            started.set()
+
+        tg.start_soon(connect)
+        await anyio.wait_all_tasks_blocked()
+        clock.now += 3600  # the process takes its time to start
+        assert connections.stop_idle() == 0
+        with anyio.fail_after(10):
+            await started.wait()
+        assert running_servers() == 1

@@ -107,7 +107,7 @@ class EventStream:
                 await write(f"{self.id}.{seq}", data)
                 cursor = self.delivered = seq
                 self._written(seq)
-            if self.closed and cursor >= self._seq:
+            if self.closed:  # and nothing after the cursor is kept: nothing more will come
                 return
             await changed.wait()
 

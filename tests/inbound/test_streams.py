@@ -106,3 +106,11 @@ def test_a_budget_of_zero_keeps_only_the_event_not_yet_written() -> None:
     for _ in range(3):
         stream.push(note(100))
     assert stream.kept() == [3]
+
+
+async def test_resuming_a_closed_stream_whose_events_were_all_let_go_ends_at_once() -> None:
+    stream = EventStream("1", budget=2000)
+    stream.push(note(10_000))
+    assert await collect(stream, after=0) == ["1.1"]  # written once, then let go
+    assert stream.kept() == []
+    assert await collect(stream, after=0) == []  # a resumption: nothing kept, the stream is over
