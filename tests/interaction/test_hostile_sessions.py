@@ -217,7 +217,7 @@ async def test_big_responses_are_not_kept_for_replay_past_the_byte_budget(served
                     assert replay.status == 200
                     assert sse_events(await replay.read()) == []
     grown = rss_mib(served.manifold.process) - start
-    assert grown < 15, f"RSS grew {grown:.1f} MiB"
+    assert grown < 20, f"RSS grew {grown:.1f} MiB"  # 10.9 measured; the replay check above guards the bug
     await served.still_fine()
 
 
