@@ -106,6 +106,7 @@ class Gateway:
             idle_timeout=config.sessions.idle_timeout,
             max_sessions=config.limits.max_sessions,
             max_per_identity=config.limits.max_sessions_per_identity,
+            replay_bytes=config.limits.replay_buffer_bytes,
         )
         self.listens = Listens()  # open subscriptions/listen streams
         heard = _Heard()
@@ -134,7 +135,7 @@ class Gateway:
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
         states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
-        self.parked = ParkedCalls(states)
+        self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
         self.router = Router(
             catalogs=self.catalogs,
@@ -145,7 +146,7 @@ class Gateway:
             forward=compose(self._stages(), forward),
             boundary=self.boundary,
             metrics=metrics,
-            max_in_flight=config.limits.max_in_flight_per_session,
+            limits=config.limits,
         )
         self.inbound = Inbound(
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary

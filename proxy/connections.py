@@ -121,7 +121,12 @@ class Connections:
         return self._sharing.shares(caller, server_id)
 
     async def for_call(self, caller: Caller, server_id: str) -> ServerConnection:
-        """The connection ``caller``'s request to ``server_id`` goes out on."""
+        """The connection ``caller``'s request to ``server_id`` goes out on.
+
+        Raises:
+            LimitExceeded: a ``per_client`` connection would have to start, and as many run as
+                ``limits.max_per_client_connections`` allows.
+        """
         if self.shares(caller, server_id):
             return self.shared[server_id]
         # Only a handshake-era session's own request gets here: it has a session to own one.

@@ -23,6 +23,7 @@ import anyio
 from proxy import __version__
 from proxy.boundary import Boundary
 from proxy.catalogs import Catalogs
+from proxy.config import LimitsConfig
 from proxy.connections import Connections
 from proxy.errors import InvalidParams, InvalidRequest, LimitExceeded, MethodNotFound, ResourceNotFound
 from proxy.inbound.listen import Listens, Subscription
@@ -46,6 +47,7 @@ from proxy.protocol.asks import kept_capabilities
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
+from proxy.quota import Quota
 from proxy.sessions import Sessions
 
 __all__ = ["CAPABILITIES", "Router", "SERVER_INFO"]
@@ -106,8 +108,9 @@ class Router:
         forward: Handler,
         boundary: Boundary,
         metrics: Metrics,
-        max_in_flight: int = 64,
+        limits: LimitsConfig | None = None,
     ) -> None:
+        limits = limits or LimitsConfig()
         self._catalogs = catalogs
         self._sessions = sessions
         self._connections = connections
@@ -116,7 +119,19 @@ class Router:
         self._forward = forward
         self._boundary = boundary
         self._metrics = metrics
-        self._max_in_flight = max_in_flight
+        self._max_in_flight = limits.max_in_flight_per_session
+        self._max_subscriptions = limits.max_subscriptions_per_session
+        # A 2026-07-28 caller has no session: its listen streams are counted by identity, which
+        # may hold as many as its allowed sessions could (a stateless client is not worse off).
+        streams = limits.max_listen_streams_per_session * limits.max_sessions_per_identity
+        self._listening = Quota(
+            "max_listen_streams_per_session",
+            streams,
+            f"this identity already has {streams} subscriptions/listen streams open "
+            f"(limits.max_listen_streams_per_session per session it may open, "
+            f"{limits.max_sessions_per_identity}); close one first",
+            said=True,
+        )
         self._methods: dict[str, _Method] = {
             "tools/call": self._tools_call,
             "prompts/get": self._prompts_get,
@@ -324,6 +339,13 @@ class Router:
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = _string(params, "uri", "resources/subscribe")
         session = _session(inbound)
+        if uri not in session.subscriptions and len(session.subscriptions) >= self._max_subscriptions:
+            raise LimitExceeded(
+                "this session already holds as many resource subscriptions as it may; "
+                "unsubscribe from one first",
+                limit="max_subscriptions_per_session",
+                maximum=self._max_subscriptions,
+            )
         server = self._catalogs.readable(uri, session.identity)
         # One subscription on a shared connection serves every session that wants the URI.
         if self._interest.must_tell(session, uri, server):
@@ -357,17 +379,30 @@ class Router:
         the request: the spec has the acknowledgement name the subset honoured, and an unknown
         URI must look the same as one the caller may not read. Subscriptions at the servers are
         shared with every other holder (:mod:`proxy.interest`).
+
+        Raises:
+            LimitExceeded: on entry, the caller's identity has as many streams open as
+                ``limits.max_listen_streams_per_session`` times ``max_sessions_per_identity``
+                (counted here: the transport answers it).
         """
-        watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], caller.identity)
-        subscription = self._listens.open(subscription_id, caller.identity, requested.only(watched))
-        self._metrics.listen_opened(caller.transport)
         try:
-            await self._interest.watch(subscription, watched)
-            yield subscription
+            self._listening.take(caller.identity, caller)
+        except LimitExceeded as exc:
+            self._boundary.refused(exc)  # the transport answers it, outside the boundary
+            raise
+        try:
+            watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], caller.identity)
+            subscription = self._listens.open(subscription_id, caller.identity, requested.only(watched))
+            self._metrics.listen_opened(caller.transport)
+            try:
+                await self._interest.watch(subscription, watched)
+                yield subscription
+            finally:
+                self._listens.close(subscription)
+                self._metrics.listen_closed(caller.transport)
+                await self._interest.unwatch(subscription, watched)
         finally:
-            self._listens.close(subscription)
-            self._metrics.listen_closed(caller.transport)
-            await self._interest.unwatch(subscription, watched)
+            self._listening.give_back(caller.identity, caller)
 
     def _watchable(self, uris: Sequence[str], identity: Identity) -> dict[str, str]:
         """Of ``uris``, those ``identity`` may read whose server can tell of updates: by server."""

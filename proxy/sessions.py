@@ -32,6 +32,7 @@ from cachetools import TTLCache
 
 from proxy.errors import LimitExceeded
 from proxy.inbound.session import LOG_LEVELS, ClientSession, new_session_id
+from proxy.inbound.streams import REPLAY_BYTES
 from proxy.inbound.tokens import SessionTokens
 from proxy.metrics import Metrics
 from proxy.policy.model import Identity
@@ -56,11 +57,13 @@ class Sessions:
         idle_timeout: float,
         max_sessions: int = 10_000,
         max_per_identity: int = 100,
+        replay_bytes: int = REPLAY_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._tokens = tokens
         self._metrics = metrics
         self._idle_timeout = idle_timeout
+        self._replay_bytes = replay_bytes
         self._clock = clock
         self._max = max_sessions
         self._max_per_identity = max_per_identity
@@ -85,7 +88,13 @@ class Sessions:
     def fresh(self, transport: str, identity: Identity) -> ClientSession:
         """A session not yet registered: HTTP's ``initialize`` registers it with :meth:`admit`
         once the handshake succeeded."""
-        return ClientSession(id="", transport=transport, identity=identity, last_seen=self._clock())
+        return ClientSession(
+            id="",
+            transport=transport,
+            identity=identity,
+            last_seen=self._clock(),
+            replay_bytes=self._replay_bytes,
+        )
 
     async def admit(self, session: ClientSession) -> str:
         """Register a session whose ``initialize`` succeeded, under a signed id it can be taken
@@ -126,7 +135,9 @@ class Sessions:
 
     def open(self, transport: str, identity: Identity) -> ClientSession:
         """Register a session with a random id at once (stdio: the connection is the session)."""
-        session = ClientSession(id=new_session_id(), transport=transport, identity=identity)
+        session = ClientSession(
+            id=new_session_id(), transport=transport, identity=identity, replay_bytes=self._replay_bytes
+        )
         self._register(session)
         return session
 
@@ -151,6 +162,7 @@ class Sessions:
             initialized=True,
             last_seen=self._clock(),
             identity=identity,
+            replay_bytes=self._replay_bytes,
         )
         if len(self._by_identity.get(identity, ())) >= self._max_per_identity:
             return None  # a takeover never ends another session: initialize again

@@ -57,6 +57,7 @@ PURE_MODULES = (
     "outbound/relay.py",
     "keys.py",
     "overrides.py",
+    "quota.py",
     # The leaves the cores lean on: the exception tree, the version, the document parsers.
     "errors.py",
     "__init__.py",

@@ -50,9 +50,9 @@ from proxy.errors import (
     REQUEST_TIMEOUT,
     InvalidParams,
     InvalidRequestState,
+    LimitExceeded,
     MethodNotFound,
     MissingCapability,
-    RateLimited,
     RemoteError,
     ServerUnavailable,
 )
@@ -250,8 +250,9 @@ class ParkedCalls:
     """Every parked call of this process, run in one task group the gateway owns (:meth:`run`).
 
     ``ttl``: how long a call waits for its client to come back. ``per_identity``, ``total``:
-    how many calls may be parked (an input_required out, the retry not yet in) at once, per
-    caller and altogether; past them a call that would park fails with -32029 instead.
+    how many calls may be parked (an input_required out, the retry not yet in, or its outcome
+    not yet taken) at once, per caller and altogether (``limits.max_parked_calls``); past them a
+    call that would park is cancelled at its server and fails with :class:`LimitExceeded`.
     ``settle``: how quiet the server must have been since its last question before the
     questions go out, so that questions a server asks together (one after another off a pipe,
     the machine busy or not) go out in one ``input_required``; a round gathers for at most
@@ -269,7 +270,7 @@ class ParkedCalls:
     ) -> None:
         self._states = states
         self._ttl = ttl
-        self._per_identity = per_identity
+        self._per_identity = min(per_identity, total)
         self._total = total
         self._settle = settle
         self._calls: dict[str, ParkedCall] = {}
@@ -297,7 +298,8 @@ class ParkedCalls:
                 or names a call that is over, or a round that is not the call's current one.
             InvalidParams: an answer in ``inputResponses`` is not an object.
             MissingCapability: the server asked for something the client did not declare.
-            RateLimited: the call would park, and too many are parked already.
+            LimitExceeded: the call would park, and too many are parked already
+                (``limits.max_parked_calls``, in all or for this caller).
             ServerUnavailable, ServerTimeout, RemoteError: from the server, as for any call.
         """
         token = _progress_token(ctx.params)
@@ -386,14 +388,20 @@ class ParkedCalls:
                     return
 
     def _input_required(self, parked: ParkedCall, ctx: CallContext) -> dict[str, Any]:
-        """Raises: RateLimited: parking this call would hold more than the limits allow."""
+        """Raises: LimitExceeded: parking this call would hold more than the limits allow."""
         if not parked.asked:
             mine = self._parked[parked.identity] >= self._per_identity
             if mine or self._parked.total() >= self._total:
-                refusal = RateLimited(
-                    f"Manifold already holds {self._per_identity if mine else self._total} calls waiting "
-                    f"for {'this caller' if mine else 'clients'} to answer a server's question; answer "
-                    f"or abandon some (each expires {self._ttl:g}s after its client last left)"
+                whose = "of this caller" if mine else "in all"
+                refusal = LimitExceeded(
+                    f"Manifold already holds {self._per_identity if mine else self._total} calls {whose} "
+                    f"waiting for a client to answer a server's question (at most {self._per_identity} "
+                    f"per caller, {self._total} in all); answer or abandon some: each expires "
+                    f"{self._ttl:g}s after its client last left",
+                    limit="max_parked_calls",
+                    maximum=self._total,
+                    data={"per_caller": self._per_identity},
+                    said=True,
                 )
                 parked.end(refusal)
                 raise refusal

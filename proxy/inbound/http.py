@@ -54,6 +54,7 @@ from proxy.protocol.asks import ASKED_CAPABILITIES
 from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
 from proxy.protocol.stateless import has_envelope, http_status
+from proxy.quota import Quota
 from proxy.ratelimit import LimitCheck, MemoryBackend
 
 __all__ = ["McpEndpoint", "OriginPolicy", "Receive", "Scope", "Send"]
@@ -133,6 +134,13 @@ class McpEndpoint:
         self._flood = inbound.config.rate_limits.http
         self._flood_buckets = MemoryBackend()
         self._stateless = StatelessEndpoint(inbound, self._read)
+        # Open GET streams, counted per session by the stream they follow (a resumption of a
+        # stream already followed takes it over: not one more).
+        self._listening = Quota(
+            "max_listen_streams_per_session",
+            inbound.config.limits.max_listen_streams_per_session,
+            "this session already has as many GET streams open as it may; close one first",
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request; the boundary of everything this transport does for it: a
@@ -370,23 +378,38 @@ class McpEndpoint:
             return await _error(
                 send, 404, INVALID_REQUEST, f"Not Found: no stream to resume for event {last!r}"
             )
+        followed = stream or session.standalone
+        try:
+            self._listening.take(session.id, followed.id)
+        except LimitExceeded as exc:
+            # 409, not 429: waiting does not help, closing one of the session's own streams does;
+            # and not 405, which tells a client the server has no GET stream at all.
+            self._boundary.refused(exc)
+            return await respond(send, 409, jsonrpc.encode(wire_error(exc, None)), JSON_HEADERS)
+        try:
+            await self._follow(session, followed, resume[1] if resume else None, receive, send)
+        finally:
+            self._listening.give_back(session.id, followed.id)
+        return None
+
+    async def _follow(
+        self, session: ClientSession, stream: EventStream, after: int | None, receive: Receive, send: Send
+    ) -> None:
+        """Serve one GET stream: ``stream`` from event ``after`` (else from what was delivered)."""
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         write = _sse_writer(send)
-        if stream is None:
-            stream = session.standalone
-            if session.protocol_version is not None and session.protocol_version >= "2025-11-25":
-                await send(
-                    {"type": "http.response.body", "body": stream.priming(_RETRY_MS), "more_body": True}
-                )
-        after = resume[1] if resume else stream.delivered
+        version = session.protocol_version
+        if after is None and stream is session.standalone and version is not None and version >= "2025-11-25":
+            await send({"type": "http.response.body", "body": stream.priming(_RETRY_MS), "more_body": True})
         async with anyio.create_task_group() as tg:
             if stream is session.standalone:
                 tg.start_soon(self._keepalive, session, write)
-            await _follow_until_disconnect(stream, after, write, receive)
+            await _follow_until_disconnect(
+                stream, stream.delivered if after is None else after, write, receive
+            )
             tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return None
 
     async def _keepalive(
         self, session: ClientSession, write: Callable[[str, bytes], Awaitable[None]]

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Final
 import anyio
 
 from proxy.errors import MethodNotFound, MissingCapability, RemoteError
-from proxy.inbound.streams import EventStream
+from proxy.inbound.streams import REPLAY_BYTES, EventStream
 from proxy.policy.model import ANONYMOUS, Identity
 from proxy.protocol import jsonrpc
 from proxy.protocol.asks import NEEDS
@@ -137,7 +137,8 @@ class ClientSession:
     log_level: str | None = None
     subscriptions: dict[str, str] = field(default_factory=dict)  # resource URI: its server
     in_flight: dict[RequestId, anyio.CancelScope] = field(default_factory=dict)
-    standalone: EventStream = field(default_factory=lambda: EventStream("0"))
+    replay_bytes: int = REPLAY_BYTES  # limits.replay_buffer_bytes: kept per stream for replay
+    standalone: EventStream = field(init=False)
     streams: dict[str, EventStream] = field(default_factory=dict)
     _last_notice: Message | None = None
     _asked: dict[str, _Asked] = field(default_factory=dict)
@@ -145,6 +146,9 @@ class ClientSession:
     _stream_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     stateless: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        self.standalone = EventStream("0", self.replay_bytes)
 
     def notify(self, message: Message) -> None:
         """Queue a message on the client's standalone stream; never blocks."""
@@ -155,7 +159,7 @@ class ClientSession:
 
     def open_stream(self) -> EventStream:
         """A new stream for one request's response; old finished ones are forgotten."""
-        stream = EventStream(str(next(self._stream_ids)))
+        stream = EventStream(str(next(self._stream_ids)), self.replay_bytes)
         self.streams[stream.id] = stream
         finished = [sid for sid, s in self.streams.items() if s.closed]
         for sid in finished[: max(0, len(finished) - _KEEP_CLOSED_STREAMS)]:

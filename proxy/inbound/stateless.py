@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextlib import AsyncExitStack
 from typing import Any, Final
 
 import anyio
@@ -163,11 +164,13 @@ class StatelessEndpoint:
             return await _refuse(
                 send, 406, "Not Acceptable: subscriptions/listen answers with text/event-stream"
             )
-        try:
-            requested = Filter.parse(message["params"])
-        except ProtocolError as exc:
-            return await _reply(send, _error(exc, message["id"]))
-        async with self._endpoint.listen(caller, message["id"], requested) as subscription:
+        async with AsyncExitStack() as stack:
+            try:
+                requested = Filter.parse(message["params"])
+                listen = self._endpoint.listen(caller, message["id"], requested)
+                subscription = await stack.enter_async_context(listen)
+            except ProtocolError as exc:  # a bad filter; too many streams open (LimitExceeded)
+                return await _reply(send, _error(exc, message["id"]))
             return await stream_sse(subscription, receive, send)
 
     def _check_param_headers(self, message: Message, headers: Headers, identity: Identity) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 
 import anyio
 
@@ -80,11 +81,13 @@ class StatelessRequests:
         """``subscriptions/listen``: the acknowledgement, then the notifications it asked for,
         each tagged with its id, until the client cancels it (or the server ends it: then its
         response)."""
-        try:
-            requested = Filter.parse(message["params"])
-        except ProtocolError as exc:
-            return await self._send(wire_error(exc, message["id"], stateless=True))
-        async with self._inbound.endpoint.listen(caller, message["id"], requested) as subscription:
+        async with AsyncExitStack() as stack:
+            try:
+                requested = Filter.parse(message["params"])
+                listen = self._inbound.endpoint.listen(caller, message["id"], requested)
+                subscription = await stack.enter_async_context(listen)
+            except ProtocolError as exc:  # a bad filter; too many streams open (LimitExceeded)
+                return await self._send(wire_error(exc, message["id"], stateless=True))
             await pump(subscription, self._send)
         return None
 

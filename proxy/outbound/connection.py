@@ -221,6 +221,12 @@ class ServerConnection:
         """Whether the server speaks 2026-07-28 (stateless): no handshake, an envelope per request."""
         return self.era is Era.STATELESS
 
+    @property
+    def in_flight(self) -> int:
+        """Client requests sent and not yet answered; Manifold's own (lists, a listen stream) are
+        not counted. A ``per_client`` connection is idle at 0."""
+        return sum(1 for slot in self._pending.values() if slot.relay is not None)
+
     # ---- public API -------------------------------------------------------------------
 
     async def request(

@@ -15,7 +15,8 @@ caller's business.
 
 Speed: :meth:`PolicyEngine.decide` runs for every item of every ``*/list`` and for every call.
 Globs are compiled once per rule into one regular expression per kind; exact-name conditions
-become frozensets; decisions for repeated (identity, subject) pairs come from a bounded cache.
+become frozensets; decisions for repeated (identity, subject) pairs come from a cache bounded in
+entries and in the length of the names it keeps.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ from proxy.policy.model import Decision, Identity, Kind, Match, Policy, Rule
 __all__ = ["PolicyEngine", "Subject"]
 
 _CACHE_SIZE: Final = 4096
+# Names (a client's resource URI above all) longer than this are decided afresh every time, so
+# the cache holds at most _CACHE_SIZE * _CACHED_NAME_MAX characters of them (a few MiB), not
+# 4096 URIs of 4 MiB each; real names are far shorter, and deciding is cheap.
+_CACHED_NAME_MAX: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,12 +192,19 @@ class PolicyEngine:
         if cached is not None:
             return cached
         decision = self._evaluate(identity, subject)
+        if len(subject.name) + len(identity.name) > _CACHED_NAME_MAX:
+            return decision
         if len(self._cache) >= _CACHE_SIZE:
             # Dropping everything is crude but O(1) amortised and keeps the hot path branch-free;
             # a working set larger than the cache just pays the (cheap) evaluation again.
             self._cache.clear()
         self._cache[key] = decision
         return decision
+
+    @property
+    def cached(self) -> int:
+        """How many decisions the cache holds."""
+        return len(self._cache)
 
     def _evaluate(self, identity: Identity, subject: Subject) -> Decision:
         for group in (self._denies, self._allows):

@@ -20,8 +20,8 @@ from proxy.bridge.state import RequestStates, Sealed
 from proxy.errors import (
     InvalidParams,
     InvalidRequestState,
+    LimitExceeded,
     MissingCapability,
-    RateLimited,
     RemoteError,
 )
 from proxy.inbound.session import InboundRequest, StatelessCaller
@@ -472,14 +472,17 @@ async def test_progress_and_log_lines_go_to_the_request_waiting_now_and_are_drop
 async def test_too_many_parked_calls_are_refused_per_identity_and_in_total() -> None:
     async with running(one_question, per_identity=1, total=2) as (parked, server):
         input_required(await parked.call(server, context()))
-        with pytest.raises(RateLimited) as mine:
+        with pytest.raises(LimitExceeded) as mine:
             await parked.call(server, context())
-        assert wire_error(mine.value, 1)["error"]["code"] == -32029
-        assert "this caller" in mine.value.message
+        error = wire_error(mine.value, 1)["error"]
+        assert error["code"] == -32600
+        assert error["data"] == {"limit": "max_parked_calls", "max": 2, "per_caller": 1}
+        assert "1 calls of this caller" in mine.value.message
+        assert "(limits.max_parked_calls)" in mine.value.message
         input_required(await parked.call(server, context(identity=BOB)))
-        with pytest.raises(RateLimited) as everyone:
+        with pytest.raises(LimitExceeded) as everyone:
             await parked.call(server, context(identity=CAROL))
-        assert "clients" in everyone.value.message
+        assert "2 calls in all" in everyone.value.message
         await settled()
         assert len(parked) == 2  # the refused calls were cancelled, their questions answered
         assert [(kind, error["code"]) for kind, error in server.got] == [("error", -32000)] * 2
@@ -489,3 +492,17 @@ async def test_stopping_the_gateway_cancels_parked_calls() -> None:
     async with running(one_question) as (parked, server):
         input_required(await parked.call(server, context()))
     assert server.cancelled.is_set()
+
+
+async def test_a_parked_call_its_client_abandoned_expires_and_makes_room() -> None:
+    async with running(one_question, per_identity=1, total=1, ttl=0.2) as (parked, server):
+        input_required(await parked.call(server, context()))
+        with pytest.raises(LimitExceeded):
+            await parked.call(server, context(identity=BOB))
+        await settled()
+        server.cancelled = anyio.Event()  # the refused call was cancelled: watch for the parked one
+        with anyio.fail_after(5):
+            await server.cancelled.wait()  # the expiry cancels the call at its server
+        await settled()
+        assert len(parked) == 0
+        input_required(await parked.call(server, context()))  # room again

@@ -498,3 +498,46 @@ def _append(written: list[Message]) -> Callable[[Message], Awaitable[None]]:
         written.append(message)
 
     return write
+
+
+# ---- what one caller may hold open (issue #14) ----------------------------------------------
+
+
+def refusals(served: Served, limit: str) -> float:
+    registry = served.gateway.metrics.registry
+    return registry.get_sample_value("manifold_limit_refusals_total", {"limit": limit}) or 0.0
+
+
+async def test_an_identity_past_its_listen_streams_is_refused_naming_the_limit_until_one_closes() -> None:
+    # Two per identity: one per session times the two sessions it may have.
+    limits = {"max_listen_streams_per_session": 1, "max_sessions_per_identity": 2}
+    async with serving(limits=limits) as served:
+        async with listening(served.endpoint, listen_request(1, toolsListChanged=True)) as first:
+            await first.next()
+            async with listening(served.endpoint, listen_request(2, toolsListChanged=True)) as second:
+                await second.next()
+                refused = await once(served.endpoint, listen_request(3, toolsListChanged=True))
+                assert refused.status == 400
+                error = refused.json()["error"]
+                assert error["data"] == {"limit": "max_listen_streams_per_session", "max": 2}
+                assert "limits.max_listen_streams_per_session" in error["message"]
+                assert refused.json()["id"] == 3
+                assert refusals(served, "max_listen_streams_per_session") == 1
+        assert len(served.gateway.listens) == 0  # each block waited for its stream's end
+        async with listening(served.endpoint, listen_request(4, toolsListChanged=True)) as again:
+            assert (await again.next())["method"] == ACK
+
+
+async def test_a_session_past_its_resource_subscriptions_is_refused_naming_the_limit() -> None:
+    async with serving(limits={"max_subscriptions_per_session": 1}) as served:
+        handshake = await _legacy(served.endpoint)
+        assert (await handshake("resources/subscribe", {"uri": "mem://a"})).json()["result"] == {}
+        # The same URI again holds nothing more.
+        assert (await handshake("resources/subscribe", {"uri": "mem://a"})).json()["result"] == {}
+        error = (await handshake("resources/subscribe", {"uri": "mem://secret"})).json()["error"]
+        assert error["code"] == -32600
+        assert error["data"] == {"limit": "max_subscriptions_per_session", "max": 1}
+        assert refusals(served, "max_subscriptions_per_session") == 1
+        assert "mem://secret" not in served.server.asked("resources/subscribe")
+        await handshake("resources/unsubscribe", {"uri": "mem://a"})
+        assert (await handshake("resources/subscribe", {"uri": "mem://secret"})).json()["result"] == {}

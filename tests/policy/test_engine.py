@@ -318,3 +318,14 @@ def test_a_tool_is_hidden_when_any_applying_deny_rule_does_not_say_show() -> Non
 def test_show_on_an_allow_rule_is_refused() -> None:
     with pytest.raises(ValueError, match="'show' only applies to deny rules"):
         Rule.model_validate({"id": "x", "effect": "allow", "show": True, "match": {}})
+
+
+def test_decisions_about_long_names_are_not_cached_so_huge_uris_cannot_fill_memory() -> None:
+    policy = engine(rule("docs", "allow", resources=["file:///docs/*"]))
+    for n in range(50):
+        huge = f"file:///docs/{n}-" + "x" * 64 * 1024
+        assert policy.decide(who(), resource(huge)).effect == "allow"
+        assert policy.decide(who(), resource(huge)).effect == "allow"  # decided again, the same
+    assert policy.cached == 0
+    policy.decide(who(), resource("file:///docs/a.md"))
+    assert policy.cached == 1  # ordinary names are still cached

@@ -1,0 +1,143 @@
+"""``per_client`` connections: bounded in number, stopped when unused, started again on use;
+against real stdio fixture servers (real processes, counted in /proc)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from proxy.boundary import wire_error
+from proxy.config import LimitsConfig, config_from_mapping
+from proxy.errors import LimitExceeded
+from proxy.inbound.session import ClientSession, InboundRequest
+from proxy.outbound.connection import ServerState
+from proxy.per_client import ClientConnections
+from tests.fixtures.processes import children
+from tests.interaction.harness import fixture_server
+
+pytestmark = pytest.mark.anyio
+
+MARKER = "--name pc-unit"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def running_servers() -> int:
+    return len(children(os.getpid(), MARKER))
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10) -> None:
+    """Wait (bounded) until ``predicate`` holds: a process ends on its own time, with no event
+    we could wait on here."""
+    with anyio.fail_after(timeout):
+        while True:
+            if predicate():
+                return
+            await anyio.sleep(0.05)
+
+
+@asynccontextmanager
+async def per_client(limit: int, clock: Clock) -> AsyncIterator[ClientConnections]:
+    config = config_from_mapping({"servers": {"pc": fixture_server("pc-unit", tools=2)}}, environ={})
+    connections = ClientConnections(
+        {s.id: s for s in config.enabled_servers()},
+        max_pages=10,
+        limits=LimitsConfig(max_per_client_connections=limit, per_client_idle_timeout=60.0),
+        answer_error=wire_error,
+        clock=clock,
+    )
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(connections.run)
+            try:
+                yield connections
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def session(name: str) -> ClientSession:
+    return ClientSession(id=name, transport="http")
+
+
+async def test_a_connection_past_the_limit_is_refused_at_once_naming_it() -> None:
+    clock = Clock()
+    async with per_client(2, clock) as connections:
+        for name in ("a", "b"):
+            assert (await connections.connection(session(name), "pc")).state is ServerState.READY
+        with anyio.fail_after(1), pytest.raises(LimitExceeded) as refused:
+            await connections.connection(session("c"), "pc")
+        assert refused.value.limit == "max_per_client_connections"
+        assert "limits.max_per_client_connections is 2" in refused.value.message
+        assert running_servers() == 2
+        connections.close("a")
+        assert (await connections.connection(session("c"), "pc")).state is ServerState.READY
+    await until(lambda: running_servers() == 0)
+
+
+async def test_an_unused_connection_is_stopped_and_started_again_on_the_next_request() -> None:
+    clock = Clock()
+    alice = session("alice")
+    async with per_client(10, clock) as connections:
+        first = await connections.connection(alice, "pc")
+        assert await first.request(
+            "tools/call", {"name": "echo", "arguments": {"x": 1}}, relay=InboundRequest(alice)
+        )
+        await until(lambda: not first.in_flight)  # its own list requests after connecting, too
+        clock.now += 59
+        assert connections.stop_idle() == 0
+        assert running_servers() == 1
+        clock.now += 1
+        assert connections.stop_idle() == 1
+        await until(lambda: running_servers() == 0)
+        assert len(connections) == 0
+        again = await connections.connection(alice, "pc")
+        assert again is not first
+        assert await again.request("tools/call", {"name": "echo", "arguments": {"x": 2}})
+        assert running_servers() == 1
+
+
+async def test_a_connection_with_a_request_in_flight_or_a_subscription_is_not_idle() -> None:
+    clock = Clock()
+    busy, subscribed = session("busy"), session("subscribed")
+    async with per_client(10, clock) as connections, anyio.create_task_group() as tg:
+        hanging = await connections.connection(busy, "pc")
+        call = functools.partial(hanging.request, relay=InboundRequest(busy))
+        tg.start_soon(call, "tools/call", {"name": "hang", "arguments": {}})
+        await connections.connection(subscribed, "pc")
+        subscribed.subscriptions["note://x"] = "pc"
+        await anyio.wait_all_tasks_blocked()
+        assert hanging.in_flight == 1
+        clock.now += 3600
+        assert connections.stop_idle() == 0
+        assert running_servers() == 2
+        tg.cancel_scope.cancel()
+
+
+async def test_a_connection_still_starting_for_a_request_is_not_idle() -> None:
+    clock = Clock()
+    alice = session("alice")
+    async with per_client(10, clock) as connections, anyio.create_task_group() as tg:
+        started = anyio.Event()
+
+        async def connect() -> None:
+            await connections.connection(alice, "pc")
+            started.set()
+
+        tg.start_soon(connect)
+        await anyio.wait_all_tasks_blocked()
+        clock.now += 3600  # the process takes its time to start
+        assert connections.stop_idle() == 0
+        with anyio.fail_after(10):
+            await started.wait()
+        assert running_servers() == 1
