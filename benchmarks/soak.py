@@ -36,6 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
+import aiohttp
 import anyio
 import anyio.to_thread
 
@@ -110,6 +111,27 @@ def server_pid(manifold: int, name: str) -> int | None:
     return None
 
 
+async def scrape(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """Manifold's ``/metrics`` as ``{'name{labels}': value}``; empty when it does not answer in 3 s."""
+    try:
+        with anyio.fail_after(3):
+            async with http.get(url.replace("/mcp", "/metrics")) as response:
+                text = await response.text() if response.status == 200 else ""
+    except (TimeoutError, aiohttp.ClientError):
+        return {}
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("manifold_") and " " in line:
+            name, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                found[name] = float(value)
+    return found
+
+
+def _family(metrics: dict[str, float], name: str) -> dict[str, float]:
+    return {key: value for key, value in metrics.items() if key.split("{", 1)[0] == name}
+
+
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -153,11 +175,16 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
             f"{plan.clients} steady clients at {plan.rate:g} calls/s in all over {SHARED} (stdio), "
             f"{PER_CLIENT} (stdio, per_client) and {HTTP} (Streamable HTTP); session churn; SIGKILL of "
             f"{SHARED}'s process at {plan.kill_first:g} s and every {plan.kill_every:g} s; "
-            f"hostile client {'on' if plan.hostile else 'off'}; a sample every {plan.sample_every:g} s."
+            f"hostile client {'on' if plan.hostile else 'off'} (a request every {plan.hostile_pause:g} s; "
+            f"at most {plan.held} idle/slowloris connections, each closed after {plan.hold_seconds:g} s); "
+            f"sessions idle for {plan.session_idle_timeout:g} s expire; "
+            f"a sample every {plan.sample_every:g} s."
         ),
     }
     spawned: list[Spawned] = []
     seen_children: set[int] = set()
+    counters: dict[str, float] = {}
+    stack = contextlib.AsyncExitStack()
     try:
         say("starting the HTTP fixture server and Manifold")
         with anyio.fail_after(plan.startup_seconds):
@@ -175,12 +202,22 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
         deadline = plan.seconds
         died: list[float] = []
 
-        def sample() -> None:
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+
+        async def sample() -> None:
             children = children_of(pid)
             seen_children.update(children)
+            sessions = sum(
+                _family(await scrape(http, manifold.url), "manifold_client_sessions_active").values()
+            )
             samples.append(
                 Sample(
-                    tally.clock(), rss_bytes(pid) / _MIB, _fds(pid), len(children), sum(tally.calls.values())
+                    tally.clock(),
+                    rss_bytes(pid) / _MIB,
+                    _fds(pid),
+                    len(children),
+                    sum(tally.calls.values()),
+                    int(sessions),
                 )
             )
 
@@ -191,7 +228,7 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
                     say(f"Manifold DIED (exit code {manifold.process.returncode}); stopping the run")
                     scope.cancel()
                     return
-                sample()
+                await sample()
                 if tally.clock() >= deadline:
                     return
                 await anyio.sleep(min(plan.sample_every, max(0.0, deadline - tally.clock())))
@@ -267,10 +304,16 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
                     )
         ended = min(tally.clock(), deadline)
         alive = manifold.process.poll() is None
+        if alive:
+            metrics = await scrape(http, manifold.url)
+            for name in ("manifold_limit_refusals_total", "manifold_server_restarts_total"):
+                counters.update(_family(metrics, name))
+            counters.update(_family(metrics, "manifold_tool_calls_total"))
         meta["seconds"] = ended
         say("stopping processes")
     finally:
         with anyio.CancelScope(shield=True):
+            await stack.aclose()
             await anyio.to_thread.run_sync(stop_all, spawned)
             _kill_strays(seen_children)
     meta["wall_seconds"] = time.monotonic() - wall0
@@ -284,6 +327,7 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
         alive=alive,
         exit_code=manifold.process.returncode if not alive else None,
         thresholds=plan.thresholds,
+        counters=counters,
     )
 
 

@@ -30,6 +30,7 @@ class Sample:
     fds: int
     children: int
     calls: int  # answered-or-not calls so far, all servers
+    sessions: int  # manifold_client_sessions_active (0 when /metrics did not answer)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class SoakResult:
     hostile_sent: dict[str, int] = field(default_factory=dict)
     hostile_answers: list[tuple[str, str, int]] = field(default_factory=list)
     hostile_skipped: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)  # Manifold's /metrics at the end
     verdicts: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @property
@@ -104,8 +106,9 @@ def summarize(
     alive: bool,
     exit_code: int | None,
     thresholds: Thresholds,
+    counters: dict[str, float] | None = None,
 ) -> SoakResult:
-    result = SoakResult(meta, samples, thresholds, alive, exit_code)
+    result = SoakResult(meta, samples, thresholds, alive, exit_code, counters=dict(counters or {}))
     result.calls = dict(sorted(tally.calls.items()))
     result.total_calls = sum(tally.calls.values())
     result.ok, result.wrong, result.wrong_examples = tally.ok, tally.wrong, list(tally.wrong_examples)
@@ -264,17 +267,28 @@ def render(result: SoakResult) -> str:
         "",
         f"RSS slope {result.rss_slope:+.2f} MiB/min, FD slope {result.fd_slope:+.1f}/min (least squares "
         "over the second half of the run). Children: Manifold's child processes (stdio servers, one per "
-        "client session for per_client).",
+        "client session for per_client); sessions: `manifold_client_sessions_active`.",
         "",
         *_table(
-            ["t s", "RSS MiB", "FDs", "children", "calls"],
+            ["t s", "RSS MiB", "FDs", "children", "sessions", "calls"],
             (
-                [f"{s.at:.0f}", f"{s.rss_mib:.1f}", str(s.fds), str(s.children), f"{s.calls:,}"]
+                [
+                    f"{s.at:.0f}",
+                    f"{s.rss_mib:.1f}",
+                    str(s.fds),
+                    str(s.children),
+                    str(s.sessions),
+                    f"{s.calls:,}",
+                ]
                 for s in _rows(result.samples)
             ),
         ),
         "",
     ]
+    if result.counters:
+        lines += ["## Manifold's own counters at the end (/metrics)", ""]
+        lines += _table(["series", "value"], ([k, f"{v:,.0f}"] for k, v in sorted(result.counters.items())))
+        lines.append("")
     return "\n".join(lines)
 
 
