@@ -54,7 +54,7 @@ from benchmarks.procs import (
 )
 from benchmarks.run import _git_revision
 from benchmarks.soak_report import Sample, SoakResult, Thresholds, render, summarize, write
-from benchmarks.soak_traffic import Kill, Tally, churn, hostile, steady
+from benchmarks.soak_traffic import HOSTILE_KINDS, Kill, Tally, churn, hostile, steady
 
 __all__ = ["SoakPlan", "main", "soak"]
 
@@ -79,6 +79,7 @@ class SoakPlan:
     kill_settle: float = 15.0  # no kill closer than this to the end (room to recover)
     sample_every: float = 5.0
     hostile: bool = True
+    hostile_kinds: tuple[str, ...] = HOSTILE_KINDS  # cycled in this order
     hostile_pause: float = 1.0  # seconds between hostile requests
     held: int = 4  # idle/slowloris connections open at once, at most
     hold_seconds: float = 20.0  # each held connection is closed after this
@@ -175,7 +176,8 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
             f"{plan.clients} steady clients at {plan.rate:g} calls/s in all over {SHARED} (stdio), "
             f"{PER_CLIENT} (stdio, per_client) and {HTTP} (Streamable HTTP); session churn; SIGKILL of "
             f"{SHARED}'s process at {plan.kill_first:g} s and every {plan.kill_every:g} s; "
-            f"hostile client {'on' if plan.hostile else 'off'} (a request every {plan.hostile_pause:g} s; "
+            f"hostile client {'on: ' + ', '.join(plan.hostile_kinds) if plan.hostile else 'off'} "
+            f"(a request every {plan.hostile_pause:g} s; "
             f"at most {plan.held} idle/slowloris connections, each closed after {plan.hold_seconds:g} s); "
             f"sessions idle for {plan.session_idle_timeout:g} s expire; "
             f"a sample every {plan.sample_every:g} s."
@@ -299,6 +301,7 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
                             held=plan.held,
                             hold_seconds=plan.hold_seconds,
                             big_capabilities=plan.big_capabilities,
+                            kinds=plan.hostile_kinds,
                             **bounds,
                         )
                     )
@@ -340,6 +343,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kill-every", type=float, default=SoakPlan.kill_every, help="seconds between kills")
     parser.add_argument("--sample-every", type=float, default=SoakPlan.sample_every)
     parser.add_argument("--no-hostile", action="store_true", help="no hostile client")
+    parser.add_argument(
+        "--hostile-kinds",
+        type=lambda text: tuple(text.split(",")),
+        default=HOSTILE_KINDS,
+        help=f"comma-separated subset of {','.join(HOSTILE_KINDS)} (to find which one does harm)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where soak-latest.md/.json go")
     parser.add_argument("--keep-workdir", action="store_true", help="keep the config and logs")
     args = parser.parse_args(argv)
@@ -351,7 +360,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         kill_every=args.kill_every,
         sample_every=args.sample_every,
         hostile=not args.no_hostile,
+        hostile_kinds=args.hostile_kinds,
     )
+    if unknown := set(plan.hostile_kinds) - set(HOSTILE_KINDS):
+        parser.error(f"unknown hostile kinds: {', '.join(sorted(unknown))}")
     workdir = Path(tempfile.mkdtemp(prefix="manifold-soak-"))
     clock0 = time.monotonic()
 

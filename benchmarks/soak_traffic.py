@@ -29,6 +29,7 @@ from benchmarks.load import PROTOCOL_VERSION, McpClient, WrongAnswer
 
 __all__ = [
     "GATEWAY",
+    "HOSTILE_KINDS",
     "Failure",
     "Kill",
     "Tally",
@@ -42,6 +43,15 @@ GATEWAY: Final = "-"  # the "server" of session operations (initialize, DELETE):
 _KINDS_KEPT: Final = 60  # distinct error kinds counted; the rest count as "other"
 _EXAMPLES_KEPT: Final = 10
 _LIMIT_NAME: Final = re.compile(r"limits\.[a-z_]+")
+HOSTILE_KINDS: Final = (
+    "malformed-json",
+    "deep-300",
+    "oversized-5MiB",
+    "batch-1000",
+    "big-initialize",
+    "idle",
+    "slowloris",
+)
 _CONNECTION_ERRORS: Final = (OSError, EOFError, HttpError, ValueError, asyncio.LimitOverrunError)
 
 
@@ -459,10 +469,12 @@ async def hostile(
     held: int,
     hold_seconds: float,
     big_capabilities: int,
+    kinds: tuple[str, ...] = HOSTILE_KINDS,
 ) -> None:
-    """Cycle through hostile requests until ``deadline``, one every ``pause`` seconds; idle and
-    slowloris connections run beside them, at most ``held`` at a time, each closed after
-    ``hold_seconds``. ``server`` is the server whose echo the in-session requests name."""
+    """Cycle through hostile requests (``kinds``, a subset of :data:`HOSTILE_KINDS`) until
+    ``deadline``, one every ``pause`` seconds; idle and slowloris connections run beside them, at
+    most ``held`` at a time, each closed after ``hold_seconds``. ``server`` is the server whose
+    echo the in-session requests name."""
     # Written by hand: orjson refuses to write more than 255 levels.
     nested = b'{"d":' * 300 + b"0" + b"}" * 300
     oversized = 5 * 1024 * 1024
@@ -490,16 +502,6 @@ async def hostile(
             await _hold(url, tally, kind, max(1.0, min(hold_seconds, deadline - tally.clock())), slow)
         finally:
             holding.release()
-
-    kinds = (
-        "malformed-json",
-        "deep-300",
-        "oversized-5MiB",
-        "batch-1000",
-        "big-initialize",
-        "idle",
-        "slowloris",
-    )
 
     async def send(kind: str) -> list[str]:
         """The answers to one hostile step of ``kind`` (a request, or a few)."""
