@@ -195,7 +195,6 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
             await wait_listening([fixture], plan.startup_seconds)
             manifold = spawn_manifold("soak", workdir, _config(plan, fixture.url))
             spawned.append(manifold)
-            manifold.server_ids = [SHARED, HTTP]  # per_client ones start with their first session
             await wait_servers_ready([manifold], plan.startup_seconds)
         pid = manifold.pid
         t0 = time.monotonic()
