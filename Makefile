@@ -7,7 +7,7 @@ NPM_STAMP := tests/npm/node_modules/.installed
 CONFORMANCE_STAMP := tests/conformance/node_modules/.installed
 CONFORMANCE_MODERN_STAMP := tests/conformance_modern/node_modules/.installed
 
-.PHONY: run test lint typecheck unit conformance bench system-deps fmt clean
+.PHONY: run test lint typecheck unit conformance bench soak system-deps fmt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,11 @@ conformance: $(STAMP) $(CONFORMANCE_STAMP) $(CONFORMANCE_MODERN_STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
+
+## Ten minutes of load, session churn, server kills and a hostile client against one Manifold:
+## leaks, crossed or lost answers, recovery times (see benchmarks/README.md, "Soak").
+soak: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.soak
 
 fmt: $(STAMP)
 	$(BIN)/ruff format proxy tests benchmarks examples
