@@ -117,9 +117,12 @@ class _StdioLink:
                     line,
                 )
                 reason = f"it wrote a message too large to tell which request it answered: {line}"
-                return Failed(None, ServerProtocolError(self._server_id, reason))
+                failure = ServerProtocolError(self._server_id, reason)
+                failure.__cause__ = line  # the limit, counted where the failure lands
+                return Failed(None, failure)
             logger.warning("server %s: answer to %r dropped: %s", self._server_id, request_id, line)
             refused = ServerProtocolError(self._server_id, f"its answer was too large: {line}")
+            refused.__cause__ = line  # the limit, counted where the failure lands
             return Failed(request_id, refused)
         try:
             return jsonrpc.parse(line, max_depth=self._max_depth)

@@ -146,6 +146,7 @@ async def test_a_17_mib_answer_fails_its_call_at_once_naming_the_limit(
     message = error_of(answer)
     assert "server 'unruly' broke the protocol: its answer was too large" in message
     assert "limits.max_server_message_bytes" in message
+    assert await counted(manifold, 'manifold_limit_refusals_total{limit="max_server_message_bytes"} ') == 1
     _, answer = await call(manifold, "unruly.echo", {})  # the connection lives on
     assert "result" in answer, answer
     await another_client_is_served(manifold, *NOTES_ECHO)
@@ -162,12 +163,16 @@ def starts_of(manifold: RunningManifold, server: str) -> int:
     return manifold.log().count(f"server {server}: started pid")
 
 
-async def restarts_counted(manifold: RunningManifold, server: str) -> float:
+async def counted(manifold: RunningManifold, prefix: str) -> float:
+    """The value of the one series whose line starts with ``prefix`` (name and labels) on /metrics."""
     url = manifold.url.replace("/mcp", "/metrics")
     async with aiohttp.ClientSession() as http, http.get(url) as response:
         text = await response.text()
-    prefix = f'manifold_server_restarts_total{{server="{server}"}} '
     return float(next(line for line in text.splitlines() if line.startswith(prefix)).removeprefix(prefix))
+
+
+async def restarts_counted(manifold: RunningManifold, server: str) -> float:
+    return await counted(manifold, f'manifold_server_restarts_total{{server="{server}"}} ')
 
 
 async def test_a_crash_loop_is_counted_from_its_first_restart_and_shows_its_stderr(
