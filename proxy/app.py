@@ -97,7 +97,7 @@ class Gateway:
         self.access = access = Access(config.policy, {s.id: s for s in servers}, on_drift=metrics.pin_drift)
         access.load()
         self.auth = Authenticator.from_settings(config.auth, os.environ)
-        self._audit = AuditLog(config.policy.audit) if config.policy.audit.path else None
+        self._audit = self._audit_log()
         self.limiter = self._limiter()
         self.boundary = Boundary(metrics)
         self.sessions = Sessions(
@@ -151,6 +151,13 @@ class Gateway:
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
         )
 
+    def _audit_log(self) -> AuditLog | None:
+        if not self.config.policy.audit.path:
+            return None
+        refused = functools.partial(self.metrics.limit_refused, "audit_buffer_bytes")  # a stalled disk
+        buffer_bytes = self.config.limits.audit_buffer_bytes
+        return AuditLog(self.config.policy.audit, buffer_bytes=buffer_bytes, on_dropped=refused)
+
     def _limiter(self) -> LimitBackend | None:
         # Limits live in the policy files, so without files there is nothing to count.
         if not self.config.policy.files:
@@ -196,6 +203,8 @@ class Gateway:
         async with anyio.create_task_group() as tg:
             await tg.start(self.auth.run)
             await tg.start(self.parked.run)
+            if self._audit is not None:
+                await tg.start(self._audit.run)  # flushes what is left when cancelled, bounded
             if self.config.policy.files and self.config.policy.reload:
                 watch = functools.partial(self.access.watch, self.catalogs.policy_changed)
                 tg.start_soon(supervised, self.boundary, "policy watcher", watch)
@@ -204,8 +213,6 @@ class Gateway:
                 yield self
             finally:
                 tg.cancel_scope.cancel()
-                if self._audit is not None:
-                    self._audit.close()
                 if self.limiter is not None:
                     with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                         await self.limiter.aclose()
