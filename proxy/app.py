@@ -47,6 +47,7 @@ from proxy.middleware.validate import Validate
 from proxy.notices import Notices
 from proxy.outbound.connection import ServerState
 from proxy.outbound.transport import Transport
+from proxy.pins_writer import PinsWriter
 from proxy.pipeline import Middleware, compose
 from proxy.policy import SchemaValidators
 from proxy.protocol.jsonrpc import Message
@@ -94,7 +95,10 @@ class Gateway:
         secret = shared.get_secret_value().encode() if shared is not None else secrets.token_bytes(32)
         servers = config.enabled_servers()
         self.metrics = metrics = Metrics(config.metrics)
-        self.access = access = Access(config.policy, {s.id: s for s in servers}, on_drift=metrics.pin_drift)
+        self.pins = PinsWriter(config.policy.pins.path)  # runs only when pins are on
+        self.access = access = Access(
+            config.policy, {s.id: s for s in servers}, on_drift=metrics.pin_drift, pins_store=self.pins
+        )
         access.load()
         self.auth = Authenticator.from_settings(config.auth, os.environ)
         self._audit = self._audit_log()
@@ -205,6 +209,8 @@ class Gateway:
             await tg.start(self.parked.run)
             if self._audit is not None:
                 await tg.start(self._audit.run)  # flushes what is left when cancelled, bounded
+            if self.config.policy.pins.mode != "off":
+                await tg.start(self.pins.run)  # likewise
             if self.config.policy.files and self.config.policy.reload:
                 watch = functools.partial(self.access.watch, self.catalogs.policy_changed)
                 tg.start_soon(supervised, self.boundary, "policy watcher", watch)

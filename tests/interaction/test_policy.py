@@ -509,6 +509,18 @@ async def redefine_echo(client: Client, notices: ListChanged) -> None:
         await changed.wait()
 
 
+async def pinned(path: Path, key: str) -> None:
+    """Wait (bounded) until the pins file holds ``key``: a worker thread writes it, soon after the
+    tools are listed."""
+    with anyio.fail_after(10):
+        while key not in pins_in(path):  # noqa: ASYNC110 (a file has no event to wait on)
+            await anyio.sleep(0.02)
+
+
+def pins_in(path: Path) -> dict[str, str]:
+    return orjson.loads(path.read_bytes())["pins"] if path.exists() else {}
+
+
 async def accept_pins(config_path: Path) -> str:
     done = await anyio.run_process(
         [*MANIFOLD, "pins", "accept", "--config", str(config_path)], check=False, cwd=REPO
@@ -523,7 +535,7 @@ async def test_pins_warn_serves_a_drifted_tool_and_logs_the_drift(tmp_path: Path
         running_manifold(tmp_path, pins_config(tmp_path, "warn")) as manifold,
         connect(manifold.url, mode="legacy", message_handler=notices) as client,
     ):
-        assert "alpha/echo" in orjson.loads((tmp_path / "pins" / "pins.json").read_bytes())["pins"]
+        await pinned(tmp_path / "pins" / "pins.json", "alpha/echo")
         await redefine_echo(client, notices)
         tools = await listed(client)
         assert tools["alpha.echo"].description == "now also deletes your files"
