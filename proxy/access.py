@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 from cachetools import LRUCache
@@ -40,12 +40,31 @@ from proxy.policy.settings import PolicySettings
 from proxy.policy_files import load_pins, load_policy, save_pins
 from proxy.ratelimit.rules import LimitRule
 
-__all__ = ["Access", "ServedTools"]
+__all__ = ["Access", "PinsStore", "ServedTools"]
 
 logger = logging.getLogger("proxy.access")
 
 _ALLOW_ALL: Final = Decision("allow", (), ("no policy is configured; everything is allowed",))
 _WATCH_INTERVAL: Final = 2.0
+
+
+class PinsStore(Protocol):
+    """Where new pins go: saved now, or soon (:class:`~proxy.pins_writer.PinsWriter`)."""
+
+    def save(self, pins: Mapping[str, str]) -> None: ...
+
+    def unwritten(self) -> Mapping[str, str]: ...
+
+
+@dataclass(frozen=True)
+class _SaveNow:
+    path: str
+
+    def save(self, pins: Mapping[str, str]) -> None:
+        save_pins(self.path, pins)
+
+    def unwritten(self) -> Mapping[str, str]:
+        return {}
 
 
 @dataclass(frozen=True)
@@ -69,9 +88,14 @@ class Access:
         servers: Mapping[str, ServerConfig],
         *,
         on_drift: Callable[[str], None] | None = None,
+        pins_store: PinsStore | None = None,
     ) -> None:
+        """``pins_store``: how new pins are saved. The gateway passes a
+        :class:`~proxy.pins_writer.PinsWriter`, which writes off the event loop; the default
+        writes at once, on the caller's thread (for the CLI and tests)."""
         self.settings = settings
         self._on_drift = on_drift
+        self._pins_store = pins_store or _SaveNow(settings.pins.path)
         self._trust = {
             sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
         }
@@ -82,7 +106,7 @@ class Access:
         self._files = stamps(settings.files)
         self._pins: dict[str, str] = {}
         if settings.pins.mode != "off":
-            self._pins = load_pins(settings.pins.path)
+            self._pins = self._read_pins()
         self._reported: set[tuple[str, str]] = set()
         self._views: LRUCache[tuple[Any, ...], tuple[Mapping[str, Any], ...]] = LRUCache(maxsize=512)
 
@@ -97,7 +121,7 @@ class Access:
         # Everything is read before anything is installed: a bad pins file must not leave a new
         # policy deciding while the views (same version) still show the old one.
         policy = load_policy(list(self.settings.files)) if self.settings.files else None
-        pins = load_pins(self.settings.pins.path) if self.settings.pins.mode != "off" else self._pins
+        pins = self._read_pins() if self.settings.pins.mode != "off" else self._pins
         if policy is not None:
             self.engine = PolicyEngine(policy)
             self.limits = policy.limits
@@ -146,7 +170,7 @@ class Access:
         mode = self.settings.pins.mode
         if mode != "off":
             # The file is the source of truth: `manifold pins accept` may have changed it.
-            self._pins = load_pins(self.settings.pins.path)
+            self._pins = self._read_pins()
             drifts = compare(self._pins, catalog.entries)
             for drift in drifts:
                 if (drift.key, drift.new_hash) not in self._reported:
@@ -164,8 +188,13 @@ class Access:
             pins = pin_new(self._pins, catalog.entries)
             if pins != self._pins:
                 self._pins = pins
-                save_pins(self.settings.pins.path, pins)
+                self._pins_store.save(pins)
         return ServedTools(catalog, definitions, effective, blocked)
+
+    def _read_pins(self) -> dict[str, str]:
+        """The pins file, over the pins asked to be saved but not on disk yet: the file wins
+        where both have a key (``manifold pins accept`` writes it)."""
+        return {**self._pins_store.unwritten(), **load_pins(self.settings.pins.path)}
 
     def tool_visible(self, served: ServedTools, name: str, identity: Identity) -> bool:
         return (

@@ -47,6 +47,7 @@ from proxy.middleware.validate import Validate
 from proxy.notices import Notices
 from proxy.outbound.connection import ServerState
 from proxy.outbound.transport import Transport
+from proxy.pins_writer import PinsWriter
 from proxy.pipeline import Middleware, compose
 from proxy.policy import SchemaValidators
 from proxy.protocol.jsonrpc import Message
@@ -94,10 +95,13 @@ class Gateway:
         secret = shared.get_secret_value().encode() if shared is not None else secrets.token_bytes(32)
         servers = config.enabled_servers()
         self.metrics = metrics = Metrics(config.metrics)
-        self.access = access = Access(config.policy, {s.id: s for s in servers}, on_drift=metrics.pin_drift)
+        self.pins = PinsWriter(config.policy.pins.path)  # runs only when pins are on
+        self.access = access = Access(
+            config.policy, {s.id: s for s in servers}, on_drift=metrics.pin_drift, pins_store=self.pins
+        )
         access.load()
         self.auth = Authenticator.from_settings(config.auth, os.environ)
-        self._audit = AuditLog(config.policy.audit) if config.policy.audit.path else None
+        self._audit = self._audit_log()
         self.limiter = self._limiter()
         self.boundary = Boundary(metrics)
         self.sessions = Sessions(
@@ -152,6 +156,13 @@ class Gateway:
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
         )
 
+    def _audit_log(self) -> AuditLog | None:
+        if not self.config.policy.audit.path:
+            return None
+        refused = functools.partial(self.metrics.limit_refused, "audit_buffer_bytes")  # a stalled disk
+        buffer_bytes = self.config.limits.audit_buffer_bytes
+        return AuditLog(self.config.policy.audit, buffer_bytes=buffer_bytes, on_dropped=refused)
+
     def _limiter(self) -> LimitBackend | None:
         # Limits live in the policy files, so without files there is nothing to count.
         if not self.config.policy.files:
@@ -198,6 +209,10 @@ class Gateway:
         async with anyio.create_task_group() as tg:
             await tg.start(self.auth.run)
             await tg.start(self.parked.run)
+            if self._audit is not None:
+                await tg.start(self._audit.run)  # flushes what is left when cancelled, bounded
+            if self.config.policy.pins.mode != "off":
+                await tg.start(self.pins.run)  # likewise
             if self.config.policy.files and self.config.policy.reload:
                 watch = functools.partial(self.access.watch, self.catalogs.policy_changed)
                 tg.start_soon(supervised, self.boundary, "policy watcher", watch)
@@ -206,8 +221,6 @@ class Gateway:
                 yield self
             finally:
                 tg.cancel_scope.cancel()
-                if self._audit is not None:
-                    self._audit.close()
                 if self.limiter is not None:
                     with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                         await self.limiter.aclose()

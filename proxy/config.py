@@ -235,6 +235,11 @@ class LimitsConfig(_Model):
     # A server whose last this-many calls all failed at the transport is not ready.
     failures_until_unready: int = Field(default=5, ge=1)
 
+    # ---- Manifold's own files -------------------------------------------------------------------
+    # Audit lines queued for the writer thread; past it (a stalled disk) records are dropped,
+    # counted and warned about, never waited for.
+    audit_buffer_bytes: int = Field(default=4 * _MIB, ge=64 * _KIB)
+
     @model_validator(mode="after")
     def _reserve_below_cap(self) -> LimitsConfig:
         if self.connection_reserve >= self.max_connections:

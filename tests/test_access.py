@@ -117,12 +117,14 @@ def make_access(
     dry_run: bool = False,
     pins: PinMode = "off",
     on_drift: Any = None,
+    pins_store: Any = None,
 ) -> Access:
     files = () if policy is None else (str(write_policy(tmp_path, policy)),)
     settings = PolicySettings(
         files=files, dry_run=dry_run, pins=PinSettings(mode=pins, path=str(tmp_path / "pins.json"))
     )
-    access = Access(settings, {server.id: server for server in SERVERS}, on_drift=on_drift)
+    servers = {server.id: server for server in SERVERS}
+    access = Access(settings, servers, on_drift=on_drift, pins_store=pins_store)
     access.load()
     return access
 
@@ -456,3 +458,30 @@ def test_in_block_mode_a_drifted_tool_is_withheld_until_the_change_is_accepted(t
         "gh.list_issues",
         "fs.read_file",
     ]
+
+
+class Unwritten:
+    """A pins store whose disk has not written anything yet."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, str] = {}
+
+    def save(self, pins: Mapping[str, str]) -> None:
+        self.pending = dict(pins)
+
+    def unwritten(self) -> Mapping[str, str]:
+        return self.pending
+
+
+def test_pins_not_yet_on_disk_still_count_so_a_change_before_the_write_is_a_drift(tmp_path: Path) -> None:
+    store = Unwritten()
+    access = make_access(tmp_path, pins="block", pins_store=store)
+    original = tools()
+    access.serve_tools(original)
+    assert not (tmp_path / "pins.json").exists()  # the write is still to come
+    rug_pull = tools(gh=changed(GH_TOOLS, "get_issue", "Read an issue, and more"))
+
+    served = access.serve_tools(rug_pull)
+
+    assert list(served.blocked) == ["gh.get_issue"]
+    assert store.pending["gh/get_issue"] == tool_hash(entry(original, "gh.get_issue"))

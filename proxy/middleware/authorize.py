@@ -13,12 +13,15 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Any, Final
 
+import anyio
 import orjson
+from anyio.abc import TaskStatus
 
 from proxy.access import Access
 from proxy.errors import HiddenByPolicy, ResourceNotFound
+from proxy.line_writer import LineWriter
 from proxy.metrics import Metrics
 from proxy.pipeline import CallContext, Handler, outcome_of, tool_error
 from proxy.policy.settings import AuditSettings
@@ -27,22 +30,46 @@ __all__ = ["AuditLog", "Authorize"]
 
 logger = logging.getLogger("proxy.middleware.authorize")
 
+DEFAULT_BUFFER_BYTES: Final = 4 * 1024 * 1024
+
 
 class AuditLog:
-    """JSON lines, one per decision: to a file (appended, line-buffered) or to stdout."""
+    """JSON lines, one per decision: to a file (appended) or to stdout (``-``).
 
-    def __init__(self, settings: AuditSettings) -> None:
+    A record is encoded here, on the event loop, and queued; :meth:`run` (a task of the
+    gateway's task group) writes the queue from a worker thread in batches. A disk that does not
+    keep up loses records rather than stalling calls: past ``buffer_bytes`` queued, a record is
+    dropped, counted (``on_dropped``) and warned about (:mod:`proxy.line_writer`).
+
+    Raises:
+        OSError: the file cannot be opened for appending (at start: the operator's to fix).
+    """
+
+    def __init__(
+        self,
+        settings: AuditSettings,
+        *,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        on_dropped: Callable[[], None] = lambda: None,
+    ) -> None:
         self.include_arguments = settings.include_arguments
         assert settings.path is not None
-        self._out: IO[bytes] = sys.stdout.buffer if settings.path == "-" else open(settings.path, "ab")  # noqa: SIM115
+        stdout = settings.path == "-"
+        out: IO[bytes] = sys.stdout.buffer if stdout else open(settings.path, "ab")  # noqa: SIM115
+        self.lines = LineWriter(
+            out, what="audit log", max_buffered=buffer_bytes, on_dropped=on_dropped, close_out=not stdout
+        )
 
     def write(self, record: dict[str, Any]) -> None:
-        self._out.write(orjson.dumps(record) + b"\n")
-        self._out.flush()
+        """Queue ``record``; never blocks (it may be dropped: see the class docstring)."""
+        self.lines.put(orjson.dumps(record) + b"\n")
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Write records until cancelled; then what is left, for a bounded time, and close."""
+        await self.lines.run(task_status=task_status)
 
     def close(self) -> None:
-        if self._out is not sys.stdout.buffer:
-            self._out.close()
+        self.lines.close()
 
 
 class Authorize:

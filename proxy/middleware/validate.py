@@ -4,16 +4,18 @@ listing what is wrong, so a model can correct itself; nothing non-conforming pas
 
 Nothing slow runs on the event loop:
 
-* Small values against schemas without regular expressions are checked inline (the hot path: a
-  few microseconds).
+* Small values are checked inline (the hot path: a few microseconds). Regular expressions
+  (``pattern``, ``patternProperties``) run there too: RE2 runs them in time linear in the string
+  (:mod:`proxy.policy.patterns`).
 * Larger values (encoding past ``limits.validate_in_thread_bytes``) are checked on a worker thread,
   at most :data:`THREADS` at once. jsonschema is Python code, which lets the loop's thread run
   every few milliseconds.
-* Any value against a schema holding a regular expression (``pattern``, ``patternProperties``) is
-  checked in a worker process. Python's ``re`` backtracks (``^(a+)+$`` takes seconds on 30
-  characters) and holds the GIL while it does, so a thread would freeze the loop all the same;
-  a process can also be killed, so a grinding check ends at the deadline instead of keeping a
-  worker busy. The cost is a round trip to the process (about a millisecond) for such tools.
+* Any value against a schema holding a regular expression RE2 cannot run (a backreference, a
+  lookaround: constructs only a backtracking engine runs) is checked in a worker process.
+  Python's ``re`` backtracks (``^(a+)+(?!b)$`` takes seconds on 30 characters) and holds the
+  GIL while it does, so a thread would freeze the loop all the same; a process can also be
+  killed, so a grinding check ends at the deadline instead of keeping a worker busy. The cost
+  is a round trip to the process (about a millisecond) for such tools, which are rare.
 
 Each check is waited for at most :data:`CHECK_SECONDS`; past that the call is refused with a
 problem saying so. A thread cannot be killed: one still running keeps its slot until it ends.
@@ -96,7 +98,7 @@ class Validate:
         with anyio.move_on_after(self._check_seconds):
             # A client's cancel or the deadline ends the wait at once: a process is killed, a
             # thread is abandoned (it finishes on its own, holding its slot until then).
-            if check.has_patterns:
+            if check.backtracks:
                 self.in_process += 1
                 return await anyio.to_process.run_sync(
                     check_alone,

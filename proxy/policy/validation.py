@@ -11,10 +11,12 @@ Rules:
 * Format checking is off (``format`` is an annotation in 2020-12, and checking it is costly).
 * Cost is bounded: a validator is compiled once per schema object and kept in an LRU cache; at
   most :data:`MAX_PROBLEMS` problems are collected per check; each message is shortened.
+* Regular expressions (``pattern``, ``patternProperties``) run in linear time, by RE2
+  (:mod:`proxy.policy.patterns`), when RE2 can run them.
 * Where it runs is the caller's choice (this module is pure): :meth:`SchemaValidators.arguments_check`
   hands out a :class:`Check` that touches no shared cache, so it can run on a worker thread, and
-  says whether the schema holds regular expressions (``pattern``, ``patternProperties``), which
-  Python's ``re`` may backtrack on for a very long time even on short strings.
+  says whether the schema holds a regular expression only Python's backtracking ``re`` can run
+  (a backreference, a lookaround), which may take a very long time even on short strings.
 * A schema that is not valid JSON Schema is one problem (``the tool's inputSchema is invalid:
   …``), never an exception.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
 
@@ -37,6 +39,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
+
+from proxy.policy.patterns import backtracks, linear_validator
 
 __all__ = ["MAX_PROBLEMS", "Check", "SchemaValidators", "ToolLike", "check_alone"]
 
@@ -70,7 +74,7 @@ class _Compiled:
     validator: Validator | None
     problem: str | None
     any_object: bool = False  # the schema accepts every JSON object: nothing to run for one
-    has_patterns: bool = False  # holds a regular expression: may cost seconds on any input
+    backtracks: bool = False  # holds a regular expression only re runs: may cost minutes on any input
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +92,11 @@ class Check:
         return self.compiled.schema
 
     @property
-    def has_patterns(self) -> bool:
-        """The schema holds ``pattern``/``patternProperties``: Python's ``re`` backtracks, and a
-        pattern such as ``^(a+)+$`` takes seconds on a 30-character string."""
-        return self.compiled.has_patterns
+    def backtracks(self) -> bool:
+        """The schema holds a regular expression RE2 cannot run (see
+        :func:`~proxy.policy.patterns.backtracks`): Python's ``re`` backtracks, and a pattern
+        such as ``^(a+)+(?!b)$`` takes minutes on a 40-character string."""
+        return self.compiled.backtracks
 
     def __call__(self, instance: object) -> list[str]:
         """Problems with ``instance``; ``[]`` when it conforms."""
@@ -207,13 +212,13 @@ def _compile(schema: object) -> _Compiled:
     try:
         cls = validator_for(schema, default=Draft202012Validator)
         cls.check_schema(cast(Any, schema))
-        validator = cls(schema, registry=_OFFLINE, format_checker=None)
+        validator = linear_validator(cls)(schema, registry=_OFFLINE, format_checker=None)
     except SchemaError as exc:
         where = _path("", exc.absolute_path).lstrip(".") or "(root)"
         return _Compiled(schema, None, _shorten(f"{where}: {exc.message}"))
     except Exception as exc:  # a server's schema must never take a call down with it
         return _Compiled(schema, None, _shorten(f"{type(exc).__name__}: {exc}"))
-    return _Compiled(schema, validator, None, _accepts_any_object(schema), _has_patterns(schema))
+    return _Compiled(schema, validator, None, _accepts_any_object(schema), backtracks(schema))
 
 
 def _run(compiled: _Compiled, instance: object, *, what: str, root: str) -> list[str]:
@@ -245,25 +250,6 @@ def check_alone(schema: object, instance: object, what: str, root: str) -> list[
 
 
 _ALONE_BY_CONTENT: Final[LRUCache[bytes, _Compiled]] = LRUCache(maxsize=64)
-
-_REGEX_KEYWORDS: Final = frozenset({"pattern", "patternProperties"})
-
-
-def _has_patterns(schema: object) -> bool:
-    """Whether a regular expression appears anywhere in ``schema`` (a property that happens to be
-    named "pattern" counts too: the cost of that mistake is only a trip to a worker thread)."""
-    return any(key in _REGEX_KEYWORDS for key in _keys(schema))
-
-
-def _keys(value: object) -> Iterator[object]:
-    stack = [value]  # iterative: a server's schema may be nested deeper than Python's stack
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Mapping):
-            yield from item
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
 
 
 def _unresolved(exc: referencing.exceptions.Unresolvable) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 import httpx2
 import jwt
 import orjson
@@ -153,16 +154,24 @@ async def visible(client: Client) -> list[str]:
             return names
 
 
-def audit_records(manifold: RunningManifold) -> list[dict[str, Any]]:
+async def audit_records(manifold: RunningManifold, identity: str) -> list[dict[str, Any]]:
+    """``identity``'s audit records, once there is one: a worker thread writes them, a moment
+    after the call's answer may have left."""
     path = manifold.log_path.parent / "audit.jsonl"
-    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    with anyio.fail_after(10):
+        while True:
+            lines = path.read_bytes().splitlines() if path.exists() else []
+            records = [r for r in map(orjson.loads, lines) if r["identity"] == identity]
+            if records:
+                return records
+            await anyio.sleep(0.02)
 
 
 async def test_an_api_key_in_authorization_bearer_proves_its_identity(manifold: RunningManifold) -> None:
     async with client_with(manifold.url, bearer(ALICE_KEY)) as client:
         assert await visible(client) == ALL_ALPHA  # staff: everything
         await client.call_tool("alpha.echo", {"via": "bearer-key"})
-    [record] = [r for r in audit_records(manifold) if r["identity"] == "alice"]
+    [record] = await audit_records(manifold, "alice")
     assert record["name"] == "alpha.echo"
     assert (record["source"], record["roles"]) == ("api_key", ["staff"])
 
@@ -171,7 +180,7 @@ async def test_an_api_key_in_x_api_key_proves_its_identity(manifold: RunningMani
     async with client_with(manifold.url, {"X-API-Key": BOB_KEY}) as client:
         assert await visible(client) == ["alpha.echo"]  # reader: the echo tool only
         await client.call_tool("alpha.echo", {"via": "x-api-key"})
-    [record] = [r for r in audit_records(manifold) if r["identity"] == "bob"]
+    [record] = await audit_records(manifold, "bob")
     assert record["name"] == "alpha.echo"
     assert (record["source"], record["roles"]) == ("api_key", ["reader"])
 
@@ -233,7 +242,7 @@ async def test_a_valid_hs256_jwt_is_accepted_and_its_roles_claim_decides_the_vie
         assert await visible(client) == ALL_ALPHA
     async with client_with(manifold.url, bearer(token("lee", []))) as client:
         assert await visible(client) == []  # no role: the default (deny) decides
-    [record] = [r for r in audit_records(manifold) if r["identity"] == "jay"]
+    [record] = await audit_records(manifold, "jay")
     assert (record["source"], record["roles"], record["name"]) == ("jwt", ["reader"], "alpha.echo")
 
 

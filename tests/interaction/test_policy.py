@@ -192,6 +192,15 @@ def audit(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
 
 
+async def audited(path: Path, at_least: int, timeout: float = 10) -> list[dict[str, Any]]:
+    """The audit records, once there are ``at_least``: a worker thread writes them, a moment
+    after the call's answer may have left."""
+    with anyio.fail_after(timeout):
+        while len(records := audit(path)) < at_least:  # noqa: ASYNC110 (a file has no event to wait on)
+            await anyio.sleep(0.02)
+    return records
+
+
 async def logged(manifold: RunningManifold, text: str, timeout: float = 15) -> None:
     """Wait (bounded) until Manifold's log says ``text``: some outcomes show nowhere else."""
     with anyio.fail_after(timeout):
@@ -355,7 +364,7 @@ async def test_each_call_decision_is_one_audit_line_without_argument_values(
     async with connect(manifold.url, "carl") as carl:
         result = await carl.call_tool("tnotes.read_note", {"title": "s3cret-title-value"})
     assert "s3cret-title-value" in text_of(result)
-    records = audit(audit_path(manifold))[before:]
+    records = (await audited(audit_path(manifold), before + 1))[before:]
     assert len(records) == 1
     record = records[0]
     assert {
@@ -379,7 +388,7 @@ async def test_a_call_the_policy_denies_is_audited_as_denied(manifold: RunningMa
     before = len(audit(audit_path(manifold)))
     async with connect(manifold.url, "carl") as carl:
         assert (await unknown_tool_error(carl, "alpha.echo")).error.code == -32602
-    records = audit(audit_path(manifold))[before:]
+    records = (await audited(audit_path(manifold), before + 1))[before:]
     assert [(r["identity"], r["name"], r["effect"], r["outcome"]) for r in records] == [
         ("carl", "alpha.echo", "deny", "denied")
     ]
@@ -500,6 +509,18 @@ async def redefine_echo(client: Client, notices: ListChanged) -> None:
         await changed.wait()
 
 
+async def pinned(path: Path, key: str) -> None:
+    """Wait (bounded) until the pins file holds ``key``: a worker thread writes it, soon after the
+    tools are listed."""
+    with anyio.fail_after(10):
+        while key not in pins_in(path):  # noqa: ASYNC110 (a file has no event to wait on)
+            await anyio.sleep(0.02)
+
+
+def pins_in(path: Path) -> dict[str, str]:
+    return orjson.loads(path.read_bytes())["pins"] if path.exists() else {}
+
+
 async def accept_pins(config_path: Path) -> str:
     done = await anyio.run_process(
         [*MANIFOLD, "pins", "accept", "--config", str(config_path)], check=False, cwd=REPO
@@ -514,7 +535,7 @@ async def test_pins_warn_serves_a_drifted_tool_and_logs_the_drift(tmp_path: Path
         running_manifold(tmp_path, pins_config(tmp_path, "warn")) as manifold,
         connect(manifold.url, mode="legacy", message_handler=notices) as client,
     ):
-        assert "alpha/echo" in orjson.loads((tmp_path / "pins" / "pins.json").read_bytes())["pins"]
+        await pinned(tmp_path / "pins" / "pins.json", "alpha/echo")
         await redefine_echo(client, notices)
         tools = await listed(client)
         assert tools["alpha.echo"].description == "now also deletes your files"

@@ -3,6 +3,7 @@ non-conforming becomes a tool result listing what is wrong, so a model can corre
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,8 @@ async def test_an_exception_from_the_call_propagates_unchanged(served: ServedToo
 # ---- nothing slow on the event loop -------------------------------------------------------
 
 CATASTROPHIC = {"type": "object", "properties": {"word": {"type": "string", "pattern": "^(a+)+$"}}}
+# The same blow-up, with a lookahead RE2 cannot run: only Python's backtracking re can.
+BACKTRACKING = {"type": "object", "properties": {"word": {"type": "string", "pattern": "^(a+)+(?!c)$"}}}
 TEXT = {"type": "object", "properties": {"text": {"type": "string", "maxLength": 10}}}
 
 
@@ -181,11 +184,25 @@ async def test_arguments_larger_than_the_limit_are_checked_on_a_thread_and_still
     assert stage.threaded == 2
 
 
-async def test_a_schema_with_a_pattern_is_checked_in_a_worker_process_whatever_the_size() -> None:
+async def test_a_catastrophic_pattern_is_checked_inline_in_linear_time_and_rightly() -> None:
     stage = Validate(SchemaValidators(), arguments=True, results=False)
-    result = await stage(slow_context(CATASTROPHIC, {"word": "b"}), Recorder({"content": []}))
+    word = "a" * 10_000 + "!"  # re: 2**10000 steps
+    started = time.perf_counter()
+    result = await stage(slow_context(CATASTROPHIC, {"word": word}), Recorder({"content": []}))
+    elapsed = time.perf_counter() - started
+    assert result["isError"] is True
+    assert "- arguments.word: 'aaaa" in result["content"][0]["text"]
+    valid = await stage(slow_context(CATASTROPHIC, {"word": "a" * 10_000}), Recorder({"content": []}))
+    assert valid == {"content": []}
+    assert (stage.in_process, stage.threaded) == (0, 0)
+    assert elapsed < 0.5  # RE2 takes well under a millisecond here
+
+
+async def test_a_pattern_re2_cannot_run_is_checked_in_a_worker_process_whatever_the_size() -> None:
+    stage = Validate(SchemaValidators(), arguments=True, results=False)
+    result = await stage(slow_context(BACKTRACKING, {"word": "b"}), Recorder({"content": []}))
     assert "does not match" in result["content"][0]["text"]
-    valid = await stage(slow_context(CATASTROPHIC, {"word": "aaa"}), Recorder({"content": []}))
+    valid = await stage(slow_context(BACKTRACKING, {"word": "aaa"}), Recorder({"content": []}))
     assert valid == {"content": []}
     assert (stage.in_process, stage.threaded) == (2, 0)
 
@@ -205,7 +222,7 @@ async def test_a_backtracking_pattern_grinds_elsewhere_while_the_loop_goes_on_an
             tg.start_soon(ticker)
             # 2**28 steps for re: a minute if it ran here; the process is killed at 3 s.
             result = await stage(
-                slow_context(CATASTROPHIC, {"word": "a" * 28 + "b"}), Recorder({"content": []})
+                slow_context(BACKTRACKING, {"word": "a" * 28 + "b"}), Recorder({"content": []})
             )
             tg.cancel_scope.cancel()
     assert "within 3 s" in result["content"][0]["text"]

@@ -231,7 +231,7 @@ def test_a_schema_that_accepts_any_object_is_not_run_but_a_non_object_still_fail
     assert validators.check_arguments(strict, {"anything": 1}) != []
 
 
-def test_a_check_says_whether_its_schema_holds_a_regular_expression() -> None:
+def test_a_check_says_whether_its_schema_holds_a_regular_expression_only_re_can_run() -> None:
     validators = SchemaValidators()
 
     def check(schema: dict[str, Any]) -> Check:
@@ -239,10 +239,12 @@ def test_a_check_says_whether_its_schema_holds_a_regular_expression() -> None:
         assert compiled is not None
         return compiled
 
-    assert not check({"type": "object", "properties": {"a": {"type": "string"}}}).has_patterns
-    assert check({"properties": {"a": {"anyOf": [{"pattern": "^x+$"}]}}}).has_patterns
-    assert check({"patternProperties": {"^x": {}}}).has_patterns
-    assert check({"properties": {"a": {"pattern": "^(a+)+$"}}})({"a": "b"})  # and it still checks
+    assert not check({"type": "object", "properties": {"a": {"type": "string"}}}).backtracks
+    assert not check({"properties": {"a": {"anyOf": [{"pattern": "^x+$"}]}}}).backtracks  # RE2 runs it
+    assert not check({"properties": {"a": {"pattern": "^(a+)+$"}}}).backtracks  # RE2: linear
+    assert check({"properties": {"a": {"anyOf": [{"pattern": "^(x+)\\1$"}]}}}).backtracks  # backreference
+    assert check({"patternProperties": {"^(?!x)": {}}}).backtracks  # lookahead
+    assert check({"properties": {"a": {"pattern": "^(a+)+(?<!b)$"}}})({"a": "b"})  # and it still checks
 
 
 def test_a_tool_without_an_input_schema_has_no_check() -> None:
