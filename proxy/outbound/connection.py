@@ -23,9 +23,12 @@ and an unexpected error in one connected lifetime is logged, counted and followe
 like any other failure. Only cancellation leaves :meth:`ServerConnection.run`.
 
 Health follows outcomes, not only the link: a connected server whose last
-``failures_until_unready`` calls all failed at the transport (unreachable, timed out, or an
-answer that broke the protocol; not a tool's error or a JSON-RPC error the server answered) is
-``failing``: still served, so that one success makes it ``ready`` again, but not counted as up.
+``failures_until_unready`` calls all failed at the transport (unreachable, closed, or an answer
+that broke the protocol) is ``failing``: still served, so that one success makes it ``ready``
+again, but not counted as up. What a caller can provoke on a healthy server does not count: a
+tool's error, a JSON-RPC error the server answered, a timeout (a slow tool, a long argument) or an
+answer past a size or depth limit (a big file asked for): else one client could take a
+``required`` server, and with it the replica's ``/readyz``, out of service.
 
 The rules live beside it: ``era`` (the envelope, what a server says of itself, x-mcp-header
 tools), ``lists`` (paging), ``listening`` (the listen stream), ``relay`` (whose request it is).
@@ -56,6 +59,7 @@ from proxy.errors import (
     LimitExceeded,
     ProtocolError,
     RemoteError,
+    ServerProtocolError,
     ServerTimeout,
     ServerUnavailable,
     Unencodable,
@@ -275,6 +279,8 @@ class ServerConnection:
         cause = failure.__cause__ if failure is not None else None
         if isinstance(cause, LimitExceeded) and self._on_limit is not None:
             self._on_limit(cause)  # a transport's refusal, counted here: transports hold no metrics
+        if isinstance(failure, ServerTimeout) or isinstance(cause, LimitExceeded):
+            return  # the caller's doing as much as the server's: no sign of health either way
         if failure is None:
             self._failures = 0
             if self.state is ServerState.FAILING:
@@ -373,6 +379,8 @@ class ServerConnection:
                 message, related = await link.receive()
                 if isinstance(message, Failed):
                     if message.request_id is None:  # which one cannot be told: each may have been it
+                        if isinstance(cause := message.error.__cause__, LimitExceeded) and self._on_limit:
+                            self._on_limit(cause)  # once: the waiters each get a copy without it
                         self._fail_pending(message.error)
                     else:
                         self._settle(message.request_id, failure=message.error)
@@ -651,15 +659,25 @@ class ServerConnection:
             )
 
     def _fail_pending(self, failure: ServerUnavailable) -> None:
-        """Fail every request in flight that is still waiting with ``failure``."""
+        """Fail every request in flight that is still waiting with ``failure``: each with its own
+        instance, since each waiter raises it (a shared one would gather every waiter's frames)."""
         for slot in self._pending.values():
             if not slot.event.is_set():
-                slot.failure = failure
+                slot.failure = _copy_of(failure)
                 slot.event.set()
 
     def _set_state(self, state: ServerState, reason: str | None) -> None:
         self.state, self.reason = state, reason
         self._listener.state_changed(self.server_id, state, reason)
+
+
+def _copy_of(failure: ServerUnavailable) -> ServerUnavailable:
+    """A new instance saying what ``failure`` says (its cause left out: counted where it came)."""
+    if type(failure) is ServerProtocolError:
+        return ServerProtocolError(failure.server_id, failure.reason)
+    if type(failure) is ServerUnavailable:
+        return ServerUnavailable(failure.server_id, failure.reason)
+    return failure
 
 
 def _internal_error_reply(request_id: RequestId) -> Message:

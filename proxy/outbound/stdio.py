@@ -37,7 +37,7 @@ from proxy.outbound.transport import Failed, Received, unusable_answer
 from proxy.protocol import jsonrpc
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message
-from proxy.protocol.salvage import KEEP, answer_id
+from proxy.protocol.salvage import KEEP, answer_id, is_request
 
 __all__ = ["MAX_LINE", "StdioTransport"]
 
@@ -108,6 +108,11 @@ class _StdioLink:
 
     def _take(self, line: bytes | LineTooLong) -> Message | Failed | None:
         if isinstance(line, LineTooLong):
+            if is_request(line.head):  # the server's own request or notification: no call waits on it
+                logger.warning(
+                    "server %s: dropped a request or notification from stdout: %s", self._server_id, line
+                )
+                return None
             request_id = answer_id(line.head, line.tail)
             if request_id is None:
                 logger.warning(

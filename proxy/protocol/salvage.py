@@ -20,7 +20,7 @@ import orjson
 
 from proxy.protocol.jsonrpc import RequestId
 
-__all__ = ["KEEP", "answer_id"]
+__all__ = ["KEEP", "answer_id", "is_request"]
 
 KEEP: Final = 4096  # bytes of a broken line's head, and of its tail, that are read for its id
 
@@ -42,6 +42,12 @@ def answer_id(head: bytes, tail: bytes) -> RequestId | None:
         return found
     last = _LAST_MEMBER_ID.search(tail[-KEEP:])
     return _decoded(last.group(1)) if last else None
+
+
+def is_request(head: bytes) -> bool:
+    """Whether a line starting with ``head`` shows a top-level ``method``: a request or a
+    notification of the server's own, which no request of ours waits for."""
+    return _from_head(head)[1]
 
 
 def _decoded(token: bytes) -> RequestId | None:

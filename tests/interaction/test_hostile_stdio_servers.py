@@ -152,6 +152,14 @@ async def test_a_17_mib_answer_fails_its_call_at_once_naming_the_limit(
     await another_client_is_served(manifold, *NOTES_ECHO)
 
 
+async def test_an_oversized_notification_is_dropped_and_fails_no_call(manifold: RunningManifold) -> None:
+    # Not an answer: no call of ours waited on it, so none fails (the head shows its "method").
+    took, answer = await call(manifold, "unruly.big_notice", {"mib": 17})
+    assert took < AT_ONCE
+    assert "result" in answer, answer
+    assert "dropped a request or notification from stdout" in manifold.log()
+
+
 async def test_an_answer_that_is_not_utf8_fails_its_call_at_once(manifold: RunningManifold) -> None:
     took, answer = await call(manifold, "unruly.bad_utf8", {})
     assert took < AT_ONCE

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from proxy.boundary import wire_error
-from proxy.errors import RemoteError, ServerProtocolError, ServerTimeout, ServerUnavailable
+from proxy.errors import MessageTooLarge, RemoteError, ServerProtocolError, ServerTimeout, ServerUnavailable
 from proxy.outbound.connection import ServerConnection, ServerState, backoff_delay
 from proxy.outbound.transport import Failed, Transport
 from proxy.protocol import jsonrpc
@@ -369,6 +369,34 @@ async def test_a_server_whose_last_calls_all_failed_at_the_transport_is_failing_
         with pytest.raises(RemoteError):
             await connection.request("tools/call", {"name": "refuse"})
         assert recorder.states[-2:] == [(ServerState.FAILING, failing), (ServerState.READY, None)]
+
+
+async def test_what_a_caller_can_provoke_never_makes_a_server_failing() -> None:
+    # A slow tool (timed out) and an answer past a size limit (a big file asked for): one
+    # client could otherwise take a required server, and the replica's /readyz, out of service.
+    too_large = ServerProtocolError("mem", "its answer was too large")
+    too_large.__cause__ = MessageTooLarge("a JSON body", limit="max_server_message_bytes", maximum=8)
+
+    async def on_call(message: Message, reply: Reply) -> None:
+        if message["params"]["name"] == "big":
+            await reply(Failed(message["id"], too_large))
+        # "slow": never answered
+
+    refused: list[str] = []
+    handler = paged_server([(["big", "slow"], None)], on_call)
+    async with connected(
+        MemoryTransport(handler),
+        Recorder(),
+        failures_until_unready=1,
+        on_limit=lambda e: refused.append(e.limit),
+    ) as connection:
+        for _ in range(2):
+            with pytest.raises(ServerTimeout):
+                await connection.request("tools/call", {"name": "slow"}, timeout=0.05)
+            with pytest.raises(ServerProtocolError):
+                await connection.request("tools/call", {"name": "big"})
+        assert connection.state is ServerState.READY
+    assert refused == ["max_server_message_bytes"] * 2
 
 
 async def test_json_rpc_errors_the_server_answers_never_make_it_failing() -> None:
