@@ -106,6 +106,9 @@ class PinsWriter:
                 self._save(self._path, pins)
             except OSError as exc:
                 logger.error("cannot save the pins file %s (kept in memory): %s", self._path, exc)
+                with self._latest_lock:
+                    if self._latest is None:  # pending again, unless a newer state came meanwhile
+                        self._latest = pins
                 return 0
             finally:
                 with self._latest_lock:
