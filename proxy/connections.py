@@ -19,6 +19,7 @@ import anyio.abc
 from proxy.boundary import Boundary, wire_error
 from proxy.config import LimitsConfig, ServerConfig
 from proxy.inbound.session import Client, ClientSession, InboundRequest
+from proxy.logs import redact_text
 from proxy.metrics import Metrics
 from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
 from proxy.outbound.era import Era
@@ -155,7 +156,8 @@ class Connections:
                     for kind, kept in c.capped.items()
                 }
             if c.state is not ServerState.READY and (stderr := c.stderr_tail(_STDERR_SHOWN)):
-                entry["stderr"] = stderr
+                # /healthz answers without credentials, and a failing server may print its secrets.
+                entry["stderr"] = [redact_text(line) for line in stderr]
         return report
 
     def waiting_for(self) -> list[str]:
