@@ -162,9 +162,12 @@ def _guard(inbound: Inbound) -> ConnectionGuard:
     probes = {"/healthz", "/readyz"}
     if config.metrics.enabled:
         probes.add(config.metrics.path)
-    return ConnectionGuard(
-        config.limits, inbound.boundary, frozenset(probes), servers=len(config.enabled_servers())
-    )
+    # Server connections that hold descriptors: one per shared server, and as many per_client
+    # ones as may run at once (limits.max_per_client_connections, across all such servers).
+    servers = config.enabled_servers()
+    per_client = any(s.session_mode == "per_client" for s in servers)
+    connections = len(servers) + (config.limits.max_per_client_connections if per_client else 0)
+    return ConnectionGuard(config.limits, inbound.boundary, frozenset(probes), servers=connections)
 
 
 async def _run_uvicorn(app: Any, sock: socket.socket, guard: ConnectionGuard) -> None:
