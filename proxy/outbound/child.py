@@ -31,6 +31,7 @@ __all__ = ["Child"]
 
 _READ_CHUNK: Final = 65536
 _POLL_EXIT: Final = 0.25  # seconds between looks at the child where no pidfd tells us of its exit
+_POLL_STOP: Final = 0.01  # seconds between looks at a child being stopped (a short, bounded wait)
 
 
 class Child:
@@ -81,6 +82,14 @@ class Child:
                     await anyio.sleep(0.01)
             else:
                 await anyio.sleep(_POLL_EXIT)
+        self.exited.set()
+
+    async def reaped(self) -> None:
+        """Until the process has exited and is reaped, by polling: usable while :meth:`watch`
+        waits on the pidfd, and after it was cancelled (on shutdown it is, with everything else,
+        and a stop that waited for its event would wait out every grace period)."""
+        while self._popen.poll() is None:  # noqa: ASYNC110 - no event to wait on: watch() owns the pidfd
+            await anyio.sleep(_POLL_STOP)
         self.exited.set()
 
     async def read(self, name: str) -> bytes:

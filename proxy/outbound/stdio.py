@@ -246,11 +246,11 @@ class StdioTransport:
         if not child.exited.is_set():
             child.close("stdin")
             with anyio.move_on_after(self._grace):
-                await child.exited.wait()
+                await child.reaped()
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if child.exited.is_set() or not child.signal_group(sig):
                 break
             with anyio.move_on_after(self._grace):
-                await child.exited.wait()
+                await child.reaped()
         # Children that outlived the leader (the group is ours alone) go too.
         child.signal_group(signal.SIGKILL)

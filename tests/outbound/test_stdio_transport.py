@@ -332,6 +332,18 @@ async def test_a_process_that_stops_when_its_stdin_closes_is_not_signalled(log: 
     assert reaped(pid)
 
 
+async def test_a_process_stopped_by_cancellation_is_not_waited_for_past_its_exit(log: LogLines) -> None:
+    # On shutdown everything is cancelled, the task watching the exit included: the stop must see
+    # the exit itself, not wait out the grace (30 s here) for an event nobody will set.
+    with anyio.fail_after(10), anyio.CancelScope() as scope:
+        async with server(PRELUDE + READY + WAIT_FOR_EOF, shutdown_grace=30).connect() as link:
+            message = await answered(link)
+            scope.cancel()
+            await anyio.sleep_forever()
+    pid = message["params"]["pid"]
+    assert f"server fx: process {pid} stopped (code 0)" in log.lines
+
+
 async def test_leaving_the_context_ends_the_process_and_everything_it_started(log: LogLines) -> None:
     with anyio.fail_after(15):
         async with server(PRELUDE + SPAWNS + WAIT_FOREVER, shutdown_grace=0.2).connect() as link:
