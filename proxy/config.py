@@ -196,6 +196,9 @@ class LimitsConfig(_Model):
     # validation runs on a worker thread, never on the event loop.
     max_argument_bytes: int = Field(default=4 * _MIB, ge=1 * _KIB)
     validate_in_thread_bytes: int = Field(default=64 * _KIB, ge=0)
+    # Length of a resource URI a client names (read, subscribe, complete, listen): what routing
+    # matches and a subscription keeps.
+    max_uri_bytes: int = Field(default=64 * _KIB, ge=1 * _KIB)
     # Entries in one JSON-RPC batch (2025-03-26 only), and how many of them run at once.
     max_batch: int = Field(default=100, ge=1, le=10_000)
     batch_concurrency: int = Field(default=8, ge=1, le=1_000)

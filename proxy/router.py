@@ -121,6 +121,7 @@ class Router:
         self._metrics = metrics
         self._max_in_flight = limits.max_in_flight_per_session
         self._max_subscriptions = limits.max_subscriptions_per_session
+        self._max_uri = limits.max_uri_bytes
         # A 2026-07-28 caller has no session: its listen streams are counted by identity, which
         # may hold as many as its allowed sessions could (a stateless client is not worse off).
         streams = limits.max_listen_streams_per_session * limits.max_sessions_per_identity
@@ -303,7 +304,7 @@ class Router:
         return await self._forward(ctx)
 
     async def _resources_read(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        uri = _string(params, "uri", "resources/read")
+        uri = self._uri(params, "uri", "resources/read")
         server = self._catalogs.resources.route(uri)
         if server is None:
             raise ResourceNotFound.of(uri)
@@ -325,7 +326,7 @@ class Router:
             subject = Subject.prompt(entry)
             ctx = CallContext(inbound, request_id, method, entry.server_id, name, forwarded, entry, subject)
         elif ref.get("type") == "ref/resource":
-            uri = _string(ref, "uri", "a ref/resource")
+            uri = self._uri(ref, "uri", "a ref/resource")
             server = self._catalogs.route(uri)
             ctx = CallContext(
                 inbound, request_id, method, server, uri, params, subject=Subject.resource(uri, server)
@@ -334,10 +335,22 @@ class Router:
             raise InvalidParams(f"unknown completion ref type: {ref.get('type')!r}")
         return await self._forward(ctx)
 
+    def _uri(self, params: Mapping[str, Any], key: str, what: str) -> str:
+        """The URI a request names, bounded before anything routes, matches or keeps it."""
+        return self._bounded(_string(params, key, what))
+
+    def _bounded(self, uri: str) -> str:
+        # Characters, not bytes: a bound as good, without encoding what may be megabytes.
+        if len(uri) > self._max_uri:
+            raise LimitExceeded(
+                f"a URI of {len(uri)} characters", limit="max_uri_bytes", maximum=self._max_uri
+            )
+        return uri
+
     # ---- subscriptions --------------------------------------------------------------------
 
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        uri = _string(params, "uri", "resources/subscribe")
+        uri = self._uri(params, "uri", "resources/subscribe")
         session = _session(inbound)
         if uri not in session.subscriptions and len(session.subscriptions) >= self._max_subscriptions:
             raise LimitExceeded(
@@ -354,7 +367,7 @@ class Router:
         return {}
 
     async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        uri = _string(params, "uri", "resources/unsubscribe")
+        uri = self._uri(params, "uri", "resources/unsubscribe")
         session = _session(inbound)
         server = self._catalogs.readable(uri, session.identity)
         session.subscriptions.pop(uri, None)
@@ -408,6 +421,7 @@ class Router:
         """Of ``uris``, those ``identity`` may read whose server can tell of updates: by server."""
         watchable: dict[str, str] = {}
         for uri in uris:
+            self._bounded(uri)
             try:
                 server = self._catalogs.readable(uri, identity)
             except ResourceNotFound:

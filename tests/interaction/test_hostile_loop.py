@@ -42,7 +42,8 @@ def hostile_server() -> dict[str, Any]:
 @pytest.fixture
 async def manifold(tmp_path: Path) -> AsyncIterator[RunningManifold]:
     config = {
-        "limits": {"max_request_bytes": 8 * 1024 * 1024},  # room for a 4 MiB URI and its envelope
+        # Room for a 4 MiB URI and its envelope: the matcher itself is under test, not the bound.
+        "limits": {"max_request_bytes": 8 * 1024 * 1024, "max_uri_bytes": 8 * 1024 * 1024},
         "servers": {"hostile": hostile_server(), "alpha": fixture_server("alpha", tools=1)},
     }
     async with running_manifold(tmp_path, config) as running:
@@ -104,6 +105,20 @@ async def test_a_4_mib_uri_against_a_plus_template_is_answered_while_others_are_
     assert matched["result"]["contents"][0]["text"] == f"{len(uris[0])} characters"  # routed by template
     assert unmatched["error"]["code"] in (-32002, -32602)  # no template matches: not found
     assert rss_mib(manifold.process) - rss_before < 100  # a few copies of 4 MiB at most, then freed
+
+
+async def test_a_uri_past_the_limit_is_refused_before_routing_and_counted(tmp_path: Path) -> None:
+    config = {"limits": {"max_uri_bytes": 1024}, "servers": {"hostile": hostile_server()}}
+    async with running_manifold(tmp_path, config) as manifold, aiohttp.ClientSession() as http:
+        session = await raw_session(http, manifold.url)
+        for method in ("resources/read", "resources/subscribe"):
+            answer = await request(http, manifold.url, session, method, {"uri": "s3://b/" + "k" * 2000})
+            assert answer["error"]["code"] == -32600, answer
+            assert answer["error"]["data"] == {"limit": "max_uri_bytes", "max": 1024}
+        fits = await request(http, manifold.url, session, "resources/read", {"uri": "s3://b/" + "k" * 900})
+        assert "result" in fits, fits
+        async with http.get(manifold.url.replace("/mcp", "/metrics")) as response:
+            assert 'manifold_limit_refusals_total{limit="max_uri_bytes"} 2.0' in await response.text()
 
 
 async def test_a_catastrophic_pattern_in_a_tools_schema_is_answered_at_once_while_others_are_served(
