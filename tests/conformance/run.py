@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+import aiohttp
 import anyio
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
@@ -233,6 +234,25 @@ async def started(
                 tg.cancel_scope.deadline = anyio.current_time() + 2
 
 
+async def until_ready(url: str) -> None:
+    """Wait (bounded) until the Manifold at ``url`` says on ``/readyz`` that its ``required``
+    servers are up: ``manifold serve`` listens before its servers have connected.
+
+    Raises:
+        RunnerError: not ready within START_TIMEOUT seconds.
+    """
+    probe = url.removesuffix("/mcp") + "/readyz"
+    with anyio.move_on_after(START_TIMEOUT):
+        async with aiohttp.ClientSession() as http:
+            while True:
+                with suppress(aiohttp.ClientError):
+                    async with http.get(probe) as response:
+                        if response.status == 200:
+                            return
+                await anyio.sleep(0.1)  # a server connecting has no event we can see from here
+    raise RunnerError(f"Manifold at {url} was not ready within {START_TIMEOUT:g}s (/readyz)")
+
+
 async def _stop(process: Process) -> None:
     with anyio.move_on_after(STOP_TIMEOUT, shield=True):
         if process.returncode is None:
@@ -258,6 +278,7 @@ def manifold_config(path: Path, fixture_url: str | None = None, session_mode: st
     else:
         server |= {"url": fixture_url, "transport": "streamable-http"}
     server["session_mode"] = session_mode
+    server["required"] = True  # the runner waits on /readyz for it
     config = {
         "listen": {"host": "127.0.0.1", "port": 0},
         "log_level": "info",
@@ -447,6 +468,7 @@ async def run(args: argparse.Namespace, out: Path) -> int:
                 # Run from the results folder: whatever state Manifold keeps (.manifold/) lands there.
                 started(manifold_command(config), MANIFOLD_READY, out / "manifold.log", "Manifold", cwd=out)
             )
+            await until_ready(m.url)
             behind = f"the fixture over {args.fixture_transport}, session_mode {args.session_mode}"
             report = await against(m.url, f"Manifold at {m.url} ({behind})")
     else:

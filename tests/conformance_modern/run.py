@@ -45,6 +45,7 @@ from tests.conformance.run import (
     ScenarioResult,
     parse_server_results,
     started,
+    until_ready,
 )
 
 __all__ = ["Report", "Requirements", "main"]
@@ -200,6 +201,7 @@ def manifold_config(
     else:
         server |= {"url": fixture_url, "transport": "streamable-http"}
     server["session_mode"] = session_mode
+    server["required"] = True  # the runner waits on /readyz for it
     config = {
         "listen": {"host": "127.0.0.1", "port": 0},
         "log_level": "info",
@@ -335,6 +337,7 @@ async def run(args: argparse.Namespace, out: Path) -> int:
                 # Run from the results folder: whatever state Manifold keeps (.manifold/) lands there.
                 started(manifold_command(config), MANIFOLD_READY, out / "manifold.log", "Manifold", cwd=out)
             )
+            await until_ready(m.url)
             behind = (
                 f"the {args.fixture_era}-era fixture over {args.fixture_transport}, "
                 f"session_mode {args.session_mode}"
