@@ -228,6 +228,14 @@ async def another_client_is_served(manifold: RunningManifold, tool: str, argumen
     assert not body["result"].get("isError"), body
 
 
+async def refusals(manifold: RunningManifold, limit: str) -> float:
+    """``manifold_limit_refusals_total{limit=...}`` on /metrics now; 0 before the first refusal."""
+    async with aiohttp.ClientSession() as http, http.get(manifold.url.replace("/mcp", "/metrics")) as got:
+        text = await got.text()
+    prefix = f'manifold_limit_refusals_total{{limit="{limit}"}} '
+    return sum(float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix))
+
+
 def names_the_limit(body: Any, limit: str) -> bool:
     """Whether a JSON-RPC error body (or a plain-text refusal) names ``limits.<limit>``."""
     return limit in (body if isinstance(body, str) else orjson.dumps(body).decode())

@@ -16,7 +16,6 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import anyio
 import anyio.abc
 import pytest
@@ -26,6 +25,7 @@ from tests.interaction.harness import (
     another_client_is_served,
     fixture_server,
     names_the_limit,
+    refusals,
     rss_mib,
     running_manifold,
 )
@@ -82,14 +82,6 @@ async def read_response(stream: anyio.abc.SocketStream, within: float = 10) -> b
 def status_of(response: bytes) -> int:
     assert response, "closed without an answer"
     return int(response.split(b" ", 2)[1])
-
-
-async def refusals(manifold: RunningManifold, limit: str) -> float:
-    url = manifold.url.replace("/mcp", "/metrics")
-    async with aiohttp.ClientSession() as http, http.get(url) as response:
-        text = await response.text()
-    found = re.search(rf'manifold_limit_refusals_total{{limit="{limit}"}} (\S+)', text)
-    return float(found[1]) if found else 0.0
 
 
 async def mcp_is_open_again(port: int) -> None:

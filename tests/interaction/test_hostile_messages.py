@@ -8,7 +8,6 @@ more than 50 MiB over what it held before the attack.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,6 +24,7 @@ from tests.interaction.harness import (
     names_the_limit,
     post,
     raw_session,
+    refusals,
     rss_mib,
     running_manifold,
 )
@@ -58,13 +58,6 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
-
-
-async def refusals(manifold: RunningManifold, limit: str) -> float:
-    async with aiohttp.ClientSession() as http, http.get(manifold.url.replace("/mcp", "/metrics")) as r:
-        text = await r.text()
-    found = re.search(rf'^manifold_limit_refusals_total{{limit="{limit}"}} (\S+)$', text, re.MULTILINE)
-    return float(found.group(1)) if found else 0.0
 
 
 class Attack:

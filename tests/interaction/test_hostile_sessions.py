@@ -32,6 +32,7 @@ from tests.interaction.harness import (
     names_the_limit,
     post,
     raw_session,
+    refusals,
     rss_mib,
     running_manifold,
 )
@@ -87,10 +88,7 @@ class Served:
         return self.manifold.url
 
     async def refusals(self, limit: str) -> float:
-        async with aiohttp.ClientSession() as http, http.get(self.url.replace("/mcp", "/metrics")) as got:
-            text = await got.text()
-        prefix = f'manifold_limit_refusals_total{{limit="{limit}"}} '
-        return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
+        return await refusals(self.manifold, limit)
 
     async def still_fine(self) -> None:
         """Every case ends here: another client is served, and memory is near where it began."""

@@ -27,6 +27,7 @@ from tests.interaction.harness import (
     fixture_server,
     post,
     raw_session,
+    refusals,
     rss_mib,
     running_manifold,
     wait_for_health,
@@ -150,7 +151,7 @@ async def test_a_17_mib_answer_fails_its_call_at_once_naming_the_limit(
     message = error_of(answer)
     assert "server 'unruly' broke the protocol: its answer was too large" in message
     assert "limits.max_server_message_bytes" in message
-    assert await counted(manifold, 'manifold_limit_refusals_total{limit="max_server_message_bytes"} ') == 1
+    assert await refusals(manifold, "max_server_message_bytes") == 1
     _, answer = await call(manifold, "unruly.echo", {})  # the connection lives on
     assert "result" in answer, answer
     await another_client_is_served(manifold, *NOTES_ECHO)
