@@ -9,6 +9,9 @@ stdio server that prints a secret to stderr as it crashes.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +21,7 @@ import aiohttp
 import anyio
 import orjson
 import pytest
+import yaml
 
 from proxy.auth.apikeys import generate_api_key
 from tests.fixtures.spawn import free_port
@@ -204,3 +208,58 @@ async def test_require_auth_false_still_opens_metrics_and_says_so_at_start(tmp_p
         assert status == 200
         assert 'manifold_server_up{server="notes"}' in body
         assert "metrics.require_auth is false while credentials are configured" in manifold.log()
+
+
+async def test_a_real_prometheus_scrapes_with_the_observer_key_and_a_client_key_is_refused(
+    manifold: RunningManifold, tmp_path: Path
+) -> None:
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        if os.environ.get("CI"):
+            pytest.fail("prometheus is not installed (Debian package 'prometheus'); make test installs it")
+        pytest.skip("prometheus is not installed: apt-get install prometheus")
+    target = manifold.url.removeprefix("http://").removesuffix("/mcp")
+    (tmp_path / "observer.key").write_text(OBSERVER_KEY)
+    (tmp_path / "client.key").write_text(USER_KEY)
+    jobs = [
+        {
+            "job_name": job,
+            "static_configs": [{"targets": [target]}],  # Host: 127.0.0.1:<port>, an address
+            "authorization": {"type": "Bearer", "credentials_file": f"{job}.key"},
+        }
+        for job in ("observer", "client")
+    ]
+    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    process = await anyio.open_process(
+        [
+            prometheus,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    up: dict[str, float] = {}
+    try:
+        with anyio.fail_after(60):
+            async with aiohttp.ClientSession() as http:
+                while set(up) != {"observer", "client"}:
+                    try:
+                        url = f"http://127.0.0.1:{port}/api/v1/query"
+                        async with http.get(url, params={"query": "up"}) as response:
+                            body = await response.json()
+                        for sample in body["data"]["result"] if body.get("status") == "success" else []:
+                            up[sample["metric"]["job"]] = float(sample["value"][1])
+                    except aiohttp.ClientConnectionError:
+                        pass
+                    if set(up) != {"observer", "client"}:
+                        await anyio.sleep(0.5)  # the next scrape is at most 1 s away; there is no event
+    finally:
+        process.terminate()
+        with anyio.move_on_after(10):
+            await process.wait()
+        await process.aclose()
+    assert up == {"observer": 1.0, "client": 0.0}
