@@ -88,7 +88,10 @@ class LegacySseTransport:
         """:meth:`connect`, optionally delivering into an inbox the caller shares (``auto`` mode)."""
         owned, inbox = inbox is None, inbox if inbox is not None else Inbox(self._server_id)
         try:
-            async with client_session(self._headers, self._connect_timeout) as http, owned_task_group() as tg:
+            async with (
+                client_session(self._headers, self._connect_timeout, server_id=self._server_id) as http,
+                owned_task_group() as tg,
+            ):
                 endpoint: yarl.URL = await tg.start(self._listen, http, inbox)
                 self._log.debug("server %r: messages go to %s", self._server_id, endpoint)
                 link = _LegacySseLink(self._server_id, http, endpoint, inbox, self._log)
