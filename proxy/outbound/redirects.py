@@ -32,7 +32,7 @@ from aiohttp.client_middlewares import ClientHandlerType, ClientMiddlewareType
 
 from proxy.redaction import redact_url
 
-__all__ = ["REDIRECTS", "RedirectRefused", "redirect_guard", "refusal"]
+__all__ = ["REDIRECTS", "RedirectRefused", "redirect_guard", "refusal", "same_origin"]
 
 logger = logging.getLogger("proxy.outbound.redirects")
 
@@ -56,14 +56,14 @@ def refusal(method: str, status: int, source: yarl.URL, location: str | None) ->
     try:
         given = yarl.URL(location)
         target = source.join(given)
-        same_origin = _origin(target) == _origin(source)
+        same = same_origin(target, source)
     except ValueError:
         return f"HTTP {status} to an unreadable Location {shown!r}"
     if target.scheme not in _SCHEMES:
         return f"HTTP {status} to {shown}: not an http(s) URL"
     if source.scheme == "https" and target.scheme == "http":
         return f"HTTP {status} from https to {shown}: a downgrade to plain http"
-    if not same_origin:
+    if not same:
         return (
             f"HTTP {status} to {shown}, another origin than the configured {source.origin()}; "
             "redirects are followed within the configured origin only (configure the new URL)"
@@ -78,9 +78,14 @@ def refusal(method: str, status: int, source: yarl.URL, location: str | None) ->
     return None
 
 
-def _origin(url: yarl.URL) -> tuple[str, str, int | None]:
-    """RFC 6454's origin: scheme, host and port, the default port spelled out or not."""
-    return url.scheme.lower(), (url.host or "").lower(), url.port
+def same_origin(one: yarl.URL, other: yarl.URL) -> bool:
+    """Whether two URLs share RFC 6454's origin: scheme, host and port (a default port spelled
+    out or not). Userinfo, path and query do not count."""
+    return (one.scheme.lower(), (one.host or "").lower(), one.port) == (
+        other.scheme.lower(),
+        (other.host or "").lower(),
+        other.port,
+    )
 
 
 def redirect_guard(server_id: str) -> ClientMiddlewareType:

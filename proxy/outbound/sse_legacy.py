@@ -40,6 +40,7 @@ from proxy.outbound._http_common import (
     owned_task_group,
     request_id_of,
 )
+from proxy.outbound.redirects import same_origin
 from proxy.outbound.transport import Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message
@@ -147,7 +148,7 @@ class LegacySseTransport:
             endpoint = self._url.join(yarl.URL(event.data.strip()))
             # The endpoint is the server's to choose, but a different origin would send our
             # messages (and the configured headers, credentials included) to someone else.
-            if endpoint.origin() != self._url.origin():
+            if not same_origin(endpoint, self._url):
                 raise ServerUnavailable(
                     self._server_id, f"endpoint {endpoint} is not on the origin of {self._url}; refused"
                 )

@@ -14,7 +14,7 @@ import pytest
 import yarl
 
 from proxy.errors import ServerUnavailable
-from proxy.outbound.redirects import refusal
+from proxy.outbound.redirects import refusal, same_origin
 from proxy.outbound.sse_legacy import LegacySseTransport
 from proxy.outbound.streamable_http import StreamableHttpTransport
 from proxy.outbound.transport import Link
@@ -78,6 +78,20 @@ def test_a_redirect_elsewhere_down_to_http_or_dropping_the_body_is_refused_sayin
     reason = refusal(method, status, SOURCE, location)
     assert reason is not None
     assert why in reason
+
+
+@pytest.mark.parametrize(
+    ("other", "same"),
+    [
+        ("https://MCP.example.com:443/messages?session=1", True),
+        ("https://u:p@mcp.example.com/x", True),
+        ("http://mcp.example.com/messages", False),  # a legacy endpoint event downgrading to http
+        ("https://mcp.example.com:8443/messages", False),
+        ("https://collector.example/messages", False),
+    ],
+)
+def test_an_origin_is_scheme_host_and_port(other: str, same: bool) -> None:
+    assert same_origin(yarl.URL(other), SOURCE) is same
 
 
 def test_a_refusal_quotes_the_location_redacted() -> None:
@@ -182,3 +196,17 @@ async def test_a_redirect_within_the_origin_is_followed_with_the_configured_head
     assert moved[0].method == "POST"
     assert orjson.loads(moved[0].body)["method"] == "initialize"
     assert moved[0].headers["x-api-key"] == SECRET
+
+
+async def test_a_redirect_loop_within_the_origin_ends_after_ten_hops_failing_the_request() -> None:
+    async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
+        await stream.send(http_response(307, headers={"Location": "/mcp"}))
+
+    async with (
+        scripted_http_server(handler) as server,
+        StreamableHttpTransport("search", server.url + "/mcp", HEADERS).connect() as link,
+    ):
+        error = await initialize(link)
+    assert len(server.requests) == 10
+    assert error.server_id == "search"
+    assert "TooManyRedirects" in error.reason
