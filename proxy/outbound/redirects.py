@@ -95,7 +95,9 @@ def redirect_guard(server_id: str) -> ClientMiddlewareType:
     async def guard(request: aiohttp.ClientRequest, handler: ClientHandlerType) -> aiohttp.ClientResponse:
         response = await handler(request)
         if response.status in REDIRECTS:
-            why = refusal(request.method, response.status, request.url, response.headers.get("Location"))
+            # aiohttp follows a URI header where Location is missing: so must the check.
+            location = response.headers.get("Location") or response.headers.get("URI")
+            why = refusal(request.method, response.status, request.url, location)
             if why is not None:
                 response.close()
                 logger.warning(

@@ -122,9 +122,11 @@ def recorder() -> AbstractAsyncContextManager[ScriptedServer]:
     return scripted_http_server(handler)
 
 
-def redirecting_to(target: str, status: int = 307) -> AbstractAsyncContextManager[ScriptedServer]:
+def redirecting_to(
+    target: str, status: int = 307, header: str = "Location"
+) -> AbstractAsyncContextManager[ScriptedServer]:
     async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
-        await stream.send(http_response(status, headers={"Location": target + request.path}))
+        await stream.send(http_response(status, headers={header: target + request.path}))
 
     return scripted_http_server(handler)
 
@@ -140,10 +142,11 @@ async def initialize(link: Link) -> ServerUnavailable:
     return failure_of(answer, 1)
 
 
+@pytest.mark.parametrize("header", ["Location", "URI"])
 async def test_a_post_redirected_to_another_origin_never_reaches_it_and_fails_naming_the_server(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, header: str
 ) -> None:
-    async with recorder() as other, redirecting_to(other.url) as server:
+    async with recorder() as other, redirecting_to(other.url, header=header) as server:
         transport = StreamableHttpTransport("search", server.url + "/mcp", HEADERS)
         async with transport.connect() as link:
             with caplog.at_level(logging.WARNING, "proxy.outbound.redirects"):
