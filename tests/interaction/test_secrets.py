@@ -8,6 +8,7 @@ redirects Manifold's requests to another origin must never receive the configure
 from __future__ import annotations
 
 import subprocess
+import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,10 @@ TOKEN = "tok-7f3a9c2b"
 SIGNATURE = "sig-0e4d8a"
 HEADER = "hdr-api-key-91b2c3"
 MOVED_HEADER = "moved-key-44aa6f"
-SECRETS = (PASSWORD, TOKEN, SIGNATURE, HEADER, MOVED_HEADER)
+ENV_VALUE = "env-value-d00d5e"
+SECRETS = (PASSWORD, TOKEN, SIGNATURE, HEADER, MOVED_HEADER, ENV_VALUE)
+# A stdio server that says its secret on stderr and exits: Manifold logs and reports stderr.
+LEAKY = "import os, sys; sys.stderr.write('using key ' + os.environ['LEAKY'] + '\\n'); sys.exit(3)"
 
 
 def secret_url(port: int) -> str:
@@ -91,6 +95,7 @@ async def test_no_configured_secret_reaches_the_log_a_client_healthz_or_another_
                     },
                     "never": {"url": secret_url(free_port()), "headers": {"X-API-Key": HEADER}},
                     "moved": {"url": mover.url + "/mcp", "headers": {"X-API-Key": MOVED_HEADER}},
+                    "leaky": {"command": sys.executable, "args": ["-c", LEAKY], "env": {"LEAKY": ENV_VALUE}},
                 }
             }
             answers: list[bytes] = []
@@ -115,7 +120,10 @@ async def test_no_configured_secret_reaches_the_log_a_client_healthz_or_another_
                         http, manifold.url, call(9, name), {"Mcp-Session-Id": session}
                     )
                     answers.append(orjson.dumps(body))
-                health = await wait_for_health(manifold, lambda h: h["servers"]["alpha"]["state"] != "up")
+                health = await wait_for_health(
+                    manifold,
+                    lambda h: h["servers"]["alpha"]["state"] != "up" and "stderr" in h["servers"]["leaky"],
+                )
                 async with http.get(manifold.url.replace("/mcp", "/readyz")) as response:
                     readyz = await response.text()
                 log = manifold.log()
@@ -126,6 +134,7 @@ async def test_no_configured_secret_reaches_the_log_a_client_healthz_or_another_
     assert leaked(orjson.dumps(health).decode()) == [], health
     assert leaked(readyz) == [], readyz
     assert "127.0.0.1" in health["servers"]["never"]["reason"]  # the reason still says where
+    assert "using key [REDACTED]" in health["servers"]["leaky"]["stderr"]  # the line was there
     assert leaked(log) == [], [line for line in log.splitlines() if leaked(line)][:5]
     assert '"level":"debug"' in log  # the debug lines were there to leak from
     # The redirect went nowhere, and both the log and the health report say why.
