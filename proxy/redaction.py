@@ -33,6 +33,8 @@ REDACTED: Final = "[REDACTED]"
 MIN_SECRET_LENGTH: Final = 6
 
 # In free text "key" alone is too common ("missing key: name"); only the unambiguous words.
+# A name starts only where a run of [\w.-] starts (the lookbehind) and is matched atomically,
+# so each run is scanned once: long dotted or repeated text stays linear, never quadratic.
 _TEXT_SECRET_WORD: Final = r"(?:authorization|cookie|token|secret|passw(?:or)?d|api[_-]?key|credential)"
 _TEXT_SECRET_NAME: Final = rf"(?<![\w.-])[\"']?(?>[\w.-]*{_TEXT_SECRET_WORD}[\w.-]*)"
 _TEXT_PAIR: Final = re.compile(
