@@ -19,8 +19,9 @@ from proxy import __version__
 from proxy.app import Gateway
 from proxy.config import Config, load_config
 from proxy.errors import ConfigError
-from proxy.logs import setup_logging
+from proxy.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
+from proxy.redaction import url_secrets
 
 __all__ = ["main"]
 
@@ -81,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _keygen(args)
     try:
         config = load_config(args.config)
+        remember_secrets(_configured_secrets(config))
         if args.command == "check":
             return _check(config, args.config)
     except ConfigError as exc:
@@ -110,6 +112,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _configured_secrets(config: Config) -> list[str]:
+    """The values no log line, error or report may print verbatim: every server's header and env
+    values (a header's credential also without its ``Bearer``/``Basic`` word), the credentials
+    and query values of server URLs and of the Redis URL, and the session-signing secret."""
+    values: list[str] = []
+    for server in config.servers.values():
+        values += server.resolved_env().values()
+        for value in server.resolved_headers().values():
+            values += [value, value.partition(" ")[2]]
+        if server.url is not None:
+            values += url_secrets(server.url)
+    values += url_secrets(config.rate_limits.redis_url)
+    if config.sessions.secret is not None:
+        values.append(config.sessions.secret.get_secret_value())
+    return values
 
 
 _OPEN_FILES_WANTED = 65536  # connections, server pipes and sockets: far above max_connections

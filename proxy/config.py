@@ -87,6 +87,7 @@ from proxy.overrides import Overrides, read_overrides
 from proxy.policy.settings import PolicySettings
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from proxy.ratelimit import RateLimitSettings
+from proxy.redaction import redact_text, redact_url
 
 __all__ = [
     "CatalogConfig",
@@ -360,7 +361,7 @@ class ServerConfig(_Model):
     @classmethod
     def _http_url(cls, url: str | None) -> str | None:
         if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
-            raise ValueError(f"must be an http:// or https:// URL (got {url!r})")
+            raise ValueError(f"must be an http:// or https:// URL (got {redact_url(url)!r})")
         return url
 
     @model_validator(mode="after")
@@ -612,7 +613,7 @@ def _message(error: ErrorDetails, loc: Loc) -> str:
         _SECRET_FIELDS & set(map(str, loc))
     ):
         return message  # secrets: never echo an env or header value, a key, a secret or a Redis URL
-    return f"{message} (got {show_value(input_value)})"
+    return f"{message} (got {redact_text(show_value(input_value))})"
 
 
 def _known_keys(parent: Loc) -> Iterable[str]:

@@ -114,7 +114,12 @@ def _first_try(counts: dict[str, int]) -> bool:
 
 @asynccontextmanager
 async def running_manifold(
-    tmp_path: Path, config: dict[str, Any], *, settled: bool = True, open_files: int | None = None
+    tmp_path: Path,
+    config: dict[str, Any],
+    *,
+    settled: bool = True,
+    open_files: int | None = None,
+    log_level: str = "info",
 ) -> AsyncIterator[RunningManifold]:
     """``manifold serve`` on a free loopback port; yields once ``/healthz`` answers and (with
     ``settled``) no server is still on its first attempt to connect: ``serve`` listens at once,
@@ -127,7 +132,7 @@ async def running_manifold(
     config_path = write_config(tmp_path / "manifold.yaml", config)
     log_path = tmp_path / "manifold.log"
     process = _spawn(
-        ["serve", "--config", str(config_path), "--port", str(port), "--log-level", "info"],
+        ["serve", "--config", str(config_path), "--port", str(port), "--log-level", log_level],
         log_path,
         open_files,
     )
