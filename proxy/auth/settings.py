@@ -13,7 +13,7 @@
           algorithms: [RS256]            # default: [HS256] with a secret, [RS256] with a JWKS
           jwks_url: https://id.example.com/realms/main/protocol/openid-connect/certs
           jwks_refresh: 300              # seconds between background refreshes of the URL
-          name_claim: sub                # identity name; a dotted path walks nested objects
+          name_claim: sub                # identity name (iss + sub key it); a dotted path walks objects
           roles_claim: realm_access.roles  # a list of strings, or one space-separated string
           leeway: 30                     # seconds of clock skew allowed on exp / nbf / iat
         - issuer: ci-runner
