@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 from urllib.parse import quote
 
@@ -223,7 +223,7 @@ class LimitRule(_Model):
             elif isinstance(value, str):
                 parts.append(f"{dimension}={_encode(value)}")
             else:
-                parts.append(f"{dimension}={','.join(map(_encode, value))}")
+                parts.append(f"{dimension}={_encode_key(tuple(value))}")
         return ":".join(parts)
 
     def limit_check(self, key: str) -> LimitCheck:
@@ -280,6 +280,13 @@ class _Matcher:
 def _encode(value: str) -> str:
     # Most names need no escaping; checking that is cheaper than quoting.
     return value if _PLAIN.fullmatch(value) else quote(value, safe="")
+
+
+@lru_cache(maxsize=4096)
+def _encode_key(parts: tuple[str, ...]) -> str:
+    # An identity key is encoded on every limited call, and an issuer URL always needs quoting:
+    # the few identities calling at once make this cache hit almost always.
+    return ",".join(map(_encode, parts))
 
 
 def applicable(
