@@ -74,6 +74,7 @@ def _identity_options(parser: argparse.ArgumentParser, *, required: bool) -> Non
     parser.add_argument("--role", action="append", help="a role of that identity (repeatable)")
     sources = ["api_key", "jwt", "stdio", "anonymous"]
     parser.add_argument("--source", default="api_key", choices=sources, help="how it signed in")
+    parser.add_argument("--issuer", default="", help="the issuer that vouches for it (a JWT's iss)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

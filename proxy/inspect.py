@@ -21,10 +21,10 @@ __all__ = ["explain", "identity_from", "pins_accept", "tools"]
 
 
 def identity_from(args: argparse.Namespace) -> Identity | None:
-    """The identity named by ``--identity/--role/--source``, or None when none was named."""
+    """The identity named by ``--identity/--role/--source/--issuer``, or None when none was named."""
     if args.identity is None:
         return None
-    return Identity(args.identity, frozenset(args.role or ()), args.source)
+    return Identity(args.identity, frozenset(args.role or ()), args.source, issuer=args.issuer or "")
 
 
 def _hints(annotations: dict[str, Any]) -> str:
@@ -100,6 +100,7 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
             "identity": identity.name,
             "roles": sorted(identity.roles),
             "source": identity.source,
+            "issuer": identity.issuer,
         }
         subject: Subject | None = None
         if args.tool is not None:

@@ -399,7 +399,7 @@ class Router:
                 (counted here: the transport answers it).
         """
         try:
-            self._listening.take(caller.identity, caller)
+            self._listening.take(caller.identity.key, caller)
         except LimitExceeded as exc:
             self._boundary.refused(exc)  # the transport answers it, outside the boundary
             raise
@@ -415,7 +415,7 @@ class Router:
                 self._metrics.listen_closed(caller.transport)
                 await self._interest.unwatch(subscription, watched)
         finally:
-            self._listening.give_back(caller.identity, caller)
+            self._listening.give_back(caller.identity.key, caller)
 
     def _watchable(self, uris: Sequence[str], identity: Identity) -> dict[str, str]:
         """Of ``uris``, those ``identity`` may read whose server can tell of updates: by server."""

@@ -134,6 +134,8 @@ class Authorize:
             "identity": identity.name,
             "roles": sorted(identity.roles),
             "source": identity.source,
+            "issuer": identity.issuer,  # with source and subject: who exactly (names are not unique)
+            "subject": identity.subject,
             "method": ctx.method,
             "name": ctx.name,
             "server": ctx.server_id,

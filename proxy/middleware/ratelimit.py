@@ -30,7 +30,9 @@ class RateLimit:
             return await call_next(ctx)
         identity = ctx.caller.identity
         tool = ctx.name if ctx.method == "tools/call" else None
-        checks = limit_checks(rules, identity.name, identity.roles, ctx.server_id, tool, ctx.method)
+        checks = limit_checks(
+            rules, identity.name, identity.roles, ctx.server_id, tool, ctx.method, identity_key=identity.key
+        )
         if not checks:
             return await call_next(ctx)
         outcome = await self._backend.hit(checks)

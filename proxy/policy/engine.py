@@ -109,6 +109,9 @@ def _compile(match: Match) -> _Check:
     if match.sources is not None:
         sources = frozenset(match.sources)
         checks.append(lambda identity, subject: identity.source in sources)
+    if match.issuers is not None:
+        issuers = frozenset(match.issuers)
+        checks.append(lambda identity, subject: identity.issuer in issuers)
     if match.identities is not None:
         names = frozenset(match.identities)
         checks.append(lambda identity, subject: identity.name in names)
@@ -192,7 +195,10 @@ class PolicyEngine:
         if cached is not None:
             return cached
         decision = self._evaluate(identity, subject)
-        if len(subject.name) + len(identity.name) > _CACHED_NAME_MAX:
+        if (
+            len(subject.name) + len(identity.name) + len(identity.issuer) + len(identity.subject)
+            > _CACHED_NAME_MAX
+        ):
             return decision
         if len(self._cache) >= _CACHE_SIZE:
             # Dropping everything is crude but O(1) amortised and keeps the hot path branch-free;

@@ -39,6 +39,9 @@ rules:
     effect: deny
     description: contractors may not run destructive tools
     match: {roles: [contractor], annotations: {destructive: true}}
+  - id: partners-no-notes
+    effect: deny
+    match: {issuers: ["https://partners.test"], servers: [tnotes]}
 """
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -104,6 +107,23 @@ def manifold(*args: str) -> subprocess.CompletedProcess[str]:
             "DENY: sam -> tool alpha.echo (server alpha)",
             "contractors-no-destructive",
             id="deny-overrides-allow",
+        ),
+        pytest.param(
+            [
+                "--identity",
+                "carl",
+                "--role",
+                "contractor",
+                "--source",
+                "jwt",
+                "--issuer",
+                "https://partners.test",
+            ],
+            "tnotes.list_notes",
+            3,
+            "DENY: carl -> tool tnotes.list_notes (server tnotes)",
+            "partners-no-notes",
+            id="another-issuers-carl",
         ),
         pytest.param(
             ["--identity", "nobody"],

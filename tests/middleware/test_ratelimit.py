@@ -13,6 +13,7 @@ from proxy.errors import RATE_LIMITED, RateLimited, ServerUnavailable
 from proxy.metrics import Metrics
 from proxy.middleware.ratelimit import RateLimit
 from proxy.pipeline import tool_error
+from proxy.policy.model import Identity
 from proxy.ratelimit import LimitCheck, LimitOutcome, MemoryBackend
 from tests.middleware.contexts import BOB, Recorder, access_for, call_context, identity_of, sample
 
@@ -84,6 +85,24 @@ async def test_each_identity_spends_its_own_bucket(limiter: Limiter) -> None:
 
     assert await limiter.stage(call_context(identity=BOB), call_next) is call_next.result
     assert [identity_of(ctx).name for ctx in call_next.seen] == ["alice", "alice", "bob"]
+
+
+async def test_an_alice_of_another_issuer_or_source_has_her_own_bucket(limiter: Limiter) -> None:
+    # The same name and roles as ALICE (an API key), but other principals: spending ALICE's
+    # budget must not spend theirs, nor theirs hers.
+    call_next = Recorder()
+    for _ in range(2):
+        await limiter.stage(call_context(), call_next)  # ALICE's bucket is now empty
+    others = [
+        Identity("alice", frozenset({"reader"}), "jwt", issuer="https://a.example"),
+        Identity("alice", frozenset({"reader"}), "jwt", issuer="https://b.example"),
+    ]
+    for other in others:
+        for _ in range(2):
+            assert await limiter.stage(call_context(identity=other), call_next) is call_next.result
+    limited = await limiter.stage(call_context(), call_next)
+    assert limited is not call_next.result
+    assert len(call_next.seen) == 6
 
 
 async def test_a_limited_request_other_than_a_tool_call_is_refused_with_the_limit_and_the_wait(
@@ -171,6 +190,6 @@ async def test_a_denial_by_an_unreachable_store_says_so_and_is_counted_as_unavai
         outcome="rate_limited",
         meta={"retryAfterSeconds": 1.25},
     )
-    assert store.asked == [["per-user:identity=alice"]]
+    assert store.asked == [["per-user:identity=api_key,,alice"]]
     assert call_next.seen == []
     assert sample(metrics.registry, REJECTIONS, limit="unavailable") == 1.0

@@ -52,6 +52,8 @@ def rule(**fields: Any) -> dict[str, Any]:
         rule(id="has space"),
         rule(match={"rolez": ["x"]}),
         rule(match={"roles": []}),
+        rule(match={"issuers": []}),
+        rule(match={"issuers": "https://id.example.com"}),
         rule(match={"roles": "admin"}),
         rule(match={"tools": [""]}),
         rule(match={"authenticated": "yes"}),

@@ -266,6 +266,22 @@ def test_authenticated_and_sources_conditions_look_at_how_the_identity_was_estab
     assert policy.decide(ANONYMOUS, tool("github.get")).rule_ids == ("no-anonymous",)
 
 
+def test_an_issuers_condition_tells_two_issuers_alices_apart() -> None:
+    staff_idp, partner_idp = "https://id.example.com", "https://partners.example.net"
+    policy = engine(
+        rule("staff-deploy", "allow", issuers=[staff_idp], identities=["alice"], tools=["deploy.*"]),
+        rule("partners-never-deploy", "deny", issuers=[partner_idp], tools=["deploy.*"]),
+    )
+    ours = Identity("alice", frozenset(), "jwt", issuer=staff_idp)
+    theirs = Identity("alice", frozenset(), "jwt", issuer=partner_idp)
+
+    assert policy.decide(ours, tool("deploy.run")).rule_ids == ("staff-deploy",)
+    # Same name and roles, another issuer: another decision (not the first one, from the cache).
+    assert policy.decide(theirs, tool("deploy.run")).rule_ids == ("partners-never-deploy",)
+    # An API key has no issuer: an issuers condition never holds for it.
+    assert policy.decide(who("alice", source="api_key"), tool("deploy.run")).by_default
+
+
 def test_a_dry_run_enforces_allow_but_keeps_the_decision_for_the_log() -> None:
     decision = engine().decide(who(), tool("a.b"))
 
