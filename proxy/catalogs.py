@@ -166,6 +166,11 @@ class Catalogs:
             raise ResourceNotFound.of(uri)
         return server
 
+    def hides(self, subject: Subject, identity: Identity) -> bool:
+        """Whether the policy hides ``subject`` from ``identity`` (not listed; a call to it must
+        answer exactly as one to a missing thing, before anything else is checked)."""
+        return not self._access.allows(identity, subject)
+
     def visible_definition(self, name: str, identity: Identity) -> Mapping[str, Any] | None:
         """The definition of tool ``name`` as ``identity`` is shown it, if it is shown it."""
         served = self.served

@@ -463,6 +463,21 @@ class Config(_Model):
                 )
             elif server.prefix:
                 owners[server.prefix] = key
+        # A namespace (prefix + separator) belongs to one server: with a separator of several
+        # characters, one could start another ("a" + "__" starts "a_" + "__"), and a name in it
+        # would then be both servers'.
+        spaces = {prefix + separator: key for prefix, key in owners.items()}
+        for space, key in spaces.items():
+            for other_space, other in spaces.items():
+                if other != key and space.startswith(other_space):
+                    problems.append(
+                        (
+                            ("servers", key, "prefix"),
+                            f"names in the namespace {space!r} would also be in the namespace "
+                            f"{other_space!r} of server {other!r}; choose prefixes that do not "
+                            "start one another's namespace",
+                        )
+                    )
         if problems:
             raise _Problems(problems)
         return self

@@ -282,16 +282,19 @@ class Router:
             self._metrics.tool_call(UNKNOWN, None, "invalid", 0.0)  # never the client's string as a label
             raise InvalidParams(f"unknown tool: {name}")
         served = catalogs.served
+        subject = served.subject(name)
+        forwarded = {**params, "name": entry.original_name}
+        ctx = CallContext(inbound, request_id, "tools/call", entry.server_id, name, forwarded, entry, subject)
+        if catalogs.hides(subject, inbound.identity):
+            # Hidden is decided before anything else can tell the tool exists (its arguments,
+            # a pin drift): the authorize stage audits the call and answers it exactly as for
+            # a missing tool.
+            return await self._forward(ctx)
         if name in served.blocked:
             self._metrics.tool_call(entry.server_id, name, "denied", 0.0)
             return tool_error(served.blocked[name], outcome="denied")
-        # Whether the policy hides it is the authorize stage's call: it audits, then answers.
         if params.get("arguments") is not None and not isinstance(params["arguments"], dict):
             raise InvalidParams('"arguments" must be an object')
-        forwarded = {**params, "name": entry.original_name}
-        ctx = CallContext(
-            inbound, request_id, "tools/call", entry.server_id, name, forwarded, entry, served.subject(name)
-        )
         return await self._forward(ctx)
 
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:

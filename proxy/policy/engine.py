@@ -45,9 +45,12 @@ _CACHED_NAME_MAX: Final = 1024
 class Subject:
     """What is being decided about.
 
-    ``name`` is the namespaced tool or prompt name, or the resource URI. ``annotations`` are the
-    tool's *effective* annotations (:mod:`proxy.policy.annotations`); a tool given without them
-    is judged by the cautious defaults, never by nothing. Prompts and resources have none.
+    ``name`` is the tool's or prompt's *canonical* name (``prefix + separator + original``, never
+    the shortened or derived spelling a client may be shown: :mod:`proxy.catalog.naming`), or
+    the resource URI; with ``server_id`` it names one (server, original name), so a rule holds
+    whatever a client calls the thing. ``annotations`` are the tool's *effective* annotations
+    (:mod:`proxy.policy.annotations`); a tool given without them is judged by the cautious
+    defaults, never by nothing. Prompts and resources have none.
     """
 
     kind: Literal["tool", "prompt", "resource"]
@@ -57,11 +60,11 @@ class Subject:
 
     @classmethod
     def tool(cls, entry: Entry, annotations: EffectiveAnnotations) -> Subject:
-        return cls("tool", entry.name, entry.server_id, annotations)
+        return cls("tool", entry.canonical, entry.server_id, annotations)
 
     @classmethod
     def prompt(cls, entry: Entry) -> Subject:
-        return cls("prompt", entry.name, entry.server_id)
+        return cls("prompt", entry.canonical, entry.server_id)
 
     @classmethod
     def resource(cls, uri: str, server_id: str) -> Subject:

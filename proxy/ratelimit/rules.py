@@ -12,7 +12,7 @@ Pure: no I/O, no clock. A policy file lists its limits under ``limits:``::
           issuers: ["https://id.example.com"]   # a JWT's iss (other sources have none)
           roles: [contractor]
           servers: [github]
-          tools: ["github.*"]    # fnmatch globs on the namespaced name; `*` crosses dots
+          tools: ["github.*"]    # fnmatch globs on the canonical name; `*` crosses dots
         methods: [tools/call]    # default [tools/call]
 
 Every limit that applies to a call must let it through (see ``policies/RATELIMITS.md``).

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.catalog.merge import Entry
+from proxy.catalog.merge import Entry, ServerSlice, build_catalog
+from proxy.catalog.naming import NamingCodec
 from proxy.policy.annotations import CAUTIOUS, EffectiveAnnotations, effective_annotations
 from proxy.policy.engine import PolicyEngine, Subject
 from proxy.policy.model import ANONYMOUS, Identity, Policy, Rule
@@ -315,6 +316,26 @@ def test_subjects_are_built_from_catalog_entries() -> None:
     assert Subject.tool(entry, READ_ONLY) == Subject("tool", "gh.get_issue", "github", READ_ONLY)
     assert Subject.prompt(entry) == Subject("prompt", "gh.get_issue", "github", None)
     assert Subject.resource("file:///a", "docs") == Subject("resource", "file:///a", "docs", None)
+
+
+def test_a_deny_on_a_canonical_name_holds_for_every_spelling_a_client_is_shown() -> None:
+    # A derived name (the same server listing a name twice) and a shortened one (a small
+    # max_length) must not slip past an exact-name deny rule written against st.secret...
+    codec = NamingCodec(max_length=16)
+    long = "secret_with_a_long_name"
+    catalog = build_catalog(
+        [ServerSlice("st", "st", [{"name": "secret"}, {"name": "secret"}, {"name": long}])], codec
+    )
+    spellings = [entry.name for entry in catalog.entries]
+    assert spellings[0] == "st.secret"
+    assert len(set(spellings)) == 3
+    assert all(
+        name != canonical for name, canonical in zip(spellings[1:], ("st.secret", f"st.{long}"), strict=True)
+    )
+    policy = engine(rule("all", "allow"), rule("no-secret", "deny", tools=["st.secret", f"st.{long}"]))
+    for entry in catalog.entries:
+        decision = policy.decide(who(), Subject.tool(entry, READ_ONLY))
+        assert (entry.name, decision.effect, decision.rule_ids) == (entry.name, "deny", ("no-secret",))
 
 
 def test_a_deny_rule_with_show_keeps_the_tool_listed_but_denied() -> None:
