@@ -53,12 +53,15 @@ def _parser() -> argparse.ArgumentParser:
     tools = add("tools", "Start every server, print the merged tool catalog and each server's state.")
     tools.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     _identity_options(tools, required=False)
-    explain = add("explain", "Print the policy decision for one identity and one tool, prompt or resource.")
+    explain = add(
+        "explain", "Print the policy decision for one identity and one tool, prompt, resource or log level."
+    )
     _identity_options(explain, required=True)
     subject = explain.add_mutually_exclusive_group(required=True)
     subject.add_argument("--tool", help="a namespaced tool name, e.g. github.delete_repo")
     subject.add_argument("--prompt", help="a namespaced prompt name")
     subject.add_argument("--resource", help="a resource URI")
+    subject.add_argument("--log-level-of", metavar="SERVER", help="changing this shared server's log level")
     explain.add_argument("--json", action="store_true", help="print JSON")
     pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
     pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")

@@ -99,7 +99,8 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
 
 
 async def explain(config: Config, args: argparse.Namespace) -> int:
-    """Print the decision for one identity and one tool/prompt/resource, and the rules behind it."""
+    """Print the decision for one identity and one tool/prompt/resource/server log level, and the
+    rules behind it."""
     identity = identity_from(args)
     assert identity is not None
     async with Gateway(config).running() as gateway:
@@ -124,6 +125,9 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
                 report["annotations"] = {**effective.hints(), "source": effective.source}
                 report["blocked_by_pin_drift"] = entry.name in gateway.catalogs.served.blocked
             name = args.tool
+        elif args.log_level_of is not None:
+            name = args.log_level_of
+            subject = Subject.log_level(name) if name in gateway.connections.shared else None
         elif args.prompt is not None:
             prompts = gateway.catalogs.prompts
             prompt = prompts.by_name.get(args.prompt) or next(
@@ -138,7 +142,15 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
             shown_as = args.resource
             name = args.resource
         if subject is None:
-            kind = "tool" if args.tool else "prompt" if args.prompt else "resource"
+            kind = (
+                "tool"
+                if args.tool
+                else "prompt"
+                if args.prompt
+                else "server"
+                if args.log_level_of
+                else "resource"
+            )
             print(f"manifold: no such {kind}: {name}", file=sys.stderr)
             return 1
         decision = gateway.access.decide(identity, subject)

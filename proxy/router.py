@@ -38,7 +38,6 @@ from proxy.inbound.session import (
 )
 from proxy.interest import Interest
 from proxy.metrics import UNKNOWN, Metrics
-from proxy.outbound.connection import ServerConnection
 from proxy.outbound.lists import LIST_KINDS
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy import Identity, Subject
@@ -48,6 +47,7 @@ from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
 from proxy.quota import Quota
+from proxy.server_logs import ServerLogs
 from proxy.sessions import Sessions
 
 __all__ = ["CAPABILITIES", "Router", "SERVER_INFO"]
@@ -105,6 +105,7 @@ class Router:
         connections: Connections,
         interest: Interest,
         listens: Listens,
+        logs: ServerLogs,
         forward: Handler,
         boundary: Boundary,
         metrics: Metrics,
@@ -116,6 +117,7 @@ class Router:
         self._connections = connections
         self._interest = interest
         self._listens = listens
+        self._logs = logs
         self._forward = forward
         self._boundary = boundary
         self._metrics = metrics
@@ -444,20 +446,6 @@ class Router:
         level = params.get("level")
         if level not in LOG_LEVELS:
             raise InvalidParams(f"unknown log level {level!r}; one of: {', '.join(LOG_LEVELS)}")
-        _session(inbound).log_level = str(level)
-        # Shared connections log at the most verbose level any session asked for; each session
-        # then gets only the lines at or above its own level.
-        effective = self._sessions.log_floor() or str(level)
-
-        async def tell(connection: ServerConnection) -> None:
-            try:
-                await connection.request("logging/setLevel", {"level": effective})
-            except Exception as exc:  # one server's refusal must not fail the client's request
-                logger.warning("server %s: logging/setLevel failed: %s", connection.server_id, exc)
-
-        # A 2026-07-28 server has no logging/setLevel: each request carries its caller's level.
-        async with anyio.create_task_group() as tg:
-            for connection in self._connections.shared.values():
-                if "logging" in connection.capabilities and connection.serving and not connection.stateless:
-                    tg.start_soon(tell, connection)
+        # The session's own filtering always; a shared server's level only as the policy lets.
+        await self._logs.set_level(_session(inbound), str(level))
         return {}

@@ -228,9 +228,15 @@ class Sessions:
             if session.initialized:
                 session.notify(message)
 
-    def log_floor(self) -> str | None:
-        """The most verbose log level any session asked for: what shared connections log at."""
+    def log_floor(self, counts: Callable[[ClientSession], bool] | None = None) -> str | None:
+        """The most verbose log level any session (that ``counts``) asked for: what a shared
+        connection logs at."""
         wanted = min(
-            (LOG_LEVELS.index(s.log_level) for s in self._live.values() if s.log_level), default=None
+            (
+                LOG_LEVELS.index(s.log_level)
+                for s in self._live.values()
+                if s.log_level and (counts is None or counts(s))
+            ),
+            default=None,
         )
         return LOG_LEVELS[wanted] if wanted is not None else None

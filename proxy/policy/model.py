@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 Effect: TypeAlias = Literal["allow", "deny"]
-Kind: TypeAlias = Literal["tool", "prompt", "resource"]
+Kind: TypeAlias = Literal["tool", "prompt", "resource", "log_level"]
 HintName: TypeAlias = Literal["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"]
 HINT_NAMES: Final[tuple[HintName, ...]] = (
     "readOnlyHint",
@@ -239,9 +239,11 @@ class AnnotationMatch(_Model):
 class Match(_Model):
     """When a rule applies: every condition given must hold; a list holds when any element does.
 
-    ``tools``, ``prompts`` and ``resources`` also say which kinds of subject the rule is about:
-    a rule naming only ``tools`` never applies to a prompt. A rule naming none of them applies
-    to every kind.
+    ``tools``, ``prompts``, ``resources`` and ``log_levels`` also say which kinds of subject the
+    rule is about: a rule naming only ``tools`` never applies to a prompt. A rule naming none of
+    them applies to tools, prompts and resources, and (deny rules only) to log levels: a server's
+    log level is allowed only by an allow rule that names ``log_levels``
+    (:meth:`proxy.policy.engine.PolicyEngine.decide`).
     """
 
     identities: Omittable[Names] = None
@@ -253,6 +255,7 @@ class Match(_Model):
     tools: Omittable[Globs] = None
     prompts: Omittable[Globs] = None
     resources: Omittable[Globs] = None
+    log_levels: Omittable[Globs] = None  # server ids whose shared log level may be changed
     annotations: Omittable[AnnotationMatch] = None
 
     @property
@@ -265,13 +268,17 @@ class Match(_Model):
             named.add("prompt")
         if self.resources is not None:
             named.add("resource")
+        if self.log_levels is not None:
+            named.add("log_level")
         return frozenset(named) or None
 
     @model_validator(mode="after")
     def _annotations_need_tools(self) -> Match:
         # Annotations exist on tools only: with only prompts/resources named, the rule is dead.
         if self.annotations is not None and self.kinds is not None and "tool" not in self.kinds:
-            raise ValueError("'annotations' only apply to tools, but this match names only prompts/resources")
+            raise ValueError(
+                "'annotations' only apply to tools, but this match names only prompts/resources/log_levels"
+            )
         return self
 
 

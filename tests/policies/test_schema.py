@@ -56,6 +56,8 @@ def rule(**fields: Any) -> dict[str, Any]:
         rule(match={"issuers": "https://id.example.com"}),
         rule(match={"roles": "admin"}),
         rule(match={"tools": [""]}),
+        rule(match={"log_levels": []}),
+        rule(match={"log_levels": "github"}),
         rule(match={"authenticated": "yes"}),
         rule(match={"annotations": {}}),
         rule(match={"roles": None, "servers": ["x"]}),

@@ -366,3 +366,37 @@ def test_decisions_about_long_names_are_not_cached_so_huge_uris_cannot_fill_memo
     assert policy.cached == 0
     policy.decide(who(), resource("file:///docs/a.md"))
     assert policy.cached == 1  # ordinary names are still cached
+
+
+# ---- a shared server's log level -----------------------------------------------------------
+
+
+def test_a_log_level_is_allowed_only_by_an_allow_rule_that_names_log_levels() -> None:
+    everything = engine(rule("staff", "allow", roles=["staff"]), default="allow")
+    named = engine(rule("ops", "allow", roles=["ops"], log_levels=["git*"]))
+
+    assert everything.decide(who("s", "staff"), Subject.log_level("github")).rule_ids == ()
+    assert not everything.decide(who("s", "staff"), Subject.log_level("github")).allowed
+    assert named.decide(who("o", "ops"), Subject.log_level("github")).rule_ids == ("ops",)
+    assert named.decide(who("o", "ops"), Subject.log_level("github")).allowed
+    assert not named.decide(who("o", "ops"), Subject.log_level("shell")).allowed  # glob on server ids
+    assert not named.decide(who("s", "staff"), Subject.log_level("github")).allowed
+
+
+def test_a_log_level_rule_is_about_log_levels_only() -> None:
+    levels = engine(rule("ops", "allow", roles=["ops"], log_levels=["*"]))
+
+    assert not levels.decide(who("o", "ops"), tool("github.get_issue")).allowed
+    assert not levels.decide(who("o", "ops"), prompt("github.help")).allowed
+
+
+def test_deny_rules_naming_no_kind_deny_log_levels_and_rules_naming_another_kind_do_not() -> None:
+    policy = engine(
+        rule("ops", "allow", roles=["ops"], log_levels=["*"]),
+        rule("no-shell", "deny", servers=["shell"], unless={"roles": ["admin"]}),
+        rule("no-tools", "deny", roles=["ops"], tools=["*"]),
+    )
+
+    assert policy.decide(who("o", "ops"), Subject.log_level("shell")).rule_ids == ("no-shell",)
+    assert not policy.decide(who("o", "ops"), Subject.log_level("shell")).allowed
+    assert policy.decide(who("o", "ops"), Subject.log_level("github")).allowed
