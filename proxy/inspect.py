@@ -14,8 +14,10 @@ import orjson
 
 from proxy.app import Gateway
 from proxy.config import Config
+from proxy.errors import InvalidParams
 from proxy.policy import Identity, Subject, accept, compare
 from proxy.policy_files import load_pins, save_pins
+from proxy.protocol.uris import normalize_uri
 
 __all__ = ["explain", "identity_from", "pins_accept", "tools"]
 
@@ -115,9 +117,15 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
             subject = Subject.prompt(prompt) if prompt is not None else None
             name = args.prompt
         else:
-            server = gateway.catalogs.resources.route(args.resource)
-            subject = Subject.resource(args.resource, server) if server is not None else None
-            name = args.resource
+            # Decided on as a client's read is: normalized (a malformed URI is no resource).
+            try:
+                name = normalize_uri(args.resource)
+            except InvalidParams:
+                name = args.resource
+                server = None
+            else:
+                server = gateway.catalogs.resources.route(name)
+            subject = Subject.resource(name, server) if server is not None else None
         if subject is None:
             kind = "tool" if args.tool else "prompt" if args.prompt else "resource"
             print(f"manifold: no such {kind}: {name}", file=sys.stderr)
