@@ -13,7 +13,7 @@ What :func:`normalize_uri` does (RFC 3986 §6.2.2, and RFC 8089 for ``file``):
   every other escape is upper-cased (``%2f`` → ``%2F``);
 * dot segments are removed from the path (§5.2.4), after decoding, so ``%2e%2e`` is ``..``;
 * ``file://localhost/`` becomes ``file:///``, ``file:/p`` becomes ``file:///p``, and runs of
-  ``/`` in a ``file`` path become one (as the file system reads them);
+  ``/`` in a ``file`` path become one before dot segments go (as the file system reads them);
 * the empty path of an ``http(s)``/``ws(s)`` URI with a host becomes ``/``, and the scheme's
   default port (or an empty one) is dropped.
 
@@ -149,9 +149,11 @@ def normalize_uri(uri: str) -> str:
         raise InvalidParams(
             "a resource URI's path may not hold '\\': servers may read it as '/' past the policy"
         )
+    if scheme == "file":
+        # Before dot segments: the file system reads /a//../b as /a/../b, which is /b.
+        path = _SLASHES.sub("/", path)
     path = remove_dot_segments(path)
     if scheme == "file":
-        path = _SLASHES.sub("/", path)
         if authority is None and path.startswith("/"):
             authority = ""  # file:/p is file:///p (RFC 8089)
     if authority is not None:
