@@ -295,3 +295,18 @@ async def test_an_earlier_servers_catch_all_template_does_not_swallow_what_a_lat
         other = (await client.read_resource("note://notes/other")).contents[0]
         assert isinstance(other, TextResourceContents)
         assert other.text == "greedy read note://notes/other"
+
+
+async def test_a_listen_stream_does_not_watch_a_spelling_of_a_denied_uri(manifold: RunningManifold) -> None:
+    """2026-07-28: resourceSubscriptions are normalized and decided on like reads; a hidden
+    one is left out of the acknowledgement like an unknown one, and what is honoured is named
+    in its normal form (as updates will name it)."""
+    async with connect(manifold.url, "carl", mode="2026-07-28", cache=None) as carl:
+        watched = [
+            "file:///allowed/../secret.txt",
+            "FILE://localhost/%73ecret/key.txt",
+            "nowhere://x",
+            "file:///allowed/%72eadme.txt",
+        ]
+        async with carl.listen(resource_subscriptions=watched) as subscription:
+            assert subscription.honored.resource_subscriptions == ["file:///allowed/readme.txt"]
