@@ -344,7 +344,7 @@ class Router:
         A template (a ``uriTemplate`` some server lists) is decided on as the list shows it: one
         hidden from the caller's ``resources/templates/list`` does not exist for it. Then each
         value the server offers is decided on as the URI it fills the template in to
-        (:mod:`proxy.catalog.completions`), and left out unless the caller may read that URI. A
+        (:mod:`proxy.catalog.completions`), and left out if the policy hides that URI from the caller. A
         string with ``{`` that no server lists as a template is a missing template. Anything else
         is a concrete URI: normalized, routed and decided on as a read would be.
         """

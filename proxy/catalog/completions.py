@@ -3,10 +3,11 @@
 A ``completion/complete`` on a ``ref/resource`` template (``file:///{+path}``) asks a server for
 values of one of its variables. Each value names resources: filled into the template, with the
 values the client already chose (``context.arguments``), it is a URI the caller could then read.
-The policy decides on that URI, as on a read; a value whose URI the caller may not read is left
-out of the answer, as if the server had not offered it (and ``total``, when given, counts it no
-more). A variable nobody gave a value yet expands to nothing (RFC 6570), so completing ``{dir}``
-of ``file:///{dir}/{name}`` decides on ``file:///secret/`` for the value ``secret``.
+The policy decides on that URI, as for the resource lists; a value whose URI the policy hides
+from the caller (one a read would answer as missing) is left out of the answer, as if the server
+had not offered it (and ``total``, when given, counts it no more). A variable nobody gave a
+value yet expands to nothing (RFC 6570), so completing ``{dir}`` of ``file:///{dir}/{name}``
+decides on ``file:///secret/`` for the value ``secret``.
 
 Pure: the result, the request's parameters and a ``readable(uri)`` predicate in; a result out.
 """

@@ -24,6 +24,7 @@ alike, because no normalization can say what a server makes of it:
 * control characters (C0 and DEL) anywhere;
 * in the path: an encoded ``/`` (``%2F``), an encoded or bare ``\\`` (``%5C``) or an encoded NUL
   (``%00``): a server that decodes them walks directories the policy never saw (``%2F..%2F``);
+  and those or ``.`` encoded twice (``%252F``, ``%252e``), for servers that decode twice;
 * a path without a host that would begin with ``//`` (it would read back as a host).
 
 The query and the fragment are normalized (escapes) but not interpreted. Characters outside
@@ -53,6 +54,8 @@ _REFUSED_IN_PATH: Final = {
     "%5C": "an encoded '\\' (%5C)",
     "%00": "an encoded NUL (%00)",
 }
+# A server that decodes twice reads these as '/', '\', NUL or '.' (so '..'): refused as well.
+_DOUBLE_ESCAPE: Final = re.compile(r"%25(?:2[Ff]|5[Cc]|00|2[Ee])")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -145,6 +148,11 @@ def normalize_uri(uri: str) -> str:
             raise InvalidParams(
                 f"a resource URI's path may not hold {what}: servers would decode it past the policy"
             )
+    if (double := _DOUBLE_ESCAPE.search(path)) is not None:
+        raise InvalidParams(
+            f"a resource URI's path may not hold a double-encoded {double.group()!r}: "
+            "servers that decode twice would read it past the policy"
+        )
     if "\\" in path:
         raise InvalidParams(
             "a resource URI's path may not hold '\\': servers may read it as '/' past the policy"
@@ -153,9 +161,8 @@ def normalize_uri(uri: str) -> str:
         # Before dot segments: the file system reads /a//../b as /a/../b, which is /b.
         path = _SLASHES.sub("/", path)
     path = remove_dot_segments(path)
-    if scheme == "file":
-        if authority is None and path.startswith("/"):
-            authority = ""  # file:/p is file:///p (RFC 8089)
+    if scheme == "file" and authority is None and path.startswith("/"):
+        authority = ""  # file:/p is file:///p (RFC 8089)
     if authority is not None:
         authority = _authority(scheme or "", authority)
         if path == "" and scheme in _DEFAULT_PORTS:
