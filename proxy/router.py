@@ -371,6 +371,8 @@ class Router:
         identity = inbound.identity
 
         def readable(filled: str) -> bool:
+            if len(filled) > self._max_uri:  # no read of it would be let through either
+                return False
             try:
                 self._catalogs.readable(normalize_uri(filled), identity)
             except (InvalidParams, ResourceNotFound):
