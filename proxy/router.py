@@ -344,9 +344,9 @@ class Router:
         A template (a ``uriTemplate`` some server lists) is decided on as the list shows it: one
         hidden from the caller's ``resources/templates/list`` does not exist for it. Then each
         value the server offers is decided on as the URI it fills the template in to
-        (:mod:`proxy.catalog.completions`), and left out if the policy hides that URI from the caller. A
-        string with ``{`` that no server lists as a template is a missing template. Anything else
-        is a concrete URI: normalized, routed and decided on as a read would be.
+        (:mod:`proxy.catalog.completions`), and left out if the policy hides that URI from the
+        caller. A string with ``{`` that no server lists as a template is a missing template.
+        Anything else is a concrete URI: normalized, routed and decided on as a read would be.
         """
         method = "completion/complete"
         raw = self._bounded(_string(ref, "uri", "a ref/resource"))
@@ -399,7 +399,8 @@ class Router:
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/subscribe")
         session = _session(inbound)
-        if uri not in session.subscriptions and len(session.subscriptions) >= self._max_subscriptions:
+        held = self._catalogs.resources.spelling(uri) in session.subscriptions
+        if not held and len(session.subscriptions) >= self._max_subscriptions:
             raise LimitExceeded(
                 "this session already holds as many resource subscriptions as it may; "
                 "unsubscribe from one first",
