@@ -14,8 +14,11 @@ def listing(server: str, *uris: str) -> ServerSlice:
 
 
 def test_an_earlier_catch_all_template_does_not_swallow_a_uri_a_later_server_lists() -> None:
-    index = build_resource_index((listing("notes", "note://b/~x", "file:///etc/motd"),), (CATCH_ALL, FILES))
+    index = build_resource_index(
+        (listing("notes", "note://b/~x", "NOTE://b/%7Ey", "file://localhost/etc/./motd"),), (CATCH_ALL, FILES)
+    )
     assert index.route("note://b/~x") == "notes"
+    assert index.route("note://b/~y") == "notes"  # what a client's NOTE://b/%7ey normalizes to
     assert index.route("file:///etc/motd") == "notes"
     assert index.route("note://b/other") == "greedy"  # what no list names: the first template
 
