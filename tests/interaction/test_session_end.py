@@ -130,3 +130,35 @@ async def test_a_session_id_past_its_lifetime_is_refused_on_every_replica(tmp_pa
         assert await ping(http, a, session) == 404
         assert await ping(http, b, session) == 404
         assert "its id reached sessions.max_lifetime" in a.log()
+
+
+async def revocation_errors(manifold: RunningManifold, operation: str) -> float:
+    async with aiohttp.ClientSession() as http, http.get(manifold.url.replace("/mcp", "/metrics")) as got:
+        text = await got.text()
+    prefix = f'manifold_session_revocation_errors_total{{operation="{operation}"}} '
+    return sum(float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix))
+
+
+async def test_while_redis_is_down_a_take_over_is_refused_and_counted(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """fail_closed (the default): while the store cannot say whether an id was ended elsewhere,
+    no replica takes it over on trust; the client initializes again, which needs no Redis."""
+    async with (
+        replicas(tmp_path, 2, revocations="redis", redis_url=redis.url) as (a, b),
+        aiohttp.ClientSession() as http,
+    ):
+        session = await raw_session(http, a.url)
+        await redis.stop()
+        try:
+            assert await ping(http, b, session) == 404  # maybe DELETEd elsewhere: not taken over
+            assert await ping(http, a, session) == 200  # held here: no Redis round trip at all
+            assert await delete(http, a, session) == 200  # ended here; known here only for now
+            assert await ping(http, a, session) == 404
+            fresh = await raw_session(http, b.url)  # initialize again works without Redis
+            assert await ping(http, b, fresh) == 200
+        finally:
+            await redis.start()
+        assert await revocation_errors(b, "check") >= 1
+        assert await revocation_errors(a, "revoke") >= 1
+        assert "take-overs are refused (fail_closed)" in b.log()
