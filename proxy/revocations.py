@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from proxy.config import Config
 
-__all__ = ["CHANNEL", "KEY_PREFIX", "EndedIds", "Revocations", "revocations_for"]
+__all__ = ["CHANNEL", "KEY_PREFIX", "EndedIds", "Operation", "Revocations", "revocations_for"]
 
 logger = logging.getLogger("proxy.revocations")
 
