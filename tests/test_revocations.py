@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
 
+import anyio
 import pytest
 from redis.asyncio import Redis
 
@@ -39,6 +40,7 @@ def replica(
     return Revocations(
         EndedIds(clock=clock),
         Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2),
+        listener=Redis.from_url(url, socket_connect_timeout=2),
         failure_mode=failure_mode,
         timeout=2.0,
         on_error=errors.append if errors is not None else None,
@@ -111,6 +113,47 @@ async def test_an_id_revoked_on_one_replica_is_ended_on_another_until_it_expires
         finally:
             await inspect.aclose()
         assert 0 < ttl <= 120  # Redis forgets it when the id would be refused anyway
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_replica_following_the_channel_hears_each_id_another_ends(redis_server: RedisServer) -> None:
+    clock = FakeClock(NOW)
+    a, b = replica(redis_server.url, clock), replica(redis_server.url, clock)
+    subscribed, heard_it = anyio.Event(), anyio.Event()
+    heard: list[str] = []
+
+    async def revoked(nonce: str) -> None:
+        heard.append(nonce)
+        heard_it.set()
+
+    async def held() -> None:  # called once subscribed: from then on nothing is missed
+        subscribed.set()
+
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(b.follow, revoked, held)
+                await subscribed.wait()
+                await a.revoke("live-on-b", int(NOW) + 60)
+                await heard_it.wait()
+                tg.cancel_scope.cancel()
+        assert heard == ["live-on-b"]
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_after_a_gap_a_replica_asks_about_every_session_it_holds_at_once(
+    redis_server: RedisServer,
+) -> None:
+    clock = FakeClock(NOW)
+    a, b = replica(redis_server.url, clock), replica(redis_server.url, clock)
+    try:
+        await a.revoke("missed", int(NOW) + 60)
+        held = [("missed", int(NOW) + 60), ("alive", int(NOW) + 60)]
+        assert await b.ended_among(held) == {"missed"}
     finally:
         await a.aclose()
         await b.aclose()
