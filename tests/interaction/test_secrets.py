@@ -28,6 +28,7 @@ from tests.fixtures.spawn import (
 )
 from tests.interaction.harness import (
     MANIFOLD,
+    OBSERVER,
     REPO,
     post,
     raw_session,
@@ -86,6 +87,7 @@ async def test_no_configured_secret_reaches_the_log_a_client_healthz_or_another_
                 running_http_fixture("alpha", transport="streamable-http", port=port)
             )
             config = {
+                "auth": OBSERVER,  # /healthz shows per-server details (where secrets could leak)
                 "servers": {
                     "alpha": {
                         "url": secret_url(port),
