@@ -4,6 +4,7 @@
     /healthz   200 while the process runs, with each server's state
     /readyz    200 once every server marked ``required`` is up, else 503
     /metrics   Prometheus text (here, or on ``metrics.port`` when that is set)
+    /.well-known/oauth-protected-resource[/mcp]   with ``auth.oauth``: how to sign in (RFC 9728)
 
 The outermost ASGI layer counts bytes and writes one access-log line per request.
 """
@@ -28,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.auth.authenticator import Rejected
+from proxy.auth.resource import metadata_document, metadata_paths
 from proxy.boundary import supervised
 from proxy.inbound.connection_guard import ConnectionGuard
 from proxy.inbound.contract import Inbound
@@ -127,6 +129,15 @@ def build_app(inbound: Inbound) -> Any:
         return JSONResponse(body, status_code=200 if not down else 503)
 
     routes = [Route("/mcp", endpoint), Route("/healthz", healthz), Route("/readyz", readyz)]
+    oauth = inbound.config.auth.oauth
+    if oauth is not None:
+        # A public document that browser-based clients (the MCP Inspector) read cross-origin.
+        document = metadata_document(oauth)
+
+        async def protected_resource(_: Request) -> JSONResponse:
+            return JSONResponse(document, headers={"access-control-allow-origin": "*"})
+
+        routes += [Route(path, protected_resource, methods=["GET"]) for path in metadata_paths(oauth, "/mcp")]
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
         routes.append(_metrics_route(inbound))
     return _Observed(Starlette(routes=routes), endpoint, inbound.metrics)

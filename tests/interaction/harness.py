@@ -109,16 +109,22 @@ def _first_try(server: dict[str, Any]) -> bool:
 
 @asynccontextmanager
 async def running_manifold(
-    tmp_path: Path, config: dict[str, Any], *, settled: bool = True, open_files: int | None = None
+    tmp_path: Path,
+    config: dict[str, Any],
+    *,
+    settled: bool = True,
+    open_files: int | None = None,
+    port: int | None = None,
 ) -> AsyncIterator[RunningManifold]:
     """``manifold serve`` on a free loopback port; yields once ``/healthz`` answers and (with
     ``settled``) no server is still on its first attempt to connect: ``serve`` listens at once,
     so without waiting a test could meet a catalog that servers have not joined yet.
 
     ``open_files``: the process's open-files limit (RLIMIT_NOFILE, soft and hard alike), so that
-    it cannot raise it at start.
+    it cannot raise it at start. ``port``: listen there (a test that must name Manifold's URL in
+    its config, or in another server's, picks it first with ``free_port``).
     """
-    port = free_port()
+    port = port if port is not None else free_port()
     config_path = write_config(tmp_path / "manifold.yaml", config)
     log_path = tmp_path / "manifold.log"
     process = _spawn(
