@@ -25,8 +25,9 @@ import anyio
 import anyio.abc
 
 from proxy.auth.jwks import Fetch, JwksError, JwksUrl, SigningKey, fetch_url
+from proxy.auth.oauth_settings import OAuthSettings
 
-__all__ = ["DiscoveredKeys", "ServerMetadata", "metadata_urls", "parse_metadata"]
+__all__ = ["DiscoveredKeys", "ServerMetadata", "check_servers", "metadata_urls", "parse_metadata"]
 
 logger = logging.getLogger("proxy.auth.discovery")
 
@@ -102,6 +103,7 @@ class DiscoveredKeys:
         self._timeout = timeout
         self._clock = clock
         self.metadata: ServerMetadata | None = None
+        self.tried = tuple(self._urls)
         self._keys: JwksUrl | None = None
         self._lock = anyio.Lock()
         self._last_try: float | None = None
@@ -128,6 +130,11 @@ class DiscoveredKeys:
             return metadata
         logger.warning("authorization server %s: metadata not found: %s", self.issuer, "; ".join(problems))
         return None
+
+    @property
+    def key_count(self) -> int:
+        """How many signing keys are loaded."""
+        return 0 if self._keys is None else self._keys.key_count
 
     async def key(self, kid: str | None) -> SigningKey | None:
         if self._keys is None:
@@ -156,3 +163,32 @@ class DiscoveredKeys:
                     self._last_try = self._clock()
                     await self.discover()
         await self._keys.run()
+
+
+async def check_servers(settings: OAuthSettings, *, fetch: Fetch | None = None) -> str:
+    """``manifold check --online``: each authorization server's metadata and keys, fetched now.
+
+    Prints what was found; returns the problems, one per line (empty: every server is usable).
+    """
+    problems: list[str] = []
+    for index, server in enumerate(settings.authorization_servers):
+        where = f"auth.oauth.authorization_servers[{index}] ({server.issuer})"
+        keys = DiscoveredKeys(server.issuer, metadata_url=server.metadata_url, fetch=fetch, timeout=5.0)
+        metadata = await keys.discover()
+        if metadata is None:
+            urls = ", ".join(keys.tried)
+            problems.append(
+                f"{where}: no metadata document whose issuer is exactly {server.issuer!r} at {urls} "
+                "(the issuer must match the provider's to the character, trailing slash included)"
+            )
+            continue
+        print(f"{where}: jwks_uri {metadata.jwks_uri}, introspection {metadata.introspection_endpoint}")
+        if metadata.jwks_uri is None:
+            problems.append(f"{where}: its metadata has no jwks_uri: JWT access tokens cannot be verified")
+        elif keys.key_count == 0:
+            problems.append(f"{where}: no usable signing key at {metadata.jwks_uri}")
+        if server.introspection is not None and not (
+            server.introspection.endpoint or metadata.introspection_endpoint
+        ):
+            problems.append(f"{where}: introspection is configured, but the server publishes no endpoint")
+    return "\n".join(problems)

@@ -234,6 +234,11 @@ class JwksUrl:
             await self.refresh()
             return self._keys.find(kid)
 
+    @property
+    def key_count(self) -> int:
+        """How many keys the set has now."""
+        return len(self._keys.by_kid) + len(self._keys.unnamed)
+
     async def refresh(self) -> bool:
         """Fetch the set now and replace the keys; on failure keep the old ones. True if it worked."""
         try:

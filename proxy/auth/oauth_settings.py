@@ -161,6 +161,16 @@ class OAuthSettings(_Model):
             seen[server.issuer] = index
         return self
 
+    def warnings(self) -> list[str]:
+        """What ``manifold check`` should warn about: settings that work, but not as meant."""
+        found = []
+        if self.scopes_supported and (unlisted := set(self.required_scopes) - set(self.scopes_supported)):
+            found.append(
+                f"auth.oauth.required_scopes {sorted(unlisted)} are not in scopes_supported: a client "
+                "that asks for scopes_supported gets tokens that are refused with 403"
+            )
+        return found
+
     @property
     def path(self) -> str:
         """The resource's path, as clients see it (``/mcp``; behind a proxy maybe ``/team/mcp``)."""

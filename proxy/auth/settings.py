@@ -199,12 +199,14 @@ class AuthSettings(_Model):
 
     def warnings(self, bind_host: str) -> list[str]:
         """What ``manifold check`` should warn about when Manifold listens on ``bind_host``."""
+        found = self.oauth.warnings() if self.oauth is not None else []
         if not self.anonymous_enabled or is_loopback(bind_host):
-            return []
+            return found
         why = "auth.anonymous.enabled is true" if self.anonymous.enabled else "no credentials are configured"
         return [
+            *found,
             f"anyone who can reach {bind_host} may connect without credentials ({why}); "
-            "configure auth.api_keys or auth.jwt, or bind listen.host to 127.0.0.1"
+            "configure auth.api_keys, auth.jwt or auth.oauth, or bind listen.host to 127.0.0.1",
         ]
 
     @model_validator(mode="after")

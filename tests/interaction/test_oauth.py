@@ -41,7 +41,15 @@ from mcp.shared.auth import (
 )
 
 from tests.fixtures.spawn import free_port, running_http_process
-from tests.interaction.harness import REPO, RunningManifold, fixture_server, post, running_manifold
+from tests.interaction.harness import (
+    MANIFOLD,
+    REPO,
+    RunningManifold,
+    fixture_server,
+    post,
+    running_manifold,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -474,3 +482,23 @@ async def test_the_metadata_follows_a_configured_public_url_behind_a_proxy(tmp_p
                 async with http.get(f"{origin}/.well-known/oauth-protected-resource{path}") as got:
                     assert got.status == 200, path
                     assert (await got.json())["resource"] == public
+
+
+# ---- manifold check explains a broken OAuth config ------------------------------------------
+
+
+async def test_check_online_says_what_the_authorization_server_publishes_and_what_is_wrong(
+    setup: Setup, tmp_path: Path
+) -> None:
+    port = free_port()
+    good = oauth_config(tmp_path, port, setup.provider.issuer)
+    config = write_config(tmp_path / "good.yaml", good)
+    checked = await anyio.run_process([*MANIFOLD, "check", "--online", "--config", str(config)], check=False)
+    assert checked.returncode == 0, checked.stderr
+    assert f"jwks_uri {setup.provider.issuer}/jwks" in checked.stdout.decode()
+    # The most common mistake with a real identity provider: the issuer one character off.
+    bad = oauth_config(tmp_path, port, setup.provider.issuer + "/")
+    config = write_config(tmp_path / "bad.yaml", bad)
+    checked = await anyio.run_process([*MANIFOLD, "check", "--online", "--config", str(config)], check=False)
+    assert checked.returncode == 2
+    assert "no metadata document whose issuer is exactly" in checked.stderr.decode()
