@@ -14,6 +14,7 @@ import jwt
 import pytest
 from pydantic import ValidationError
 
+from proxy.auth.apikeys import generate_api_key
 from proxy.auth.authenticator import Authenticated, Authenticator, FailureReason, Rejected
 from proxy.auth.discovery import DiscoveredKeys, metadata_urls, parse_metadata
 from proxy.auth.introspection import IntrospectionError, Introspector
@@ -23,7 +24,7 @@ from proxy.auth.oauth import OAuthVerifier, granted_scopes
 from proxy.auth.oauth_settings import OAuthSettings
 from proxy.auth.resource import metadata_document, metadata_paths
 from proxy.auth.settings import AuthSettings
-from tests.auth.keys import public_jwk, rsa_key
+from tests.auth.keys import SECRET, claims, public_jwk, rsa_key, sign
 
 pytestmark = pytest.mark.anyio
 
@@ -368,3 +369,23 @@ async def test_a_jwt_of_an_unknown_issuer_is_refused_naming_the_issuer() -> None
     )
     assert isinstance(result, Rejected)
     assert "issuer" in result.message
+
+
+async def test_api_keys_jwt_issuers_and_oauth_work_side_by_side() -> None:
+    key, stored = generate_api_key()
+    auth = Authenticator.from_settings(
+        AuthSettings.model_validate(
+            {
+                "api_keys": [{"name": "ci", "key": stored}],
+                "jwt": [{"issuer": "https://id.example.test", "audience": "manifold", "secret": SECRET}],
+                "oauth": settings().model_dump(mode="json"),
+            }
+        ),
+        {},
+        fetch=well_known(),
+    )
+    by_key = await auth.authenticate({"x-api-key": key})
+    by_jwt = await auth.authenticate({"authorization": f"Bearer {sign(claims())}"})
+    by_oauth = await auth.authenticate({"authorization": f"Bearer {access_token()}"})
+    sources = [r.identity.source if isinstance(r, Authenticated) else r for r in (by_key, by_jwt, by_oauth)]
+    assert sources == ["api_key", "jwt", "oauth"]
