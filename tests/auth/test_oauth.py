@@ -306,12 +306,12 @@ async def test_an_introspection_endpoint_that_answers_nonsense_is_an_error_not_a
 
 
 async def test_an_opaque_token_for_another_resource_or_issuer_is_refused() -> None:
-    for claims, outcome in [
+    for answer, outcome in [
         ({"active": True, "sub": "u", "aud": "https://other.test"}, "wrong_audience"),
         ({"active": True, "sub": "u", "aud": [RESOURCE], "iss": "https://other.test"}, "wrong_issuer"),
         ({"active": False}, "inactive"),
     ]:
-        verifier = OAuthVerifier(settings(), fetch=well_known(), post=Poster((200, claims)))
+        verifier = OAuthVerifier(settings(), fetch=well_known(), post=Poster((200, answer)))
         with pytest.raises(TokenRejected) as refused:
             await verifier.verify_opaque("tok", b"k")
         assert refused.value.outcome == outcome
