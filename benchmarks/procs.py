@@ -182,7 +182,7 @@ async def wait_listening(spawned: Iterable[Spawned], timeout: float) -> None:
 
 
 async def wait_servers_ready(manifolds: Iterable[Spawned], timeout: float) -> None:
-    """Wait (bounded) until each Manifold's ``/healthz`` shows every configured server ready.
+    """Wait (bounded) until each Manifold's ``/healthz`` counts every configured server ready.
 
     Raises:
         RuntimeError: a Manifold exited first.
@@ -203,11 +203,10 @@ async def wait_servers_ready(manifolds: Iterable[Spawned], timeout: float) -> No
                             health = await response.json() if response.status == 200 else {}
                     except aiohttp.ClientError:
                         health = {}
-                    states = {
-                        sid: state.get("state") if isinstance(state, dict) else state
-                        for sid, state in health.get("servers", {}).items()
-                    }
-                    if not item.server_ids or any(states.get(s) != "ready" for s in item.server_ids):
+                    # Counts, not ids: which server is in which state is for metrics.role only.
+                    counts = health.get("counts", {})
+                    ready = item.server_ids and counts.get("ready", 0) >= len(item.server_ids)
+                    if not ready or counts.get("total") != counts.get("ready"):
                         still.append(item)
                 pending = still
                 if pending:

@@ -146,7 +146,9 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
 
     Access(config.policy, {s.id: s for s in config.enabled_servers()}).load()
     Authenticator.from_settings(config.auth, os.environ)
-    for warning in config.auth.warnings(config.listen.host):
+    from proxy.inbound.observers import warnings
+
+    for warning in [*config.auth.warnings(config.listen.host), *warnings(config)]:
         print(f"warning: {warning}", file=sys.stderr)
     servers = ", ".join(config.servers) or "none"
     policy = f", policy: {', '.join(config.policy.files)}" if config.policy.files else ""
@@ -187,8 +189,11 @@ async def _until_signal(scope: anyio.CancelScope, gateway: Gateway | None = None
 
 
 async def _serve(config: Config, _: argparse.Namespace) -> int:
+    from proxy.inbound.observers import warnings
     from proxy.inbound.server import bind, serve
 
+    for warning in warnings(config):
+        logger.warning("%s", warning)
     metrics_port = config.metrics.port if config.metrics.enabled else None
     try:
         sock = bind(config.listen.host, config.listen.port)

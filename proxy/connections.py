@@ -156,7 +156,7 @@ class Connections:
                     for kind, kept in c.capped.items()
                 }
             if c.state is not ServerState.READY and (stderr := c.stderr_tail(_STDERR_SHOWN)):
-                # /healthz answers without credentials, and a failing server may print its secrets.
+                # A failing server may print its secrets (only metrics.role sees these lines).
                 entry["stderr"] = [redact_text(line) for line in stderr]
         return report
 

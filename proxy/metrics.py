@@ -125,7 +125,12 @@ class MetricsSettings(BaseModel):
     port: int | None = Field(default=None, ge=0, le=65535)  # None: served on the main listener
     per_tool_latency: bool = True  # a `tool` label on the latency histogram
     identity_labels: bool = False  # an `identity` label on manifold_tool_calls_total
-    require_auth: bool = False  # /metrics needs the same credentials as /mcp
+    # /metrics needs credentials and ``role``; None: on once any credential (api_keys, jwt) is
+    # configured (proxy.inbound.observers decides; an explicit False is warned about at start).
+    require_auth: bool | None = None
+    # The role that may scrape /metrics (when it needs credentials) and read per-server details
+    # in /healthz and /readyz: an operator's, since the series name every server and tool.
+    role: str = Field(default="observer", min_length=1)
     max_tool_label_values: int = Field(default=2000, ge=1, le=100_000)
 
     @field_validator("path")

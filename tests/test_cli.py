@@ -38,6 +38,20 @@ def test_check_rejects_a_bad_config_naming_file_field_and_value(tmp_path: Path) 
     assert "-1" in done.stderr
 
 
+def test_check_warns_when_metrics_are_opened_to_everyone_while_credentials_are_configured(
+    tmp_path: Path,
+) -> None:
+    key = {"name": "ci", "key": "sha256:" + "a" * 64}
+    opened = write_config(
+        tmp_path / "m.yaml", {"auth": {"api_keys": [key]}, "metrics": {"require_auth": False}}
+    )
+    done = run("check", "--config", str(opened))
+    assert done.returncode == 0, done.stderr
+    assert "warning: metrics.require_auth is false while credentials are configured" in done.stderr
+    closed = write_config(tmp_path / "n.yaml", {"auth": {"api_keys": [key]}})
+    assert "metrics.require_auth" not in run("check", "--config", str(closed)).stderr
+
+
 def test_tools_prints_the_merged_catalog_and_reports_a_server_that_cannot_start(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "m.yaml",

@@ -441,6 +441,7 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_METRICS__IDENTITY_LABELS": "true",
     "MANIFOLD_METRICS__REQUIRE_AUTH": "true",
     "MANIFOLD_METRICS__MAX_TOOL_LABEL_VALUES": "50",
+    "MANIFOLD_METRICS__ROLE": "prometheus",
     "MANIFOLD_LOGGING": '{"format": "json"}',
     "MANIFOLD_LOGGING__FORMAT": "plain",
     "MANIFOLD_LOGGING__ACCESS_LOG": "false",

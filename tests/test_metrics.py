@@ -299,11 +299,9 @@ def test_process_metrics_can_be_left_out() -> None:
 def test_settings_are_frozen_and_reject_unknown_keys_and_clashing_paths() -> None:
     settings = MetricsSettings()
     assert (settings.enabled, settings.path, settings.port) == (True, "/metrics", None)
-    assert (settings.per_tool_latency, settings.identity_labels, settings.require_auth) == (
-        True,
-        False,
-        False,
-    )
+    # require_auth None: decided by whether credentials are configured (proxy.inbound.observers).
+    assert (settings.per_tool_latency, settings.identity_labels, settings.require_auth) == (True, False, None)
+    assert settings.role == "observer"
     with pytest.raises(ValidationError):
         settings.path = "/other"
     with pytest.raises(ValidationError, match="extra"):

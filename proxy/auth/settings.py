@@ -191,11 +191,16 @@ class AuthSettings(_Model):
     token_cache_size: int = Field(default=10_000, ge=1, le=10_000_000)
 
     @property
+    def credentials_configured(self) -> bool:
+        """Whether any way to prove an identity is configured (API keys, JWT issuers, OAuth)."""
+        return bool(self.api_keys or self.jwt or self.oauth is not None)
+
+    @property
     def anonymous_enabled(self) -> bool:
         """Whether requests without a credential are let in as the anonymous identity."""
         if self.anonymous.enabled is not None:
             return self.anonymous.enabled
-        return not self.api_keys and not self.jwt and self.oauth is None
+        return not self.credentials_configured
 
     def warnings(self, bind_host: str) -> list[str]:
         """What ``manifold check`` should warn about when Manifold listens on ``bind_host``."""

@@ -1,10 +1,13 @@
 """The HTTP server around the MCP endpoint: routes, probes, metrics, access log, uvicorn.
 
     /mcp       the MCP endpoint (proxy.inbound.http)
-    /healthz   200 while the process runs, with each server's state
+    /healthz   200 while the process runs, with how many servers are in each state
     /readyz    200 once every server marked ``required`` is up, else 503
     /metrics   Prometheus text (here, or on ``metrics.port`` when that is set)
     /.well-known/oauth-protected-resource[/mcp]   with ``auth.oauth``: how to sign in (RFC 9728)
+
+What each caller may see of the last three, and the Host and Origin they are served to, is
+:mod:`proxy.inbound.observers`' business.
 
 The outermost ASGI layer counts bytes and writes one access-log line per request.
 """
@@ -28,12 +31,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from proxy.auth.authenticator import Rejected
 from proxy.auth.resource import metadata_document, metadata_paths
 from proxy.boundary import supervised
 from proxy.inbound.connection_guard import ConnectionGuard
 from proxy.inbound.contract import Inbound
 from proxy.inbound.http import McpEndpoint, OriginPolicy, Receive, Scope, Send
+from proxy.inbound.observers import (
+    Observers,
+    Refusal,
+    View,
+    detailed_health,
+    metrics_require_auth,
+    public_health,
+)
 from proxy.logs import log_access
 from proxy.metrics import Metrics
 
@@ -88,20 +98,23 @@ class _Observed:
             log_access(scope["method"], scope["path"], status, elapsed, sizes[1], session)
 
 
-def _metrics_route(inbound: Inbound) -> Route:
+def _observers(inbound: Inbound) -> Observers:
+    listen, config = inbound.config.listen, inbound.config
+    origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
+    return Observers(inbound.auth, origins, config.metrics, require_auth=metrics_require_auth(config))
+
+
+def _refused(refusal: Refusal) -> Response:
+    return Response(f"{refusal.message}\n", status_code=refusal.status, headers=dict(refusal.headers))
+
+
+def _metrics_route(inbound: Inbound, observers: Observers) -> Route:
     settings = inbound.config.metrics
 
     async def metrics(request: Request) -> Response:
-        if settings.require_auth:
-            credentials = {
-                k: v for k in ("authorization", "x-api-key") if (v := request.headers.get(k)) is not None
-            }
-            verdict = await inbound.auth.authenticate(credentials)
-            if isinstance(verdict, Rejected):
-                challenge = {"www-authenticate": verdict.www_authenticate()}
-                return Response(
-                    f"Unauthorized: {verdict.message}\n", status_code=verdict.status, headers=challenge
-                )
+        refusal = observers.admitted(request.headers) or await observers.may_scrape(request.headers)
+        if refusal is not None:
+            return _refused(refusal)
         # Rendering walks every series: seconds for a big catalog, so not on the event loop.
         body, content_type = await anyio.to_thread.run_sync(
             inbound.metrics.render, request.headers.get("accept")
@@ -111,24 +124,36 @@ def _metrics_route(inbound: Inbound) -> Route:
     return Route(settings.path, metrics)
 
 
+def _probe_routes(inbound: Inbound, observers: Observers) -> list[Route]:
+    health = inbound.health
+
+    async def answer(request: Request, ready: bool) -> Response:
+        if (refusal := observers.admitted(request.headers)) is not None:
+            return _refused(refusal)
+        view = await observers.view(request.headers)
+        if isinstance(view, Refusal):
+            return _refused(view)
+        report = health.health()
+        down = health.waiting_for() if ready else None
+        shown = detailed_health(report, down) if view is View.DETAILS else public_health(report, down)
+        if not ready:
+            return JSONResponse({"status": "ok", **shown})
+        return JSONResponse({"status": "not ready" if down else "ready", **shown}, 503 if down else 200)
+
+    async def healthz(request: Request) -> Response:
+        return await answer(request, ready=False)
+
+    async def readyz(request: Request) -> Response:
+        return await answer(request, ready=True)
+
+    return [Route("/healthz", healthz), Route("/readyz", readyz)]
+
+
 def build_app(inbound: Inbound) -> Any:
     listen = inbound.config.listen
     endpoint = McpEndpoint(inbound, OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts))
-    health = inbound.health
-
-    async def healthz(_: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "servers": health.health()})
-
-    async def readyz(_: Request) -> JSONResponse:
-        down = health.waiting_for()
-        body = {
-            "status": "ready" if not down else "not ready",
-            "waiting_for": down,
-            "servers": health.health(),
-        }
-        return JSONResponse(body, status_code=200 if not down else 503)
-
-    routes = [Route("/mcp", endpoint), Route("/healthz", healthz), Route("/readyz", readyz)]
+    observers = _observers(inbound)
+    routes = [Route("/mcp", endpoint), *_probe_routes(inbound, observers)]
     oauth = inbound.config.auth.oauth
     if oauth is not None:
         # A public document that browser-based clients (the MCP Inspector) read cross-origin.
@@ -139,13 +164,13 @@ def build_app(inbound: Inbound) -> Any:
 
         routes += [Route(path, protected_resource, methods=["GET"]) for path in metadata_paths(oauth, "/mcp")]
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
-        routes.append(_metrics_route(inbound))
+        routes.append(_metrics_route(inbound, observers))
     return _Observed(Starlette(routes=routes), endpoint, inbound.metrics)
 
 
 def metrics_app(inbound: Inbound) -> Any:
     """The app of the separate metrics listener (``metrics.port``)."""
-    return Starlette(routes=[_metrics_route(inbound)])
+    return Starlette(routes=[_metrics_route(inbound, _observers(inbound))])
 
 
 def bind(host: str, port: int) -> socket.socket:

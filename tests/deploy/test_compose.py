@@ -32,7 +32,10 @@ from tests.deploy.test_dockerfile import BY_NAME, copies
 COMPOSE: Final = DEPLOY / "compose.yaml"
 CHECK_JSONSCHEMA_INSTALL: Final = "pip install check-jsonschema  (it ships the Compose Specification schema)"
 # What the stack needs in its environment (compose.yaml says so with ${VAR:?...}).
-ENVIRONMENT: Final = {"DEMO_API_KEY": "a-long-random-demo-key-for-the-tests"}
+ENVIRONMENT: Final = {
+    "DEMO_API_KEY": "a-long-random-demo-key-for-the-tests",
+    "PROMETHEUS_API_KEY": "a-long-random-scrape-key-for-the-tests",
+}
 
 
 def _missing(tool: str, install: str) -> NoReturn:
@@ -289,6 +292,8 @@ def test_prometheus_loads_the_alert_rules_and_scrapes_manifold(promtool: str, tm
         copy = tmp_path / target.relative_to("/")
         copy.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, copy)
+    for target, variable in secret_files("prometheus").items():
+        (tmp_path / target.relative_to("/")).write_text(ENVIRONMENT[variable])
     result = run(promtool, "check", "config", tmp_path / "etc/prometheus/prometheus.yml")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 rule files found" in result.stdout
@@ -298,6 +303,31 @@ def test_prometheus_loads_the_alert_rules_and_scrapes_manifold(promtool: str, tm
     assert discovery["names"] == ["manifold"]
     assert discovery["port"] == manifold_config().listen.port
     assert job["metrics_path"] == manifold_config().metrics.path
+
+
+def secret_files(service: str) -> dict[PurePosixPath, str]:
+    """Where ``service`` finds each of its secrets -> the environment variable it is made of."""
+    files = {}
+    for secret in SERVICES[service].get("secrets", []):
+        source = secret if isinstance(secret, str) else secret["source"]
+        target = secret.get("target", source) if isinstance(secret, dict) else source
+        path = PurePosixPath(target) if target.startswith("/") else PurePosixPath("/run/secrets") / target
+        files[path] = STACK["secrets"][source]["environment"]
+    return files
+
+
+def test_prometheus_scrapes_with_the_key_manifold_gives_the_metrics_role() -> None:
+    # Manifold has API keys, so /metrics needs one with metrics.role (proxy.inbound.observers).
+    config = yaml.safe_load(host_path("prometheus", "/etc/prometheus/prometheus.yml").read_text())
+    (job,) = [job for job in config["scrape_configs"] if job["job_name"] == "manifold"]
+    assert job["authorization"]["type"] == "Bearer"
+    credentials = PurePosixPath("/etc/prometheus") / job["authorization"]["credentials_file"]
+    variable = secret_files("prometheus")[credentials]
+    manifold = manifold_config()
+    assert manifold.metrics.require_auth is None  # the default: on, since keys are configured
+    (key,) = [k for k in manifold.auth.api_keys if k.key == f"env:{variable}"]
+    assert manifold.metrics.role in key.roles
+    assert variable in SERVICES["manifold"]["environment"]
 
 
 def test_grafana_gets_the_prometheus_datasource_and_the_dashboard() -> None:

@@ -24,7 +24,10 @@ from typing import Any, Final, NoReturn, cast
 import pytest
 import yaml
 
+from proxy.auth.authenticator import Authenticator
 from proxy.config import Config, config_from_mapping, load_config
+from proxy.inbound.http import OriginPolicy
+from proxy.inbound.observers import Observers, metrics_require_auth
 from proxy.policy.loader import document_from_mapping
 from proxy.policy_files import load_policy
 from tests.deploy.promql import DEPLOY
@@ -107,6 +110,7 @@ def secret_environment() -> dict[str, str]:
     """The pod's environment with made-up values in place of the Secret's."""
     values = {
         "api-key-ci": "ci-key-" + "k" * 32,
+        "api-key-prometheus": "prometheus-key-" + "p" * 32,
         "jwt-secret": "s" * 48,
         "redis-url": "redis://redis:6379/0",
         "search-mcp-token": "token",
@@ -219,6 +223,9 @@ _SERVICE_MONITOR_FIELDS: Final = {
     ".spec.endpoints", ".spec.endpoints[].port", ".spec.endpoints[].path", ".spec.endpoints[].interval",
     ".spec.endpoints[].scrapeTimeout", ".spec.endpoints[].scheme", ".spec.endpoints[].honorLabels",
     ".spec.endpoints[].relabelings", ".spec.endpoints[].metricRelabelings",
+    ".spec.endpoints[].authorization", ".spec.endpoints[].authorization.type",
+    ".spec.endpoints[].authorization.credentials", ".spec.endpoints[].authorization.credentials.name",
+    ".spec.endpoints[].authorization.credentials.key",
 }  # fmt: skip
 
 
@@ -306,6 +313,51 @@ def test_liveness_asks_healthz_and_readiness_asks_readyz() -> None:
         get = container[probe]["httpGet"]
         assert get["path"] == path, probe
         assert ports[get["port"]] == port, probe
+
+
+def test_the_kubelet_probing_the_pod_ip_passes_the_host_check_and_a_rebound_name_does_not() -> None:
+    # httpGet without `host` or a Host header: the kubelet sends Host: <pod IP>:<port>.
+    container = manifold_container()
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert "host" not in container[probe]["httpGet"], probe
+        assert "httpHeaders" not in container[probe]["httpGet"], probe
+    observers = _observers()
+    port = config().listen.port
+    assert observers.admitted({"host": f"10.244.1.17:{port}"}) is None
+    assert observers.admitted({"host": f"[fd00:10:244::11]:{port}"}) is None
+    refused = observers.admitted({"host": f"attacker.example:{port}"})
+    assert refused is not None
+    assert refused.status == 403
+
+
+def _observers() -> Observers:
+    loaded = config()
+    listen = loaded.listen
+    return Observers(
+        Authenticator.from_settings(loaded.auth, secret_environment()),
+        OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts),
+        loaded.metrics,
+        require_auth=metrics_require_auth(loaded),
+    )
+
+
+def test_the_service_monitor_scrapes_with_a_key_that_holds_the_metrics_role() -> None:
+    loaded = config()
+    assert metrics_require_auth(loaded)  # credentials are configured: /metrics needs one
+    (monitor,) = load_all(SERVICE_MONITOR)
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    credentials = endpoint["authorization"]["credentials"]
+    (secret,) = load_all(KUBERNETES / "secret.example.yaml")
+    assert credentials["name"] == secret["metadata"]["name"]
+    assert credentials["key"] in secret["stringData"]
+    (variable,) = [
+        v["name"]
+        for v in manifold_container().get("env", [])
+        if v["valueFrom"]["secretKeyRef"]["key"] == credentials["key"]
+    ]
+    (key,) = [k for k in loaded.auth.api_keys if k.key == f"env:{variable}"]
+    assert loaded.metrics.role in key.roles
 
 
 def test_requests_and_limits_are_set_for_cpu_and_memory() -> None:

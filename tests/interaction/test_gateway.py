@@ -27,6 +27,7 @@ from mcp.types import (
 
 from tests.fixtures.spawn import running_http_fixture
 from tests.interaction.harness import (
+    OBSERVER,
     RunningManifold,
     everything_server,
     fixture_server,
@@ -96,6 +97,7 @@ async def gamma_url() -> AsyncIterator[str]:
 @pytest.fixture
 async def manifold(tmp_path: Path, gamma_url: str) -> AsyncIterator[RunningManifold]:
     config = {
+        "auth": OBSERVER,  # /healthz shows each server's entry
         "catalog": {"page_size": PAGE},
         "servers": {
             "alpha": {**fixture_server("alpha", tools=25, page_size=10), "request_timeout": 3},

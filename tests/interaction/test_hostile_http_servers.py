@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.fixtures.spawn import free_port
 from tests.interaction.harness import (
     NPM_BIN,
+    OBSERVER,
     REPO,
     RunningManifold,
     another_client_is_served,
@@ -123,7 +124,10 @@ def up(server: str) -> tuple[tuple[str, str], ...]:
 async def hostile(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
     tmp = tmp_path_factory.mktemp("hostile_http")
     async with hostile_server("--tools-listed", "400000") as url:
-        config = {"servers": {"h": {"url": url, "transport": "streamable-http", "required": True}}}
+        config = {
+            "auth": OBSERVER,
+            "servers": {"h": {"url": url, "transport": "streamable-http", "required": True}},
+        }
         async with running_manifold(tmp, config) as manifold:
             yield manifold
 
@@ -207,7 +211,7 @@ def everything_over_http(port: int) -> Iterator[subprocess.Popen[bytes]]:
 async def test_server_everything_restarted_mid_run_is_re_initialized_and_served(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    config = {"servers": {"ev": {"url": url, "transport": "streamable-http"}}}
+    config = {"auth": OBSERVER, "servers": {"ev": {"url": url, "transport": "streamable-http"}}}
     with everything_over_http(port) as first:
         await _listening(port, first)
         async with running_manifold(tmp_path, config) as manifold:
@@ -260,6 +264,7 @@ async def test_healthz_answers_at_once_and_a_slow_server_joins_later_with_list_c
         hostile_server("--tools-listed", "4", "--slow-start", "6") as slow,
     ):
         config = {
+            "auth": OBSERVER,
             "servers": {
                 "fast": {"url": fast, "transport": "streamable-http"},
                 "slow": {
@@ -268,7 +273,7 @@ async def test_healthz_answers_at_once_and_a_slow_server_joins_later_with_list_c
                     "connect_timeout": 20,
                     "required": True,
                 },
-            }
+            },
         }
         started = time.monotonic()
         async with running_manifold(tmp_path, config, settled=False) as manifold:

@@ -21,6 +21,7 @@ import anyio
 import pytest
 
 from tests.interaction.harness import (
+    OBSERVER,
     REPO,
     RunningManifold,
     another_client_is_served,
@@ -52,7 +53,7 @@ def servers() -> dict[str, Any]:
 
 @pytest.fixture
 async def manifold(tmp_path: Path) -> AsyncIterator[RunningManifold]:
-    async with running_manifold(tmp_path, {"servers": servers()}) as running:
+    async with running_manifold(tmp_path, {"auth": OBSERVER, "servers": servers()}) as running:
         await wait_for_health(running, lambda h: h["servers"]["unruly"]["state"] == "ready")
         yield running
 
@@ -118,7 +119,7 @@ async def test_a_server_that_exits_leaving_a_grandchild_fails_the_call_at_once_a
 ) -> None:
     pidfile = tmp_path / "grandchild.pid"
     try:
-        async with running_manifold(tmp_path, {"servers": servers()}) as manifold:
+        async with running_manifold(tmp_path, {"auth": OBSERVER, "servers": servers()}) as manifold:
             await wait_for_health(manifold, lambda h: h["servers"]["unruly"]["state"] == "ready")
             took, answer = await call(
                 manifold, "unruly.exit_leaving_grandchild", {"setsid": setsid, "pidfile": str(pidfile)}
@@ -194,7 +195,7 @@ async def test_a_crash_loop_is_counted_from_its_first_restart_and_shows_its_stde
     health = await wait_for_health(manifold, lambda h: "stderr" in h["servers"]["crashy"])
     assert health["servers"]["crashy"]["state"] != "ready"
     assert "unruly: fatal: cannot open the database" in health["servers"]["crashy"]["stderr"]
-    # /healthz needs no credentials: what a failing server prints of its secrets is redacted.
+    # Only the observer role reads stderr lines, and what a server prints of its secrets is redacted.
     assert "hunter2" not in str(health), health
     # Every start after the first is a restart, the first one too: a counter one behind never
     # catches up, and this bounded wait fails (the backoff doubles from half a second).

@@ -200,7 +200,7 @@ async def test_metrics_can_move_to_their_own_port_and_behind_the_mcp_credentials
     port = free_port()
     config = {
         "metrics": {"port": port, "require_auth": True},
-        "auth": {"api_keys": [{"name": "scraper", "key": stored}]},
+        "auth": {"api_keys": [{"name": "scraper", "key": stored, "roles": ["observer"]}]},
         "servers": {"alpha": fixture_server("alpha", tools=1, page_size=10)},
     }
     async with running_manifold(tmp_path, config) as manifold, aiohttp.ClientSession() as http:

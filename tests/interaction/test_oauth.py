@@ -12,6 +12,7 @@ revoked opaque one, one without the required scope, and forged ones.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import re
@@ -58,6 +59,7 @@ INTROSPECTION_SECRET = "manifold-introspection-secret-0123456789"
 SERVICE_SECRET = "service-client-secret-0123456789abcdef"
 SCOPES = "mcp:tools mcp:admin"
 REDIRECT_URI = "http://localhost:3030/callback"
+SCRAPER_KEY = "mfd_prometheus-test-key-0123456789abcdefghij"  # an API key beside OAuth
 POLICY = """\
 version: 1
 default: deny
@@ -162,6 +164,13 @@ def oauth_config(tmp_path: Path, port: int, issuer: str, **oauth: Any) -> dict[s
     }
     return {
         "auth": {
+            "api_keys": [
+                {
+                    "name": "prometheus",
+                    "key": "sha256:" + hashlib.sha256(SCRAPER_KEY.encode()).hexdigest(),
+                    "roles": ["observer"],
+                }
+            ],
             "oauth": {
                 "resource": f"http://127.0.0.1:{port}/mcp",
                 "authorization_servers": [server],
@@ -170,7 +179,7 @@ def oauth_config(tmp_path: Path, port: int, issuer: str, **oauth: Any) -> dict[s
                 "scope_roles": {"mcp:admin": ["admin"]},
                 "introspection_cache": 0,
                 **oauth,
-            }
+            },
         },
         "policy": {"files": ["policy.yaml"], "audit": {"path": "audit.jsonl"}},
         "servers": {"alpha": fixture_server("alpha", tools=2, page_size=10)},
@@ -322,7 +331,11 @@ def challenge_of(headers: dict[str, str]) -> dict[str, str]:
 
 
 async def sign_ins(manifold: RunningManifold) -> dict[tuple[str, str], float]:
-    async with aiohttp.ClientSession() as http, http.get(manifold.url.replace("/mcp", "/metrics")) as got:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(manifold.url.replace("/mcp", "/metrics"), headers={"X-API-Key": SCRAPER_KEY}) as got,
+    ):
+        assert got.status == 200
         text = await got.text()
     found: dict[tuple[str, str], float] = {}
     for line in text.splitlines():
