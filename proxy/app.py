@@ -4,7 +4,7 @@ Nothing else happens here. The parts, and who tells whom what::
 
     server connections ──listed──────────▶ Catalogs ──changed──▶ Notices ──▶ sessions, listen streams
                        ──state_changed───▶ ServerHealth (metrics)
-                       ──server_notification──────────────────▶ Notices
+                       ──server_notification──────────────────▶ Notices, ServerLogs (log lines)
     inbound transports ──messages────────▶ Router ──CallContext──▶ pipeline ──▶ Forward ──▶ Connections
                        ──sessions────────▶ Sessions ──ended──▶ Connections (per_client), Interest
 
@@ -53,6 +53,7 @@ from proxy.policy import SchemaValidators
 from proxy.protocol.jsonrpc import Message
 from proxy.ratelimit import LimitBackend, make_backend
 from proxy.router import Router
+from proxy.server_logs import ServerLogs
 from proxy.sessions import Sessions
 
 __all__ = ["Gateway"]
@@ -68,9 +69,10 @@ class _Heard:
     _catalogs: Catalogs
     _health: ServerHealth
     _notices: Notices
+    _logs: ServerLogs
 
-    def wire(self, catalogs: Catalogs, health: ServerHealth, notices: Notices) -> None:
-        self._catalogs, self._health, self._notices = catalogs, health, notices
+    def wire(self, catalogs: Catalogs, health: ServerHealth, notices: Notices, logs: ServerLogs) -> None:
+        self._catalogs, self._health, self._notices, self._logs = catalogs, health, notices, logs
 
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         self._catalogs.listed(server_id, kind, items)
@@ -79,7 +81,10 @@ class _Heard:
         self._health.state_changed(server_id, state, reason)
 
     def server_notification(self, server_id: str, message: Message) -> None:
-        self._notices.server_notification(server_id, message)
+        if message["method"] == "notifications/message":
+            self._logs.line(server_id, message)  # by policy: who may see the server
+        else:
+            self._notices.server_notification(server_id, message)
 
 
 class Gateway:
@@ -135,7 +140,8 @@ class Gateway:
             private=bool(config.policy.files),
             on_change=notices.list_changed,
         )
-        heard.wire(self.catalogs, ServerHealth(metrics, [s.id for s in servers]), notices)
+        logs = ServerLogs(self.sessions, self.catalogs, access, self.connections)
+        heard.wire(self.catalogs, ServerHealth(metrics, [s.id for s in servers]), notices, logs)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
@@ -148,6 +154,7 @@ class Gateway:
             connections=self.connections,
             interest=self.interest,
             listens=self.listens,
+            logs=logs,
             forward=compose(self._stages(), forward),
             boundary=self.boundary,
             metrics=metrics,

@@ -23,6 +23,7 @@ from proxy.catalog.merge import EMPTY_CATALOG, Catalog, Entry, ServerSlice, buil
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resource_index
 from proxy.errors import InvalidParams, ResourceNotFound
+from proxy.keys import fingerprint
 from proxy.metrics import Metrics
 from proxy.outbound.lists import LIST_KINDS
 from proxy.policy import Identity, Subject
@@ -165,6 +166,11 @@ class Catalogs:
             raise ResourceNotFound.of(uri)
         return server
 
+    def hides(self, subject: Subject, identity: Identity) -> bool:
+        """Whether the policy hides ``subject`` from ``identity`` (not listed; a call to it must
+        answer exactly as one to a missing thing, before anything else is checked)."""
+        return not self._access.allows(identity, subject)
+
     def visible_definition(self, name: str, identity: Identity) -> Mapping[str, Any] | None:
         """The definition of tool ``name`` as ``identity`` is shown it, if it is shown it."""
         served = self.served
@@ -207,8 +213,9 @@ class Catalogs:
         else:
             self._metrics.list_page_served(kind)  # type: ignore[arg-type]
         items, generation = self._view(kind, identity)
-        # A cursor is good only for the view it was cut from: the list kind and the identity.
-        scope = f"{kind}|{identity.source}|{identity.name}|{','.join(sorted(identity.roles))}"
+        # A cursor is good only for the view it was cut from: the list kind and the identity (its
+        # key, name and roles: one issuer's alice may not page through another's).
+        scope = f"{kind}|{fingerprint(identity)}"
         key = (scope, generation, cursor if isinstance(cursor, str) else None, hint)
         cached = self._pages.get(key) if cursor is None or isinstance(cursor, str) else None
         if cached is not None:

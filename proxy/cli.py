@@ -19,8 +19,9 @@ from proxy import __version__
 from proxy.app import Gateway
 from proxy.config import Config, load_config
 from proxy.errors import ConfigError
-from proxy.logs import setup_logging
+from proxy.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
+from proxy.redaction import url_secrets
 
 __all__ = ["main"]
 
@@ -57,12 +58,15 @@ def _parser() -> argparse.ArgumentParser:
     tools = add("tools", "Start every server, print the merged tool catalog and each server's state.")
     tools.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     _identity_options(tools, required=False)
-    explain = add("explain", "Print the policy decision for one identity and one tool, prompt or resource.")
+    explain = add(
+        "explain", "Print the policy decision for one identity and one tool, prompt, resource or log level."
+    )
     _identity_options(explain, required=True)
     subject = explain.add_mutually_exclusive_group(required=True)
     subject.add_argument("--tool", help="a namespaced tool name, e.g. github.delete_repo")
     subject.add_argument("--prompt", help="a namespaced prompt name")
     subject.add_argument("--resource", help="a resource URI")
+    subject.add_argument("--log-level-of", metavar="SERVER", help="changing this shared server's log level")
     explain.add_argument("--json", action="store_true", help="print JSON")
     pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
     pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
@@ -78,6 +82,7 @@ def _identity_options(parser: argparse.ArgumentParser, *, required: bool) -> Non
     parser.add_argument("--role", action="append", help="a role of that identity (repeatable)")
     sources = ["api_key", "jwt", "oauth", "stdio", "anonymous"]
     parser.add_argument("--source", default="api_key", choices=sources, help="how it signed in")
+    parser.add_argument("--issuer", default="", help="the issuer that vouches for it (a JWT's iss)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _keygen(args)
     try:
         config = load_config(args.config)
+        remember_secrets(_configured_secrets(config))
         if args.command == "check":
             return _check(config, args.config, online=args.online)
     except ConfigError as exc:
@@ -115,6 +121,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _configured_secrets(config: Config) -> list[str]:
+    """The values no log line, error or report may print verbatim: every server's header and env
+    values (a header's credential also without its ``Bearer``/``Basic`` word), the credentials
+    and query values of server URLs and of the Redis URL, and the session-signing secret."""
+    values: list[str] = []
+    for server in config.servers.values():
+        values += server.resolved_env().values()
+        for value in server.resolved_headers().values():
+            values += [value, value.partition(" ")[2]]
+        if server.url is not None:
+            values += url_secrets(server.url)
+    values += url_secrets(config.rate_limits.redis_url)
+    if config.sessions.secret is not None:
+        values.append(config.sessions.secret.get_secret_value())
+    return values
 
 
 _OPEN_FILES_WANTED = 65536  # connections, server pipes and sockets: far above max_connections

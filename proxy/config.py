@@ -87,6 +87,7 @@ from proxy.overrides import Overrides, read_overrides
 from proxy.policy.settings import PolicySettings
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from proxy.ratelimit import RateLimitSettings
+from proxy.redaction import redact_text, redact_url
 
 __all__ = [
     "CatalogConfig",
@@ -360,7 +361,7 @@ class ServerConfig(_Model):
     @classmethod
     def _http_url(cls, url: str | None) -> str | None:
         if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
-            raise ValueError(f"must be an http:// or https:// URL (got {url!r})")
+            raise ValueError(f"must be an http:// or https:// URL (got {redact_url(url)!r})")
         return url
 
     @model_validator(mode="after")
@@ -462,6 +463,21 @@ class Config(_Model):
                 )
             elif server.prefix:
                 owners[server.prefix] = key
+        # A namespace (prefix + separator) belongs to one server: with a separator of several
+        # characters, one could start another ("a" + "__" starts "a_" + "__"), and a name in it
+        # would then be both servers'.
+        spaces = {prefix + separator: key for prefix, key in owners.items()}
+        for space, key in spaces.items():
+            for other_space, other in spaces.items():
+                if other != key and space.startswith(other_space):
+                    problems.append(
+                        (
+                            ("servers", key, "prefix"),
+                            f"names in the namespace {space!r} would also be in the namespace "
+                            f"{other_space!r} of server {other!r}; choose prefixes that do not "
+                            "start one another's namespace",
+                        )
+                    )
         if problems:
             raise _Problems(problems)
         return self
@@ -612,7 +628,7 @@ def _message(error: ErrorDetails, loc: Loc) -> str:
         _SECRET_FIELDS & set(map(str, loc))
     ):
         return message  # secrets: never echo an env or header value, a key, a secret or a Redis URL
-    return f"{message} (got {show_value(input_value)})"
+    return f"{message} (got {redact_text(show_value(input_value))})"
 
 
 def _known_keys(parent: Loc) -> Iterable[str]:

@@ -135,6 +135,10 @@ class Connections:
         assert isinstance(session, ClientSession), f"{type(caller).__name__} has no session"
         return await self._per_client.connection(session, server_id)
 
+    def own(self, session: ClientSession) -> list[ServerConnection]:
+        """The ``per_client`` connections running for ``session``."""
+        return self._per_client.of_session(session.id)
+
     async def release(self, session: ClientSession) -> None:
         """A session ended: stop its own connections."""
         self._per_client.close(session.id)

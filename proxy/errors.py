@@ -42,6 +42,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from proxy.redaction import redact_text
+
 __all__ = [
     "CONNECTION_CLOSED",
     "HEADER_MISMATCH",
@@ -265,11 +267,17 @@ class RemoteError(ManifoldError):
 
 
 class ServerUnavailable(ManifoldError):
-    """A configured server cannot take requests right now."""
+    """A configured server cannot take requests right now.
+
+    ``reason`` is redacted here (:func:`proxy.redaction.redact_text`): it travels to clients, to
+    ``/healthz``, to ``manifold tools`` and to the log, and is often built from a URL or a
+    foreign exception's text that quotes one.
+    """
 
     code: int = CONNECTION_CLOSED
 
     def __init__(self, server_id: str, reason: str) -> None:
+        reason = redact_text(reason)
         super().__init__(f"server {server_id!r} is unavailable: {reason}")
         self.server_id = server_id
         self.reason = reason
@@ -296,6 +304,7 @@ class ServerProtocolError(ServerUnavailable):
     code = INTERNAL_ERROR
 
     def __init__(self, server_id: str, reason: str) -> None:
+        reason = redact_text(reason)
         ManifoldError.__init__(self, f"server {server_id!r} broke the protocol: {reason}")
         self.server_id = server_id
         self.reason = reason

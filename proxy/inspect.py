@@ -21,10 +21,10 @@ __all__ = ["explain", "identity_from", "pins_accept", "tools"]
 
 
 def identity_from(args: argparse.Namespace) -> Identity | None:
-    """The identity named by ``--identity/--role/--source``, or None when none was named."""
+    """The identity named by ``--identity/--role/--source/--issuer``, or None when none was named."""
     if args.identity is None:
         return None
-    return Identity(args.identity, frozenset(args.role or ()), args.source)
+    return Identity(args.identity, frozenset(args.role or ()), args.source, issuer=args.issuer or "")
 
 
 def _hints(annotations: dict[str, Any]) -> str:
@@ -53,6 +53,7 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
                 "name": e.name,
                 "server": e.server_id,
                 "original_name": e.original_name,
+                "canonical_name": e.canonical,  # what the policy's globs see
                 "annotations": dict(served.definitions[e.name].get("annotations") or {}),
                 "annotations_source": served.effective[e.name].source,
                 "blocked": e.name in served.blocked,
@@ -60,6 +61,7 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
             for e in entries
         ]
         collisions = list(served.catalog.collisions)
+        skipped = list(served.catalog.invalid)
     if args.json:
         report = {
             "tools": rows,
@@ -68,12 +70,15 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
                 {"name": c.name, "first": c.first, "second": c.second, "renamed_to": c.renamed_to}
                 for c in collisions
             ],
+            "skipped": [{"server": server, "reason": reason} for server, reason in skipped],
         }
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         table = [("NAME", "SERVER", "ORIGINAL NAME", "ANNOTATIONS")]
         for r in rows:
             note = f" ({r['annotations_source']})" + (" BLOCKED: pin drift" if r["blocked"] else "")
+            if r["canonical_name"] != r["name"]:
+                note += f" policy name: {r['canonical_name']}"
             table.append((r["name"], r["server"], r["original_name"], _hints(r["annotations"]) + note))
         widths = [max(len(row[i]) for row in table) for i in range(3)]
         for row in table:
@@ -88,11 +93,14 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
             print(f"server {sid}: {state['state']}{why}, {state['tools']} tools")
         for collision in collisions:
             print(f"collision: {collision.describe()}")
+        for server, reason in skipped:
+            print(f"skipped: server {server}: {reason}")
     return 1 if any(s["state"] != "ready" for s in servers.values()) else 0
 
 
 async def explain(config: Config, args: argparse.Namespace) -> int:
-    """Print the decision for one identity and one tool/prompt/resource, and the rules behind it."""
+    """Print the decision for one identity and one tool/prompt/resource/server log level, and the
+    rules behind it."""
     identity = identity_from(args)
     assert identity is not None
     async with Gateway(config).running() as gateway:
@@ -100,31 +108,60 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
             "identity": identity.name,
             "roles": sorted(identity.roles),
             "source": identity.source,
+            "issuer": identity.issuer,
         }
         subject: Subject | None = None
+        shown_as: str | None = None
         if args.tool is not None:
-            entry = gateway.catalogs.served.catalog.by_name.get(args.tool)
+            catalog = gateway.catalogs.served.catalog
+            # The name a client is shown, or else the canonical name a policy is written against.
+            entry = catalog.by_name.get(args.tool) or next(
+                (e for e in catalog.entries if e.canonical == args.tool), None
+            )
             if entry is not None:
                 subject = gateway.catalogs.served.subject(entry.name)
+                shown_as = entry.name
                 effective = gateway.catalogs.served.effective[entry.name]
                 report["annotations"] = {**effective.hints(), "source": effective.source}
                 report["blocked_by_pin_drift"] = entry.name in gateway.catalogs.served.blocked
             name = args.tool
+        elif args.log_level_of is not None:
+            name = args.log_level_of
+            subject = Subject.log_level(name) if name in gateway.connections.shared else None
         elif args.prompt is not None:
-            prompt = gateway.catalogs.prompts.by_name.get(args.prompt)
+            prompts = gateway.catalogs.prompts
+            prompt = prompts.by_name.get(args.prompt) or next(
+                (e for e in prompts.entries if e.canonical == args.prompt), None
+            )
             subject = Subject.prompt(prompt) if prompt is not None else None
+            shown_as = prompt.name if prompt is not None else None
             name = args.prompt
         else:
             server = gateway.catalogs.resources.route(args.resource)
             subject = Subject.resource(args.resource, server) if server is not None else None
+            shown_as = args.resource
             name = args.resource
         if subject is None:
-            kind = "tool" if args.tool else "prompt" if args.prompt else "resource"
+            kind = (
+                "tool"
+                if args.tool
+                else "prompt"
+                if args.prompt
+                else "server"
+                if args.log_level_of
+                else "resource"
+            )
             print(f"manifold: no such {kind}: {name}", file=sys.stderr)
             return 1
         decision = gateway.access.decide(identity, subject)
         report |= {
-            "subject": {"kind": subject.kind, "name": subject.name, "server": subject.server_id},
+            # name: the canonical name the policy matched; shown_as: what clients call it.
+            "subject": {
+                "kind": subject.kind,
+                "name": subject.name,
+                "server": subject.server_id,
+                "shown_as": shown_as,
+            },
             "effect": decision.effect,
             "enforced": decision.enforced_effect(config.policy.dry_run),
             "rules": list(decision.rule_ids),
@@ -134,6 +171,8 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         target = f"{subject.kind} {subject.name} (server {subject.server_id})"
+        if shown_as not in (None, subject.name):
+            target += f", shown to clients as {shown_as}"
         print(f"{report['effect'].upper()}: {identity.name} -> {target}")
         print(f"  rules:  {', '.join(report['rules']) or '(none: the default applies)'}")
         print(f"  reason: {report['reason']}")

@@ -3,13 +3,15 @@
 One shared secret (``sessions.secret``, or a random one per process) signs several kinds of
 token. Each kind gets its own key, derived here, so a token of one kind can never pass for
 another (a cursor for a session id, say). Identities are named in signed tokens by a
-fingerprint, never by name and roles in clear. Pure: bytes and identities in, bytes and text out.
+fingerprint, never in clear. Pure: bytes and identities in, bytes and text out.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+
+import orjson
 
 from proxy.policy.model import Identity
 
@@ -22,6 +24,11 @@ def derive_key(secret: bytes, purpose: str) -> bytes:
 
 
 def fingerprint(identity: Identity) -> str:
-    """A short hash naming an identity in signed tokens: its source, name and roles."""
-    material = "\0".join([identity.source, identity.name, *sorted(identity.roles)])
-    return hashlib.sha256(material.encode()).hexdigest()[:32]
+    """A short hash naming an identity in signed tokens: its key (source, issuer, subject), and
+    the name and roles it acts with.
+
+    The key tells principals apart (one ``alice`` per issuer); name and roles are in too, so a
+    token issued to a principal with other roles is not taken as this one's. The fields are
+    encoded as a JSON list, so no choice of names can make two identities' material equal."""
+    material = orjson.dumps([*identity.key, identity.name, sorted(identity.roles)])
+    return hashlib.sha256(material).hexdigest()[:32]

@@ -17,8 +17,10 @@ Redaction happens in a filter on the handler, before either format sees the reco
   also inside nested dicts, lists and ``(name, value)`` header pairs;
 * an ``extra`` named ``session``/``session_id`` keeps only its first 8 characters: a session id
   is a bearer credential for the session;
-* in the message, tracebacks and string values: ``Bearer``/``Basic`` credentials and
-  ``name=value`` / ``name: value`` pairs whose name looks secret.
+* in the message, tracebacks and string values, :func:`~proxy.redaction.redact_text`: every
+  URL's userinfo, query values and fragment, ``Bearer``/``Basic`` credentials, ``name=value`` /
+  ``name: value`` pairs whose name looks secret, and the configured secrets (server header and
+  env values, URL credentials) wherever they appear.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from typing import Any, Final, Literal, TextIO
 import orjson
 from pydantic import BaseModel, ConfigDict
 
+from proxy.redaction import REDACTED, redact_text, redact_url, remember_secrets
+
 __all__ = [
     "ACCESS_LOGGER",
     "REDACTED",
@@ -45,30 +49,20 @@ __all__ = [
     "access_line",
     "log_access",
     "redact_text",
+    "redact_url",
     "redact_value",
+    "remember_secrets",
     "setup_logging",
 ]
 
 LogFormat = Literal["auto", "json", "plain"]
 
 ACCESS_LOGGER: Final = "manifold.access"  # not a module name: proxy.access is the policy's logger
-REDACTED: Final = "[REDACTED]"
 SESSION_PREFIX: Final = 8
 
 _LEVELS: Final = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
 _SECRET_NAME: Final = re.compile(r"authorization|cookie|token|secret|passw|key|credential", re.IGNORECASE)
 _SESSION_NAMES: Final = frozenset({"session", "session_id", "mcp-session-id", "mcp_session_id"})
-# In free text "key" alone is too common ("missing key: name"); only the unambiguous words.
-# A name starts only where a run of [\w.-] starts (the lookbehind) and is matched atomically,
-# so each run is scanned once: long dotted or repeated text stays linear, never quadratic.
-_TEXT_SECRET_WORD: Final = r"(?:authorization|cookie|token|secret|passw(?:or)?d|api[_-]?key|credential)"
-_TEXT_SECRET_NAME: Final = rf"(?<![\w.-])[\"']?(?>[\w.-]*{_TEXT_SECRET_WORD}[\w.-]*)"
-_TEXT_PAIR: Final = re.compile(
-    rf"""(?P<name>{_TEXT_SECRET_NAME}["']?)(?P<sep>\s*[:=]\s*)"""
-    r"""(?P<value>"[^"]*"|'[^']*'|(?:(?:bearer|basic|token)\s+)?[^\s"',;&}\]]+)""",
-    re.IGNORECASE,
-)
-_SCHEME_CREDENTIAL: Final = re.compile(r"\b(?P<scheme>bearer|basic)\s+[A-Za-z0-9\-._~+/]+=*", re.IGNORECASE)
 _MAX_DEPTH: Final = 6
 
 # Attributes every LogRecord has; anything else on a record came in through ``extra``.
@@ -91,18 +85,6 @@ class LogSettings(BaseModel):
 
 
 # ---- redaction ----------------------------------------------------------------------------
-
-
-def _redact_pair(match: re.Match[str]) -> str:
-    value = match["value"]
-    quote = value[0] if value[:1] in ("'", '"') else ""
-    return f"{match['name']}{match['sep']}{quote}{REDACTED}{quote}"
-
-
-def redact_text(text: str) -> str:
-    """``text`` with credentials replaced by ``[REDACTED]``."""
-    text = _TEXT_PAIR.sub(_redact_pair, text)
-    return _SCHEME_CREDENTIAL.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
 
 
 def _is_secret_name(name: object) -> bool:

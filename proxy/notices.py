@@ -1,10 +1,11 @@
 """What clients hear unprompted: list changes, and what servers say about no request.
 
 A change of a merged list goes to every initialized session and every ``subscriptions/listen``
-stream that asked for it. A server's log line or resource update goes to the sessions that
-reach that server on the connection it came from (a ``per_client`` session hears its own
-connection: :mod:`proxy.per_client`), each filtered by what the session asked for, and resource
-updates to the listen streams whose identity may still read the resource.
+stream that asked for it. A server's resource update goes to the sessions that reach that
+server on the connection it came from (a ``per_client`` session hears its own connection:
+:mod:`proxy.per_client`) and subscribed to it, and to the listen streams whose identity may
+still read the resource. A server's log line is :mod:`proxy.server_logs`'s business: the
+policy decides who hears it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Notices:
         self._listens.publish(message)
 
     def server_notification(self, server_id: str, message: Message) -> None:
-        """What a server's shared connection says unprompted (a log line, resources/updated)."""
+        """What a server's shared connection says unprompted but log lines (resources/updated)."""
         for session in self._sessions:
             if session.wants_notification(message) and self._connections.shares(session, server_id):
                 session.notify(message)

@@ -9,7 +9,8 @@ back. Past it the request that would start one is refused at once, naming the li
 
 Each tells its server exactly the capabilities its client declared, and has that client as its
 default relay, so a server's request outside any call (``roots/list`` after initialize) still
-finds its way.
+finds its way. It logs at its session's level (``logging/setLevel``, told when it starts and
+whenever the session sets one), and its log lines go to that session alone.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from proxy.inbound.session import ClientSession, InboundRequest
 from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection, ServerState
 from proxy.outbound.era import RELAYED, Era
 from proxy.outbound.factory import transport_for
+from proxy.outbound.levels import takes_levels, tell_level
 from proxy.protocol.jsonrpc import Message
 
 __all__ = ["ClientConnections"]
@@ -126,6 +128,7 @@ class ClientConnections:
         """
         key = (session.id, server_id)
         running = self._running.get(key)
+        fresh = running is None
         if running is None:
             running = self._start(key, session, server_id)
         connection = running.connection
@@ -133,6 +136,8 @@ class ClientConnections:
         try:
             with anyio.move_on_after(connection.connect_timeout + 1):
                 await connection.first_attempt_done.wait()
+            if fresh and session.log_level is not None and takes_levels(connection):
+                await tell_level(connection, session.log_level)  # it logs at its session's level
         finally:
             running.waiting -= 1
             running.used = self._clock()
@@ -191,6 +196,10 @@ class ClientConnections:
                 self._idle_timeout,
             )
         return len(stale)
+
+    def of_session(self, session_id: str) -> list[ServerConnection]:
+        """The connections running for a session."""
+        return [running.connection for key, running in self._running.items() if key[0] == session_id]
 
     def close(self, session_id: str) -> None:
         """Stop every connection of a session that ended."""

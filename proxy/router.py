@@ -38,7 +38,6 @@ from proxy.inbound.session import (
 )
 from proxy.interest import Interest
 from proxy.metrics import UNKNOWN, Metrics
-from proxy.outbound.connection import ServerConnection
 from proxy.outbound.lists import LIST_KINDS
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy import Identity, Subject
@@ -48,6 +47,7 @@ from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
 from proxy.quota import Quota
+from proxy.server_logs import ServerLogs
 from proxy.sessions import Sessions
 
 __all__ = ["CAPABILITIES", "Router", "SERVER_INFO"]
@@ -105,6 +105,7 @@ class Router:
         connections: Connections,
         interest: Interest,
         listens: Listens,
+        logs: ServerLogs,
         forward: Handler,
         boundary: Boundary,
         metrics: Metrics,
@@ -116,6 +117,7 @@ class Router:
         self._connections = connections
         self._interest = interest
         self._listens = listens
+        self._logs = logs
         self._forward = forward
         self._boundary = boundary
         self._metrics = metrics
@@ -282,16 +284,19 @@ class Router:
             self._metrics.tool_call(UNKNOWN, None, "invalid", 0.0)  # never the client's string as a label
             raise InvalidParams(f"unknown tool: {name}")
         served = catalogs.served
+        subject = served.subject(name)
+        forwarded = {**params, "name": entry.original_name}
+        ctx = CallContext(inbound, request_id, "tools/call", entry.server_id, name, forwarded, entry, subject)
+        if catalogs.hides(subject, inbound.identity):
+            # Hidden is decided before anything else can tell the tool exists (its arguments,
+            # a pin drift): the authorize stage audits the call and answers it exactly as for
+            # a missing tool.
+            return await self._forward(ctx)
         if name in served.blocked:
             self._metrics.tool_call(entry.server_id, name, "denied", 0.0)
             return tool_error(served.blocked[name], outcome="denied")
-        # Whether the policy hides it is the authorize stage's call: it audits, then answers.
         if params.get("arguments") is not None and not isinstance(params["arguments"], dict):
             raise InvalidParams('"arguments" must be an object')
-        forwarded = {**params, "name": entry.original_name}
-        ctx = CallContext(
-            inbound, request_id, "tools/call", entry.server_id, name, forwarded, entry, served.subject(name)
-        )
         return await self._forward(ctx)
 
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
@@ -399,7 +404,7 @@ class Router:
                 (counted here: the transport answers it).
         """
         try:
-            self._listening.take(caller.identity, caller)
+            self._listening.take(caller.identity.key, caller)
         except LimitExceeded as exc:
             self._boundary.refused(exc)  # the transport answers it, outside the boundary
             raise
@@ -415,7 +420,7 @@ class Router:
                 self._metrics.listen_closed(caller.transport)
                 await self._interest.unwatch(subscription, watched)
         finally:
-            self._listening.give_back(caller.identity, caller)
+            self._listening.give_back(caller.identity.key, caller)
 
     def _watchable(self, uris: Sequence[str], identity: Identity) -> dict[str, str]:
         """Of ``uris``, those ``identity`` may read whose server can tell of updates: by server."""
@@ -441,20 +446,6 @@ class Router:
         level = params.get("level")
         if level not in LOG_LEVELS:
             raise InvalidParams(f"unknown log level {level!r}; one of: {', '.join(LOG_LEVELS)}")
-        _session(inbound).log_level = str(level)
-        # Shared connections log at the most verbose level any session asked for; each session
-        # then gets only the lines at or above its own level.
-        effective = self._sessions.log_floor() or str(level)
-
-        async def tell(connection: ServerConnection) -> None:
-            try:
-                await connection.request("logging/setLevel", {"level": effective})
-            except Exception as exc:  # one server's refusal must not fail the client's request
-                logger.warning("server %s: logging/setLevel failed: %s", connection.server_id, exc)
-
-        # A 2026-07-28 server has no logging/setLevel: each request carries its caller's level.
-        async with anyio.create_task_group() as tg:
-            for connection in self._connections.shared.values():
-                if "logging" in connection.capabilities and connection.serving and not connection.stateless:
-                    tg.start_soon(tell, connection)
+        # The session's own filtering always; a shared server's level only as the policy lets.
+        await self._logs.set_level(_session(inbound), str(level))
         return {}

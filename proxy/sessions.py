@@ -8,7 +8,8 @@ runs the hooks the composition root registered (stop its ``per_client`` connecti
 its resource subscriptions), shielded and bounded: often it ends because the client went away.
 
 At most ``limits.max_sessions`` HTTP sessions live at once, and ``max_sessions_per_identity`` of
-one identity (anonymous clients share one). A new one past either makes room by ending the
+one identity, counted by its key (source, issuer, subject), not its name (anonymous clients share
+one). A new one past either makes room by ending the
 longest-idle session of that identity (or of all, for the total) that has no request in flight,
 through the same end as expiry; its signed id is then remembered as ended, so it cannot come
 back. When none is idle, the new ``initialize`` is refused with a ``LimitExceeded`` naming the
@@ -35,7 +36,7 @@ from proxy.inbound.session import LOG_LEVELS, ClientSession, new_session_id
 from proxy.inbound.streams import REPLAY_BYTES
 from proxy.inbound.tokens import SessionTokens
 from proxy.metrics import Metrics
-from proxy.policy.model import Identity
+from proxy.policy.model import Identity, IdentityKey
 from proxy.protocol.jsonrpc import Message
 
 __all__ = ["Sessions"]
@@ -68,7 +69,8 @@ class Sessions:
         self._max = max_sessions
         self._max_per_identity = max_per_identity
         self._live: dict[str, ClientSession] = {}
-        self._by_identity: dict[Identity, dict[str, ClientSession]] = {}  # HTTP sessions only
+        # HTTP sessions only, by identity key: one principal's sessions whatever its name or roles.
+        self._by_identity: dict[IdentityKey, dict[str, ClientSession]] = {}
         # Ended here (DELETE, expiry): a signed id must not bring them back on this replica.
         self._ended: TTLCache[str, bool] = TTLCache(maxsize=_ENDED_REMEMBERED, ttl=idle_timeout)
         self._on_end: list[EndHook] = []
@@ -106,8 +108,9 @@ class Sessions:
                 (``limits.max_sessions_per_identity`` or ``limits.max_sessions``).
         """
         assert session.protocol_version is not None, "only an initialized session is admitted"
-        while len(self._by_identity.get(session.identity, ())) >= self._max_per_identity:
-            await self._evict(self._by_identity[session.identity].values(), "max_sessions_per_identity")
+        key = session.identity.key
+        while len(self._by_identity.get(key, ())) >= self._max_per_identity:
+            await self._evict(self._by_identity[key].values(), "max_sessions_per_identity")
         while len(self._live) >= self._max:
             await self._evict(self._live.values(), "max_sessions")
         session.id = self._tokens.issue(session.protocol_version, session.capabilities, session.identity)
@@ -164,7 +167,7 @@ class Sessions:
             identity=identity,
             replay_bytes=self._replay_bytes,
         )
-        if len(self._by_identity.get(identity, ())) >= self._max_per_identity:
+        if len(self._by_identity.get(identity.key, ())) >= self._max_per_identity:
             return None  # a takeover never ends another session: initialize again
         self._register(session)
         logger.info("session %s taken over from its signed id", session_id[:8])
@@ -173,7 +176,7 @@ class Sessions:
     def _register(self, session: ClientSession) -> None:
         self._live[session.id] = session
         if session.transport == "http":
-            self._by_identity.setdefault(session.identity, {})[session.id] = session
+            self._by_identity.setdefault(session.identity.key, {})[session.id] = session
         self._metrics.session_opened(session.transport)
 
     # ---- ending -------------------------------------------------------------------------
@@ -183,11 +186,11 @@ class Sessions:
         the end hooks. Shielded and bounded: often run because the client went away."""
         if self._live.pop(session.id, None) is not None:
             self._metrics.session_closed(session.transport)
-            mine = self._by_identity.get(session.identity)
+            mine = self._by_identity.get(session.identity.key)
             if mine is not None:
                 mine.pop(session.id, None)
                 if not mine:
-                    del self._by_identity[session.identity]
+                    del self._by_identity[session.identity.key]
         self._ended[session.id] = True
         for scope in list(session.in_flight.values()):
             scope.cancel()
@@ -225,9 +228,15 @@ class Sessions:
             if session.initialized:
                 session.notify(message)
 
-    def log_floor(self) -> str | None:
-        """The most verbose log level any session asked for: what shared connections log at."""
+    def log_floor(self, counts: Callable[[ClientSession], bool] | None = None) -> str | None:
+        """The most verbose log level any session (that ``counts``) asked for: what a shared
+        connection logs at."""
         wanted = min(
-            (LOG_LEVELS.index(s.log_level) for s in self._live.values() if s.log_level), default=None
+            (
+                LOG_LEVELS.index(s.log_level)
+                for s in self._live.values()
+                if s.log_level and (counts is None or counts(s))
+            ),
+            default=None,
         )
         return LOG_LEVELS[wanted] if wanted is not None else None

@@ -74,6 +74,26 @@ def test_pages_follow_cursors_and_a_foreign_cursor_is_refused() -> None:
         built.page("prompts", first["nextCursor"], ALICE)  # cut from another view
 
 
+@pytest.mark.parametrize(
+    "other",
+    [
+        Identity("alice", frozenset(), "jwt", issuer="https://a.example"),
+        Identity("alice", frozenset(), "jwt", issuer="https://b.example"),
+        Identity("alice", frozenset(), "jwt", issuer="https://a.example", subject="u-2"),
+    ],
+    ids=["jwt-named-like-the-key", "another-issuer", "another-subject"],
+)
+def test_a_cursor_is_refused_to_another_principal_of_the_same_name(other: Identity) -> None:
+    built, _ = catalogs(page_size=2)
+    built.listed("a", "tools", tools("t1", "t2", "t3"))
+    first = orjson.loads(orjson.dumps(built.page("tools", None, ALICE)))
+    with pytest.raises(InvalidParams):
+        built.page("tools", first["nextCursor"], other)
+    issued = orjson.loads(orjson.dumps(built.page("tools", None, other)))
+    with pytest.raises(InvalidParams):  # and the other way round
+        built.page("tools", issued["nextCursor"], ALICE)
+
+
 def test_resources_route_to_their_server_and_an_unknown_uri_is_not_found() -> None:
     built, changed = catalogs()
     built.listed("b", "resources", [{"uri": "mem://one", "name": "one"}])

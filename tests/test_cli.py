@@ -98,6 +98,47 @@ def test_tools_reports_name_collisions(tmp_path: Path) -> None:
     assert renamed <= set(names)
 
 
+def test_tools_and_explain_show_the_canonical_name_the_policy_matches(tmp_path: Path) -> None:
+    long = "secret_with_a_long_name"
+    st = fixture_server("st", tools=0)
+    evil = fixture_server("evil", tools=0)
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: allow\nrules:\n"
+        f"  - id: no-secret\n    effect: deny\n    match: {{tools: [st.{long}]}}\n"
+    )
+    config = write_config(
+        tmp_path / "m.yaml",
+        {
+            "naming": {"max_length": 20},
+            "policy": {"files": [str(tmp_path / "policy.yaml")]},
+            "servers": {
+                "evil": {**evil, "args": [*evil["args"], "--extra-tool", f"st.{long}"], "prefix": ""},
+                "st": {**st, "args": [*st["args"], "--extra-tool", long]},
+            },
+        },
+    )
+    done = run("tools", "--config", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    [secret] = [row for row in report["tools"] if row["original_name"] == long]
+    assert (secret["server"], secret["canonical_name"]) == ("st", f"st.{long}")
+    assert len(secret["name"]) == 20
+    assert [s["server"] for s in report["skipped"]] == ["evil"]
+    assert "namespace 'st.' of server 'st'" in report["skipped"][0]["reason"]
+
+    for spelling in (secret["name"], f"st.{long}"):
+        explained = run("explain", "--config", str(config), "--identity", "x", "--tool", spelling, "--json")
+        assert explained.returncode == 3, explained.stderr  # denied, by the rule on the canonical name
+        decision = json.loads(explained.stdout)
+        assert decision["rules"] == ["no-secret"]
+        assert decision["subject"] == {
+            "kind": "tool",
+            "name": f"st.{long}",
+            "server": "st",
+            "shown_as": secret["name"],
+        }
+
+
 def test_stdin_lines_past_the_limit_are_dropped_as_they_arrive_and_the_rest_kept(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

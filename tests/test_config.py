@@ -894,6 +894,15 @@ def test_two_servers_may_not_share_a_prefix_and_the_error_names_both() -> None:
     assert message == "test.yaml: servers.github.prefix: 'gh' is already the prefix of server 'gh'"
 
 
+def test_a_namespace_that_starts_another_servers_namespace_is_refused() -> None:
+    # "a_" + "__" = "a___" starts with "a" + "__": a name in it would be both servers'.
+    message = error_of({"naming": {"separator": "__"}, "servers": {"a": stdio(), "a_": stdio()}})
+    assert message == (
+        "test.yaml: servers.a_.prefix: names in the namespace 'a___' would also be in the namespace "
+        "'a__' of server 'a'; choose prefixes that do not start one another's namespace"
+    )
+
+
 # --- files ------------------------------------------------------------------------------------------
 
 

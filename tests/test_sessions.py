@@ -191,6 +191,27 @@ async def test_past_the_per_identity_limit_the_longest_idle_session_of_that_iden
     assert refusals(metrics, "max_sessions_per_identity") == 1
 
 
+OURS = Identity("alice", frozenset({"dev"}), "jwt", issuer="https://id.example", subject="alice")
+THEIRS = Identity("alice", frozenset({"dev"}), "jwt", issuer="https://partner.example", subject="alice")
+
+
+async def test_another_issuers_alice_neither_takes_over_nor_evicts_alices_sessions() -> None:
+    registry, _ = sessions(per_identity=1)
+    ours = await admitted(registry, OURS)
+    theirs = await admitted(registry, THEIRS)  # one each: theirs does not count against ours
+    assert {s.id for s in registry} == {ours.id, theirs.id}
+    # On a replica that does not know it, the id of one is nothing to the other.
+    assert sessions()[0].find(ours.id, THEIRS) is None
+    assert sessions()[0].find(ours.id, OURS) is not None
+
+
+async def test_one_principals_sessions_count_together_whatever_roles_it_had() -> None:
+    registry, _ = sessions(per_identity=1)
+    first = await admitted(registry, ALICE)
+    await admitted(registry, Identity("alice", frozenset({"dev", "ops"}), "api_key"))  # roles changed
+    assert first.id not in {s.id for s in registry}  # the same key: one budget of sessions
+
+
 async def test_when_no_session_of_the_identity_is_idle_a_new_one_is_refused_naming_the_limit() -> None:
     registry, metrics = sessions(per_identity=2)
     busy = [await admitted(registry), await admitted(registry)]

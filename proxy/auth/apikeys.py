@@ -88,6 +88,7 @@ class ApiKeyTable:
                 problems.append(f"{where}: the same key as auth.api_keys[{owners[key_digest]}].key")
                 continue
             owners[key_digest] = index
+            # Keyed ("api_key", "", name): names are unique among keys (AuthSettings checks it).
             identities[key_digest] = Identity(api_key.name, frozenset(api_key.roles), "api_key")
         if problems:
             raise ConfigError("\n".join(problems))

@@ -9,6 +9,10 @@ public key as an HMAC secret. Then PyJWT checks the signature, ``exp`` (required
 that names an ``aud`` is refused by an issuer without a configured ``audience``, because that
 token was meant for someone else.
 
+The identity a token proves is keyed on ``(jwt, iss, sub)`` (:attr:`Identity.key`): the same
+``sub`` from two issuers is two identities, whatever ``name_claim`` calls them. A token without
+``sub`` is its ``name_claim`` value to its issuer.
+
 Claim names are looked up as written first (``https://example.com/roles`` is one claim), then as
 a dotted path through nested objects (``realm_access.roles``).
 """
@@ -41,6 +45,7 @@ MESSAGES: Final[list[tuple[type[jwt.PyJWTError], str]]] = [
     (jwt.InvalidSignatureError, "the token's signature does not verify"),
     (jwt.InvalidAlgorithmError, "the token's algorithm is not accepted"),
     (jwt.InvalidKeyError, "the issuer's signing key is not acceptable"),
+    (jwt.exceptions.InvalidSubjectError, "the token's subject (sub) is not a string"),
 ]
 
 
@@ -207,4 +212,14 @@ def _identity(payload: dict[str, Any], settings: JwtIssuer) -> Identity:
         roles = roles.split()  # the OAuth `scope` style: "read write"
     if not isinstance(roles, list) or not all(isinstance(role, str) for role in roles):
         raise TokenRejected("invalid", f"the token's {settings.roles_claim!r} claim is not a list of strings")
-    return Identity(name, frozenset(roles), "jwt")
+    # Who vouches (iss: checked against the configured issuer, or signed by the one entry without
+    # one) and who it is to them (sub): the key. The name is for policy and logs only.
+    issuer = payload.get("iss")
+    subject = payload.get("sub")
+    return Identity(
+        name,
+        frozenset(roles),
+        "jwt",
+        issuer=issuer if isinstance(issuer, str) else "",
+        subject=subject if isinstance(subject, str) and subject else name,
+    )

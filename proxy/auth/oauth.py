@@ -237,7 +237,7 @@ class OAuthVerifier:
             roles.update(settings.scope_roles.get(scope, ()))
         if settings.roles_claim is not None:
             roles.update(_roles(claim(claims, settings.roles_claim), settings.roles_claim))
-        return SignedIn(Identity(name, frozenset(roles), "oauth"), scopes, expires_at)
+        return SignedIn(Identity(name, frozenset(roles), "oauth", iss, subject), scopes, expires_at)
 
     def missing_scopes(self, scopes: Iterable[str]) -> tuple[str, ...]:
         """The required scopes a token without ``scopes`` lacks (empty: it may come in)."""

@@ -2,7 +2,7 @@
 
     auth:
       api_keys:                          # Authorization: Bearer <key>, or X-API-Key: <key>
-        - name: ci                       # the identity's name
+        - name: ci                       # the identity (keys sharing a name share its roles)
           key: "sha256:9f86d0…"          # the key's SHA-256 (`manifold keygen` prints both) ...
           roles: [deployer]
         - name: laptop
@@ -13,7 +13,7 @@
           algorithms: [RS256]            # default: [HS256] with a secret, [RS256] with a JWKS
           jwks_url: https://id.example.com/realms/main/protocol/openid-connect/certs
           jwks_refresh: 300              # seconds between background refreshes of the URL
-          name_claim: sub                # identity name; a dotted path walks nested objects
+          name_claim: sub                # identity name (iss + sub key it); a dotted path walks objects
           roles_claim: realm_access.roles  # a list of strings, or one space-separated string
           leeway: 30                     # seconds of clock skew allowed on exp / nbf / iat
         - issuer: ci-runner
@@ -225,6 +225,17 @@ class AuthSettings(_Model):
                     f"(names {self.api_keys[stored[api_key.key]].name!r} and {api_key.name!r})"
                 )
             stored[api_key.key] = index
+        named: dict[str, int] = {}
+        for index, api_key in enumerate(self.api_keys):
+            first = named.setdefault(api_key.name, index)
+            # A key's name is its identity (its subject): keys sharing one are one identity, as
+            # while a key is rotated. One identity with two role sets would be two in disguise.
+            if set(self.api_keys[first].roles) != set(api_key.roles):
+                raise ValueError(
+                    f"api_keys[{index}].name: {api_key.name!r} also names api_keys[{first}] with other "
+                    "roles (keys with one name are one identity, e.g. while a key is rotated: give "
+                    "them the same roles, or different names)"
+                )
         issuers: dict[str | None, int] = {}
         for index, issuer in enumerate(self.jwt):
             if issuer.issuer in issuers:

@@ -58,7 +58,7 @@ from proxy.errors import (
 )
 from proxy.outbound.relay import Relay
 from proxy.pipeline import CallContext, Caller
-from proxy.policy.model import Identity
+from proxy.policy.model import Identity, IdentityKey
 from proxy.protocol.asks import NEEDS
 from proxy.protocol.jsonrpc import Message
 
@@ -274,7 +274,7 @@ class ParkedCalls:
         self._total = total
         self._settle = settle
         self._calls: dict[str, ParkedCall] = {}
-        self._parked: Counter[Identity] = Counter()
+        self._parked: Counter[IdentityKey] = Counter()  # parked calls per identity (its key)
         self._tg: anyio.abc.TaskGroup | None = None
 
     def __len__(self) -> int:
@@ -349,9 +349,9 @@ class ParkedCalls:
             parked.settle_all(CONNECTION_CLOSED, "the call this request is about was cancelled")
             del self._calls[parked.id]
             if parked.asked:
-                self._parked[parked.identity] -= 1
-                if not self._parked[parked.identity]:
-                    del self._parked[parked.identity]
+                self._parked[parked.identity.key] -= 1
+                if not self._parked[parked.identity.key]:
+                    del self._parked[parked.identity.key]
 
     async def _next(self, parked: ParkedCall, ctx: CallContext, token: Any, *, reask: bool) -> Any:
         """Wait for the call's next event: its outcome, or questions to answer ``input_required``
@@ -390,7 +390,7 @@ class ParkedCalls:
     def _input_required(self, parked: ParkedCall, ctx: CallContext) -> dict[str, Any]:
         """Raises: LimitExceeded: parking this call would hold more than the limits allow."""
         if not parked.asked:
-            mine = self._parked[parked.identity] >= self._per_identity
+            mine = self._parked[parked.identity.key] >= self._per_identity
             if mine or self._parked.total() >= self._total:
                 whose = "of this caller" if mine else "in all"
                 refusal = LimitExceeded(
@@ -406,7 +406,7 @@ class ParkedCalls:
                 parked.end(refusal)
                 raise refusal
             parked.asked = True
-            self._parked[parked.identity] += 1
+            self._parked[parked.identity.key] += 1
         if parked.fresh():
             parked.round += 1
         for question in parked.questions.values():

@@ -14,6 +14,15 @@ Rules:
   collision report says so.
 * Items that cannot be served (not an object, no non-empty string ``"name"``, not JSON) are
   skipped and listed in :attr:`Catalog.invalid`, with the reason, instead of failing the merge.
+* A namespace belongs to its server. ``prefix + separator`` of a prefixed server (``st.``) is
+  that server's alone: an item of an unprefixed server (``prefix: ""``) whose name starts with
+  another server's namespace (``st.secret``) is skipped and listed in :attr:`Catalog.invalid`,
+  wherever that server stands in the config and whether or not it lists the same name. Otherwise
+  a server could take another's name (or push it to a derived one), and policy rules written
+  against ``st.*`` would see a name that is not ``st``'s.
+* Every entry keeps its **canonical** name (:meth:`NamingCodec.canonical`: the unshortened
+  ``prefix + separator + original``), which the policy matches; the client-facing ``name`` may be
+  shortened or derived. Within a namespace a canonical name names one (server, original name).
 """
 
 from __future__ import annotations
@@ -57,6 +66,11 @@ class Entry:
     server_id: str
     original_name: str
     definition: Mapping[str, Any]
+    canonical: str = ""  # prefix + separator + original, unshortened; "" (hand-built entries): name
+
+    def __post_init__(self) -> None:
+        if not self.canonical:
+            object.__setattr__(self, "canonical", self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +143,18 @@ def _problem(item: object) -> str | None:
     return None
 
 
+def _squatted(original: str, namespaces: Mapping[str, str]) -> str | None:
+    """Why ``original`` (an unprefixed server's) may not be served: it starts with the namespace
+    of another server. None when it may."""
+    for namespace, owner in namespaces.items():
+        if original.startswith(namespace):
+            return (
+                f"is named in the namespace {namespace!r} of server {owner!r}, which is that "
+                "server's alone (give this server a prefix)"
+            )
+    return None
+
+
 def _free_name(
     wanted: str, server_id: str, original: str, taken: Mapping[str, Entry], codec: NamingCodec
 ) -> str:
@@ -154,6 +180,7 @@ def build_catalog(slices: Sequence[ServerSlice], codec: NamingCodec) -> Catalog:
     collisions: list[Collision] = []
     invalid: list[tuple[str, str]] = []
     digest = hashlib.sha256()
+    namespaces = {codec.namespace(piece.prefix): piece.server_id for piece in slices if piece.prefix}
 
     for piece in slices:
         if piece.server_id in seen_ids:
@@ -165,18 +192,28 @@ def build_catalog(slices: Sequence[ServerSlice], codec: NamingCodec) -> Catalog:
                 invalid.append((piece.server_id, f"item #{index} {problem}"))
                 continue
             original: str = item["name"]
+            squat = None if piece.prefix else _squatted(original, namespaces)
+            if squat is not None:
+                invalid.append((piece.server_id, f"item #{index} ({original!r}) {squat}"))
+                continue
             wanted = codec.render(piece.prefix, original)
             name = _free_name(wanted, piece.server_id, original, by_name, codec)
             definition = dict(item)
             definition["name"] = name
             try:
-                # Serialising also proves the item can be sent to a client; the canonical
+                # Serialising also proves the item can be sent to a client; the sorted-key
                 # bytes then feed the generation, so each definition is encoded exactly once.
-                canonical = orjson.dumps(definition, option=orjson.OPT_SORT_KEYS)
+                encoded = orjson.dumps(definition, option=orjson.OPT_SORT_KEYS)
             except orjson.JSONEncodeError as exc:
                 invalid.append((piece.server_id, f"item #{index} ({original!r}) is not JSON: {exc}"))
                 continue
-            entry = Entry(name=name, server_id=piece.server_id, original_name=original, definition=definition)
+            entry = Entry(
+                name=name,
+                server_id=piece.server_id,
+                original_name=original,
+                definition=definition,
+                canonical=codec.canonical(piece.prefix, original),
+            )
             if name != wanted:
                 holder = by_name[wanted]
                 collisions.append(
@@ -192,7 +229,7 @@ def build_catalog(slices: Sequence[ServerSlice], codec: NamingCodec) -> Catalog:
             # The route (server id, original name) is hashed too: a catalog whose definitions
             # look the same but send calls elsewhere is a different catalog.
             digest.update(orjson.dumps([piece.server_id, original]))
-            digest.update(canonical)
+            digest.update(encoded)
             digest.update(b"\n")
 
     return Catalog(

@@ -10,6 +10,13 @@ which server it belongs to.
 Names are never parsed back: once shortened or disambiguated, a name cannot be split reliably
 into prefix and original. The reverse lookup is a dict built by :mod:`proxy.catalog.merge`.
 
+The **canonical** name (:meth:`NamingCodec.canonical`) is the full ``prefix + separator +
+original`` before any shortening or disambiguation: what the policy and rate limits match, so a
+rule written against ``github.create_issue`` holds whatever spelling a client is shown. The
+``prefix + separator`` of a server is its **namespace** (:meth:`NamingCodec.namespace`): the
+configuration keeps namespaces apart, and the merge keeps unprefixed servers out of them, so a
+canonical name in a namespace always belongs to that namespace's server.
+
 Everything here is pure and deterministic across processes (no ``hash()``, no counters), so
 replicas that share a configuration agree on every name.
 """
@@ -62,13 +69,23 @@ class NamingCodec:
         if self.max_length < MIN_MAX_LENGTH:
             raise ValueError(f"max_length must be at least {MIN_MAX_LENGTH}, got {self.max_length}")
 
+    def namespace(self, prefix: str) -> str:
+        """``prefix + separator``, the start of every name of a server with ``prefix``
+        (``""`` for an unprefixed server, which has no namespace of its own)."""
+        return f"{prefix}{self.separator}" if prefix else ""
+
+    def canonical(self, prefix: str, original: str) -> str:
+        """``prefix + separator + original`` (``original`` alone when ``prefix`` is empty), never
+        shortened: the name the policy sees, whatever spelling a client is shown."""
+        return f"{prefix}{self.separator}{original}" if prefix else original
+
     def render(self, prefix: str, original: str) -> str:
         """The namespaced name for ``original`` from a server with ``prefix``.
 
-        ``prefix + separator + original``, or ``original`` alone when ``prefix`` is empty,
-        shortened to ``max_length`` characters if needed (same input, same output).
+        The canonical name, shortened to ``max_length`` characters if needed (same input, same
+        output).
         """
-        full = f"{prefix}{self.separator}{original}" if prefix else original
+        full = self.canonical(prefix, original)
         if len(full) <= self.max_length:
             return full
         return _with_suffix(full, _hex(full, _SHORTEN_HEX), self.max_length)

@@ -134,6 +134,8 @@ class Authorize:
             "identity": identity.name,
             "roles": sorted(identity.roles),
             "source": identity.source,
+            "issuer": identity.issuer,  # with source and subject: who exactly (names are not unique)
+            "subject": identity.subject,
             "method": ctx.method,
             "name": ctx.name,
             "server": ctx.server_id,
@@ -144,6 +146,8 @@ class Authorize:
             "outcome": outcome,
             "latency_ms": round((self._clock() - started) * 1000, 3),
         }
+        if ctx.subject.name != ctx.name:  # a shortened or derived spelling: what the policy matched
+            record["canonical_name"] = ctx.subject.name
         if ctx.subject.annotations is not None:
             record["annotations"] = {
                 **ctx.subject.annotations.hints(),

@@ -29,8 +29,13 @@ class RateLimit:
         if not rules:
             return await call_next(ctx)
         identity = ctx.caller.identity
-        tool = ctx.name if ctx.method == "tools/call" else None
-        checks = limit_checks(rules, identity.name, identity.roles, ctx.server_id, tool, ctx.method)
+        tool: str | None = None
+        if ctx.method == "tools/call":
+            # The canonical name, as the policy sees it: a shortened or derived spelling is one tool.
+            tool = ctx.subject.name if ctx.subject is not None else ctx.name
+        checks = limit_checks(
+            rules, identity.name, identity.roles, ctx.server_id, tool, ctx.method, identity_key=identity.key
+        )
         if not checks:
             return await call_next(ctx)
         outcome = await self._backend.hit(checks)

@@ -28,6 +28,7 @@ import anyio
 import anyio.abc
 
 from proxy.errors import MessageTooLarge, ProtocolError, ServerProtocolError, ServerUnavailable
+from proxy.outbound.redirects import RedirectRefused, redirect_guard
 from proxy.outbound.transport import Failed, Received, unusable_answer
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
@@ -59,8 +60,9 @@ __all__ = [
 
 # Foreign exceptions an HTTP exchange can raise; they are turned into ours at this edge.
 # ValueError covers malformed headers. (An SSE event or a body past its size limit is ours:
-# MessageTooLarge, which the callers turn into the server's fault.)
-TRANSPORT_ERRORS: Final = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
+# MessageTooLarge, which the callers turn into the server's fault.) RedirectRefused is ours too,
+# raised from inside aiohttp's request by the redirect guard, and fails the request alike.
+TRANSPORT_ERRORS: Final = (aiohttp.ClientError, OSError, TimeoutError, ValueError, RedirectRefused)
 SSE: Final = "text/event-stream"
 JSON: Final = "application/json"
 ACCEPT_BOTH: Final = f"{JSON}, {SSE}"
@@ -157,6 +159,8 @@ def broken(
 
 def describe(exc: BaseException) -> str:
     text = str(exc)
+    if isinstance(exc, RedirectRefused):
+        return text  # it says what it is
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -279,16 +283,21 @@ def request_id_of(message: Message) -> RequestId | None:
 
 @asynccontextmanager
 async def client_session(
-    headers: Mapping[str, str] | None, connect_timeout: float
+    headers: Mapping[str, str] | None, connect_timeout: float, *, server_id: str
 ) -> AsyncIterator[aiohttp.ClientSession]:
-    """An aiohttp session that is closed even while its owner is being cancelled."""
+    """An aiohttp session that is closed even while its owner is being cancelled, and follows
+    redirects within the configured origin only (:mod:`proxy.outbound.redirects`): the configured
+    headers never leave it, and https never drops to http."""
     # Only the connect phase is bounded here: a request may legitimately take long (the caller's
     # request timeout covers that), and a GET stream or a 2026-07-28 subscriptions/listen stream
     # lives as long as the link. No pool limit: each in-flight request holds a connection while it
     # streams, and the caller bounds how many.
     timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_connect=connect_timeout)
     http = aiohttp.ClientSession(
-        headers=dict(headers or {}), timeout=timeout, connector=aiohttp.TCPConnector(limit=0)
+        headers=dict(headers or {}),
+        timeout=timeout,
+        connector=aiohttp.TCPConnector(limit=0),
+        middlewares=(redirect_guard(server_id),),
     )
     try:
         yield http

@@ -40,6 +40,7 @@ from proxy.outbound._http_common import (
     owned_task_group,
     request_id_of,
 )
+from proxy.outbound.redirects import same_origin
 from proxy.outbound.transport import Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message
@@ -88,7 +89,10 @@ class LegacySseTransport:
         """:meth:`connect`, optionally delivering into an inbox the caller shares (``auto`` mode)."""
         owned, inbox = inbox is None, inbox if inbox is not None else Inbox(self._server_id)
         try:
-            async with client_session(self._headers, self._connect_timeout) as http, owned_task_group() as tg:
+            async with (
+                client_session(self._headers, self._connect_timeout, server_id=self._server_id) as http,
+                owned_task_group() as tg,
+            ):
                 endpoint: yarl.URL = await tg.start(self._listen, http, inbox)
                 self._log.debug("server %r: messages go to %s", self._server_id, endpoint)
                 link = _LegacySseLink(self._server_id, http, endpoint, inbox, self._log)
@@ -144,7 +148,7 @@ class LegacySseTransport:
             endpoint = self._url.join(yarl.URL(event.data.strip()))
             # The endpoint is the server's to choose, but a different origin would send our
             # messages (and the configured headers, credentials included) to someone else.
-            if endpoint.origin() != self._url.origin():
+            if not same_origin(endpoint, self._url):
                 raise ServerUnavailable(
                     self._server_id, f"endpoint {endpoint} is not on the origin of {self._url}; refused"
                 )

@@ -121,7 +121,9 @@ class StreamableHttpTransport:
         """:meth:`connect`, optionally delivering into an inbox the caller shares (``auto`` mode)."""
         owned, inbox = inbox is None, inbox if inbox is not None else Inbox(self._server_id)
         try:
-            async with client_session(self._headers, self._connect_timeout) as http:
+            async with client_session(
+                self._headers, self._connect_timeout, server_id=self._server_id
+            ) as http:
                 link: _StreamableHttpLink | None = None
                 try:
                     async with owned_task_group() as tg:

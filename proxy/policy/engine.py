@@ -1,4 +1,5 @@
-"""Deciding: one identity, one subject (a tool, prompt or resource) in, one :class:`Decision` out.
+"""Deciding: one identity, one subject (a tool, prompt, resource or server log level) in, one
+:class:`Decision` out.
 
 The semantics (Cedar's, in short):
 
@@ -7,6 +8,9 @@ The semantics (Cedar's, in short):
 * any applicable ``deny`` rule → deny (forbid overrides permit);
 * else any applicable ``allow`` rule → allow;
 * else the policy's default.
+
+A server's ``log_level`` differs in one way: only allow rules that name ``log_levels`` can allow
+it, and when none applies it is denied, whatever the default.
 
 Every applicable rule of the winning effect is named in the decision, sorted, so the result
 never depends on the order rules were written or loaded in. The engine never raises to say no,
@@ -26,7 +30,7 @@ import operator
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
 from proxy.catalog.merge import Entry
 from proxy.policy.annotations import CAUTIOUS, EffectiveAnnotations
@@ -45,30 +49,43 @@ _CACHED_NAME_MAX: Final = 1024
 class Subject:
     """What is being decided about.
 
-    ``name`` is the namespaced tool or prompt name, or the resource URI. ``annotations`` are the
-    tool's *effective* annotations (:mod:`proxy.policy.annotations`); a tool given without them
-    is judged by the cautious defaults, never by nothing. Prompts and resources have none.
+    ``name`` is the tool's or prompt's *canonical* name (``prefix + separator + original``, never
+    the shortened or derived spelling a client may be shown: :mod:`proxy.catalog.naming`), or
+    the resource URI; with ``server_id`` it names one (server, original name), so a rule holds
+    whatever a client calls the thing. For a ``log_level`` (the level a shared server logs at,
+    which ``logging/setLevel`` changes for everyone) it is the server id. ``annotations`` are
+    the tool's *effective* annotations (:mod:`proxy.policy.annotations`); a tool given without
+    them is judged by the cautious defaults, never by nothing. The other kinds have none.
     """
 
-    kind: Literal["tool", "prompt", "resource"]
+    kind: Kind
     name: str
     server_id: str
     annotations: EffectiveAnnotations | None = None
 
     @classmethod
     def tool(cls, entry: Entry, annotations: EffectiveAnnotations) -> Subject:
-        return cls("tool", entry.name, entry.server_id, annotations)
+        return cls("tool", entry.canonical, entry.server_id, annotations)
 
     @classmethod
     def prompt(cls, entry: Entry) -> Subject:
-        return cls("prompt", entry.name, entry.server_id)
+        return cls("prompt", entry.canonical, entry.server_id)
 
     @classmethod
     def resource(cls, uri: str, server_id: str) -> Subject:
         return cls("resource", uri, server_id)
 
+    @classmethod
+    def log_level(cls, server_id: str) -> Subject:
+        """Changing the level server ``server_id``'s shared connection logs at."""
+        return cls("log_level", server_id, server_id)
+
 
 _Check = Callable[[Identity, Subject], bool]
+
+_LEVELS_DEFAULT: Final = Decision(
+    "deny", (), ("no rule naming log_levels allows it; a shared server's log level is denied by default",)
+)
 
 
 def _glob_regex(globs: Iterable[str]) -> Callable[[str], re.Match[str] | None]:
@@ -109,6 +126,9 @@ def _compile(match: Match) -> _Check:
     if match.sources is not None:
         sources = frozenset(match.sources)
         checks.append(lambda identity, subject: identity.source in sources)
+    if match.issuers is not None:
+        issuers = frozenset(match.issuers)
+        checks.append(lambda identity, subject: identity.issuer in issuers)
     if match.identities is not None:
         names = frozenset(match.identities)
         checks.append(lambda identity, subject: identity.name in names)
@@ -123,6 +143,7 @@ def _compile(match: Match) -> _Check:
             ("tool", match.tools),
             ("prompt", match.prompts),
             ("resource", match.resources),
+            ("log_level", match.log_levels),
         )
         by_kind = {kind: _glob_regex(globs) for kind, globs in named_globs if globs is not None}
 
@@ -174,7 +195,7 @@ def _compile_rule(rule: Rule) -> _CompiledRule:
 class PolicyEngine:
     """Decides with one :class:`Policy`, compiled once. Build a new engine when the policy changes."""
 
-    __slots__ = ("_allows", "_cache", "_default", "_denies", "policy")
+    __slots__ = ("_allows", "_cache", "_default", "_denies", "_level_allows", "policy")
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -182,6 +203,14 @@ class PolicyEngine:
         rules = sorted(policy.rules, key=lambda rule: rule.id)
         self._denies = tuple(_compile_rule(rule) for rule in rules if rule.effect == "deny")
         self._allows = tuple(_compile_rule(rule) for rule in rules if rule.effect == "allow")
+        # A shared server's log level is allowed only by a rule written for it: neither the
+        # default nor an allow rule naming no kind (written, maybe, before the kind existed)
+        # lets one identity change what a shared server tells everyone. Deny rules apply as ever.
+        self._level_allows = tuple(
+            _compile_rule(rule)
+            for rule in rules
+            if rule.effect == "allow" and "log_level" in (rule.match.kinds or ())
+        )
         self._default = Decision(policy.default, (), (f"no rule matched; default is {policy.default}",))
         self._cache: dict[tuple[Identity, Subject], Decision] = {}
 
@@ -192,7 +221,10 @@ class PolicyEngine:
         if cached is not None:
             return cached
         decision = self._evaluate(identity, subject)
-        if len(subject.name) + len(identity.name) > _CACHED_NAME_MAX:
+        if (
+            len(subject.name) + len(identity.name) + len(identity.issuer) + len(identity.subject)
+            > _CACHED_NAME_MAX
+        ):
             return decision
         if len(self._cache) >= _CACHE_SIZE:
             # Dropping everything is crude but O(1) amortised and keeps the hot path branch-free;
@@ -207,7 +239,8 @@ class PolicyEngine:
         return len(self._cache)
 
     def _evaluate(self, identity: Identity, subject: Subject) -> Decision:
-        for group in (self._denies, self._allows):
+        levels = subject.kind == "log_level"
+        for group in (self._denies, self._level_allows if levels else self._allows):
             deciding = [rule for rule in group if rule.applies(identity, subject)]
             if deciding:
                 denied = group is self._denies
@@ -217,4 +250,4 @@ class PolicyEngine:
                     tuple(rule.sentence for rule in deciding),
                     shown=denied and all(rule.show for rule in deciding),
                 )
-        return self._default
+        return _LEVELS_DEFAULT if levels else self._default

@@ -33,6 +33,7 @@ __all__ = [
     "Decision",
     "Effect",
     "Identity",
+    "IdentityKey",
     "Kind",
     "Match",
     "Policy",
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 Effect: TypeAlias = Literal["allow", "deny"]
-Kind: TypeAlias = Literal["tool", "prompt", "resource"]
+Kind: TypeAlias = Literal["tool", "prompt", "resource", "log_level"]
 HintName: TypeAlias = Literal["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"]
 HINT_NAMES: Final[tuple[HintName, ...]] = (
     "readOnlyHint",
@@ -55,22 +56,47 @@ HINT_NAMES: Final[tuple[HintName, ...]] = (
 _RULE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 
 
+IdentityKey: TypeAlias = tuple[str, str, str]
+"""``(source, issuer, subject)``: who an identity is, as everything kept per identity is keyed."""
+
+
 @dataclass(frozen=True, slots=True)
 class Identity:
     """Who is asking, as authentication established it (data only: checking it is not ours).
 
-    ``source`` says how: ``"api_key"``, ``"jwt"``, ``"stdio"`` (the local user who started
-    Manifold), or ``"anonymous"`` (nobody proved anything).
+    ``source`` says how: ``"api_key"``, ``"jwt"``, ``"oauth"`` (an OAuth access token for this
+    resource), ``"stdio"`` (the local user who started Manifold), or ``"anonymous"`` (nobody
+    proved anything). ``issuer`` says who vouches for it (a JWT's or OAuth token's ``iss``; ``""``
+    for the other sources, which Manifold's own config vouches for) and
+    ``subject`` who it is to that issuer (a JWT's ``sub``; an API key's configured name; the
+    configured name for stdio and anonymous). Left out, ``subject`` is ``name``.
+
+    ``name`` and ``roles`` are what policy matches and logs show; they are not unique: two
+    issuers may both have an ``alice``, and a token may be named like an API key. So everything
+    Manifold keeps *per identity* (sessions, rate-limit buckets, signed ids, cursors, parked
+    calls) is keyed on :attr:`key`, never on the name.
+
+    Equality and the hash cover every field (roles too): an identity keys the engine's decision
+    cache, where two role sets of one principal decide differently.
     """
 
     name: str
     roles: frozenset[str]
     source: str
+    issuer: str = ""
+    subject: str = ""
 
     def __post_init__(self) -> None:
         # Identities key the engine's decision cache: a plain set here would make them unhashable.
         # (frozenset() of a frozenset returns it unchanged, so this costs nothing when typed right.)
         object.__setattr__(self, "roles", frozenset(self.roles))
+        if not self.subject:
+            object.__setattr__(self, "subject", self.name)
+
+    @property
+    def key(self) -> IdentityKey:
+        """``(source, issuer, subject)``: what is kept per identity is kept under this."""
+        return (self.source, self.issuer, self.subject)
 
     @property
     def authenticated(self) -> bool:
@@ -214,19 +240,23 @@ class AnnotationMatch(_Model):
 class Match(_Model):
     """When a rule applies: every condition given must hold; a list holds when any element does.
 
-    ``tools``, ``prompts`` and ``resources`` also say which kinds of subject the rule is about:
-    a rule naming only ``tools`` never applies to a prompt. A rule naming none of them applies
-    to every kind.
+    ``tools``, ``prompts``, ``resources`` and ``log_levels`` also say which kinds of subject the
+    rule is about: a rule naming only ``tools`` never applies to a prompt. A rule naming none of
+    them applies to tools, prompts and resources, and (deny rules only) to log levels: a server's
+    log level is allowed only by an allow rule that names ``log_levels``
+    (:meth:`proxy.policy.engine.PolicyEngine.decide`).
     """
 
     identities: Omittable[Names] = None
     roles: Omittable[Names] = None
     sources: Omittable[Names] = None
+    issuers: Omittable[Names] = None
     authenticated: Omittable[StrictBool] = None
     servers: Omittable[Names] = None
     tools: Omittable[Globs] = None
     prompts: Omittable[Globs] = None
     resources: Omittable[Globs] = None
+    log_levels: Omittable[Globs] = None  # server ids whose shared log level may be changed
     annotations: Omittable[AnnotationMatch] = None
 
     @property
@@ -239,13 +269,17 @@ class Match(_Model):
             named.add("prompt")
         if self.resources is not None:
             named.add("resource")
+        if self.log_levels is not None:
+            named.add("log_level")
         return frozenset(named) or None
 
     @model_validator(mode="after")
     def _annotations_need_tools(self) -> Match:
         # Annotations exist on tools only: with only prompts/resources named, the rule is dead.
         if self.annotations is not None and self.kinds is not None and "tool" not in self.kinds:
-            raise ValueError("'annotations' only apply to tools, but this match names only prompts/resources")
+            raise ValueError(
+                "'annotations' only apply to tools, but this match names only prompts/resources/log_levels"
+            )
         return self
 
 

@@ -8,13 +8,17 @@ Pure: no I/O, no clock. A policy file lists its limits under ``limits:``::
         burst: 10                # optional, default 1: requests admitted at once by a full bucket
         per: [identity]          # required: any of identity, server, tool; [] = one global bucket
         match:                   # optional: every condition given must hold (any element of a list)
-          identities: [alice]
+          identities: [alice]    # names, as policy rules match them
+          issuers: ["https://id.example.com"]   # a JWT's iss (other sources have none)
           roles: [contractor]
           servers: [github]
-          tools: ["github.*"]    # fnmatch globs on the namespaced name; `*` crosses dots
+          tools: ["github.*"]    # fnmatch globs on the canonical name; `*` crosses dots
         methods: [tools/call]    # default [tools/call]
 
 Every limit that applies to a call must let it through (see ``policies/RATELIMITS.md``).
+``per: [identity]`` buckets are keyed on the identity's key (source, issuer, subject), never on
+its name alone: one issuer's ``alice`` does not spend another's budget, nor a token named like
+an API key the key's.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 from urllib.parse import quote
 
@@ -115,11 +119,12 @@ class LimitMatch(_Model):
     """The scope of a limit: every condition given must hold; a list holds if any element does."""
 
     identities: _Names = None
+    issuers: _Names = None
     roles: _Names = None
     servers: _Names = None
     tools: _Names = None
 
-    @field_validator("identities", "roles", "servers", "tools")
+    @field_validator("identities", "issuers", "roles", "servers", "tools")
     @classmethod
     def _not_empty(cls, names: _Names) -> _Names:
         if names is not None and not names:
@@ -188,22 +193,37 @@ class LimitRule(_Model):
         return copied
 
     def applies(
-        self, identity: str | None, roles: Iterable[str], server_id: str | None, tool: str | None, method: str
+        self,
+        identity: str | None,
+        roles: Iterable[str],
+        server_id: str | None,
+        tool: str | None,
+        method: str,
+        issuer: str | None = None,
     ) -> bool:
         """Whether this limit covers a call (``None`` fails any condition on that value)."""
-        return self.matcher.applies(identity, roles, server_id, tool, method)
+        return self.matcher.applies(identity, roles, server_id, tool, method, issuer)
 
-    def bucket_key(self, identity: str | None, server_id: str | None, tool: str | None) -> str:
+    def bucket_key(
+        self, identity: str | Sequence[str] | None, server_id: str | None, tool: str | None
+    ) -> str:
         """``<id>`` then ``:<dimension>=<value>`` per ``per`` entry, values percent-encoded.
 
-        Encoding leaves no ``:`` or ``=`` in a value, and a rule id has neither, so distinct
-        (rule, values) never share a key. A missing value is written as the bare dimension.
+        ``identity`` is the identity's key (source, issuer, subject), written as its parts
+        encoded and joined by ``,`` (``identity=jwt,https%3A%2F%2Fid.example,alice``), or a bare
+        name. Encoding leaves no ``:``, ``=`` or ``,`` in a part, and a rule id has none, so
+        distinct (rule, values) never share a key. A missing value is the bare dimension.
         """
         values = {"identity": identity, "server": server_id, "tool": tool}
         parts = [self.id]
         for dimension in self.per:
             value = values[dimension]
-            parts.append(dimension if value is None else f"{dimension}={_encode(value)}")
+            if value is None:
+                parts.append(dimension)
+            elif isinstance(value, str):
+                parts.append(f"{dimension}={_encode(value)}")
+            else:
+                parts.append(f"{dimension}={_encode_key(tuple(value))}")
         return ":".join(parts)
 
     def limit_check(self, key: str) -> LimitCheck:
@@ -215,6 +235,7 @@ class _Matcher:
     # Plain slots, not pydantic private attributes: those cost microseconds per read.
     methods: frozenset[str]
     identities: frozenset[str] | None
+    issuers: frozenset[str] | None
     roles: frozenset[str] | None
     servers: frozenset[str] | None
     tools: re.Pattern[str] | None
@@ -226,6 +247,7 @@ class _Matcher:
         return cls(
             methods=frozenset(rule.methods),
             identities=None if match.identities is None else frozenset(match.identities),
+            issuers=None if match.issuers is None else frozenset(match.issuers),
             roles=None if match.roles is None else frozenset(match.roles),
             servers=None if match.servers is None else frozenset(match.servers),
             # fnmatch's `*` already crosses dots; case-sensitive, like tool names.
@@ -234,11 +256,19 @@ class _Matcher:
         )
 
     def applies(
-        self, identity: str | None, roles: Iterable[str], server_id: str | None, tool: str | None, method: str
+        self,
+        identity: str | None,
+        roles: Iterable[str],
+        server_id: str | None,
+        tool: str | None,
+        method: str,
+        issuer: str | None = None,
     ) -> bool:
         if method not in self.methods:
             return False
         if self.identities is not None and identity not in self.identities:
+            return False
+        if self.issuers is not None and issuer not in self.issuers:
             return False
         if self.roles is not None and self.roles.isdisjoint(roles):
             return False
@@ -252,6 +282,13 @@ def _encode(value: str) -> str:
     return value if _PLAIN.fullmatch(value) else quote(value, safe="")
 
 
+@lru_cache(maxsize=4096)
+def _encode_key(parts: tuple[str, ...]) -> str:
+    # An identity key is encoded on every limited call, and an issuer URL always needs quoting:
+    # the few identities calling at once make this cache hit almost always.
+    return ",".join(map(_encode, parts))
+
+
 def applicable(
     rules: Sequence[LimitRule],
     identity_name: str | None,
@@ -259,13 +296,22 @@ def applicable(
     server_id: str | None,
     tool_name: str | None,
     method: str,
+    *,
+    identity_key: Sequence[str] | None = None,
 ) -> list[tuple[LimitRule, str]]:
-    """The limits covering a call, each with the key of the bucket the call spends from."""
+    """The limits covering a call, each with the key of the bucket the call spends from.
+
+    ``identity_key`` is the caller's :attr:`~proxy.policy.model.Identity.key` (source, issuer,
+    subject): ``per: [identity]`` buckets are its, and ``issuers`` matches its issuer. Without
+    it (tests, benchmarks) buckets are by ``identity_name``, and ``issuers`` never holds.
+    """
     roles = roles if isinstance(roles, frozenset | set) else frozenset(roles)
+    issuer = identity_key[1] if identity_key is not None else None
+    who = identity_key if identity_key is not None else identity_name
     return [
-        (rule, rule.bucket_key(identity_name, server_id, tool_name))
+        (rule, rule.bucket_key(who, server_id, tool_name))
         for rule in rules
-        if rule.matcher.applies(identity_name, roles, server_id, tool_name, method)
+        if rule.matcher.applies(identity_name, roles, server_id, tool_name, method, issuer)
     ]
 
 
@@ -276,9 +322,11 @@ def limit_checks(
     server_id: str | None,
     tool_name: str | None,
     method: str,
+    *,
+    identity_key: Sequence[str] | None = None,
 ) -> list[LimitCheck]:
     """What a backend's ``hit`` takes for a call: :func:`applicable` as :class:`LimitCheck` s."""
-    found = applicable(rules, identity_name, roles, server_id, tool_name, method)
+    found = applicable(rules, identity_name, roles, server_id, tool_name, method, identity_key=identity_key)
     return [rule.limit_check(key) for rule, key in found]
 
 

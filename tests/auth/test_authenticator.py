@@ -138,7 +138,7 @@ async def test_a_reused_token_is_verified_once(monkeypatch: pytest.MonkeyPatch) 
     auth = with_jwt()
     headers = {"authorization": f"Bearer {sign(claims())}"}
     first, second = await auth.authenticate(headers), await auth.authenticate(headers)
-    assert identity(first) == identity(second) == Identity("alice", frozenset(), "jwt")
+    assert identity(first) == identity(second) == Identity("alice", frozenset(), "jwt", issuer=ISSUER)
     assert len(calls) == 1
 
 

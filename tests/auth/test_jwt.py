@@ -51,7 +51,7 @@ def rs_issuer(tmp_path: Path, *keys: dict[str, Any], **extra: Any) -> dict[str, 
 async def test_a_valid_hs256_token_names_the_caller_with_roles_from_a_nested_claim() -> None:
     token = sign(claims(realm_access={"roles": ["dev", "ops"]}))
     assert await present(authenticator(HS_ISSUER), token) == Identity(
-        "alice", frozenset({"dev", "ops"}), "jwt"
+        "alice", frozenset({"dev", "ops"}), "jwt", issuer=ISSUER, subject="alice"
     )
 
 
@@ -124,6 +124,59 @@ async def test_an_entry_without_issuer_takes_tokens_that_match_no_other_entry() 
     assert isinstance(await present(auth, sign(claims())), Identity)  # still routed to HS_ISSUER
 
 
+OTHER_SECRET = "another-secret-that-is-32-bytes-long"
+OTHER_ISSUER: dict[str, Any] = {**HS_ISSUER, "issuer": "https://other.example.test", "secret": OTHER_SECRET}
+
+
+async def test_the_same_sub_and_name_from_two_issuers_are_two_identities() -> None:
+    auth = authenticator(HS_ISSUER, OTHER_ISSUER)
+    ours = await present(auth, sign(claims()))
+    theirs = await present(auth, sign(claims(iss="https://other.example.test"), key=OTHER_SECRET))
+    assert isinstance(ours, Identity)
+    assert isinstance(theirs, Identity)
+    assert (ours.name, ours.roles, ours.source) == (theirs.name, theirs.roles, theirs.source)
+    assert ours.key == ("jwt", ISSUER, "alice")
+    assert theirs.key == ("jwt", "https://other.example.test", "alice")
+    assert ours != theirs
+
+
+async def test_the_name_claim_names_the_caller_but_sub_keys_it() -> None:
+    auth = authenticator({**HS_ISSUER, "name_claim": "preferred_username"})
+    identity = await present(auth, sign(claims(sub="u-1234", preferred_username="ci")))
+    assert isinstance(identity, Identity)
+    assert (identity.name, identity.key) == ("ci", ("jwt", ISSUER, "u-1234"))
+    # A second user who picked the same display name is still someone else.
+    other = await present(auth, sign(claims(sub="u-9999", preferred_username="ci")))
+    assert isinstance(other, Identity)
+    assert other.key != identity.key
+
+
+async def test_a_token_without_sub_is_keyed_on_its_name() -> None:
+    auth = authenticator({**HS_ISSUER, "name_claim": "email"})
+    payload = claims(email="a@example.test")
+    del payload["sub"]
+    identity = await present(auth, sign(payload))
+    assert isinstance(identity, Identity)
+    assert identity.key == ("jwt", ISSUER, "a@example.test")
+
+
+async def test_a_token_whose_sub_is_not_a_string_is_invalid() -> None:
+    auth = authenticator({**HS_ISSUER, "name_claim": "email"})
+    rejected = await present(auth, sign(claims(sub=42, email="a@example.test")))
+    assert rejected == Rejected(FailureReason.INVALID, "the token's subject (sub) is not a string")
+
+
+async def test_the_issuerless_entry_keys_each_iss_apart_from_the_configured_issuers() -> None:
+    auth = authenticator(HS_ISSUER, {"secret": OTHER_SECRET, "audience": AUDIENCE})
+    routed = await present(auth, sign(claims(iss="anyone"), key=OTHER_SECRET))
+    bare = claims()
+    del bare["iss"]
+    unnamed = await present(auth, sign(bare, key=OTHER_SECRET))
+    assert isinstance(routed, Identity)
+    assert isinstance(unnamed, Identity)
+    assert (routed.key, unnamed.key) == (("jwt", "anyone", "alice"), ("jwt", "", "alice"))
+
+
 async def test_a_token_signed_with_another_secret_is_invalid() -> None:
     rejected = await present(authenticator(HS_ISSUER), sign(claims(), key="x" * 40))
     assert rejected == Rejected(FailureReason.INVALID, "the token's signature does not verify")
@@ -147,7 +200,7 @@ async def test_a_token_without_a_name_claim_is_invalid() -> None:
 async def test_an_rs256_token_is_verified_with_the_key_from_a_jwks_file(tmp_path: Path) -> None:
     auth = authenticator(rs_issuer(tmp_path, public_jwk(rsa_key("a"), "a")))
     token = sign(claims(roles=["dev"]), rsa_key("a"), "RS256", kid="a")
-    assert await present(auth, token) == Identity("alice", frozenset({"dev"}), "jwt")
+    assert await present(auth, token) == Identity("alice", frozenset({"dev"}), "jwt", issuer=ISSUER)
 
 
 async def test_an_es256_token_is_verified_with_an_ec_key(tmp_path: Path) -> None:

@@ -66,6 +66,21 @@ def test_the_same_stored_key_for_two_names_is_refused() -> None:
     assert "api_keys[1].key" in message
 
 
+def test_two_keys_with_one_name_but_other_roles_are_refused() -> None:
+    # One name is one identity (keyed ("api_key", "", name)): it cannot hold two role sets.
+    keys = [{"name": "ci", "key": DIGEST, "roles": ["reader"]}, {"name": "ci", "key": "env:CI_KEY_2"}]
+    message = problem(AuthSettings, {"api_keys": keys})
+    assert "api_keys[1].name: 'ci' also names api_keys[0] with other roles" in message
+
+
+def test_two_keys_of_one_identity_with_the_same_roles_are_a_rotation() -> None:
+    keys = [
+        {"name": "ci", "key": DIGEST, "roles": ["reader", "ops"]},
+        {"name": "ci", "key": "env:CI_KEY_2", "roles": ["ops", "reader"]},
+    ]
+    assert len(AuthSettings.model_validate({"api_keys": keys}).api_keys) == 2
+
+
 def test_algorithm_none_cannot_be_configured() -> None:
     assert "'none' is never accepted" in problem(JwtIssuer, {"secret": SECRET, "algorithms": ["none"]})
 

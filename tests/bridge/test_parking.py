@@ -37,6 +37,9 @@ pytestmark = pytest.mark.anyio
 ALICE = Identity("alice", frozenset({"dev"}), "api_key")
 BOB = Identity("bob", frozenset({"dev"}), "api_key")
 CAROL = Identity("carol", frozenset(), "api_key")
+# ALICE's name and roles from a token: another principal, whose calls and states are its own.
+TOKEN_ALICE = Identity("alice", frozenset({"dev"}), "jwt", issuer="https://id.example")
+PARTNER_ALICE = Identity("alice", frozenset({"dev"}), "jwt", issuer="https://partner.example")
 EVERYTHING: dict[str, Any] = {"elicitation": {}, "sampling": {}, "roots": {}}
 FORM = {
     "message": "Your name?",
@@ -486,6 +489,22 @@ async def test_too_many_parked_calls_are_refused_per_identity_and_in_total() -> 
         await settled()
         assert len(parked) == 2  # the refused calls were cancelled, their questions answered
         assert [(kind, error["code"]) for kind, error in server.got] == [("error", -32000)] * 2
+
+
+async def test_one_issuers_alice_can_neither_resume_nor_crowd_out_anothers_parked_calls() -> None:
+    async with running(one_question, per_identity=1, total=3) as (parked, server):
+        first = input_required(await parked.call(server, context(identity=TOKEN_ALICE)))
+        # Her per-caller allowance is not the partner's: each may park one call.
+        input_required(await parked.call(server, context(identity=PARTNER_ALICE)))
+        with pytest.raises(InvalidRequestState):
+            await parked.call(
+                server,
+                context(retry(first["requestState"], {"elicitation-1": NAME}), identity=PARTNER_ALICE),
+            )
+        result = await parked.call(
+            server, context(retry(first["requestState"], {"elicitation-1": NAME}), identity=TOKEN_ALICE)
+        )
+        assert result == {"content": [{"type": "text", "text": "hello Ada"}]}
 
 
 async def test_stopping_the_gateway_cancels_parked_calls() -> None:

@@ -10,6 +10,9 @@ from proxy.policy.model import Identity
 
 ALICE = Identity("alice", frozenset({"dev"}), "api_key")
 BOB = Identity("bob", frozenset({"dev"}), "api_key")
+# ALICE's name and roles, but other principals: a token named like her key, another issuer's alice.
+TOKEN_ALICE = Identity("alice", frozenset({"dev"}), "jwt", issuer="https://a.example")
+PARTNER_ALICE = Identity("alice", frozenset({"dev"}), "jwt", issuer="https://b.example")
 
 
 class Clock:
@@ -57,17 +60,24 @@ def test_argument_order_does_not_matter() -> None:
     "other",
     [
         boundary(BOB),
+        boundary(TOKEN_ALICE),
         boundary(server_id="other"),
         boundary(method="prompts/get"),
         boundary(target="fx.other"),
         boundary(arguments=arguments_digest({"a": 2})),
     ],
-    ids=["identity", "server", "method", "target", "arguments"],
+    ids=["identity", "token-named-like-the-key", "server", "method", "target", "arguments"],
 )
 def test_a_state_does_not_open_for_another_request_or_caller(states: RequestStates, other: Boundary) -> None:
     token = states.seal(boundary(), "parked", "call-1")
     with pytest.raises(InvalidRequestState):
         states.open(token, other)
+
+
+def test_a_state_sealed_for_one_issuers_alice_does_not_open_for_anothers(states: RequestStates) -> None:
+    token = states.seal(boundary(TOKEN_ALICE), "server", "inner")
+    with pytest.raises(InvalidRequestState):
+        states.open(token, boundary(PARTNER_ALICE))
 
 
 def test_a_state_expires(states: RequestStates, clock: Clock) -> None:

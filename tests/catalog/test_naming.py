@@ -107,3 +107,12 @@ def test_disambiguate_cuts_the_head_not_the_hash_to_respect_max_length() -> None
     assert renamed != long_name
     assert renamed.startswith(long_name[: 32 - 7])
     assert _HEX6_SUFFIX.search(renamed)
+
+
+def test_the_canonical_name_is_the_full_name_never_shortened() -> None:
+    codec = NamingCodec(max_length=16)
+    long = "a_tool_name_far_longer_than_sixteen"
+    assert codec.canonical("st", long) == f"st.{long}"
+    assert codec.render("st", long) != codec.canonical("st", long)
+    assert codec.canonical("", "plain") == "plain"
+    assert (codec.namespace("st"), codec.namespace("")) == ("st.", "")

@@ -11,6 +11,7 @@ cancellation, a client too slow), and the registry on its own.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jwt
 import orjson
 import pytest
 
@@ -526,6 +528,27 @@ async def test_an_identity_past_its_listen_streams_is_refused_naming_the_limit_u
         assert len(served.gateway.listens) == 0  # each block waited for its stream's end
         async with listening(served.endpoint, listen_request(4, toolsListChanged=True)) as again:
             assert (await again.next())["method"] == ACK
+
+
+async def test_one_issuers_alice_does_not_use_up_another_issuers_listen_streams() -> None:
+    secrets = {"https://a.example": "a-secret-of-at-least-32-bytes-for-hs256", "https://b.example": "b" * 40}
+    auth = {"jwt": [{"issuer": iss, "secret": secret} for iss, secret in secrets.items()]}
+    limits = {"max_listen_streams_per_session": 1, "max_sessions_per_identity": 1}
+    now = int(time.time())
+
+    def alice_of(iss: str) -> dict[str, str]:
+        token = jwt.encode({"sub": "alice", "iss": iss, "exp": now + 600}, secrets[iss], algorithm="HS256")
+        return {**ROUTED, "authorization": f"Bearer {token}"}
+
+    async with serving(auth=auth, limits=limits) as served:
+        ours, theirs = alice_of("https://a.example"), alice_of("https://b.example")
+        async with listening(served.endpoint, listen_request(1, toolsListChanged=True), ours) as first:
+            await first.next()
+            # The same sub and name from another issuer is another identity, with its own stream.
+            async with listening(served.endpoint, listen_request(2, toolsListChanged=True), theirs) as second:
+                assert (await second.next())["method"] == ACK
+            refused = await once(served.endpoint, listen_request(3, toolsListChanged=True), ours)
+            assert refused.json()["error"]["data"] == {"limit": "max_listen_streams_per_session", "max": 1}
 
 
 async def test_a_session_past_its_resource_subscriptions_is_refused_naming_the_limit() -> None:

@@ -120,6 +120,7 @@ async def running_manifold(
     settled: bool = True,
     open_files: int | None = None,
     port: int | None = None,
+    log_level: str = "info",
 ) -> AsyncIterator[RunningManifold]:
     """``manifold serve`` on a free loopback port; yields once ``/healthz`` answers and (with
     ``settled``) no server is still on its first attempt to connect: ``serve`` listens at once,
@@ -133,7 +134,7 @@ async def running_manifold(
     config_path = write_config(tmp_path / "manifold.yaml", config)
     log_path = tmp_path / "manifold.log"
     process = _spawn(
-        ["serve", "--config", str(config_path), "--port", str(port), "--log-level", "info"],
+        ["serve", "--config", str(config_path), "--port", str(port), "--log-level", log_level],
         log_path,
         open_files,
     )

@@ -39,6 +39,9 @@ rules:
     effect: deny
     description: contractors may not run destructive tools
     match: {roles: [contractor], annotations: {destructive: true}}
+  - id: partners-no-notes
+    effect: deny
+    match: {issuers: ["https://partners.test"], servers: [tnotes]}
 """
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -106,6 +109,23 @@ def manifold(*args: str) -> subprocess.CompletedProcess[str]:
             id="deny-overrides-allow",
         ),
         pytest.param(
+            [
+                "--identity",
+                "carl",
+                "--role",
+                "contractor",
+                "--source",
+                "jwt",
+                "--issuer",
+                "https://partners.test",
+            ],
+            "tnotes.list_notes",
+            3,
+            "DENY: carl -> tool tnotes.list_notes (server tnotes)",
+            "partners-no-notes",
+            id="another-issuers-carl",
+        ),
+        pytest.param(
             ["--identity", "nobody"],
             "alpha.echo",
             3,
@@ -166,3 +186,23 @@ async def test_the_stored_form_keygen_prints_is_an_api_key_manifold_accepts(tmp_
             wrong = key[:-1] + ("A" if key[-1] != "A" else "B")
             status, _, _ = await post(raw, running.url, INITIALIZE, {"X-API-Key": wrong})
             assert status == 401
+
+
+def test_explain_says_who_may_change_a_shared_servers_log_level(config_path: Path) -> None:
+    # staff-everything names no kind: it does not allow a log level, and the default is no help.
+    done = manifold(
+        "explain",
+        "--config",
+        str(config_path),
+        "--identity",
+        "sam",
+        "--role",
+        "staff",
+        "--log-level-of",
+        "alpha",
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines()[0] == "DENY: sam -> log_level alpha (server alpha)"
+    unknown = manifold("explain", "--config", str(config_path), "--identity", "sam", "--log-level-of", "nope")
+    assert unknown.returncode == 1
+    assert "manifold: no such server: nope" in unknown.stderr.splitlines()

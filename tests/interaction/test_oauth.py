@@ -357,6 +357,8 @@ async def test_the_sdk_client_signs_in_from_nothing_but_the_url_and_the_policy_s
         assert not result.is_error, result
     [record] = await audit_records(setup.manifold, "alice")
     assert record["source"] == "oauth"
+    # Keyed on (source, issuer, subject): another provider's "alice" is someone else.
+    assert (record["issuer"], record["subject"]) == (setup.provider.issuer, "alice")
     assert record["roles"] == ["mcp:tools"]  # the granted scope, as a role
     assert record["effect"] == "allow", record
     assert (await sign_ins(setup.manifold)).get(("oauth", "ok"), 0) >= 1

@@ -148,9 +148,6 @@ async def test_the_observer_sees_each_server_with_the_credentials_in_its_text_re
         assert STDERR_SECRET not in text, text
 
 
-@pytest.mark.xfail(
-    strict=False, reason="proxy.logs.redact_text redacts a URL's user:password@ from the redirect change on"
-)
 async def test_the_observer_never_reads_the_password_in_a_server_url(manifold: RunningManifold) -> None:
     health = await until_down(manifold)
     assert "127.0.0.1" in health["servers"]["down"]["reason"]  # the address is the observer's to see

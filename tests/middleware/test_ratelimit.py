@@ -13,8 +13,18 @@ from proxy.errors import RATE_LIMITED, RateLimited, ServerUnavailable
 from proxy.metrics import Metrics
 from proxy.middleware.ratelimit import RateLimit
 from proxy.pipeline import tool_error
+from proxy.policy.model import Identity
 from proxy.ratelimit import LimitCheck, LimitOutcome, MemoryBackend
-from tests.middleware.contexts import BOB, Recorder, access_for, call_context, identity_of, sample
+from tests.middleware.contexts import (
+    BOB,
+    Recorder,
+    access_for,
+    call_context,
+    identity_of,
+    sample,
+    served_tools,
+    tool_context,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -84,6 +94,24 @@ async def test_each_identity_spends_its_own_bucket(limiter: Limiter) -> None:
 
     assert await limiter.stage(call_context(identity=BOB), call_next) is call_next.result
     assert [identity_of(ctx).name for ctx in call_next.seen] == ["alice", "alice", "bob"]
+
+
+async def test_an_alice_of_another_issuer_or_source_has_her_own_bucket(limiter: Limiter) -> None:
+    # The same name and roles as ALICE (an API key), but other principals: spending ALICE's
+    # budget must not spend theirs, nor theirs hers.
+    call_next = Recorder()
+    for _ in range(2):
+        await limiter.stage(call_context(), call_next)  # ALICE's bucket is now empty
+    others = [
+        Identity("alice", frozenset({"reader"}), "jwt", issuer="https://a.example"),
+        Identity("alice", frozenset({"reader"}), "jwt", issuer="https://b.example"),
+    ]
+    for other in others:
+        for _ in range(2):
+            assert await limiter.stage(call_context(identity=other), call_next) is call_next.result
+    limited = await limiter.stage(call_context(), call_next)
+    assert limited is not call_next.result
+    assert len(call_next.seen) == 6
 
 
 async def test_a_limited_request_other_than_a_tool_call_is_refused_with_the_limit_and_the_wait(
@@ -171,6 +199,39 @@ async def test_a_denial_by_an_unreachable_store_says_so_and_is_counted_as_unavai
         outcome="rate_limited",
         meta={"retryAfterSeconds": 1.25},
     )
-    assert store.asked == [["per-user:identity=alice"]]
+    assert store.asked == [["per-user:identity=api_key,,alice"]]
     assert call_next.seen == []
     assert sample(metrics.registry, REJECTIONS, limit="unavailable") == 1.0
+
+
+PER_TOOL = """\
+version: 1
+default: allow
+limits:
+  - id: issue-reads
+    rate: 1/minute
+    burst: 1
+    per: [tool]
+    match: {tools: ["gh.get_issue"]}
+    methods: [tools/call]
+"""
+
+
+async def test_a_limit_on_a_tool_counts_every_spelling_a_client_is_shown_in_one_bucket(
+    tmp_path: Path,
+) -> None:
+    # The server lists get_issue twice: the second is served under a derived name. A client that
+    # alternates spellings must neither escape a limit written against gh.get_issue nor get a
+    # second bucket: limits, like the policy, see the canonical name.
+    access = access_for(tmp_path, PER_TOOL)
+    limiter = Limiter(access)
+    served = served_tools(access, [{"name": "get_issue"}, {"name": "get_issue"}])
+    first, derived = (entry.name for entry in served.catalog.entries)
+    assert derived != first == "gh.get_issue"
+    call_next = Recorder()
+
+    assert await limiter.stage(tool_context(served, first), call_next) is call_next.result
+    answer = await limiter.stage(tool_context(served, derived), call_next)
+
+    assert answer["_meta"]["dev.manifold/outcome"] == "rate_limited"
+    assert limiter.rejections("issue-reads") == 1.0

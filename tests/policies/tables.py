@@ -20,6 +20,7 @@ __all__ = [
     "WRITES",
     "check",
     "engine_for",
+    "log_level",
     "person",
     "prompt",
     "resource",
@@ -58,6 +59,11 @@ def prompt(name: str) -> Subject:
 
 def resource(uri: str, server: str) -> Subject:
     return Subject("resource", uri, server)
+
+
+def log_level(server: str) -> Subject:
+    """Changing the level ``server``'s shared connection logs at (``logging/setLevel``)."""
+    return Subject.log_level(server)
 
 
 def check(

@@ -13,6 +13,7 @@ from tests.policies.tables import (
     WRITES,
     check,
     engine_for,
+    log_level,
     person,
     prompt,
     resource,
@@ -93,6 +94,14 @@ ROWS = [
         ("admins-may-do-everything",),
         id="contractor-admin-writes",
     ),
+    pytest.param(
+        ADMIN, log_level("github"), "allow", ("admins-set-server-log-levels",), id="admin-sets-log-level"
+    ),
+    pytest.param(
+        LOCAL, log_level("shell"), "allow", ("local-user-sets-server-log-levels",), id="local-user-log-level"
+    ),
+    pytest.param(ALICE, log_level("github"), "deny", (), id="signed-in-cannot-set-log-level"),
+    pytest.param(ANONYMOUS, log_level("github"), "deny", (), id="anonymous-cannot-set-log-level"),
 ]
 
 

@@ -6,7 +6,17 @@ import pytest
 
 from proxy.policy.engine import Subject
 from proxy.policy.model import Effect, Identity
-from tests.policies.tables import ANONYMOUS, READ_ONLY, check, engine_for, person, prompt, resource, tool
+from tests.policies.tables import (
+    ANONYMOUS,
+    READ_ONLY,
+    check,
+    engine_for,
+    log_level,
+    person,
+    prompt,
+    resource,
+    tool,
+)
 
 ENGINE = engine_for("deny-list-a-server")
 DEV = person("dev")
@@ -41,6 +51,11 @@ ROWS = [
         ("no-anonymous", "no-deletes", "shell-is-for-admins"),
         id="all-denies-named",
     ),
+    # `default: allow` opens tools, prompts and resources, never a shared server's log level.
+    pytest.param(DEV, log_level("github"), "deny", (), id="open-default-does-not-open-log-levels"),
+    pytest.param(ADMIN, log_level("github"), "deny", (), id="nor-for-admins"),
+    # A deny rule naming no kind denies log levels as it denies everything else.
+    pytest.param(DEV, log_level("shell"), "deny", ("shell-is-for-admins",), id="deny-rules-still-apply"),
 ]
 
 

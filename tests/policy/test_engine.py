@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.catalog.merge import Entry
+from proxy.catalog.merge import Entry, ServerSlice, build_catalog
+from proxy.catalog.naming import NamingCodec
 from proxy.policy.annotations import CAUTIOUS, EffectiveAnnotations, effective_annotations
 from proxy.policy.engine import PolicyEngine, Subject
 from proxy.policy.model import ANONYMOUS, Identity, Policy, Rule
@@ -266,6 +267,22 @@ def test_authenticated_and_sources_conditions_look_at_how_the_identity_was_estab
     assert policy.decide(ANONYMOUS, tool("github.get")).rule_ids == ("no-anonymous",)
 
 
+def test_an_issuers_condition_tells_two_issuers_alices_apart() -> None:
+    staff_idp, partner_idp = "https://id.example.com", "https://partners.example.net"
+    policy = engine(
+        rule("staff-deploy", "allow", issuers=[staff_idp], identities=["alice"], tools=["deploy.*"]),
+        rule("partners-never-deploy", "deny", issuers=[partner_idp], tools=["deploy.*"]),
+    )
+    ours = Identity("alice", frozenset(), "jwt", issuer=staff_idp)
+    theirs = Identity("alice", frozenset(), "jwt", issuer=partner_idp)
+
+    assert policy.decide(ours, tool("deploy.run")).rule_ids == ("staff-deploy",)
+    # Same name and roles, another issuer: another decision (not the first one, from the cache).
+    assert policy.decide(theirs, tool("deploy.run")).rule_ids == ("partners-never-deploy",)
+    # An API key has no issuer: an issuers condition never holds for it.
+    assert policy.decide(who("alice", source="api_key"), tool("deploy.run")).by_default
+
+
 def test_a_dry_run_enforces_allow_but_keeps_the_decision_for_the_log() -> None:
     decision = engine().decide(who(), tool("a.b"))
 
@@ -301,6 +318,26 @@ def test_subjects_are_built_from_catalog_entries() -> None:
     assert Subject.resource("file:///a", "docs") == Subject("resource", "file:///a", "docs", None)
 
 
+def test_a_deny_on_a_canonical_name_holds_for_every_spelling_a_client_is_shown() -> None:
+    # A derived name (the same server listing a name twice) and a shortened one (a small
+    # max_length) must not slip past an exact-name deny rule written against st.secret...
+    codec = NamingCodec(max_length=16)
+    long = "secret_with_a_long_name"
+    catalog = build_catalog(
+        [ServerSlice("st", "st", [{"name": "secret"}, {"name": "secret"}, {"name": long}])], codec
+    )
+    spellings = [entry.name for entry in catalog.entries]
+    assert spellings[0] == "st.secret"
+    assert len(set(spellings)) == 3
+    assert all(
+        name != canonical for name, canonical in zip(spellings[1:], ("st.secret", f"st.{long}"), strict=True)
+    )
+    policy = engine(rule("all", "allow"), rule("no-secret", "deny", tools=["st.secret", f"st.{long}"]))
+    for entry in catalog.entries:
+        decision = policy.decide(who(), Subject.tool(entry, READ_ONLY))
+        assert (entry.name, decision.effect, decision.rule_ids) == (entry.name, "deny", ("no-secret",))
+
+
 def test_a_deny_rule_with_show_keeps_the_tool_listed_but_denied() -> None:
     shown = Rule.model_validate({"id": "shown", "effect": "deny", "show": True, "match": {"tools": ["a.*"]}})
     decision = engine(rule("all", "allow"), shown).decide(who(), tool("a.delete"))
@@ -329,3 +366,37 @@ def test_decisions_about_long_names_are_not_cached_so_huge_uris_cannot_fill_memo
     assert policy.cached == 0
     policy.decide(who(), resource("file:///docs/a.md"))
     assert policy.cached == 1  # ordinary names are still cached
+
+
+# ---- a shared server's log level -----------------------------------------------------------
+
+
+def test_a_log_level_is_allowed_only_by_an_allow_rule_that_names_log_levels() -> None:
+    everything = engine(rule("staff", "allow", roles=["staff"]), default="allow")
+    named = engine(rule("ops", "allow", roles=["ops"], log_levels=["git*"]))
+
+    assert everything.decide(who("s", "staff"), Subject.log_level("github")).rule_ids == ()
+    assert not everything.decide(who("s", "staff"), Subject.log_level("github")).allowed
+    assert named.decide(who("o", "ops"), Subject.log_level("github")).rule_ids == ("ops",)
+    assert named.decide(who("o", "ops"), Subject.log_level("github")).allowed
+    assert not named.decide(who("o", "ops"), Subject.log_level("shell")).allowed  # glob on server ids
+    assert not named.decide(who("s", "staff"), Subject.log_level("github")).allowed
+
+
+def test_a_log_level_rule_is_about_log_levels_only() -> None:
+    levels = engine(rule("ops", "allow", roles=["ops"], log_levels=["*"]))
+
+    assert not levels.decide(who("o", "ops"), tool("github.get_issue")).allowed
+    assert not levels.decide(who("o", "ops"), prompt("github.help")).allowed
+
+
+def test_deny_rules_naming_no_kind_deny_log_levels_and_rules_naming_another_kind_do_not() -> None:
+    policy = engine(
+        rule("ops", "allow", roles=["ops"], log_levels=["*"]),
+        rule("no-shell", "deny", servers=["shell"], unless={"roles": ["admin"]}),
+        rule("no-tools", "deny", roles=["ops"], tools=["*"]),
+    )
+
+    assert policy.decide(who("o", "ops"), Subject.log_level("shell")).rule_ids == ("no-shell",)
+    assert not policy.decide(who("o", "ops"), Subject.log_level("shell")).allowed
+    assert policy.decide(who("o", "ops"), Subject.log_level("github")).allowed

@@ -220,6 +220,32 @@ def test_values_are_encoded_so_that_no_two_calls_share_a_key_by_accident() -> No
     assert found[0] == "r:identity=a%3Atool%3Dx:tool=y"
 
 
+def test_per_identity_buckets_are_the_identitys_key_not_its_name() -> None:
+    rule = parse_limits([{"id": "r", "rate": "1/day", "per": ["identity"]}])
+    who = [
+        ("jwt", "https://a.example", "alice"),
+        ("jwt", "https://b.example", "alice"),  # another issuer's alice
+        ("api_key", "", "alice"),  # an API key named like her
+        ("jwt", "https://a.example,alice", ""),  # parts cannot run into each other
+    ]
+    found = [keys(applicable(rule, "alice", [], None, None, "tools/call", identity_key=k))[0] for k in who]
+    assert len(set(found)) == len(who)
+    assert found[0] == "r:identity=jwt,https%3A%2F%2Fa.example,alice"
+    assert found[2] == "r:identity=api_key,,alice"
+
+
+def test_an_issuers_condition_holds_for_the_issuer_of_the_key() -> None:
+    rule = parse_limits(
+        [{"id": "r", "rate": "1/day", "per": ["identity"], "match": {"issuers": ["https://b.example"]}}]
+    )
+    ours, theirs = ("jwt", "https://a.example", "al"), ("jwt", "https://b.example", "al")
+    assert applicable(rule, "al", [], None, None, "tools/call", identity_key=ours) == []
+    assert keys(applicable(rule, "al", [], None, None, "tools/call", identity_key=theirs)) == [
+        "r:identity=jwt,https%3A%2F%2Fb.example,al"
+    ]
+    assert applicable(rule, "al", [], None, None, "tools/call") == []  # no issuer known: it fails
+
+
 def test_limit_checks_carry_interval_burst_and_rule_id(rules: tuple[LimitRule, ...]) -> None:
     assert limit_checks(rules, "dave", ["contractor"], "github", "github.x", "tools/call") == [
         LimitCheck("per-user-default:identity=dave", 1.0, 10, "per-user-default"),

@@ -1,0 +1,118 @@
+"""Credentials out of text: what every log line, error message and report passes through.
+
+Pure: strings in, strings out. :func:`redact_text` is the entry point (re-exported by
+:mod:`proxy.logs`); it replaces with ``[REDACTED]``:
+
+* in every URL anywhere in the text (``scheme://…``): the userinfo (``user:pass@``, also a lone
+  token before ``@``), the value of **every** query parameter (names are kept) and the fragment.
+  All query values, not a list of secret-looking names: a secret rides under any name
+  (``sig``, ``X-Amz-Signature``, ``code``, ``k``), and a log reader needs which parameters a URL
+  had far more often than their values;
+* ``Bearer``/``Basic`` credentials, and ``name=value`` / ``name: value`` pairs whose name looks
+  secret (``authorization``, ``cookie``, ``token``, ``secret``, ``password``, ``api_key``,
+  ``credential``);
+* the configured secrets Manifold was told about (:func:`remember_secrets`: server header and
+  env values, the credentials in server URLs), wherever they appear verbatim.
+
+Every pattern is linear in the text: a name or a scheme starts only where a run of its
+characters starts, and is matched atomically.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Final
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["MIN_SECRET_LENGTH", "REDACTED", "redact_text", "redact_url", "remember_secrets", "url_secrets"]
+
+REDACTED: Final = "[REDACTED]"
+# A configured value shorter than this is not searched for verbatim: "1", "on" or "dev" would
+# redact ordinary words everywhere. (Such values are still kept out of reprs and config errors.)
+MIN_SECRET_LENGTH: Final = 6
+
+# In free text "key" alone is too common ("missing key: name"); only the unambiguous words.
+# A name starts only where a run of [\w.-] starts (the lookbehind) and is matched atomically,
+# so each run is scanned once: long dotted or repeated text stays linear, never quadratic.
+_TEXT_SECRET_WORD: Final = r"(?:authorization|cookie|token|secret|passw(?:or)?d|api[_-]?key|credential)"
+_TEXT_SECRET_NAME: Final = rf"(?<![\w.-])[\"']?(?>[\w.-]*{_TEXT_SECRET_WORD}[\w.-]*)"
+_TEXT_PAIR: Final = re.compile(
+    rf"""(?P<name>{_TEXT_SECRET_NAME}["']?)(?P<sep>\s*[:=]\s*)"""
+    r"""(?P<value>\[REDACTED\]|"[^"]*"|'[^']*'|(?:(?:bearer|basic|token)\s+)?[^\s"',;&}\]]+)""",
+    re.IGNORECASE,
+)
+_SCHEME_CREDENTIAL: Final = re.compile(r"\b(?P<scheme>bearer|basic)\s+[A-Za-z0-9\-._~+/]+=*", re.IGNORECASE)
+# A URL: a scheme (starting where a run of scheme characters starts), "://", then everything up
+# to whitespace, a quote or an angle bracket (how URLs are delimited in prose, reprs and JSON),
+# less the punctuation that ends a sentence or a clause ("… failed: …", "(see http://h/x).").
+_URL: Final = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?>[A-Za-z][A-Za-z0-9+.-]*)://(?:[^\s\"'<>`]*[^\s\"'<>`.,:;!?)])?"
+)
+_AUTHORITY_END: Final = re.compile(r"[/?#]")
+
+_known: re.Pattern[str] | None = None
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its userinfo, every query value and its fragment replaced by ``[REDACTED]``
+    (parameter names, scheme, host, port and path are kept)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    end = _AUTHORITY_END.search(rest)
+    authority, tail = (rest[: end.start()], rest[end.start() :]) if end else (rest, "")
+    if "@" in authority:
+        authority = f"{REDACTED}@{authority.rpartition('@')[2]}"
+    tail, hashmark, fragment = tail.partition("#")
+    path, qmark, query = tail.partition("?")
+    if query:
+        query = "&".join(_redact_parameter(parameter) for parameter in query.split("&"))
+    shown = f"{scheme}://{authority}{path}{qmark}{query}"
+    return f"{shown}#{REDACTED}" if hashmark and fragment else shown + hashmark
+
+
+def _redact_parameter(parameter: str) -> str:
+    if not parameter:
+        return parameter
+    name, equals, _ = parameter.partition("=")
+    return f"{name}={REDACTED}" if equals else REDACTED
+
+
+def _redact_pair(match: re.Match[str]) -> str:
+    value = match["value"]
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    return f"{match['name']}{match['sep']}{quote}{REDACTED}{quote}"
+
+
+def redact_text(text: str) -> str:
+    """``text`` with credentials replaced by ``[REDACTED]`` (see the module docstring)."""
+    known = _known
+    if known is not None:
+        text = known.sub(REDACTED, text)
+    if "://" in text:
+        text = _URL.sub(lambda match: redact_url(match[0]), text)
+    text = _TEXT_PAIR.sub(_redact_pair, text)
+    return _SCHEME_CREDENTIAL.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secrets a configured URL carries: its userinfo (whole, and the password alone) and
+    its query values, as written and percent-decoded."""
+    parts = urlsplit(url)
+    found: list[str] = []
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if at:
+        found += [userinfo, userinfo.partition(":")[2]]
+    for parameter in parts.query.split("&"):
+        found.append(parameter.partition("=")[2])
+    found.append(parts.fragment)
+    return [value for raw in found if raw for value in {raw, unquote(raw)}]
+
+
+def remember_secrets(values: Iterable[str]) -> None:
+    """Redact these values verbatim from now on, wherever :func:`redact_text` runs (replacing any
+    remembered before). Values shorter than :data:`MIN_SECRET_LENGTH` are left out."""
+    global _known
+    kept = sorted({value for value in values if len(value) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+    _known = re.compile("|".join(map(re.escape, kept))) if kept else None
