@@ -230,11 +230,7 @@ class Access:
     def resources_view(
         self, index: ResourceIndex, identity: Identity, *, templates: bool
     ) -> Sequence[Mapping[str, Any]]:
-        items, field, owners = (
-            (index.templates, "uriTemplate", index.by_template)
-            if templates
-            else (index.resources, "uri", index.by_uri)
-        )
+        items, owners = (index.templates, index.by_template) if templates else (index.resources, index.by_uri)
         if self.engine is None:
             return items
         key = (
@@ -246,9 +242,11 @@ class Access:
         )
         view = self._views.get(key)
         if view is None:
+            # What policy sees of a listed resource is its normal form, as of a URI a client names.
+            names = tuple(t["uriTemplate"] for t in items) if templates else index.resource_uris
             view = self._views[key] = tuple(
                 item
-                for item in items
-                if self.allows(identity, Subject.resource(item[field], owners[item[field]]))
+                for item, name in zip(items, names, strict=True)
+                if self.allows(identity, Subject.resource(name, owners[name]))
             )
         return view

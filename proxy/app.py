@@ -52,6 +52,7 @@ from proxy.pipeline import Middleware, compose
 from proxy.policy import SchemaValidators
 from proxy.protocol.jsonrpc import Message
 from proxy.ratelimit import LimitBackend, make_backend
+from proxy.revocations import revocations_for
 from proxy.router import Router
 from proxy.server_logs import ServerLogs
 from proxy.sessions import Sessions
@@ -110,9 +111,11 @@ class Gateway:
         self._audit = self._audit_log()
         self.limiter = self._limiter()
         self.boundary = Boundary(metrics)
+        self.revocations = revocations_for(config, on_error=metrics.session_revocation_error)
         self.sessions = Sessions(
-            SessionTokens(derive_key(secret, "session")),
+            SessionTokens(derive_key(secret, "session"), lifetime=config.sessions.max_lifetime),
             metrics,
+            revocations=self.revocations,
             idle_timeout=config.sessions.idle_timeout,
             max_sessions=config.limits.max_sessions,
             max_per_identity=config.limits.max_sessions_per_identity,
@@ -225,10 +228,15 @@ class Gateway:
                 watch = functools.partial(self.access.watch, self.catalogs.policy_changed)
                 tg.start_soon(supervised, self.boundary, "policy watcher", watch)
             await tg.start(functools.partial(self.connections.run, wait_for=wait_for))
+            if self.revocations.shared:  # sessions other replicas end, ended here too
+                tg.start_soon(
+                    supervised, self.boundary, "session revocations", self.sessions.follow_revocations
+                )
             try:
                 yield self
             finally:
                 tg.cancel_scope.cancel()
-                if self.limiter is not None:
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await self.revocations.aclose()
+                    if self.limiter is not None:
                         await self.limiter.aclose()

@@ -156,7 +156,8 @@ class Catalogs:
         return server
 
     def readable(self, uri: str, identity: Identity) -> str:
-        """The server of a URI ``identity`` may read; a hidden one looks exactly like a missing one.
+        """The server of a (normalized) URI ``identity`` may read; a hidden one looks exactly like
+        a missing one.
 
         Raises:
             ResourceNotFound: no server serves it, or the policy hides it.

@@ -16,6 +16,8 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
       max_server_pages: 1000   # stop draining a server's pages after this many
     sessions:
       idle_timeout: 3600       # seconds an idle inbound HTTP session is kept
+      max_lifetime: 86400      # seconds a session id is good for, however busy its session
+      revocations: auto        # where ended ids are remembered: auto | memory | redis
     limits:                    # every bound, its default and what a peer gets: README "Limits"
       max_depth: 64            # objects/arrays one message may nest, from clients and servers alike;
                                # 8..200 (deeper ones are refused with -32600 naming the limit)
@@ -261,6 +263,22 @@ class SessionsConfig(_Model):
     # session. Unset: a random secret per process (sessions and cursors then stay on the
     # replica that issued them). At least 32 characters; give it with ${VAR}.
     secret: SecretStr | None = Field(default=None, min_length=32)
+    # Signed into every id: past it the id is refused everywhere and its session ends.
+    max_lifetime: float = Field(default=86_400.0, gt=0, allow_inf_nan=False)
+    # Where ids of sessions ended on purpose (DELETE, eviction) are remembered until they expire:
+    # memory (this replica), redis (every replica), auto (redis when rate_limits.backend is).
+    revocations: Literal["auto", "memory", "redis"] = "auto"
+    # None: rate_limits.redis_url. May carry a password: kept out of repr, never echoed.
+    redis_url: str | None = Field(default=None, repr=False)
+    # A take-over while Redis cannot be asked: refused (the client initializes again) or allowed.
+    failure_mode: Literal["fail_open", "fail_closed"] = "fail_closed"
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return url
 
 
 _ERA_ALIASES: Final = {"legacy": "handshake", "modern": "stateless"}

@@ -13,6 +13,7 @@ operator is paged for::
     │   │       ├── MessageTooDeep  -32600: nested deeper than the depth limit
     │   │       └── MessageTooLarge -32600: a line, event or body past its size limit
     │   ├── MethodNotFound          -32601
+    │   ├── NoClientToAsk           -32603: a server's request (sampling …) no one client can be named for
     │   ├── InvalidParams           -32602: unknown tool, bad cursor, missing name …
     │   │   ├── HiddenByPolicy      -32602: as unknown, to the client; "denied" to metrics
     │   │   └── InvalidRequestState -32602: a retry's requestState is forged, stale or not its own
@@ -66,6 +67,7 @@ __all__ = [
     "MessageTooLarge",
     "MethodNotFound",
     "MissingCapability",
+    "NoClientToAsk",
     "ParseError",
     "ProtocolError",
     "RATE_LIMITED",
@@ -189,6 +191,16 @@ class MessageTooLarge(LimitExceeded):
 
 class MethodNotFound(ProtocolError):
     code = METHOD_NOT_FOUND
+
+
+class NoClientToAsk(ProtocolError):
+    """A server asked a client something (sampling, elicitation, roots) on a connection that does
+    not say which client request it is about, while no one client session can be named: none has
+    a request in flight there, or several do. Told to the server (and through it, to the client
+    whose call it was running): the method exists and nothing was malformed, so not -32601 or
+    -32602, but -32603: Manifold could not deliver it. ``data`` says why, and the fix."""
+
+    code = INTERNAL_ERROR
 
 
 class InvalidParams(ProtocolError):

@@ -9,7 +9,9 @@ differ in how they ask for it (:mod:`proxy.bridge`):
     handshake era      server requests relayed        input_required unrolled into requests
     2026-07-28         call parked, input_required    input_required passed, state wrapped
 
-A handshake-era caller never sees what only 2026-07-28 defines (``resultType``, cache hints).
+A handshake-era caller never sees what only 2026-07-28 defines (``resultType``, cache hints), and
+no server is sent a ``requestState`` that is not its own unwrapped from Manifold's seal: one a
+handshake-era caller sends to a handshake-era server (which never issued one) is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from proxy.bridge.mrtr import Rounds
+from proxy.errors import InvalidRequestState
 from proxy.outbound.connection import ServerConnection
 from proxy.pipeline import CallContext, Caller
 from proxy.protocol import results
@@ -44,7 +47,7 @@ class Forward:
 
     async def __call__(self, ctx: CallContext) -> Any:
         """Raises: ServerUnavailable, ServerTimeout, RemoteError (from the connection);
-        InvalidRequestState (a retry's state is not Manifold's for this request)."""
+        InvalidRequestState (a state that is not Manifold's for this request)."""
         connection = await self._connections.for_call(ctx.caller, ctx.server_id)
         stateless_caller = ctx.caller.stateless
         if ctx.method not in results.INPUT_REQUIRED_METHODS:
@@ -55,6 +58,8 @@ class Forward:
         elif stateless_caller:
             return await self._parking.call(connection, ctx)
         else:
+            if "requestState" in ctx.params:  # nobody issued this caller one for this server
+                raise InvalidRequestState()
             result = await connection.request(ctx.method, dict(ctx.params), relay=ctx.caller)
         if connection.stateless and not stateless_caller and isinstance(result, dict):
             return results.handshake(result)

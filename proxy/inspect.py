@@ -14,8 +14,10 @@ import orjson
 
 from proxy.app import Gateway
 from proxy.config import Config
+from proxy.errors import InvalidParams
 from proxy.policy import Identity, Subject, accept, compare
 from proxy.policy_files import load_pins, save_pins
+from proxy.protocol.uris import normalize_uri
 
 __all__ = ["explain", "identity_from", "pins_accept", "tools"]
 
@@ -137,10 +139,16 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
             shown_as = prompt.name if prompt is not None else None
             name = args.prompt
         else:
-            server = gateway.catalogs.resources.route(args.resource)
-            subject = Subject.resource(args.resource, server) if server is not None else None
-            shown_as = args.resource
-            name = args.resource
+            # Decided on as a client's read is: normalized (a malformed URI is no resource).
+            try:
+                name = normalize_uri(args.resource)
+            except InvalidParams:
+                name = args.resource
+                server = None
+            else:
+                server = gateway.catalogs.resources.route(name)
+            subject = Subject.resource(name, server) if server is not None else None
+            shown_as = name
         if subject is None:
             kind = (
                 "tool"

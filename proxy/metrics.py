@@ -273,6 +273,11 @@ class Metrics:
         self._in_flight = Gauge("manifold_requests_in_flight", "Inbound requests being handled.", registry=r)
         self._in_flight_tracker = _InFlight(self._in_flight)
         self._sessions = gauge("manifold_client_sessions_active", "Open client sessions.", "transport")
+        self._revocation_errors = counter(
+            "manifold_session_revocation_errors",
+            "Failed Redis calls of the ended-session store: revoke, check (a take-over) or follow.",
+            "operation",
+        )
         self._listens = gauge(
             "manifold_listen_streams_open", "Open subscriptions/listen streams (2026-07-28).", "transport"
         )
@@ -427,6 +432,10 @@ class Metrics:
     def sessions_active(self, transport: str, sessions: int) -> None:
         """Set the count outright (for callers that recount rather than track)."""
         self._sessions.get(transport).set(sessions)
+
+    def session_revocation_error(self, operation: str) -> None:
+        """Count one failed Redis call of the ended-session store (``revoke`` or ``check``)."""
+        self._revocation_errors.get(operation).inc()
 
     def listen_opened(self, transport: str) -> None:
         self._listens.get(transport).inc()

@@ -22,6 +22,7 @@ import anyio
 
 from proxy import __version__
 from proxy.boundary import Boundary
+from proxy.catalog.completions import filter_completion
 from proxy.catalogs import Catalogs
 from proxy.config import LimitsConfig
 from proxy.connections import Connections
@@ -46,6 +47,7 @@ from proxy.protocol.asks import kept_capabilities
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
+from proxy.protocol.uris import normalize_uri
 from proxy.quota import Quota
 from proxy.server_logs import ServerLogs
 from proxy.sessions import Sessions
@@ -310,13 +312,16 @@ class Router:
 
     async def _resources_read(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/read")
-        server = self._catalogs.resources.route(uri)
+        index = self._catalogs.resources
+        server = index.route(uri)
         if server is None:
             raise ResourceNotFound.of(uri)
-        # Whether the policy hides it is the authorize stage's call, as for prompts.
+        # Whether the policy hides it is the authorize stage's call, as for prompts. It decides
+        # on the normalized URI, and the server reads that one (in its own spelling if it lists it).
         subject = Subject.resource(uri, server)
+        forwarded = {**params, "uri": index.spelling(uri)}
         return await self._forward(
-            CallContext(inbound, request_id, "resources/read", server, uri, params, subject=subject)
+            CallContext(inbound, request_id, "resources/read", server, uri, forwarded, subject=subject)
         )
 
     async def _complete(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
@@ -331,18 +336,60 @@ class Router:
             subject = Subject.prompt(entry)
             ctx = CallContext(inbound, request_id, method, entry.server_id, name, forwarded, entry, subject)
         elif ref.get("type") == "ref/resource":
-            uri = self._uri(ref, "uri", "a ref/resource")
-            server = self._catalogs.route(uri)
-            ctx = CallContext(
-                inbound, request_id, method, server, uri, params, subject=Subject.resource(uri, server)
-            )
+            return await self._complete_resource(inbound, params, request_id, ref)
         else:
             raise InvalidParams(f"unknown completion ref type: {ref.get('type')!r}")
         return await self._forward(ctx)
 
+    async def _complete_resource(
+        self, inbound: InboundRequest, params: Params, request_id: RequestId, ref: Mapping[str, Any]
+    ) -> Any:
+        """A completion on a resource template, or on a concrete URI.
+
+        A template (a ``uriTemplate`` some server lists) is decided on as the list shows it: one
+        hidden from the caller's ``resources/templates/list`` does not exist for it. Then each
+        value the server offers is decided on as the URI it fills the template in to
+        (:mod:`proxy.catalog.completions`), and left out if the policy hides that URI from the
+        caller. A string with ``{`` that no server lists as a template is a missing template.
+        Anything else is a concrete URI: normalized, routed and decided on as a read would be.
+        """
+        method = "completion/complete"
+        raw = self._bounded(_string(ref, "uri", "a ref/resource"))
+        index = self._catalogs.resources
+        template_server = index.by_template.get(raw)
+        if template_server is None:
+            if "{" in raw:
+                raise ResourceNotFound.of(raw)
+            uri = normalize_uri(raw)
+            server = index.route(uri)
+            if server is None:
+                raise ResourceNotFound.of(uri)
+            forwarded = {**params, "ref": {**ref, "uri": index.spelling(uri)}}
+            subject = Subject.resource(uri, server)
+            return await self._forward(
+                CallContext(inbound, request_id, method, server, uri, forwarded, subject=subject)
+            )
+        subject = Subject.resource(raw, template_server)
+        result = await self._forward(
+            CallContext(inbound, request_id, method, template_server, raw, params, subject=subject)
+        )
+        identity = inbound.identity
+
+        def readable(filled: str) -> bool:
+            if len(filled) > self._max_uri:  # no read of it would be let through either
+                return False
+            try:
+                self._catalogs.readable(normalize_uri(filled), identity)
+            except (InvalidParams, ResourceNotFound):
+                return False
+            return True
+
+        return filter_completion(result, raw, params, readable)
+
     def _uri(self, params: Mapping[str, Any], key: str, what: str) -> str:
-        """The URI a request names, bounded before anything routes, matches or keeps it."""
-        return self._bounded(_string(params, key, what))
+        """The URI a request names, bounded and normalized (:mod:`proxy.protocol.uris`) before
+        anything routes, matches or keeps it."""
+        return normalize_uri(self._bounded(_string(params, key, what)))
 
     def _bounded(self, uri: str) -> str:
         # Characters, not bytes: a bound as good, without encoding what may be megabytes.
@@ -357,7 +404,8 @@ class Router:
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/subscribe")
         session = _session(inbound)
-        if uri not in session.subscriptions and len(session.subscriptions) >= self._max_subscriptions:
+        held = self._catalogs.resources.spelling(uri) in session.subscriptions
+        if not held and len(session.subscriptions) >= self._max_subscriptions:
             raise LimitExceeded(
                 "this session already holds as many resource subscriptions as it may; "
                 "unsubscribe from one first",
@@ -365,9 +413,14 @@ class Router:
                 maximum=self._max_subscriptions,
             )
         server = self._catalogs.readable(uri, session.identity)
+        # Kept, and sent, as the server spells it: its resources/updated will name it so.
+        uri = self._catalogs.resources.spelling(uri)
         # One subscription on a shared connection serves every session that wants the URI.
         if self._interest.must_tell(session, uri, server):
-            await self._forward(CallContext(inbound, request_id, "resources/subscribe", server, uri, params))
+            forwarded = {**params, "uri": uri}
+            await self._forward(
+                CallContext(inbound, request_id, "resources/subscribe", server, uri, forwarded)
+            )
         session.subscriptions[uri] = server
         return {}
 
@@ -375,10 +428,12 @@ class Router:
         uri = self._uri(params, "uri", "resources/unsubscribe")
         session = _session(inbound)
         server = self._catalogs.readable(uri, session.identity)
+        uri = self._catalogs.resources.spelling(uri)
         session.subscriptions.pop(uri, None)
         if self._interest.must_tell(session, uri, server):
+            forwarded = {**params, "uri": uri}
             await self._forward(
-                CallContext(inbound, request_id, "resources/unsubscribe", server, uri, params)
+                CallContext(inbound, request_id, "resources/unsubscribe", server, uri, forwarded)
             )
         return {}
 
@@ -410,7 +465,9 @@ class Router:
             raise
         try:
             watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], caller.identity)
-            subscription = self._listens.open(subscription_id, caller.identity, requested.only(watched))
+            # Watched (and acknowledged) as the servers spell them: their updates name them so.
+            honoured = requested.watching(tuple(watched))
+            subscription = self._listens.open(subscription_id, caller.identity, honoured)
             self._metrics.listen_opened(caller.transport)
             try:
                 await self._interest.watch(subscription, watched)
@@ -423,14 +480,21 @@ class Router:
             self._listening.give_back(caller.identity.key, caller)
 
     def _watchable(self, uris: Sequence[str], identity: Identity) -> dict[str, str]:
-        """Of ``uris``, those ``identity`` may read whose server can tell of updates: by server."""
+        """Of ``uris``, those ``identity`` may read whose server can tell of updates, normalized
+        and as their servers spell them: by server.
+
+        Raises:
+            LimitExceeded: a URI is longer than ``limits.max_uri_bytes``.
+            InvalidParams: a URI is malformed (:func:`~proxy.protocol.uris.normalize_uri`).
+        """
         watchable: dict[str, str] = {}
-        for uri in uris:
-            self._bounded(uri)
+        for named in uris:
+            uri = normalize_uri(self._bounded(named))
             try:
                 server = self._catalogs.readable(uri, identity)
             except ResourceNotFound:
                 continue
+            uri = self._catalogs.resources.spelling(uri)
             connection = self._connections.shared.get(server)
             if connection is not None and (connection.capabilities.get("resources") or {}).get("subscribe"):
                 watchable[uri] = server

@@ -400,6 +400,10 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_SESSIONS": '{"idle_timeout": 60}',
     "MANIFOLD_SESSIONS__IDLE_TIMEOUT": "60.5",
     "MANIFOLD_SESSIONS__SECRET": "s" * 40,
+    "MANIFOLD_SESSIONS__MAX_LIFETIME": "7200",
+    "MANIFOLD_SESSIONS__REVOCATIONS": "redis",
+    "MANIFOLD_SESSIONS__REDIS_URL": "redis://cache:6379/2",
+    "MANIFOLD_SESSIONS__FAILURE_MODE": "fail_open",
     "MANIFOLD_LOG_LEVEL": "debug",
     "MANIFOLD_AUTH": '{"token_cache_size": 5}',
     "MANIFOLD_AUTH__API_KEYS": '[{"name": "ci", "key": "env:CI_KEY", "roles": ["ci"]}]',
@@ -985,3 +989,20 @@ def test_a_servers_era_takes_the_names_of_earlier_releases_too(given: str, era: 
 def test_an_era_that_is_none_of_them_is_refused_naming_the_choices() -> None:
     with pytest.raises(ConfigError, match="handshake"):
         config_from_mapping({"servers": {"s": {"command": "x", "era": "ancient"}}}, environ={})
+
+
+def test_session_ids_expire_after_a_day_and_ended_ones_are_shared_when_rate_limits_use_redis() -> None:
+    sessions = config_from_mapping({}).sessions
+    assert (sessions.max_lifetime, sessions.revocations, sessions.failure_mode) == (
+        86_400,
+        "auto",
+        "fail_closed",
+    )
+    with pytest.raises(ConfigError) as raised:
+        config_from_mapping({"sessions": {"redis_url": "http://:hunter2@cache", "max_lifetime": 0}})
+    message = str(raised.value)
+    assert "sessions.redis_url" in message
+    assert "must start with redis://" in message
+    assert "sessions.max_lifetime" in message
+    assert "hunter2" not in message
+    assert "hunter2" not in repr(config_from_mapping({"sessions": {"redis_url": "redis://:hunter2@c"}}))

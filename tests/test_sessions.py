@@ -12,11 +12,13 @@ from proxy.keys import derive_key
 from proxy.metrics import Metrics
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc
+from proxy.revocations import Revocations
 from proxy.sessions import Sessions
 
 ALICE = Identity("alice", frozenset({"dev"}), "api_key")
 MALLORY = Identity("mallory", frozenset({"dev"}), "api_key")
 KEY = derive_key(b"k" * 32, "session")
+LIFETIME = 600.0
 
 pytestmark = pytest.mark.anyio
 
@@ -30,15 +32,25 @@ class Clock:
 
 
 def sessions(
-    clock: Clock | None = None, *, key: bytes = KEY, max_sessions: int = 10_000, per_identity: int = 100
+    clock: Clock | None = None,
+    *,
+    key: bytes = KEY,
+    max_sessions: int = 10_000,
+    per_identity: int = 100,
+    wall: Clock | None = None,
+    revocations: Revocations | None = None,
 ) -> tuple[Sessions, Metrics]:
     metrics = Metrics(process_metrics=False)
+    tokens = SessionTokens(key, lifetime=LIFETIME, clock=wall) if wall is not None else SessionTokens(key)
+    if wall is not None and revocations is None:
+        revocations = Revocations(clock=wall)  # ended ids expire on the ids' own clock
     registry = Sessions(
-        SessionTokens(key),
+        tokens,
         metrics,
         idle_timeout=60,
         max_sessions=max_sessions,
         max_per_identity=per_identity,
+        revocations=revocations,
         clock=clock or Clock(),
     )
     return registry, metrics
@@ -67,7 +79,7 @@ async def test_a_fresh_session_is_registered_only_once_admitted_under_a_signed_i
     session_id = await registry.admit(session)
     assert session.id == session_id
     assert session_id.count(".") == 2  # <nonce>.<payload>.<mac>
-    assert registry.find(session_id, ALICE) is session
+    assert await registry.find(session_id, ALICE) is session
     assert active(metrics, "http") == 1
 
 
@@ -75,7 +87,7 @@ async def test_another_replica_takes_a_session_over_from_its_signed_id_with_the_
     first, _ = sessions()
     session = await admitted(first)
     second, metrics = sessions()  # same key: a replica sharing sessions.secret
-    taken = second.find(session.id, ALICE)
+    taken = await second.find(session.id, ALICE)
     assert taken is not None
     assert taken is not session
     assert (taken.protocol_version, taken.capabilities, taken.initialized) == (
@@ -84,14 +96,14 @@ async def test_another_replica_takes_a_session_over_from_its_signed_id_with_the_
         True,
     )
     assert active(metrics, "http") == 1
-    assert sessions()[0].find(session.id, MALLORY) is None  # the id alone is no credential
+    assert await sessions()[0].find(session.id, MALLORY) is None  # the id alone is no credential
 
 
 async def test_a_forged_or_foreign_id_finds_nothing() -> None:
     registry, _ = sessions()
     session = await admitted(sessions(key=derive_key(b"x" * 32, "session"))[0])
-    assert registry.find(session.id, ALICE) is None
-    assert registry.find("not-a-token", ALICE) is None
+    assert await registry.find(session.id, ALICE) is None
+    assert await registry.find("not-a-token", ALICE) is None
 
 
 async def test_an_ended_session_runs_every_hook_and_cannot_be_taken_over_again() -> None:
@@ -110,7 +122,7 @@ async def test_an_ended_session_runs_every_hook_and_cannot_be_taken_over_again()
     registry.on_end(release)
     await registry.end(session)
     assert ran == ["failing", "release True"]  # one hook's failure keeps no other from running
-    assert registry.find(session.id, ALICE) is None  # a signed id must not bring it back here
+    assert await registry.find(session.id, ALICE) is None  # a signed id must not bring it back here
     assert active(metrics, "http") == 0
 
 
@@ -132,8 +144,10 @@ async def test_idle_http_sessions_expire_but_busy_and_stdio_ones_stay() -> None:
     stdio = registry.open("stdio", ALICE)
     clock.now += 61
     assert await registry.expire_idle() == 1
-    assert registry.find(idle.id, ALICE) is None
     assert {s.id for s in registry} == {busy.id, stdio.id}
+    again = await registry.find(idle.id, ALICE)  # idleness does not revoke: the id comes back
+    assert again is not None
+    assert again is not idle
 
 
 async def test_finding_a_session_counts_as_activity() -> None:
@@ -141,7 +155,7 @@ async def test_finding_a_session_counts_as_activity() -> None:
     registry, _ = sessions(clock)
     session = await admitted(registry)
     clock.now += 50
-    registry.find(session.id, ALICE)
+    await registry.find(session.id, ALICE)
     assert session.last_seen == clock.now
 
 
@@ -183,11 +197,11 @@ async def test_past_the_per_identity_limit_the_longest_idle_session_of_that_iden
     second, third = await admitted(registry), await admitted(registry)
     bob = await admitted(registry, MALLORY)  # another identity is not evicted for alice
     clock.now += 1
-    registry.find(first.id, ALICE)  # used again: second is now the longest idle
+    await registry.find(first.id, ALICE)  # used again: second is now the longest idle
     fourth = await admitted(registry)
     assert ended == [second.id]  # ended through the same end as expiry: its hooks ran
     assert {s.id for s in registry} == {first.id, third.id, bob.id, fourth.id}
-    assert registry.find(second.id, ALICE) is None  # its signed id does not bring it back
+    assert await registry.find(second.id, ALICE) is None  # its signed id does not bring it back
     assert refusals(metrics, "max_sessions_per_identity") == 1
 
 
@@ -201,8 +215,8 @@ async def test_another_issuers_alice_neither_takes_over_nor_evicts_alices_sessio
     theirs = await admitted(registry, THEIRS)  # one each: theirs does not count against ours
     assert {s.id for s in registry} == {ours.id, theirs.id}
     # On a replica that does not know it, the id of one is nothing to the other.
-    assert sessions()[0].find(ours.id, THEIRS) is None
-    assert sessions()[0].find(ours.id, OURS) is not None
+    assert await sessions()[0].find(ours.id, THEIRS) is None
+    assert await sessions()[0].find(ours.id, OURS) is not None
 
 
 async def test_one_principals_sessions_count_together_whatever_roles_it_had() -> None:
@@ -243,4 +257,69 @@ async def test_stdio_sessions_are_never_evicted_and_a_full_registry_takes_no_ses
         await admitted(registry)
     other, _ = sessions()
     elsewhere = await admitted(other)
-    assert registry.find(elsewhere.id, ALICE) is None  # initialize again, where room is made
+    assert await registry.find(elsewhere.id, ALICE) is None  # initialize again, where room is made
+
+
+# ---- ended on purpose stays ended; an id's lifetime ends it (sessions.max_lifetime) -------------
+
+
+async def test_a_deleted_session_is_not_taken_over_by_a_replica_sharing_the_store() -> None:
+    wall = Clock()
+    shared = Revocations(clock=wall)  # what Redis gives replicas: one store
+    a, _ = sessions(wall=wall, revocations=shared)
+    b, _ = sessions(wall=wall, revocations=shared)
+    session = await admitted(a)
+    await a.end(session)  # DELETE
+    assert await b.find(session.id, ALICE) is None
+    assert await a.find(session.id, ALICE) is None
+
+
+async def test_a_deleted_session_stays_ended_here_long_after_the_idle_timeout() -> None:
+    clock, wall = Clock(), Clock()
+    registry, _ = sessions(clock, wall=wall)
+    session = await admitted(registry)
+    await registry.end(session)
+    clock.now += 5 * 60  # five idle timeouts, still within the id's lifetime
+    wall.now += 5 * 60
+    assert await registry.expire_idle() == 0
+    assert await registry.find(session.id, ALICE) is None
+
+
+async def test_an_evicted_session_is_revoked_like_a_deleted_one() -> None:
+    clock, wall = Clock(), Clock()
+    shared = Revocations(clock=wall)
+    registry, _ = sessions(clock, per_identity=1, wall=wall, revocations=shared)
+    evicted = await admitted(registry)
+    clock.now += 1
+    await admitted(registry)  # makes room by ending the first
+    other, _ = sessions(wall=wall, revocations=shared)
+    assert await other.find(evicted.id, ALICE) is None
+
+
+async def test_a_live_session_ends_when_its_id_reaches_its_lifetime_however_busy() -> None:
+    clock, wall = Clock(), Clock()
+    registry, _ = sessions(clock, wall=wall)
+    session = await admitted(registry)
+    ended: list[str] = []
+
+    async def hook(gone: ClientSession) -> None:
+        ended.append(gone.id)
+
+    registry.on_end(hook)
+    for _ in range(9):  # used every minute: never idle
+        wall.now += LIFETIME / 10
+        clock.now += LIFETIME / 10
+        assert await registry.find(session.id, ALICE) is session
+    wall.now += LIFETIME / 10
+    assert await registry.find(session.id, ALICE) is None
+    assert ended == [session.id]
+    assert await sessions(wall=wall)[0].find(session.id, ALICE) is None  # nor taken over elsewhere
+
+
+async def test_the_expirer_ends_sessions_whose_ids_reached_their_lifetime() -> None:
+    clock, wall = Clock(), Clock()
+    registry, _ = sessions(clock, wall=wall)
+    session = await admitted(registry)
+    wall.now += LIFETIME
+    assert await registry.expire_idle() == 1
+    assert session not in list(registry)

@@ -11,6 +11,10 @@ client retries the same request with ``inputResponses`` and the state echoed.
 - A handshake-era caller (:meth:`Rounds.unroll`) cannot be handed ``input_required``: Manifold asks
   it each input request as a real JSON-RPC request on the call's stream, and retries downstream
   with the answers (a new request id each round, bounded rounds) until the result is complete.
+
+Either way, the only ``requestState`` a server is sent is its own, unwrapped from Manifold's seal:
+a caller's request carrying any other (a handshake-era client's included, whose first round goes
+out with the params it sent) is refused before it reaches the server.
 """
 
 from __future__ import annotations
@@ -53,13 +57,8 @@ class Rounds:
             InvalidRequestState: the retry's state is not one Manifold issued for this request
                 and this caller (or is stale).
         """
-        params = dict(ctx.params)
         boundary = boundary_of(ctx)
-        if "requestState" in params:
-            sealed = self._states.open(params["requestState"], boundary)
-            if sealed.kind != "server":
-                raise InvalidRequestState()
-            params["requestState"] = sealed.payload
+        params = self._unsealed(ctx, boundary)
         result = await connection.request(ctx.method, params, relay=ctx.caller)
         if is_input_required(result) and isinstance(result.get("requestState"), str):
             result = {**result, "requestState": self._states.seal(boundary, "server", result["requestState"])}
@@ -73,8 +72,10 @@ class Rounds:
             RemoteError: the server asked for something malformed, or never finished within the
                 allowed rounds (-32603, the server's fault); or the client refused a request.
             MethodNotFound: the client did not declare what a request needs.
+            InvalidRequestState: the client sent a ``requestState`` that is not one Manifold
+                issued for this request and this caller.
         """
-        params = dict(ctx.params)
+        params = self._unsealed(ctx, boundary_of(ctx))
         pause = _STATE_ONLY_PAUSE[0]
         for _ in range(self._max_rounds):
             result = await connection.request(ctx.method, params, relay=ctx.caller)
@@ -94,6 +95,21 @@ class Rounds:
             connection.server_id,
             f"still needed input after {self._max_rounds} rounds of {ctx.method}; Manifold gave up",
         )
+
+    def _unsealed(self, ctx: CallContext, boundary: Boundary) -> dict[str, Any]:
+        """The caller's params for the server: a ``requestState`` in them unwrapped from
+        Manifold's seal, the server's own state again.
+
+        Raises:
+            InvalidRequestState: it is not a server's state Manifold sealed for ``boundary``.
+        """
+        params = dict(ctx.params)
+        if "requestState" in params:
+            sealed = self._states.open(params["requestState"], boundary)
+            if sealed.kind != "server":
+                raise InvalidRequestState()
+            params["requestState"] = sealed.payload
+        return params
 
 
 async def _ask_all(

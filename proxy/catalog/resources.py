@@ -1,16 +1,21 @@
 """Resources and resource templates: merged, but never renamed.
 
 A resource's URI is its identity (clients paste it, servers embed it in tool results), so
-Manifold does not rewrite URIs. It builds a map URI -> server from every server's list, and an
-ordered list of URI templates to route URIs that no list names. When two servers list the same
-URI, the first (config order) keeps it; the second's copy is left out of the merged list and the
-collision is reported, never silently resolved.
+Manifold does not rewrite the URIs it lists. It builds a map URI -> server from every server's
+list, keyed on each URI's normal form (:mod:`proxy.protocol.uris`), and an ordered list of URI
+templates to route URIs that no list names. A URI a client names is normalized before it is
+routed, so any spelling of a listed URI (``NOTE://b/%7Ex`` for ``note://b/~x``) finds its
+listing: a URI some server lists exactly goes to that server, whatever another server's
+template (even an earlier catch-all ``{+anything}``) would match; templates route only what no
+list names. When two servers list the same URI (in any spelling), the first (config order)
+keeps it; the second's copy is left out of the merged list and the collision is reported, never
+silently resolved.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
@@ -19,6 +24,8 @@ import orjson
 
 from proxy.catalog.merge import ServerSlice
 from proxy.catalog.uri_templates import CompiledTemplate, UriSubject, compile_template
+from proxy.errors import InvalidParams
+from proxy.protocol.uris import normalize_uri
 
 __all__ = ["EMPTY_RESOURCES", "ResourceIndex", "UriCollision", "build_resource_index"]
 
@@ -49,7 +56,9 @@ class _TemplateRoute:
 class ResourceIndex:
     resources: tuple[Mapping[str, Any], ...]
     templates: tuple[Mapping[str, Any], ...]
-    by_uri: Mapping[str, str]
+    by_uri: Mapping[str, str]  # normal form -> server id
+    listed_as: Mapping[str, str]  # normal form -> the URI as its server listed it
+    resource_uris: tuple[str, ...]  # the normal form of each of ``resources``: what policy sees
     by_template: Mapping[str, str]  # uriTemplate -> server id (completion refs name templates)
     routes: tuple[_TemplateRoute, ...]
     collisions: tuple[UriCollision, ...]
@@ -58,7 +67,8 @@ class ResourceIndex:
     templates_generation: str
 
     def route(self, uri: str) -> str | None:
-        """The server that serves ``uri``: a listed resource first, then the first matching template."""
+        """The server that serves ``uri`` (normalized: :func:`~proxy.protocol.uris.normalize_uri`):
+        a listed resource first, then the first matching template."""
         server = self.by_uri.get(uri)
         if server is not None:
             return server
@@ -71,12 +81,25 @@ class ResourceIndex:
                 return route.server_id
         return None
 
+    def spelling(self, uri: str) -> str:
+        """What to send the server for the normalized ``uri``: its own spelling if it lists the
+        URI (the same resource, named as the server knows it), else ``uri``."""
+        return self.listed_as.get(uri, uri)
+
+
+def _same(value: str) -> str:
+    return value
+
 
 def _merge(
-    slices: Sequence[ServerSlice], key: str, invalid: list[tuple[str, str]]
-) -> tuple[list[Mapping[str, Any]], dict[str, str], list[UriCollision], str]:
+    slices: Sequence[ServerSlice],
+    key: str,
+    invalid: list[tuple[str, str]],
+    canonical_of: Callable[[str], str] = _same,
+) -> tuple[list[Mapping[str, Any]], dict[str, str], dict[str, str], list[UriCollision], str]:
     items: list[Mapping[str, Any]] = []
-    owner: dict[str, str] = {}
+    owner: dict[str, str] = {}  # canonical value -> server id
+    spelled: dict[str, str] = {}  # canonical value -> the value as listed
     collisions: list[UriCollision] = []
     digest = hashlib.sha256()
     for piece in slices:
@@ -85,27 +108,34 @@ def _merge(
             if not isinstance(value, str) or not value:
                 invalid.append((piece.server_id, f"item #{index} has no string {key!r}"))
                 continue
-            if value in owner:
-                collisions.append(UriCollision(value, owner[value], piece.server_id))
+            try:
+                canonical_value = canonical_of(value)
+            except InvalidParams as exc:  # no client could name it: left out, and said why
+                invalid.append((piece.server_id, f"item #{index} ({value!r}): {exc}"))
+                continue
+            if canonical_value in owner:
+                collisions.append(UriCollision(value, owner[canonical_value], piece.server_id))
                 continue
             try:
                 canonical = orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
             except orjson.JSONEncodeError as exc:
                 invalid.append((piece.server_id, f"item #{index} ({value!r}) is not JSON: {exc}"))
                 continue
-            owner[value] = piece.server_id
+            owner[canonical_value] = piece.server_id
+            spelled[canonical_value] = value
             items.append(item)
             digest.update(orjson.dumps(piece.server_id) + canonical + b"\n")
-    return items, owner, collisions, digest.hexdigest()[:_GENERATION_HEX]
+    return items, owner, spelled, collisions, digest.hexdigest()[:_GENERATION_HEX]
 
 
 def build_resource_index(resources: Sequence[ServerSlice], templates: Sequence[ServerSlice]) -> ResourceIndex:
     """Merge every server's resources and templates (slices in config order)."""
     invalid: list[tuple[str, str]] = []
-    listed, by_uri, collisions, generation = _merge(resources, "uri", invalid)
-    template_items, by_template, template_collisions, templates_generation = _merge(
+    listed, by_uri, listed_as, collisions, generation = _merge(resources, "uri", invalid, normalize_uri)
+    template_items, by_template, _, template_collisions, templates_generation = _merge(
         templates, "uriTemplate", invalid
     )
+    normal_of = {uri: normal for normal, uri in listed_as.items()}
     routes = tuple(
         _TemplateRoute(
             compile_template(item["uriTemplate"]), by_template[item["uriTemplate"]], item["uriTemplate"]
@@ -116,6 +146,8 @@ def build_resource_index(resources: Sequence[ServerSlice], templates: Sequence[S
         resources=tuple(listed),
         templates=tuple(template_items),
         by_uri=MappingProxyType(by_uri),
+        listed_as=MappingProxyType({normal: uri for normal, uri in listed_as.items() if normal != uri}),
+        resource_uris=tuple(normal_of[item["uri"]] for item in listed),
         by_template=MappingProxyType(by_template),
         routes=routes,
         collisions=tuple(collisions + template_collisions),

@@ -28,12 +28,12 @@ What each operator may match is what the regexes allowed (simple strings stop at
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-__all__ = ["CompiledTemplate", "UriSubject", "compile_template"]
+__all__ = ["CompiledTemplate", "UriSubject", "compile_template", "expand"]
 
 # RFC 6570 expressions; an unclosed "{" is literal text.
 _EXPRESSION: Final = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
@@ -174,3 +174,67 @@ def _advance(steps: tuple[_Step, ...], reach: int, subject: UriSubject) -> int:
         else:
             reach |= _advance(step.inner, reach, subject)
     return reach
+
+
+# ---- expanding (RFC 6570 §3.2, string values): what a completion's values would address ----
+
+_UNRESERVED: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_RESERVED: Final = frozenset(":/?#[]@!$&'()*+,;=")
+_PCT: Final = re.compile(r"%[0-9A-Fa-f]{2}")
+# operator -> (first, separator, named, if empty, reserved characters allowed): RFC 6570 appendix A.
+_OPERATORS: Final[dict[str, tuple[str, str, bool, str, bool]]] = {
+    "": ("", ",", False, "", False),
+    "+": ("", ",", False, "", True),
+    ".": (".", ".", False, "", False),
+    "/": ("/", "/", False, "", False),
+    ";": (";", ";", True, "", False),
+    "?": ("?", "&", True, "=", False),
+    "&": ("&", "&", True, "=", False),
+    "#": ("#", ",", False, "", True),
+}
+_VARSPEC: Final = re.compile(r"([^:*]*)(?::([0-9]{1,4})|(\*))?")
+
+
+def _encode(value: str, reserved: bool) -> str:
+    allowed = _UNRESERVED | _RESERVED if reserved else _UNRESERVED
+    out: list[str] = []
+    position = 0
+    while position < len(value):
+        if reserved and _PCT.match(value, position):  # a triplet already encoded stays one
+            out.append(value[position : position + 3])
+            position += 3
+            continue
+        char = value[position]
+        position += 1
+        if char in allowed:
+            out.append(char)
+        else:
+            out.extend(f"%{byte:02X}" for byte in char.encode(_ENCODING, _ERRORS))
+    return "".join(out)
+
+
+def expand(template: str, values: Mapping[str, str]) -> str:
+    """``template`` with ``values`` filled in; a variable without a value expands to nothing.
+
+    String values only (what completions carry); an explode modifier is ignored, a prefix
+    modifier (``{name:3}``) applies. Linear in the template and the values."""
+
+    def one(match: re.Match[str]) -> str:
+        first, separator, named, if_empty, reserved = _OPERATORS[match.group(1)]
+        parts: list[str] = []
+        for varspec in match.group(2).split(","):
+            spec = _VARSPEC.fullmatch(varspec)
+            name = spec.group(1) if spec is not None else varspec
+            value = values.get(name)
+            if value is None:
+                continue
+            if spec is not None and spec.group(2) is not None:
+                value = value[: int(spec.group(2))]
+            encoded = _encode(value, reserved)
+            if named:
+                parts.append(f"{name}={encoded}" if encoded else name + if_empty)
+            else:
+                parts.append(encoded)
+        return first + separator.join(parts) if parts else ""
+
+    return _EXPRESSION.sub(one, template)

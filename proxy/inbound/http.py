@@ -210,7 +210,7 @@ class McpEndpoint:
         if session_id is None:
             await _error(send, 400, INVALID_REQUEST, "Bad Request: missing Mcp-Session-Id header")
             return None
-        session = self._sessions.find(session_id, scope["manifold.identity"])
+        session = await self._sessions.find(session_id, scope["manifold.identity"])
         if session is None:
             await _error(
                 send, 404, INVALID_REQUEST, "Not Found: unknown or expired session; initialize again"

@@ -466,7 +466,13 @@ class ServerConnection:
             with scope:
                 try:
                     in_flight = {our_id: slot.relay for our_id, slot in self._pending.items()}
-                    relay = relay_for(related, in_flight, self._default_relay)
+                    relay = relay_for(
+                        related,
+                        in_flight,
+                        self._default_relay,
+                        method=message["method"],
+                        server_id=self.server_id,
+                    )
                     result = await relay.request(message["method"], message.get("params"))
                     reply = jsonrpc.result_response(request_id, result)
                 except Exception as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from proxy.errors import MethodNotFound
+from proxy.errors import NoClientToAsk
 from proxy.protocol.jsonrpc import Message, RequestId
 
 __all__ = ["Relay", "relay_for"]
@@ -55,7 +55,12 @@ class Relay(Protocol):
 
 
 def relay_for(
-    related: RequestId | None, in_flight: Mapping[int, Relay | None], default: Relay | None
+    related: RequestId | None,
+    in_flight: Mapping[int, Relay | None],
+    default: Relay | None,
+    *,
+    method: str = "request",
+    server_id: str = "?",
 ) -> Relay:
     """The client request a server request belongs to.
 
@@ -63,10 +68,11 @@ def relay_for(
     Other transports do not, so it is attributable only while one client session alone has
     requests in flight (``in_flight``: the relay of each of our requests, oldest first; None for
     those on nobody's behalf), or one alone that is not asleep; else to ``default``, the one
-    client session a per-client connection serves.
+    client session a per-client connection serves. ``method`` and ``server_id`` name the
+    server's request in the error.
 
     Raises:
-        MethodNotFound: no client, or no single client, can be named.
+        NoClientToAsk: no client, or no single client, can be named (-32603, saying which).
     """
     if isinstance(related, int) and (relay := in_flight.get(related)):
         return relay
@@ -80,8 +86,21 @@ def relay_for(
     if default is not None:
         return default
     if not sessions:
-        raise MethodNotFound("Manifold relays server requests only during a client's request")
-    raise MethodNotFound(
-        f"{len(sessions)} client sessions have requests in flight on this shared connection, so "
-        "Manifold cannot tell which one this request is for (configure session_mode: per_client)"
+        raise NoClientToAsk(
+            f"Manifold cannot deliver {method} from server {server_id!r}: no client request is in "
+            "flight on that server, and Manifold relays a server's requests only during one",
+            data={"reason": "no_client_request", "server": server_id, "method": method},
+        )
+    raise NoClientToAsk(
+        f"Manifold cannot tell which client {method} from server {server_id!r} is for: "
+        f"{len(sessions)} client sessions have calls in flight on its shared connection, whose "
+        f"wire does not say which call a request belongs to; configure session_mode: per_client "
+        f"for {server_id!r} (one connection per client session) to let each ask its own client",
+        data={
+            "reason": "unattributable",
+            "server": server_id,
+            "method": method,
+            "sessions": len(sessions),
+            "fix": "session_mode: per_client",
+        },
     )

@@ -100,6 +100,11 @@ class Filter:
         keep = set(uris)
         return replace(self, uris=tuple(uri for uri in self.uris if uri in keep))
 
+    def watching(self, uris: Iterable[str]) -> Filter:
+        """This filter with its URIs replaced by ``uris`` (without repeats): those honoured, as
+        they will be named in updates."""
+        return replace(self, uris=tuple(dict.fromkeys(uris)))
+
     def to_wire(self) -> dict[str, Any]:
         """The filter as ``notifications`` of an acknowledgement: what is off is left out."""
         wire: dict[str, Any] = {key: True for key, on in zip(_FLAGS, self._flags(), strict=True) if on}

@@ -142,6 +142,34 @@ async def test_a_legacy_caller_is_asked_for_real_and_the_server_retried_with_the
     assert set(server.sent[2]["inputResponses"]) == {"m"}
 
 
+async def test_a_legacy_callers_own_request_state_never_reaches_the_server() -> None:
+    """The first unrolled round goes out with the params the client sent: a state of its own
+    making (a guess at a server's, or one the server gave somebody else) is refused there."""
+    server = Scripted([{"content": []}])
+    for crafted in ("st-1", "eyJ0IjoiYWRtaW4ifQ.forged", 7):
+        with pytest.raises(InvalidRequestState):
+            await rounds().unroll(
+                as_connection(server), call(handshake_session(), {"name": "ask", "requestState": crafted})
+            )
+    assert server.sent == []
+
+
+async def test_a_legacy_caller_may_bring_back_a_state_manifold_sealed_for_this_request() -> None:
+    server = Scripted(
+        [
+            {"resultType": "input_required", "inputRequests": {"n": ELICIT}, "requestState": "inner-1"},
+            {"content": []},
+        ]
+    )
+    bridge = rounds()
+    args = {"name": "ask", "arguments": {"x": 1}}
+    first = await bridge.pass_through(as_connection(server), call(stateless_session(), args))
+    session = handshake_session()
+    session.identity = ALICE
+    await bridge.unroll(as_connection(server), call(session, {**args, "requestState": first["requestState"]}))
+    assert server.sent[1]["requestState"] == "inner-1"  # unwrapped: the server's own again
+
+
 async def test_unrolling_is_bounded() -> None:
     again = {"resultType": "input_required", "requestState": "again"}
     server = Scripted([again] * 3)

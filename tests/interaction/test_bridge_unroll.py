@@ -204,3 +204,29 @@ async def test_what_only_2026_07_28_defines_never_reaches_a_legacy_client(manifo
         assert not {"resultType", "ttlMs", "cacheScope"} & set(result), json.dumps(result)[:300]
         assert "io.modelcontextprotocol/serverInfo" not in (result.get("_meta") or {})
     result_schema["resources/read"](answered["result"])
+
+
+async def test_a_handshake_clients_own_request_state_never_reaches_the_2026_server(
+    manifold: RunningManifold,
+) -> None:
+    """The attack: a handshake-era client puts a ``requestState`` of its own making into its
+    call, hoping the first unrolled round carries it to the server as the server's own (a state
+    replayed from elsewhere, or a guess). Manifold refuses it as it refuses any state it did not
+    seal; the server, which would have opened it, never sees it."""
+    crafted = "eyJ0IjoidGVzdF9pbnB1dF9yZXF1aXJlZF9yZXN1bHRfcmVxdWVzdF9zdGF0ZSJ9.Zm9yZ2Vk"
+    async with aiohttp.ClientSession() as http:
+        session = await raw_session(http, manifold.url)
+        headers = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+        params = {
+            "name": "test_input_required_result_request_state",
+            "arguments": {},
+            "requestState": crafted,
+        }
+        body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+        status, _, answered = await post(http, manifold.url, body, headers)
+    assert status == 200
+    error = answered["error"]
+    assert error["code"] == -32602
+    assert error["message"] == "Invalid or expired requestState"  # Manifold's answer ...
+    assert error["data"] == {"reason": "invalid_request_state"}
+    assert "integrity" not in json.dumps(answered)  # ... not the server's, which never saw it

@@ -177,6 +177,46 @@ async def test_sampling_reaches_the_calling_client_and_a_client_without_it_gets_
             await client.call_tool("r1.sample", {"prompt": "x"})
 
 
+async def test_two_clients_sampling_at_once_on_a_shared_stdio_server_are_told_what_happened(
+    manifold: RunningManifold,
+) -> None:
+    """Alice's call on r1 (shared stdio) is being sampled when Bob's call on r1 asks too: stdio
+    does not say whose call a request is about, so Manifold must not guess (it could hand
+    Alice's prompt to Bob's model). It refuses, and says why, not -32601 "method not found"."""
+    alice_asked, bob_done = anyio.Event(), anyio.Event()
+
+    async def alice_samples(
+        context: ClientRequestContext, params: CreateMessageRequestParams
+    ) -> CreateMessageResult:
+        alice_asked.set()
+        await bob_done.wait()  # Alice's call stays in flight, asking, while Bob's asks too
+        return await answer_sampling(context, params)
+
+    async def alice() -> None:
+        async with Client(manifold.url, mode="legacy", sampling_callback=alice_samples) as client:
+            result = await client.call_tool("r1.sample", {"prompt": "alice"})
+            assert _text(result) == "sampled: reply to alice"
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(alice)
+            await alice_asked.wait()
+            try:
+                async with Client(manifold.url, mode="legacy", sampling_callback=answer_sampling) as bob:
+                    with pytest.raises(MCPError) as refused:
+                        await bob.call_tool("r1.sample", {"prompt": "bob"})
+            finally:
+                bob_done.set()
+    error = refused.value.error
+    assert error.code == -32603  # not -32601: the method exists, the asker could not be told apart
+    assert "Method not found" not in error.message
+    assert error.message.startswith(
+        "Manifold cannot tell which client sampling/createMessage from server 'r1' is for: "
+        "2 client sessions have calls in flight on its shared connection"
+    )
+    assert "session_mode: per_client" in error.message
+
+
 async def test_two_clients_sharing_an_http_server_each_answer_their_own_elicitation(
     manifold: RunningManifold,
 ) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import MethodNotFound
+from proxy.errors import NoClientToAsk
 from proxy.outbound.relay import Relay, relay_for
 from proxy.protocol.jsonrpc import Message
 
@@ -56,13 +56,31 @@ def test_sessions_in_flight_fall_back_to_the_connections_own_client() -> None:
 
 
 def test_no_client_request_in_flight_names_no_one() -> None:
-    with pytest.raises(MethodNotFound, match="only during a client's request"):
-        relay_for(None, {1: None}, None)
+    with pytest.raises(NoClientToAsk, match="only during one") as raised:
+        relay_for(None, {1: None}, None, method="roots/list", server_id="fs")
+    assert raised.value.code == -32603
+    assert raised.value.data == {"reason": "no_client_request", "server": "fs", "method": "roots/list"}
 
 
-def test_two_sessions_awake_in_flight_cannot_be_told_apart() -> None:
-    with pytest.raises(MethodNotFound, match=r"2 client sessions .* \(configure session_mode: per_client\)"):
-        relay_for(None, {1: A1, 2: B1}, None)
+def test_two_sessions_awake_in_flight_cannot_be_told_apart_and_the_error_says_so() -> None:
+    """Not -32601 "method not found": the method exists, the client asked may even support it;
+    what failed is telling the two sessions apart, and the message and data say so and name the fix."""
+    with pytest.raises(NoClientToAsk) as raised:
+        relay_for(None, {1: A1, 2: B1}, None, method="sampling/createMessage", server_id="r1")
+    error = raised.value
+    assert error.code == -32603
+    assert error.message.startswith(
+        "Manifold cannot tell which client sampling/createMessage from server 'r1' is for: "
+        "2 client sessions have calls in flight on its shared connection"
+    )
+    assert "configure session_mode: per_client for 'r1'" in error.message
+    assert error.data == {
+        "reason": "unattributable",
+        "server": "r1",
+        "method": "sampling/createMessage",
+        "sessions": 2,
+        "fix": "session_mode: per_client",
+    }
 
 
 def test_a_caller_is_a_relay() -> None:

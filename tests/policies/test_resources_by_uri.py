@@ -6,6 +6,7 @@ import pytest
 
 from proxy.policy.engine import Subject
 from proxy.policy.model import Effect, Identity
+from proxy.protocol.uris import normalize_uri
 from tests.policies.tables import ANONYMOUS, READ_ONLY, check, engine_for, person, prompt, resource, tool
 
 ENGINE = engine_for("resources-by-uri")
@@ -52,3 +53,17 @@ def test_resources_by_uri(
     identity: Identity, subject: Subject, effect: Effect, rule_ids: tuple[str, ...]
 ) -> None:
     check(ENGINE, identity, subject, effect, rule_ids)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "file:///srv/docs/public/../hr/pay.csv",
+        "FILE://localhost/srv/docs/%68r/pay.csv",
+        "file:/srv/docs/./hr//pay.csv",
+        "file:///srv/docs/public/%2e%2E/hr/pay.csv",
+    ],
+)
+def test_the_hr_folder_is_denied_in_every_spelling_manifold_normalizes(spelling: str) -> None:
+    """The globs see the URI as Manifold normalizes it before deciding (proxy.protocol.uris)."""
+    check(ENGINE, ANN, resource(normalize_uri(spelling), "docs"), "deny", ("hr-folder-for-hr",))
