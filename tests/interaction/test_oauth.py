@@ -30,6 +30,7 @@ import httpx2
 import jwt
 import orjson
 import pytest
+from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
@@ -41,7 +42,7 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 
-from tests.fixtures.spawn import free_port, running_http_process
+from tests.fixtures.spawn import free_port, running_http_fixture, running_http_process
 from tests.interaction.harness import (
     MANIFOLD,
     REPO,
@@ -155,6 +156,43 @@ async def authorization_server(tmp_path: Path, resources: list[str]) -> AsyncIte
         yield Provider(f"http://127.0.0.1:{port}")
 
 
+@asynccontextmanager
+async def recording_proxy(target: str) -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
+    """A reverse proxy on loopback in front of ``target`` (an MCP server's URL) that records the
+    headers of every request it forwards: what Manifold sends a server, as the server sees it."""
+    seen: list[dict[str, str]] = []
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        seen.append(dict(request.headers))
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(request.method, target, headers=headers, data=await request.read()) as got,
+        ):
+            response = web.StreamResponse(
+                status=got.status,
+                headers={k: v for k, v in got.headers.items() if k.lower() in _PASSED_BACK},
+            )
+            await response.prepare(request)
+            async for chunk in got.content.iter_any():
+                await response.write(chunk)
+            return response
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", forward)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/mcp", seen
+    finally:
+        await runner.cleanup()
+
+
+_PASSED_BACK = frozenset({"content-type", "mcp-session-id", "cache-control"})
+
+
 def oauth_config(tmp_path: Path, port: int, issuer: str, **oauth: Any) -> dict[str, Any]:
     (tmp_path / "policy.yaml").write_text(POLICY)
     server: dict[str, Any] = {
@@ -191,6 +229,7 @@ class Setup:
     manifold: RunningManifold
     provider: Provider
     other_provider: Provider
+    seen_by_server: list[dict[str, str]]  # the headers of each request Manifold sent "remote"
 
     @property
     def resource(self) -> str:
@@ -205,9 +244,13 @@ async def setup(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Setup
     async with (
         authorization_server(tmp_path, resources) as provider,
         authorization_server(tmp_path, resources) as other_provider,
-        running_manifold(tmp_path, oauth_config(tmp_path, port, provider.issuer), port=port) as manifold,
+        running_http_fixture("remote", transport="streamable-http", tools=2, json_response=True) as remote,
+        recording_proxy(remote) as (proxied, seen),
     ):
-        yield Setup(manifold, provider, other_provider)
+        config = oauth_config(tmp_path, port, provider.issuer)
+        config["servers"]["remote"] = {"url": proxied, "transport": "streamable-http", "era": "handshake"}
+        async with running_manifold(tmp_path, config, port=port) as manifold:
+            yield Setup(manifold, provider, other_provider, seen)
 
 
 # ---- the user's browser, and the SDK client's storage ----------------------------------------
@@ -467,9 +510,30 @@ async def test_a_made_up_opaque_token_is_refused(setup: Setup) -> None:
 
 
 async def test_a_client_token_is_never_passed_on_to_a_server(setup: Setup) -> None:
-    # The fixture server reports the environment and headers it was started with: a stdio server
-    # has no way to receive the token, and the audit line holds no credential either.
-    token = await setup.provider.client_credentials("svc", setup.resource)
+    # The spec forbids token passthrough: the server behind sees Manifold's own requests, with
+    # the headers configured for it (none here), never the client's token.
+    token = await setup.provider.client_credentials("svc", setup.resource, scope=SCOPES)  # admin: all
+    before = len(setup.seen_by_server)
+    async with aiohttp.ClientSession() as http:
+        status, headers, body = await post(
+            http, setup.manifold.url, INITIALIZE, {"Authorization": f"Bearer {token}"}
+        )
+        assert status == 200, body
+        session = {"Authorization": f"Bearer {token}", "Mcp-Session-Id": headers["mcp-session-id"]}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "remote.echo", "arguments": {}},
+        }
+        status, _, body = await post(http, setup.manifold.url, call, session)
+    assert status == 200
+    assert "result" in body, body
+    forwarded = setup.seen_by_server[before:]
+    assert forwarded, "the call reached the server"
+    for request in forwarded:
+        assert "Authorization" not in request, request
+        assert all(token not in value for value in request.values()), request
     assert token not in setup.manifold.log()
     path = setup.manifold.log_path.parent / "audit.jsonl"
     assert not path.exists() or token not in path.read_text()
