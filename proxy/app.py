@@ -107,6 +107,7 @@ class Gateway:
         )
         access.load()
         self.auth = Authenticator.from_settings(config.auth, os.environ)
+        self.auth.on_sign_in = metrics.sign_in
         self._audit = self._audit_log()
         self.limiter = self._limiter()
         self.boundary = Boundary(metrics)

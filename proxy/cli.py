@@ -49,7 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (overrides listen.host)")
     serve.add_argument("--port", type=int, help="port (overrides listen.port; 0 picks a free one)")
     add("stdio", "Serve one client over stdin/stdout (for desktop clients that spawn Manifold).")
-    add("check", "Validate the config and exit: 0 when valid, 2 with the problems listed otherwise.")
+    check = add("check", "Validate the config and exit: 0 when valid, 2 with the problems listed otherwise.")
+    check.add_argument(
+        "--online",
+        action="store_true",
+        help="also fetch each OAuth authorization server's metadata and keys, and say what was found",
+    )
     tools = add("tools", "Start every server, print the merged tool catalog and each server's state.")
     tools.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     _identity_options(tools, required=False)
@@ -75,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
 def _identity_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument("--identity", required=required, help="judge as this identity name")
     parser.add_argument("--role", action="append", help="a role of that identity (repeatable)")
-    sources = ["api_key", "jwt", "stdio", "anonymous"]
+    sources = ["api_key", "jwt", "oauth", "stdio", "anonymous"]
     parser.add_argument("--source", default="api_key", choices=sources, help="how it signed in")
     parser.add_argument("--issuer", default="", help="the issuer that vouches for it (a JWT's iss)")
 
@@ -88,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config)
         remember_secrets(_configured_secrets(config))
         if args.command == "check":
-            return _check(config, args.config)
+            return _check(config, args.config, online=args.online)
     except ConfigError as exc:
         print(f"manifold: invalid config\n{exc}", file=sys.stderr)
         return 2
@@ -152,8 +157,9 @@ def _raise_open_files_limit() -> None:
         logger.debug("open-files limit raised from %d to %d", soft, wanted)
 
 
-def _check(config: Config, path: str) -> int:
-    """Everything ``serve`` would refuse, without starting anything.
+def _check(config: Config, path: str, *, online: bool = False) -> int:
+    """Everything ``serve`` would refuse, without starting anything; with ``online``, what each
+    OAuth authorization server publishes (exit 2 when one cannot be used).
 
     Raises:
         ConfigError: the config, a policy file or an API key reference is invalid.
@@ -169,6 +175,13 @@ def _check(config: Config, path: str) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     servers = ", ".join(config.servers) or "none"
     policy = f", policy: {', '.join(config.policy.files)}" if config.policy.files else ""
+    if online and config.auth.oauth is not None:
+        from proxy.auth.discovery import check_servers
+
+        problems = anyio.run(check_servers, config.auth.oauth)
+        if problems:
+            print(f"manifold: OAuth is not usable\n{problems}", file=sys.stderr)
+            return 2
     print(f"{path}: OK ({len(config.servers)} servers: {servers}{policy})")
     return 0
 

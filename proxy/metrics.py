@@ -12,6 +12,7 @@ Families (``manifold_`` prefix, base units, ``_total`` on counters)::
     manifold_rate_limit_rejections_total{limit}                 counter
     manifold_rate_limit_backend_errors_total{backend}           counter
     manifold_limit_refusals_total{limit}                        counter
+    manifold_sign_ins_total{method,outcome}                     counter
     manifold_list_requests_total{kind}                          counter
     manifold_list_pages_served_total{kind}                      counter
     manifold_catalog_tools{server}                              gauge
@@ -293,6 +294,12 @@ class Metrics:
             "Requests, messages and connections refused by a configured limit (limits.<limit>).",
             "limit",
         )
+        self._sign_ins = counter(
+            "manifold_sign_ins",
+            "Bearer tokens verified (each once; a remembered token is not counted again), by outcome.",
+            "method",
+            "outcome",
+        )
         self._received = counter("manifold_received_bytes", "Bytes received from clients.", "transport")
         self._sent = counter("manifold_sent_bytes", "Bytes sent to clients.", "transport")
         gauge("manifold_build_info", "Manifold's version; always 1.", "version").get(__version__).set(1)
@@ -443,6 +450,11 @@ class Metrics:
     def limit_refused(self, limit: str) -> None:
         """Count one refusal by ``limits.<limit>`` (a config field name: bounded by construction)."""
         self._limit_refusals.get(limit).inc()
+
+    def sign_in(self, method: str, outcome: str) -> None:
+        """Count one token verified: ``method`` jwt | oauth | introspection, ``outcome`` ok or why
+        not (both words of the authenticator's own: bounded by construction)."""
+        self._sign_ins.get(method, outcome).inc()
 
     def bytes_in(self, transport: str, size: int) -> None:
         self._received.get(transport).inc(size)

@@ -5,7 +5,10 @@ Credentials, in the order they are looked at:
 - no ``Authorization`` and no ``X-API-Key``: the anonymous identity if anonymous access is on
   (see :mod:`proxy.auth.settings`), else :attr:`FailureReason.MISSING`;
 - ``X-API-Key: <key>``, or ``Authorization: Bearer <key>``: a configured API key;
-- ``Authorization: Bearer <JWT>``: a token from a configured issuer.
+- ``Authorization: Bearer <JWT>``: a token from a configured issuer: an OAuth authorization
+  server's access token for this resource (``auth.oauth``, :mod:`proxy.auth.oauth`) or a token
+  of an ``auth.jwt`` issuer;
+- ``Authorization: Bearer <opaque token>``: asked about at the OAuth introspection endpoints.
 
 A presented credential that proves nothing is refused; it is never downgraded to anonymous.
 
@@ -13,29 +16,40 @@ The common cases cost one SHA-256 and one or two dict lookups: API keys are foun
 a verified token is remembered under the same digest until it expires (but at most
 ``MAX_CACHED_SECONDS``, which bounds how long a token outlives the removal of its signing key).
 
-The HTTP layer answers a :class:`Rejected` with ``rejected.status`` (401) and the header
-``WWW-Authenticate: rejected.www_authenticate()`` (RFC 6750 §3).
+The HTTP layer answers a :class:`Rejected` with ``rejected.status`` (401, or 403 for a token
+without a required scope) and the header ``WWW-Authenticate: rejected.www_authenticate()``
+(RFC 6750 §3; with OAuth, also the ``resource_metadata`` and ``scope`` of RFC 9728 §5.1).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import ClassVar, Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import anyio
 import anyio.abc
+import jwt
 from cachetools import TLRUCache
 
 from proxy.auth.apikeys import ApiKeyTable, digest
 from proxy.auth.jwks import Fetch
 from proxy.auth.jwt import JwtVerifier, TokenRejected
+from proxy.auth.oauth import OAuthVerifier, SignedIn
 from proxy.auth.settings import AuthSettings
 from proxy.policy.model import Identity
 
-__all__ = ["MAX_CACHED_SECONDS", "AuthResult", "Authenticated", "Authenticator", "FailureReason", "Rejected"]
+__all__ = [
+    "MAX_CACHED_SECONDS",
+    "AuthResult",
+    "Authenticated",
+    "Authenticator",
+    "FailureReason",
+    "Rejected",
+    "SignInHook",
+]
 
 MAX_CACHED_SECONDS: Final = 300.0
 _REALM: Final = "manifold"
@@ -47,6 +61,7 @@ class FailureReason(StrEnum):
     MISSING = "missing"  # no credential, and anonymous access is off
     INVALID = "invalid"  # a credential that proves nothing
     EXPIRED = "expired"  # a token past its exp
+    INSUFFICIENT_SCOPE = "insufficient_scope"  # a good token that lacks a required scope (403)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,23 +77,35 @@ class Rejected:
 
     reason: FailureReason
     message: str
+    resource_metadata: str | None = None  # with OAuth: where clients find how to sign in
+    scope: str | None = None  # with OAuth: the scopes to ask for (space-separated)
 
-    status: ClassVar[int] = 401
+    @property
+    def status(self) -> int:
+        return 403 if self.reason is FailureReason.INSUFFICIENT_SCOPE else 401
 
     def www_authenticate(self, realm: str = _REALM) -> str:
-        """The ``WWW-Authenticate`` value for the 401 (RFC 6750 §3).
+        """The ``WWW-Authenticate`` value for the 401 or 403 (RFC 6750 §3, RFC 9728 §5.1).
 
         Without a credential, only the challenge; with a bad one, ``error="invalid_token"`` and
-        the message as ``error_description`` (reduced to the characters RFC 6750 allows there).
+        the message as ``error_description`` (reduced to the characters RFC 6750 allows there);
+        a missing scope is ``error="insufficient_scope"``.
         """
         challenge = f'Bearer realm="{realm}"'
+        if self.resource_metadata is not None:
+            challenge += f', resource_metadata="{self.resource_metadata}"'
+        if self.scope:
+            challenge += f', scope="{self.scope}"'
         if self.reason is FailureReason.MISSING:
             return challenge
+        error = "insufficient_scope" if self.reason is FailureReason.INSUFFICIENT_SCOPE else "invalid_token"
         description = "".join(c if " " <= c <= "~" and c not in '"\\' else "?" for c in self.message)
-        return f'{challenge}, error="invalid_token", error_description="{description}"'
+        return f'{challenge}, error="{error}", error_description="{description}"'
 
 
 AuthResult: TypeAlias = Authenticated | Rejected
+# (method, outcome) of each token verified (not of a cached one): for manifold_sign_ins_total.
+SignInHook: TypeAlias = Callable[[str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,16 +128,23 @@ class Authenticator:
         *,
         anonymous: Identity | None,
         stdio: Identity,
+        oauth: OAuthVerifier | None = None,
         cache_size: int = 10_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``anonymous`` is the identity for credential-less requests, or None to refuse them."""
         self._api_keys = api_keys
         self._jwt = jwt
+        self._oauth = oauth
+        self._metadata_url = oauth.settings.metadata_url if oauth is not None else None
+        self._scope = None
+        if oauth is not None:
+            self._scope = " ".join(oauth.settings.required_scopes or oauth.settings.scopes_supported) or None
+        self.on_sign_in: SignInHook = lambda method, outcome: None
         self._no_credential: AuthResult = (
             Authenticated(anonymous)
             if anonymous is not None
-            else Rejected(FailureReason.MISSING, "credentials are required: an API key or a bearer token")
+            else self._no(FailureReason.MISSING, "credentials are required: an API key or a bearer token")
         )
         self._stdio = stdio
         self._clock = clock
@@ -144,6 +178,7 @@ class Authenticator:
                 else None
             ),
             stdio=Identity(settings.stdio_identity.name, frozenset(settings.stdio_identity.roles), "stdio"),
+            oauth=OAuthVerifier(settings.oauth, fetch=fetch) if settings.oauth is not None else None,
             cache_size=settings.token_cache_size,
             clock=clock,
         )
@@ -163,10 +198,20 @@ class Authenticator:
 
         Start it with ``await task_group.start(authenticator.run)``.
         """
-        if self._jwt is None:
+        async with anyio.create_task_group() as tg:
+            if self._jwt is not None:
+                await tg.start(self._jwt.run)
+            if self._oauth is not None:
+                await tg.start(self._oauth.run)
             task_status.started()
-            return
-        await self._jwt.run(task_status=task_status)
+
+    @property
+    def oauth(self) -> OAuthVerifier | None:
+        """The OAuth resource server's settings and verifier, when ``auth.oauth`` is configured."""
+        return self._oauth
+
+    def _no(self, reason: FailureReason, message: str) -> Rejected:
+        return Rejected(reason, message, self._metadata_url, self._scope)
 
     async def authenticate(self, headers: Mapping[str, str]) -> AuthResult:
         """Judge one request by its headers (names lower-cased). Never raises to say no."""
@@ -175,37 +220,80 @@ class Authenticator:
         if authorization is None and api_key is None:
             return self._no_credential
         if authorization is not None and api_key is not None:
-            return Rejected(
+            return self._no(
                 FailureReason.INVALID, "send one credential: Authorization or X-API-Key, not both"
             )
         if authorization is not None:
             scheme, _, credential = authorization.strip().partition(" ")
             if scheme.lower() != "bearer":
-                return Rejected(FailureReason.INVALID, "the Authorization header must use the Bearer scheme")
+                return self._no(FailureReason.INVALID, "the Authorization header must use the Bearer scheme")
         else:
             credential = api_key or ""
         credential = credential.strip()
         if not credential:
-            return Rejected(FailureReason.INVALID, "the credential is empty")
+            return self._no(FailureReason.INVALID, "the credential is empty")
         key_digest = digest(credential)
         identity = self._api_keys.lookup(key_digest)
         if identity is not None:
             return Authenticated(identity)
-        if authorization is None or credential.count(".") != 2:
-            return Rejected(FailureReason.INVALID, "the API key is not valid")
-        if self._jwt is None:
-            return Rejected(
-                FailureReason.INVALID, "the credential is not a valid API key, and tokens are not accepted"
-            )
+        if authorization is None:
+            return self._no(FailureReason.INVALID, "the API key is not valid")
         cached = self._tokens.get(key_digest)
         if cached is not None:
             return cached.result
+        if credential.count(".") != 2:
+            if self._oauth is None or not self._oauth.introspects:
+                return self._no(FailureReason.INVALID, "the API key is not valid")
+            return await self._signed_in(
+                "introspection", self._oauth.verify_opaque(credential, key_digest), key_digest
+            )
+        iss = _unverified_issuer(credential)
+        if self._oauth is not None and self._oauth.issues(iss):
+            return await self._signed_in("oauth", self._oauth.verify_jwt(credential, iss), key_digest)
+        if self._jwt is None:
+            return self._no(
+                FailureReason.INVALID,
+                "the token's issuer (iss) is not trusted here"
+                if self._oauth is not None
+                else "the credential is not a valid API key, and tokens are not accepted",
+            )
         try:
             verified = await self._jwt.verify(credential)
         except TokenRejected as exc:
-            return Rejected(FailureReason(exc.reason), exc.message)
-        result = Authenticated(verified.identity)
-        until = min(verified.expires_at, self._clock() + MAX_CACHED_SECONDS)
+            self.on_sign_in("jwt", exc.outcome)
+            return self._no(FailureReason(exc.reason), exc.message)
+        self.on_sign_in("jwt", "ok")
+        return self._remember(Authenticated(verified.identity), verified.expires_at, key_digest)
+
+    async def _signed_in(self, method: str, verifying: Awaitable[SignedIn], key_digest: bytes) -> AuthResult:
+        """The verdict on an OAuth access token, counted; remembered when it lets the caller in."""
+        assert self._oauth is not None
+        try:
+            signed_in = await verifying
+        except TokenRejected as exc:
+            self.on_sign_in(method, exc.outcome)
+            return self._no(FailureReason(exc.reason), exc.message)
+        if missing := self._oauth.missing_scopes(signed_in.scopes):
+            self.on_sign_in(method, "insufficient_scope")
+            return Rejected(
+                FailureReason.INSUFFICIENT_SCOPE,
+                f"the token lacks the scope{'s' if len(missing) > 1 else ''} {' '.join(missing)}",
+                self._metadata_url,
+                " ".join(self._oauth.settings.required_scopes),
+            )
+        self.on_sign_in(method, "ok")
+        return self._remember(Authenticated(signed_in.identity), signed_in.expires_at, key_digest)
+
+    def _remember(self, result: Authenticated, expires_at: float, key_digest: bytes) -> Authenticated:
+        until = min(expires_at, self._clock() + MAX_CACHED_SECONDS)
         if until > self._clock():
             self._tokens[key_digest] = _Cached(result, until)
         return result
+
+
+def _unverified_issuer(token: str) -> Any:
+    """The ``iss`` a JWT claims (unchecked: only to choose who checks it), or None."""
+    try:
+        return jwt.decode(token, options={"verify_signature": False}).get("iss")
+    except jwt.PyJWTError:
+        return None

@@ -182,7 +182,9 @@ async def fetch_url(url: str, *, timeout: float = 10.0) -> bytes:
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-            session.get(url, headers={"accept": "application/json"}) as response,
+            # No redirects: keys (and metadata) come from the URL configured or discovered, not from
+            # wherever a compromised or misconfigured host sends us.
+            session.get(url, headers={"accept": "application/json"}, allow_redirects=False) as response,
         ):
             if response.status != 200:
                 raise JwksError(f"{url}: HTTP {response.status}")
@@ -233,6 +235,11 @@ class JwksUrl:
             self._last_refetch = now
             await self.refresh()
             return self._keys.find(kid)
+
+    @property
+    def key_count(self) -> int:
+        """How many keys the set has now."""
+        return len(self._keys.by_kid) + len(self._keys.unnamed)
 
     async def refresh(self) -> bool:
         """Fetch the set now and replace the keys; on failure keep the old ones. True if it worked."""

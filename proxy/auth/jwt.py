@@ -33,11 +33,11 @@ from proxy.auth.settings import JwtIssuer
 from proxy.errors import ConfigError
 from proxy.policy.model import Identity
 
-__all__ = ["JwtVerifier", "TokenRejected", "VerifiedToken", "claim"]
+__all__ = ["MESSAGES", "JwtVerifier", "TokenRejected", "VerifiedToken", "claim", "signing_key"]
 
 # Which key types may verify which algorithm family.
 _FAMILIES: Final = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}
-_MESSAGES: Final[list[tuple[type[jwt.PyJWTError], str]]] = [
+MESSAGES: Final[list[tuple[type[jwt.PyJWTError], str]]] = [
     (jwt.InvalidAudienceError, "the token's audience (aud) is not accepted here"),
     (jwt.InvalidIssuerError, "the token's issuer (iss) is not accepted here"),
     (jwt.ImmatureSignatureError, "the token is not valid yet (nbf)"),
@@ -52,10 +52,13 @@ _MESSAGES: Final[list[tuple[type[jwt.PyJWTError], str]]] = [
 class TokenRejected(Exception):
     """The token proves nothing; ``message`` is safe to show the client (it never holds the token)."""
 
-    def __init__(self, reason: Literal["invalid", "expired"], message: str) -> None:
+    def __init__(
+        self, reason: Literal["invalid", "expired"], message: str, outcome: str | None = None
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.outcome = outcome or reason  # the finer word metrics count it under
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +165,7 @@ class JwtVerifier:
         except jwt.MissingRequiredClaimError as exc:
             raise TokenRejected("invalid", f"the token lacks the required {exc.claim!r} claim") from None
         except jwt.PyJWTError as exc:
-            message = next((m for kind, m in _MESSAGES if isinstance(exc, kind)), "the token is malformed")
+            message = next((m for kind, m in MESSAGES if isinstance(exc, kind)), "the token is malformed")
             raise TokenRejected("invalid", message) from None
         return VerifiedToken(_identity(payload, settings), float(payload["exp"]))
 
@@ -177,14 +180,23 @@ class JwtVerifier:
         if issuer.secret is not None:
             return issuer.secret
         assert issuer.keys is not None  # settings guarantee a secret or a key set
-        if kid is not None and not isinstance(kid, str):
-            raise TokenRejected("invalid", "the token's key id (kid) is not a string")
-        key = await issuer.keys.key(kid)
-        if key is None:
-            raise TokenRejected("invalid", "no signing key of the issuer matches the token's key id (kid)")
-        if _FAMILIES.get(algorithm[:2]) != key.kty or (key.alg is not None and key.alg != algorithm):
-            raise TokenRejected("invalid", "the token's algorithm does not match its signing key")
-        return key.key
+        return await signing_key(issuer.keys, algorithm, kid)
+
+
+async def signing_key(keys: KeySource, algorithm: str, kid: Any) -> Any:
+    """The key of ``keys`` that may verify a token signed with ``algorithm`` under ``kid``.
+
+    Raises:
+        TokenRejected: no such key, or one of another family than the algorithm (confusion).
+    """
+    if kid is not None and not isinstance(kid, str):
+        raise TokenRejected("invalid", "the token's key id (kid) is not a string")
+    key = await keys.key(kid)
+    if key is None:
+        raise TokenRejected("invalid", "no signing key of the issuer matches the token's key id (kid)")
+    if _FAMILIES.get(algorithm[:2]) != key.kty or (key.alg is not None and key.alg != algorithm):
+        raise TokenRejected("invalid", "the token's algorithm does not match its signing key")
+    return key.key
 
 
 def _identity(payload: dict[str, Any], settings: JwtIssuer) -> Identity:

@@ -40,13 +40,15 @@ Validation errors never repeat a key or secret value: a mistyped ``key`` may be 
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from proxy.auth.algorithms import ASYMMETRIC_ALGORITHMS, HMAC_ALGORITHMS, is_loopback
+from proxy.auth.oauth_settings import OAuthSettings
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",
@@ -59,25 +61,8 @@ __all__ = [
     "is_loopback",
 ]
 
-# Algorithm -> the fewest secret bytes it may use (RFC 7518 §3.2: at least the hash size).
-HMAC_ALGORITHMS: Final = {"HS256": 32, "HS384": 48, "HS512": 64}
-ASYMMETRIC_ALGORITHMS: Final = frozenset(
-    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
-)
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 _ENV = re.compile(r"env:[A-Za-z_][A-Za-z0-9_]*")
-_LOOPBACK_NAMES: Final = frozenset({"localhost", "ip6-localhost"})
-
-
-def is_loopback(host: str) -> bool:
-    """True for a bind address or host name that only this machine can reach."""
-    host = host.strip("[]").lower()
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _Model(BaseModel):
@@ -200,25 +185,33 @@ class AuthSettings(_Model):
 
     api_keys: tuple[ApiKey, ...] = ()
     jwt: tuple[JwtIssuer, ...] = ()
+    oauth: OAuthSettings | None = None
     anonymous: AnonymousSettings = AnonymousSettings()
     stdio_identity: StdioIdentity = StdioIdentity()
     token_cache_size: int = Field(default=10_000, ge=1, le=10_000_000)
+
+    @property
+    def credentials_configured(self) -> bool:
+        """Whether any way to prove an identity is configured (API keys, JWT issuers, OAuth)."""
+        return bool(self.api_keys or self.jwt or self.oauth is not None)
 
     @property
     def anonymous_enabled(self) -> bool:
         """Whether requests without a credential are let in as the anonymous identity."""
         if self.anonymous.enabled is not None:
             return self.anonymous.enabled
-        return not self.api_keys and not self.jwt
+        return not self.credentials_configured
 
     def warnings(self, bind_host: str) -> list[str]:
         """What ``manifold check`` should warn about when Manifold listens on ``bind_host``."""
+        found = self.oauth.warnings() if self.oauth is not None else []
         if not self.anonymous_enabled or is_loopback(bind_host):
-            return []
+            return found
         why = "auth.anonymous.enabled is true" if self.anonymous.enabled else "no credentials are configured"
         return [
+            *found,
             f"anyone who can reach {bind_host} may connect without credentials ({why}); "
-            "configure auth.api_keys or auth.jwt, or bind listen.host to 127.0.0.1"
+            "configure auth.api_keys, auth.jwt or auth.oauth, or bind listen.host to 127.0.0.1",
         ]
 
     @model_validator(mode="after")
@@ -254,4 +247,10 @@ class AuthSettings(_Model):
                     " (tokens are routed to an entry by their 'iss' claim)"
                 )
             issuers[issuer.issuer] = index
+        for index, server in enumerate(self.oauth.authorization_servers if self.oauth else ()):
+            if server.issuer in issuers:
+                raise ValueError(
+                    f"oauth.authorization_servers[{index}].issuer: {server.issuer!r} is also "
+                    f"jwt[{issuers[server.issuer]}] (a token of that issuer would have two meanings)"
+                )
         return self

@@ -67,13 +67,13 @@ def metrics_require_auth(config: Config) -> bool:
     """Whether ``/metrics`` needs a credential: ``metrics.require_auth``, or when unset, whether
     any credential is configured (then callers can be told apart, and a scraper can prove it is one)."""
     settings = config.metrics.require_auth
-    return settings if settings is not None else bool(config.auth.api_keys or config.auth.jwt)
+    return settings if settings is not None else config.auth.credentials_configured
 
 
 def warnings(config: Config) -> list[str]:
     """What start-up and ``manifold check`` warn about in what is public."""
     metrics = config.metrics
-    if metrics.enabled and metrics.require_auth is False and (config.auth.api_keys or config.auth.jwt):
+    if metrics.enabled and metrics.require_auth is False and config.auth.credentials_configured:
         return [
             "metrics.require_auth is false while credentials are configured: anyone who can reach "
             f"{metrics.path} reads every server and tool name in it, those the policy hides included; "

@@ -4,6 +4,7 @@
     /healthz   200 while the process runs, with how many servers are in each state
     /readyz    200 once every server marked ``required`` is up, else 503
     /metrics   Prometheus text (here, or on ``metrics.port`` when that is set)
+    /.well-known/oauth-protected-resource[/mcp]   with ``auth.oauth``: how to sign in (RFC 9728)
 
 What each caller may see of the last three, and the Host and Origin they are served to, is
 :mod:`proxy.inbound.observers`' business.
@@ -30,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from proxy.auth.resource import metadata_document, metadata_paths
 from proxy.boundary import supervised
 from proxy.inbound.connection_guard import ConnectionGuard
 from proxy.inbound.contract import Inbound
@@ -152,6 +154,15 @@ def build_app(inbound: Inbound) -> Any:
     endpoint = McpEndpoint(inbound, OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts))
     observers = _observers(inbound)
     routes = [Route("/mcp", endpoint), *_probe_routes(inbound, observers)]
+    oauth = inbound.config.auth.oauth
+    if oauth is not None:
+        # A public document that browser-based clients (the MCP Inspector) read cross-origin.
+        document = metadata_document(oauth)
+
+        async def protected_resource(_: Request) -> JSONResponse:
+            return JSONResponse(document, headers={"access-control-allow-origin": "*"})
+
+        routes += [Route(path, protected_resource, methods=["GET"]) for path in metadata_paths(oauth, "/mcp")]
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
         routes.append(_metrics_route(inbound, observers))
     return _Observed(Starlette(routes=routes), endpoint, inbound.metrics)

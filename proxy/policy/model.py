@@ -64,9 +64,10 @@ IdentityKey: TypeAlias = tuple[str, str, str]
 class Identity:
     """Who is asking, as authentication established it (data only: checking it is not ours).
 
-    ``source`` says how: ``"api_key"``, ``"jwt"``, ``"stdio"`` (the local user who started
-    Manifold), or ``"anonymous"`` (nobody proved anything). ``issuer`` says who vouches for it
-    (a JWT's ``iss``; ``""`` for the other sources, which Manifold's own config vouches for) and
+    ``source`` says how: ``"api_key"``, ``"jwt"``, ``"oauth"`` (an OAuth access token for this
+    resource), ``"stdio"`` (the local user who started Manifold), or ``"anonymous"`` (nobody
+    proved anything). ``issuer`` says who vouches for it (a JWT's or OAuth token's ``iss``; ``""``
+    for the other sources, which Manifold's own config vouches for) and
     ``subject`` who it is to that issuer (a JWT's ``sub``; an API key's configured name; the
     configured name for stdio and anonymous). Left out, ``subject`` is ``name``.
 

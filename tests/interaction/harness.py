@@ -119,6 +119,7 @@ async def running_manifold(
     *,
     settled: bool = True,
     open_files: int | None = None,
+    port: int | None = None,
     log_level: str = "info",
 ) -> AsyncIterator[RunningManifold]:
     """``manifold serve`` on a free loopback port; yields once ``/healthz`` answers and (with
@@ -126,9 +127,10 @@ async def running_manifold(
     so without waiting a test could meet a catalog that servers have not joined yet.
 
     ``open_files``: the process's open-files limit (RLIMIT_NOFILE, soft and hard alike), so that
-    it cannot raise it at start.
+    it cannot raise it at start. ``port``: listen there (a test that must name Manifold's URL in
+    its config, or in another server's, picks it first with ``free_port``).
     """
-    port = free_port()
+    port = port if port is not None else free_port()
     config_path = write_config(tmp_path / "manifold.yaml", config)
     log_path = tmp_path / "manifold.log"
     process = _spawn(

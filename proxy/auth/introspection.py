@@ -1,0 +1,133 @@
+"""Opaque access tokens, asked about at the authorization server (RFC 7662 token introspection).
+
+Manifold authenticates itself to the endpoint (``client_secret_basic``) and believes an answer
+for ``introspection_cache`` seconds at most, never past the token's ``exp``: a revoked token
+stops working within that time. A refusal is remembered too (10 s), and at most
+``_CONCURRENCY`` introspections run at once, so a flood of made-up tokens costs the identity
+provider a bounded number of requests, not one per request.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import anyio
+import orjson
+from cachetools import TLRUCache
+
+__all__ = ["Introspected", "IntrospectionError", "Introspector", "Post"]
+
+logger = logging.getLogger("proxy.auth.introspection")
+
+_CONCURRENCY: Final = 8
+_REFUSAL_SECONDS: Final = 10.0
+_MAX_BYTES: Final = 256 * 1024
+
+# (url, form body, headers) -> (status, body): aiohttp in production, a fake in unit tests.
+Post = Callable[[str, bytes, dict[str, str]], Awaitable[tuple[int, bytes]]]
+
+
+class IntrospectionError(Exception):
+    """The endpoint could not be asked, or answered nonsense (the token is neither good nor bad)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Introspected:
+    """The endpoint's answer: ``claims`` when active, None when not."""
+
+    claims: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    answer: Introspected
+    until: float
+
+
+async def _post(
+    url: str, body: bytes, headers: dict[str, str], *, timeout: float = 10.0
+) -> tuple[int, bytes]:
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+            session.post(url, data=body, headers=headers, allow_redirects=False) as response,
+        ):
+            data = await response.content.read(_MAX_BYTES + 1)
+            if len(data) > _MAX_BYTES:
+                raise IntrospectionError(f"{url}: answer larger than {_MAX_BYTES} bytes")
+            return response.status, data
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise IntrospectionError(f"{url}: {type(exc).__name__}: {exc}") from None
+
+
+class Introspector:
+    """Asks one authorization server's introspection endpoint about tokens, and remembers."""
+
+    def __init__(
+        self,
+        client_id: str,
+        client_secret: str,
+        *,
+        cache_seconds: float,
+        cache_size: int = 10_000,
+        post: Post | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        # RFC 6749 §2.3.1: the id and secret are form-urlencoded before they are joined.
+        pair = f"{quote(client_id, safe='')}:{quote(client_secret, safe='')}".encode()
+        self._headers = {
+            "authorization": "Basic " + base64.b64encode(pair).decode(),
+            "content-type": "application/x-www-form-urlencoded",
+            "accept": "application/json",
+        }
+        self._cache_seconds = cache_seconds
+        self._post = post if post is not None else _post
+        self._clock = clock
+        self._cache: TLRUCache[bytes, _Entry] = TLRUCache(
+            maxsize=cache_size, ttu=lambda _k, v, _n: v.until, timer=clock
+        )
+        self._limiter = anyio.CapacityLimiter(_CONCURRENCY)
+
+    async def introspect(self, endpoint: str, token: str, key: bytes) -> Introspected:
+        """What ``endpoint`` says of ``token`` (``key``: its digest, for the cache).
+
+        Raises:
+            IntrospectionError: unreachable, a non-200 status, or not an RFC 7662 answer.
+        """
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached.answer
+        async with self._limiter:
+            cached = self._cache.get(key)  # another request may have asked while we queued
+            if cached is not None:
+                return cached.answer
+            body = urlencode({"token": token, "token_type_hint": "access_token"}).encode()
+            status, data = await self._post(endpoint, body, self._headers)
+            if status != 200:
+                raise IntrospectionError(f"{endpoint}: HTTP {status}")
+            try:
+                claims = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                raise IntrospectionError(f"{endpoint}: the answer is not JSON") from None
+            if not isinstance(claims, dict) or not isinstance(claims.get("active"), bool):
+                raise IntrospectionError(f"{endpoint}: the answer has no boolean 'active' (RFC 7662 §2.2)")
+            now = self._clock()
+            if claims["active"]:
+                answer = Introspected(claims)
+                until = now + self._cache_seconds
+                exp = claims.get("exp")
+                if isinstance(exp, int | float) and not isinstance(exp, bool):
+                    until = min(until, float(exp))
+            else:
+                answer = Introspected(None)
+                until = now + _REFUSAL_SECONDS
+            if until > now:
+                self._cache[key] = _Entry(answer, until)
+            return answer
