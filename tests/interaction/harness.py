@@ -19,6 +19,7 @@ import orjson
 import yaml
 
 from tests.fixtures.spawn import free_port
+from tests.inbound.memory_server import INITIALIZE
 
 REPO = Path(__file__).resolve().parents[2]
 NPM_BIN = REPO / "tests" / "npm" / "node_modules" / ".bin"
@@ -170,20 +171,7 @@ async def post(
 
 async def raw_session(http: aiohttp.ClientSession, url: str) -> str:
     """Initialize a session by hand; returns its Mcp-Session-Id."""
-    status, headers, body = await post(
-        http,
-        url,
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "0"},
-            },
-        },
-    )
+    status, headers, body = await post(http, url, INITIALIZE)
     assert status == 200, body
     session_id = headers["mcp-session-id"]
     status, _, _ = await post(

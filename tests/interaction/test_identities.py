@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from proxy.protocol import stateless, versions
+from tests.inbound.memory_server import INITIALIZE
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, post, running_manifold
 
 pytestmark = pytest.mark.anyio
@@ -59,16 +60,6 @@ limits:
     per: [identity]
     match: {tools: ["alpha.tool_*"]}
 """
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
 PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
 
 

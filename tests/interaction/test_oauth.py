@@ -43,6 +43,7 @@ from mcp.shared.auth import (
 )
 
 from tests.fixtures.spawn import free_port, running_http_fixture, running_http_process
+from tests.inbound.memory_server import INITIALIZE
 from tests.interaction.harness import (
     MANIFOLD,
     REPO,
@@ -72,16 +73,6 @@ rules:
     effect: allow
     match: {roles: [admin]}
 """
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"},
-    },
-}
 
 
 @dataclass

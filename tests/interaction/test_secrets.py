@@ -98,7 +98,7 @@ async def test_no_configured_secret_reaches_the_log_a_client_healthz_or_another_
                     "never": {"url": secret_url(free_port()), "headers": {"X-API-Key": HEADER}},
                     "moved": {"url": mover.url + "/mcp", "headers": {"X-API-Key": MOVED_HEADER}},
                     "leaky": {"command": sys.executable, "args": ["-c", LEAKY], "env": {"LEAKY": ENV_VALUE}},
-                }
+                },
             }
             answers: list[bytes] = []
             async with (
