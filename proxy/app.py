@@ -47,6 +47,7 @@ from proxy.middleware.validate import Validate
 from proxy.notices import Notices
 from proxy.outbound.connection import ServerState
 from proxy.outbound.transport import Transport
+from proxy.own_catalogs import OwnCatalogs
 from proxy.pins_writer import PinsWriter
 from proxy.pipeline import Middleware, compose
 from proxy.policy import SchemaValidators
@@ -68,12 +69,17 @@ class _Heard:
     _catalogs: Catalogs
     _health: ServerHealth
     _notices: Notices
+    _own: OwnCatalogs | None
 
-    def wire(self, catalogs: Catalogs, health: ServerHealth, notices: Notices) -> None:
-        self._catalogs, self._health, self._notices = catalogs, health, notices
+    def wire(
+        self, catalogs: Catalogs, health: ServerHealth, notices: Notices, own: OwnCatalogs | None
+    ) -> None:
+        self._catalogs, self._health, self._notices, self._own = catalogs, health, notices, own
 
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         self._catalogs.listed(server_id, kind, items)
+        if self._own is not None:
+            self._own.shared_listed(server_id, kind, items)
 
     def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
         self._health.state_changed(server_id, state, reason)
@@ -123,7 +129,8 @@ class Gateway:
             transports=transports,
         )
         notices = Notices(self.sessions, self.listens, self.connections, access)
-        self.catalogs = Catalogs(
+        catalogs = functools.partial(
+            Catalogs,
             {s.id: s.prefix for s in servers},
             codec=NamingCodec(config.naming.separator, config.naming.max_length),
             cursors=CursorCodec(cursor_key or derive_key(secret, "cursor")),
@@ -132,9 +139,18 @@ class Gateway:
             page_size=config.catalog.page_size,
             hints=self.connections.shared,
             private=bool(config.policy.files),
-            on_change=notices.list_changed,
         )
-        heard.wire(self.catalogs, ServerHealth(metrics, [s.id for s in servers]), notices)
+        self.catalogs = catalogs(on_change=notices.list_changed)
+        # With per_client servers, each client sees what its own connections list (proxy.own_catalogs).
+        self.own_catalogs = None
+        if self.connections.own_servers:
+            self.own_catalogs = OwnCatalogs(
+                self.catalogs,
+                lambda on_change: catalogs(on_change=on_change, measured=False),
+                notices.own_list_changed,
+            )
+            self.connections.own_lists_to(self.own_catalogs)
+        heard.wire(self.catalogs, ServerHealth(metrics, [s.id for s in servers]), notices, self.own_catalogs)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
@@ -151,6 +167,7 @@ class Gateway:
             boundary=self.boundary,
             metrics=metrics,
             limits=config.limits,
+            own=self.own_catalogs,
         )
         self.inbound = Inbound(
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
@@ -200,7 +217,12 @@ class Gateway:
     def reload_policy(self) -> None:
         """Re-read the policy files (SIGHUP); a bad file is refused and the old policy stays."""
         if self.access.reload():
-            self.catalogs.policy_changed()
+            self._policy_changed()
+
+    def _policy_changed(self) -> None:
+        self.catalogs.policy_changed()
+        if self.own_catalogs is not None:
+            self.own_catalogs.policy_changed()
 
     @asynccontextmanager
     async def running(self, *, wait_for: WaitFor = "all") -> AsyncIterator[Gateway]:
@@ -214,7 +236,7 @@ class Gateway:
             if self.config.policy.pins.mode != "off":
                 await tg.start(self.pins.run)  # likewise
             if self.config.policy.files and self.config.policy.reload:
-                watch = functools.partial(self.access.watch, self.catalogs.policy_changed)
+                watch = functools.partial(self.access.watch, self._policy_changed)
                 tg.start_soon(supervised, self.boundary, "policy watcher", watch)
             await tg.start(functools.partial(self.connections.run, wait_for=wait_for))
             try:

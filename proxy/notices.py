@@ -1,10 +1,12 @@
 """What clients hear unprompted: list changes, and what servers say about no request.
 
 A change of a merged list goes to every initialized session and every ``subscriptions/listen``
-stream that asked for it. A server's log line or resource update goes to the sessions that
-reach that server on the connection it came from (a ``per_client`` session hears its own
-connection: :mod:`proxy.per_client`), each filtered by what the session asked for, and resource
-updates to the listen streams whose identity may still read the resource.
+stream that asked for it; a change of one client's own view (:mod:`proxy.own_catalogs`) to that
+session, or to the listen streams of that identity. A server's log line or resource update
+goes to the sessions that reach that server on the connection it came from (a ``per_client``
+session hears its own connection: :mod:`proxy.per_client`), each filtered by what the session
+asked for, and resource updates to the listen streams whose identity may still read the
+resource.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from proxy.access import Access
 from proxy.connections import Connections
 from proxy.inbound.listen import Listens
 from proxy.outbound.lists import CHANGED
+from proxy.per_client import Owner, owner_of
 from proxy.policy import Subject
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
@@ -41,6 +44,16 @@ class Notices:
         message = _CHANGED[kind]
         self._sessions.broadcast(message)
         self._listens.publish(message)
+
+    def own_list_changed(self, owner: Owner, kind: str) -> None:
+        """What ``owner`` (a session's id, or an identity's key) sees of list ``kind`` changed."""
+        message = _CHANGED[kind]
+        if isinstance(owner, str):
+            for session in self._sessions:
+                if session.id == owner and session.initialized:
+                    session.notify(message)
+            return
+        self._listens.publish(message, lambda listening: owner_of(listening.identity) == owner)
 
     def server_notification(self, server_id: str, message: Message) -> None:
         """What a server's shared connection says unprompted (a log line, resources/updated)."""

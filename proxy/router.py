@@ -22,6 +22,7 @@ import anyio
 
 from proxy import __version__
 from proxy.boundary import Boundary
+from proxy.catalog.merge import Entry
 from proxy.catalogs import Catalogs
 from proxy.config import LimitsConfig
 from proxy.connections import Connections
@@ -40,6 +41,8 @@ from proxy.interest import Interest
 from proxy.metrics import UNKNOWN, Metrics
 from proxy.outbound.connection import ServerConnection
 from proxy.outbound.lists import LIST_KINDS
+from proxy.own_catalogs import OwnCatalogs
+from proxy.per_client import owner, owner_of
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy import Identity, Subject
 from proxy.protocol import jsonrpc, results, versions
@@ -109,9 +112,12 @@ class Router:
         boundary: Boundary,
         metrics: Metrics,
         limits: LimitsConfig | None = None,
+        own: OwnCatalogs | None = None,
     ) -> None:
         limits = limits or LimitsConfig()
         self._catalogs = catalogs
+        # Set only when per_client servers are configured: each client's own view of the lists.
+        self._own = own
         self._sessions = sessions
         self._connections = connections
         self._interest = interest
@@ -214,8 +220,9 @@ class Router:
             return await handler(inbound, params, request_id)
         if method in _LISTS:
             kind = _LISTS[method]
-            hint = self._catalogs.cache_hint(kind) if inbound.stateless else None
-            return self._catalogs.page(
+            catalogs = await self._opened(inbound)
+            hint = catalogs.cache_hint(kind) if inbound.stateless else None
+            return catalogs.page(
                 kind, params.get("cursor"), inbound.identity, hint=hint, server_info=SERVER_INFO
             )
         raise MethodNotFound(f"method not found: {method}")
@@ -272,12 +279,32 @@ class Router:
             result["instructions"] = instructions
         return result
 
+    # ---- the catalog a client sees ---------------------------------------------------------
+
+    def _view(self, inbound: InboundRequest) -> Catalogs:
+        """What ``inbound``'s client sees: its own view once its per_client connections listed."""
+        return self._catalogs if self._own is None else self._own.of(owner(inbound.session))
+
+    async def _opened(self, inbound: InboundRequest) -> Catalogs:
+        """Its view, once its own connections to every per_client server run (they list it)."""
+        if self._own is None:
+            return self._catalogs
+        await self._connections.open_own(inbound)
+        return self._view(inbound)
+
+    def _identity_view(self, identity: Identity) -> Catalogs:
+        """What a 2026-07-28 caller of ``identity`` sees."""
+        return self._catalogs if self._own is None else self._own.of(owner_of(identity))
+
     # ---- resolved and forwarded -----------------------------------------------------------
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
-        catalogs = self._catalogs
+        catalogs = self._view(inbound)
         entry = catalogs.tool(name)
+        if entry is None and self._own is not None:  # perhaps only its own connection lists it
+            catalogs = await self._opened(inbound)
+            entry = catalogs.tool(name)
         if entry is None:
             self._metrics.tool_call(UNKNOWN, None, "invalid", 0.0)  # never the client's string as a label
             raise InvalidParams(f"unknown tool: {name}")
@@ -294,8 +321,22 @@ class Router:
         )
         return await self._forward(ctx)
 
+    async def _prompt(self, inbound: InboundRequest, name: str) -> Entry:
+        """Raises: InvalidParams: no server lists a prompt of that name to this client."""
+        entry = self._view(inbound).prompts.by_name.get(name)
+        if entry is None:
+            entry = (await self._opened(inbound)).prompt(name)
+        return entry
+
+    async def _route(self, inbound: InboundRequest, uri: str) -> str | None:
+        """The server of a concrete resource URI, as this client sees the lists."""
+        server = self._view(inbound).resources.route(uri)
+        if server is None and self._own is not None:
+            server = (await self._opened(inbound)).resources.route(uri)
+        return server
+
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        entry = self._catalogs.prompt(_string(params, "name", "prompts/get"))
+        entry = await self._prompt(inbound, _string(params, "name", "prompts/get"))
         forwarded = {**params, "name": entry.original_name}
         subject = Subject.prompt(entry)
         ctx = CallContext(
@@ -305,7 +346,7 @@ class Router:
 
     async def _resources_read(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/read")
-        server = self._catalogs.resources.route(uri)
+        server = await self._route(inbound, uri)
         if server is None:
             raise ResourceNotFound.of(uri)
         # Whether the policy hides it is the authorize stage's call, as for prompts.
@@ -321,13 +362,13 @@ class Router:
         method = "completion/complete"
         if ref.get("type") == "ref/prompt":
             name = _string(ref, "name", "a ref/prompt")
-            entry = self._catalogs.prompt(name)
+            entry = await self._prompt(inbound, name)
             forwarded = {**params, "ref": {**ref, "name": entry.original_name}}
             subject = Subject.prompt(entry)
             ctx = CallContext(inbound, request_id, method, entry.server_id, name, forwarded, entry, subject)
         elif ref.get("type") == "ref/resource":
             uri = self._uri(ref, "uri", "a ref/resource")
-            server = self._catalogs.route(uri)
+            server = self._view(inbound).route(uri)
             ctx = CallContext(
                 inbound, request_id, method, server, uri, params, subject=Subject.resource(uri, server)
             )
@@ -359,7 +400,7 @@ class Router:
                 limit="max_subscriptions_per_session",
                 maximum=self._max_subscriptions,
             )
-        server = self._catalogs.readable(uri, session.identity)
+        server = self._view(inbound).readable(uri, session.identity)
         # One subscription on a shared connection serves every session that wants the URI.
         if self._interest.must_tell(session, uri, server):
             await self._forward(CallContext(inbound, request_id, "resources/subscribe", server, uri, params))
@@ -369,7 +410,7 @@ class Router:
     async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/unsubscribe")
         session = _session(inbound)
-        server = self._catalogs.readable(uri, session.identity)
+        server = self._view(inbound).readable(uri, session.identity)
         session.subscriptions.pop(uri, None)
         if self._interest.must_tell(session, uri, server):
             await self._forward(
@@ -423,7 +464,7 @@ class Router:
         for uri in uris:
             self._bounded(uri)
             try:
-                server = self._catalogs.readable(uri, identity)
+                server = self._identity_view(identity).readable(uri, identity)
             except ResourceNotFound:
                 continue
             connection = self._connections.shared.get(server)
@@ -433,7 +474,7 @@ class Router:
 
     def tool_definition(self, name: str, identity: Identity) -> Mapping[str, Any] | None:
         """The definition of tool ``name`` as ``identity`` is shown it (2026-07-28 param headers)."""
-        return self._catalogs.visible_definition(name, identity)
+        return self._identity_view(identity).visible_definition(name, identity)
 
     # ---- logging --------------------------------------------------------------------------
 
