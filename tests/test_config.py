@@ -975,3 +975,10 @@ def test_a_servers_era_takes_the_names_of_earlier_releases_too(given: str, era: 
 def test_an_era_that_is_none_of_them_is_refused_naming_the_choices() -> None:
     with pytest.raises(ConfigError, match="handshake"):
         config_from_mapping({"servers": {"s": {"command": "x", "era": "ancient"}}}, environ={})
+
+
+def test_per_identity_is_another_name_for_per_client() -> None:
+    config = config_from_mapping(
+        {"servers": {"fs": {"command": "x", "session_mode": "per_identity"}}}, environ={}
+    )
+    assert [s.session_mode for s in config.enabled_servers()] == ["per_client"]
