@@ -149,7 +149,7 @@ class Gateway:
                 lambda on_change: catalogs(on_change=on_change, measured=False),
                 notices.own_list_changed,
             )
-            self.connections.own_lists_to(self.own_catalogs)
+            self.connections.own_lists_to(self.own_catalogs, notices)
         heard.wire(self.catalogs, ServerHealth(metrics, [s.id for s in servers]), notices, self.own_catalogs)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)

@@ -29,7 +29,7 @@ from proxy.outbound.connection import ConnectionListener, ServerConnection, Serv
 from proxy.outbound.era import Era
 from proxy.outbound.factory import transport_for
 from proxy.outbound.transport import Transport
-from proxy.per_client import ClientConnections, OwnLists
+from proxy.per_client import ClientConnections, OwnLists, OwnNotices
 from proxy.pipeline import Caller
 
 __all__ = ["Connections", "ServerHealth", "Sharing", "WaitFor"]
@@ -173,9 +173,23 @@ class Connections:
         """``connection`` as a 2026-07-28 caller's parked call goes out on it (:mod:`proxy.doorway`)."""
         return self._per_client.asked_through(connection)
 
-    def own_lists_to(self, lists: OwnLists) -> None:
-        """Tell ``lists`` what each client's own connections list (wired once, at start)."""
+    def own_lists_to(self, lists: OwnLists, notices: OwnNotices) -> None:
+        """Tell ``lists`` what each client's own connections list, and ``notices`` what an
+        identity's say unprompted (wired once, at start)."""
         self._per_client.lists = lists
+        self._per_client.notices = notices
+
+    def own_running(self, caller: Caller, server_id: str) -> ServerConnection | None:
+        """``caller``'s own connection to ``server_id``, if it runs (none is started)."""
+        if not isinstance(caller, InboundRequest):
+            return None
+        return self._per_client.find(caller.session, server_id)
+
+    def hold(self, caller: Caller, server_id: str, count: int) -> None:
+        """``caller``'s listen streams hold ``count`` more (or fewer) resource subscriptions on
+        its own connection to ``server_id``: it is not idle while they do."""
+        if isinstance(caller, InboundRequest):
+            self._per_client.hold(caller.session, server_id, count)
 
     async def release(self, session: ClientSession) -> None:
         """A session ended: stop its own connections."""

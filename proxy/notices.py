@@ -55,6 +55,19 @@ class Notices:
             return
         self._listens.publish(message, lambda listening: owner_of(listening.identity) == owner)
 
+    def own_notification(self, owner: Owner, server_id: str, message: Message) -> None:
+        """What a 2026-07-28 identity's own connection says unprompted: a resource update, to
+        that identity's listen streams that watch the URI, if it may still read it."""
+        if message["method"] != UPDATED:
+            return  # its log lines reach it only on the stream of the request that asked
+        subject = Subject.resource(str((message.get("params") or {}).get("uri")), server_id)
+        self._listens.publish(
+            message,
+            lambda listening: (
+                owner_of(listening.identity) == owner and self._access.allows(listening.identity, subject)
+            ),
+        )
+
     def server_notification(self, server_id: str, message: Message) -> None:
         """What a server's shared connection says unprompted (a log line, resources/updated)."""
         for session in self._sessions:

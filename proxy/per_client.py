@@ -72,6 +72,12 @@ class OwnLists(Protocol):
         ...
 
 
+class OwnNotices(Protocol):
+    """Who hears what an identity's own connection says unprompted (:class:`proxy.notices.Notices`)."""
+
+    def own_notification(self, owner: Owner, server_id: str, message: Message) -> None: ...
+
+
 class _Unheard:
     def listed(self, owner: Owner, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         return None
@@ -79,16 +85,26 @@ class _Unheard:
     def gone(self, owner: Owner) -> None:
         return None
 
+    def own_notification(self, owner: Owner, server_id: str, message: Message) -> None:
+        return None
+
 
 class _OwnerListener:
-    """Its lists are its owner's; what it says unprompted is for its session (a 2026-07-28
-    caller hears log lines only on its requests' streams, and resource updates on its listen
-    streams, which the shared connection serves)."""
+    """Its lists are its owner's; what it says unprompted is for its session, or for its
+    identity's listen streams (resource updates: a 2026-07-28 caller hears log lines only on
+    its requests' streams)."""
 
-    def __init__(self, key: Owner, session: ClientSession | None, lists: Callable[[], OwnLists]) -> None:
+    def __init__(
+        self,
+        key: Owner,
+        session: ClientSession | None,
+        lists: Callable[[], OwnLists],
+        notices: Callable[[], OwnNotices],
+    ) -> None:
         self._owner = key
         self._session = session
         self._lists = lists
+        self._notices = notices
 
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         self._lists().listed(self._owner, server_id, kind, items)
@@ -97,7 +113,9 @@ class _OwnerListener:
         return None
 
     def server_notification(self, server_id: str, message: Message) -> None:
-        if self._session is not None and self._session.wants_notification(message):
+        if self._session is None:
+            self._notices().own_notification(self._owner, server_id, message)
+        elif self._session.wants_notification(message):
             self._session.notify(message)
 
 
@@ -109,12 +127,14 @@ class _Running:
     used: float  # when a request last went out on it, or was last seen in flight
     doorway: Doorway  # where the server's questions outside a call go
     waiting: int = 0  # requests waiting for it to connect (a slow start is no idleness)
+    held: int = 0  # resource subscriptions its identity's listen streams hold on it
 
     def idle(self, server_id: str) -> bool:
         """Whether nothing needs it now: no request waiting for it or in flight on it, no
-        resource subscription of its session."""
+        resource subscription of its session or its identity's listen streams."""
         return (
             not self.waiting
+            and not self.held
             and not self.connection.in_flight
             and (self.session is None or server_id not in self.session.subscriptions.values())
         )
@@ -145,6 +165,7 @@ class ClientConnections:
         self._by_connection: dict[ServerConnection, _Running] = {}
         self._tg: anyio.abc.TaskGroup | None = None  # while run() runs
         self.lists: OwnLists = _Unheard()  # wired by the composition root
+        self.notices: OwnNotices = _Unheard()  # likewise
 
     def __len__(self) -> int:
         return len(self._running)
@@ -193,6 +214,18 @@ class ClientConnections:
             running.used = self._clock()
         return connection
 
+    def find(self, client: ClientSession | StatelessCaller, server_id: str) -> ServerConnection | None:
+        """``client``'s connection to ``server_id`` if it runs (none is started)."""
+        running = self._running.get((owner(client), server_id))
+        return None if running is None else running.connection
+
+    def hold(self, client: ClientSession | StatelessCaller, server_id: str, count: int) -> None:
+        """``count`` more (or, negative, fewer) subscriptions held on ``client``'s running
+        connection to ``server_id``: one that holds any is not idle."""
+        running = self._running.get((owner(client), server_id))
+        if running is not None:
+            running.held = max(0, running.held + count)
+
     def asked_through(self, connection: ServerConnection) -> ServerConnection | Doorstep:
         """``connection`` as a 2026-07-28 caller's call goes out on it (:mod:`proxy.doorway`)."""
         running = self._by_connection.get(connection)
@@ -221,7 +254,7 @@ class ClientConnections:
         connection = ServerConnection(
             server_id,
             transport_for(server, limits=self._limits),
-            _OwnerListener(key[0], session, lambda: self.lists),
+            _OwnerListener(key[0], session, lambda: self.lists, lambda: self.notices),
             connect_timeout=server.connect_timeout,
             request_timeout=server.request_timeout,
             max_pages=self._max_pages,

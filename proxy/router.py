@@ -37,7 +37,7 @@ from proxy.inbound.session import (
     cancel_named,
     kept_client_info,
 )
-from proxy.interest import Interest
+from proxy.interest import Interest, OwnInterest
 from proxy.metrics import UNKNOWN, Metrics
 from proxy.outbound.connection import ServerConnection
 from proxy.outbound.lists import LIST_KINDS
@@ -122,6 +122,7 @@ class Router:
         self._connections = connections
         self._interest = interest
         self._listens = listens
+        self._own_interest = OwnInterest(listens, connections)
         self._forward = forward
         self._boundary = boundary
         self._metrics = metrics
@@ -448,13 +449,19 @@ class Router:
             watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], caller.identity)
             subscription = self._listens.open(subscription_id, caller.identity, requested.only(watched))
             self._metrics.listen_opened(caller.transport)
+            inbound = InboundRequest(caller)
+            # A per_client server's resources are watched on the identity's own connection.
+            own = {u: s for u, s in watched.items() if not self._connections.shares(inbound, s)}
+            shared = {u: s for u, s in watched.items() if u not in own}
             try:
-                await self._interest.watch(subscription, watched)
+                await self._interest.watch(subscription, shared)
+                await self._own_interest.watch(inbound, subscription, own)
                 yield subscription
             finally:
                 self._listens.close(subscription)
                 self._metrics.listen_closed(caller.transport)
-                await self._interest.unwatch(subscription, watched)
+                await self._interest.unwatch(subscription, shared)
+                await self._own_interest.unwatch(inbound, subscription, own)
         finally:
             self._listening.give_back(caller.identity, caller)
 

@@ -17,6 +17,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
+from mcp.client.subscriptions import ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     CreateMessageRequestParams,
@@ -316,9 +317,9 @@ async def test_each_per_client_session_subscribes_on_its_own_connection(manifold
 async def test_a_per_client_session_hears_its_own_process_not_the_shared_one(
     manifold: RunningManifold,
 ) -> None:
-    """A 2026-07-28 caller's listen stream watches r3's resource on the shared connection, and its
-    calls go to its identity's own process; a per_client session subscribed to the same URI on its
-    own process hears only that process."""
+    """A 2026-07-28 caller's listen stream watches r3's resource on its identity's own process,
+    where its calls go too; a per_client session subscribed to the same URI on its own process
+    hears only that process."""
     heard: list[str] = []
     marker_heard = anyio.Event()
     uri, marker = "note://r3/static", "note://r3/marker"
@@ -332,13 +333,14 @@ async def test_a_per_client_session_hears_its_own_process_not_the_shared_one(
     async with (
         Client(manifold.url, mode="legacy", message_handler=on_message) as session,
         Client(manifold.url, mode=versions.LATEST_STATELESS, cache=None) as stateless,
-        stateless.listen(resource_subscriptions=[uri]),
+        stateless.listen(resource_subscriptions=[uri]) as stream,
     ):
         await session.subscribe_resource(uri)
         await session.subscribe_resource(marker)
-        # Its identity's own process: neither the shared one (the stream's) nor the session's.
-        told = await stateless.call_tool("r3.touch", {"uri": uri})
-        assert _text(told) == f"touched {uri}: nobody subscribed"
+        told = await stateless.call_tool("r3.touch", {"uri": uri})  # its identity's own process
+        assert _text(told) == f"touched {uri}: told its subscriber"
+        with anyio.fail_after(10):
+            assert await anext(stream) == ResourceUpdated(uri=uri)
         # Then the session's own process tells of the marker: the session's notifications come in
         # order, so anything another process' update sent it would be in before the marker.
         await session.call_tool("r3.touch", {"uri": marker})
