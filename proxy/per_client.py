@@ -5,17 +5,18 @@ which have no session, their identity (:func:`owner_of`): every stateless reques
 identity reaches the same connection, and no other identity's. Started on the owner's first
 request to the server; stopped with the session, or once it has been unused for
 ``limits.per_client_idle_timeout`` seconds (no request in flight, no resource subscription of
-its session on it), and started again on the owner's next request to that server. At most
-``limits.max_per_client_connections`` run at once, across servers and owners: each is a process
-(stdio) or a session at a server, started for a client that may never come back. Past it the
-request that would start one is refused at once, naming the limit.
+its session or its identity's listen streams on it), and started again on the owner's next
+request to that server. At most ``limits.max_per_client_connections`` run at once, across
+servers and owners: each is a process (stdio) or a session at a server, started for a client
+that may never come back. Past it the request that would start one is refused at once, naming
+the limit.
 
 Each tells its server the capabilities its client declared (a 2026-07-28 identity's: those of
 the request that started it, kept for its lifetime) and has a default relay, so a server's
 request outside any call (``roots/list`` after initialize) still finds its way: a session is
 asked on its standalone stream; an identity's question waits at its :class:`Doorway` for the
 identity's next call, which asks it (``input_required``) before its own request goes out.
-What each lists is its owner's (``on_listed``: :mod:`proxy.own_catalogs`).
+What each lists is its owner's (:attr:`ClientConnections.lists`: :mod:`proxy.own_catalogs`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from proxy.outbound.factory import transport_for
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
 
-__all__ = ["ClientConnections", "OwnLists", "Owner", "owner", "owner_of"]
+__all__ = ["ClientConnections", "OwnLists", "OwnNotices", "Owner", "owner", "owner_of"]
 
 logger = logging.getLogger("proxy.per_client")
 
