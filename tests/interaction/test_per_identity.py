@@ -4,7 +4,8 @@ servers, each ``per_client``:
 
 - ``fs``: ``@modelcontextprotocol/server-filesystem``, started with no directory of its own: each
   process may use only what its client's roots name;
-- ``ev``: ``server-everything``, which lists ``get-roots-list`` only to a client that declared roots.
+- ``ev``: ``server-everything``, which lists ``get-roots-list`` only to a client that declared roots;
+- ``nt``: the relay fixture, whose ``touch`` tells its subscribers of a resource change.
 
 Alice and Bob (API keys) each declare their own directory as their root. Each must read and write
 only inside it, whatever the other did, and see the tools its own server process lists to it.
@@ -13,6 +14,7 @@ only inside it, whatever the other did, and see the tools its own server process
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,10 +27,11 @@ import pytest
 from mcp import Client
 from mcp.client.context import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourceUpdated
 from mcp.types import ListRootsResult, Root, TextContent
 
 from proxy.protocol import versions
-from tests.interaction.harness import NPM_BIN, RunningManifold, everything_server, running_manifold
+from tests.interaction.harness import NPM_BIN, REPO, RunningManifold, everything_server, running_manifold
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +66,12 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
             # No directory of its own: each process may use only its client's roots.
             "fs": {"command": str(NPM_BIN / "mcp-server-filesystem"), "session_mode": "per_client"},
             "ev": {**everything_server(), "session_mode": "per_client"},
+            "nt": {
+                "command": sys.executable,
+                "args": [str(REPO / "tests" / "fixtures" / "relay_server.py"), "--name", "nt"],
+                "era": "handshake",
+                "session_mode": "per_client",
+            },
         },
     }
     async with running_manifold(tmp, config) as running:
@@ -173,3 +182,21 @@ async def test_a_tool_listed_only_to_a_client_with_roots_is_listed_and_callable(
         text = await served_text(alice, "ev.get-roots-list")
         assert (served.users / "alice").as_uri() in text, text
         assert (served.users / "bob").as_uri() not in text, text
+
+
+async def test_an_identitys_listen_stream_hears_only_its_own_process(served: Served) -> None:
+    uri, marker = "note://nt/static", "note://nt/marker"
+    async with (
+        client(served, "alice", V) as alice,
+        client(served, "bob", V) as bob,
+        alice.listen(resource_subscriptions=[uri]) as alices,
+        bob.listen(resource_subscriptions=[uri, marker]) as bobs,
+    ):
+        assert await served_text(alice, "nt.touch", uri=uri) == f"touched {uri}: told its subscriber"
+        with anyio.fail_after(10):
+            assert await anext(alices) == ResourceUpdated(uri=uri)
+        # Bob watches the same URI, on his own process: Alice's change is not his to hear. His
+        # stream's updates come in order, so one of Alice's would be in before his marker.
+        assert await served_text(bob, "nt.touch", uri=marker) == f"touched {marker}: told its subscriber"
+        with anyio.fail_after(10):
+            assert await anext(bobs) == ResourceUpdated(uri=marker)
