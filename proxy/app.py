@@ -18,7 +18,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Final
 
 import anyio
 
@@ -34,6 +34,7 @@ from proxy.catalogs import Catalogs
 from proxy.config import Config
 from proxy.connections import Connections, ServerHealth, WaitFor
 from proxy.forward import Forward
+from proxy.heard import Heard
 from proxy.inbound.contract import Inbound
 from proxy.inbound.listen import Listens
 from proxy.inbound.tokens import SessionTokens
@@ -45,12 +46,11 @@ from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.validate import Validate
 from proxy.notices import Notices
-from proxy.outbound.connection import ServerState
 from proxy.outbound.transport import Transport
+from proxy.own_catalogs import OwnCatalogs
 from proxy.pins_writer import PinsWriter
 from proxy.pipeline import Middleware, compose
 from proxy.policy import SchemaValidators
-from proxy.protocol.jsonrpc import Message
 from proxy.ratelimit import LimitBackend, make_backend
 from proxy.revocations import revocations_for
 from proxy.router import Router
@@ -61,31 +61,6 @@ __all__ = ["Gateway"]
 
 _STATE_TTL: Final = 600.0  # seconds a client has to retry with a requestState Manifold issued
 _MAX_ROUNDS: Final = 10  # input_required rounds Manifold answers for a handshake-era client
-
-
-class _Heard:
-    """The one listener of every shared server connection: each thing it hears, to its part.
-    Wired once the parts exist (they need the connections it listens to)."""
-
-    _catalogs: Catalogs
-    _health: ServerHealth
-    _notices: Notices
-    _logs: ServerLogs
-
-    def wire(self, catalogs: Catalogs, health: ServerHealth, notices: Notices, logs: ServerLogs) -> None:
-        self._catalogs, self._health, self._notices, self._logs = catalogs, health, notices, logs
-
-    def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
-        self._catalogs.listed(server_id, kind, items)
-
-    def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
-        self._health.state_changed(server_id, state, reason)
-
-    def server_notification(self, server_id: str, message: Message) -> None:
-        if message["method"] == "notifications/message":
-            self._logs.line(server_id, message)  # by policy: who may see the server
-        else:
-            self._notices.server_notification(server_id, message)
 
 
 class Gateway:
@@ -122,7 +97,7 @@ class Gateway:
             replay_bytes=config.limits.replay_buffer_bytes,
         )
         self.listens = Listens()  # open subscriptions/listen streams
-        heard = _Heard()
+        heard = Heard()
         self.connections = Connections(
             servers,
             heard,
@@ -132,7 +107,8 @@ class Gateway:
             transports=transports,
         )
         notices = Notices(self.sessions, self.listens, self.connections, access)
-        self.catalogs = Catalogs(
+        catalogs = functools.partial(
+            Catalogs,
             {s.id: s.prefix for s in servers},
             codec=NamingCodec(config.naming.separator, config.naming.max_length),
             cursors=CursorCodec(cursor_key or derive_key(secret, "cursor")),
@@ -141,10 +117,20 @@ class Gateway:
             page_size=config.catalog.page_size,
             hints=self.connections.shared,
             private=bool(config.policy.files),
-            on_change=notices.list_changed,
         )
+        self.catalogs = catalogs(on_change=notices.list_changed)
+        # With per_client servers, each client sees what its own connections list (proxy.own_catalogs).
+        self.own_catalogs = None
+        if self.connections.own_servers:
+            self.own_catalogs = OwnCatalogs(
+                self.catalogs,
+                lambda on_change: catalogs(on_change=on_change, measured=False),
+                notices.own_list_changed,
+            )
+            self.connections.own_lists_to(self.own_catalogs, notices)
         logs = ServerLogs(self.sessions, self.catalogs, access, self.connections)
-        heard.wire(self.catalogs, ServerHealth(metrics, [s.id for s in servers]), notices, logs)
+        health = ServerHealth(metrics, [s.id for s in servers])
+        heard.wire(self.catalogs, health, notices, logs, self.own_catalogs)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
@@ -162,6 +148,7 @@ class Gateway:
             boundary=self.boundary,
             metrics=metrics,
             limits=config.limits,
+            own=self.own_catalogs,
         )
         self.inbound = Inbound(
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
@@ -211,7 +198,12 @@ class Gateway:
     def reload_policy(self) -> None:
         """Re-read the policy files (SIGHUP); a bad file is refused and the old policy stays."""
         if self.access.reload():
-            self.catalogs.policy_changed()
+            self._policy_changed()
+
+    def _policy_changed(self) -> None:
+        self.catalogs.policy_changed()
+        if self.own_catalogs is not None:
+            self.own_catalogs.policy_changed()
 
     @asynccontextmanager
     async def running(self, *, wait_for: WaitFor = "all") -> AsyncIterator[Gateway]:
@@ -225,7 +217,7 @@ class Gateway:
             if self.config.policy.pins.mode != "off":
                 await tg.start(self.pins.run)  # likewise
             if self.config.policy.files and self.config.policy.reload:
-                watch = functools.partial(self.access.watch, self.catalogs.policy_changed)
+                watch = functools.partial(self.access.watch, self._policy_changed)
                 tg.start_soon(supervised, self.boundary, "policy watcher", watch)
             await tg.start(functools.partial(self.connections.run, wait_for=wait_for))
             if self.revocations.shared:  # sessions other replicas end, ended here too

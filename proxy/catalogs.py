@@ -59,7 +59,9 @@ class Catalogs:
         hints: Mapping[str, HintSource],
         private: bool,
         on_change: Callable[[str], None],
+        measured: bool = True,  # its sizes are the servers' (one client's own view's are not)
     ) -> None:
+        self._measured = measured
         self._prefixes = prefixes
         self._codec = codec
         self._cursors = cursors
@@ -87,11 +89,15 @@ class Catalogs:
         """One server's whole list of ``kind`` as it drained it: merge, and say if it changed."""
         slices = replace_slice(self._slices[kind], ServerSlice(server_id, self._prefixes[server_id], items))
         self._slices[kind] = slices
-        if kind == "tools":
+        if kind == "tools" and self._measured:
             self._metrics.catalog_size(server_id, len(items))
         named = kind in ("tools", "prompts")
         if self._merge_named(kind, slices) if named else self._merge_resources():
             self._on_change(kind)
+
+    def slices(self, kind: str) -> Sequence[ServerSlice]:
+        """What each server listed of ``kind``, in config order (a client's own view starts from it)."""
+        return self._slices[kind]
 
     def _merge_named(self, kind: str, slices: Sequence[ServerSlice]) -> bool:
         old: Catalog = self.tools if kind == "tools" else self.prompts

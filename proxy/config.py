@@ -303,13 +303,19 @@ class ServerConfig(_Model):
     connect_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     request_timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     # shared: one connection serves every client (the default, cheapest). per_client: one
-    # connection per client session, for servers that ask clients things (sampling,
-    # elicitation, roots) over stdio, where a shared connection cannot tell whose call asked.
+    # connection per client: per session, and per identity for 2026-07-28 callers (which have no
+    # session; per_identity is another name for it), for servers that keep per-user state or ask
+    # clients things (sampling, elicitation, roots).
     session_mode: Literal["shared", "per_client"] = "shared"
     # The protocol era to speak: auto asks server/discover and falls back to initialize on any
     # error or silence. handshake skips the probe (a server that ignores unknown requests, or one
     # whose tools ask clients things the handshake way only); stateless never falls back.
     era: Literal["auto", "handshake", "stateless"] = "auto"
+
+    @field_validator("session_mode", mode="before")
+    @classmethod
+    def _per_identity(cls, value: object) -> object:
+        return "per_client" if value == "per_identity" else value
 
     @field_validator("era", mode="before")
     @classmethod

@@ -1,9 +1,11 @@
 """Every connection to the configured servers, and which one a caller reaches a server on.
 
 Each server has one shared, multiplexed :class:`~proxy.outbound.connection.ServerConnection`.
-A server with ``session_mode: per_client`` also gets one connection per handshake-era client
-session (:mod:`proxy.per_client`), so that it sees that client's capabilities and roots; a
-2026-07-28 caller has no session to own one, and uses the shared connection.
+A server with ``session_mode: per_client`` also gets one connection per client
+(:mod:`proxy.per_client`), so that it sees that client's capabilities and roots, and keeps its
+state apart: per handshake-era session, and per identity for 2026-07-28 callers (which have no
+session). Its shared connection then serves only health reports and what a client sees of the
+server before its own connection listed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import anyio.abc
 
 from proxy.boundary import Boundary, wire_error
 from proxy.config import LimitsConfig, ServerConfig
+from proxy.doorway import Doorstep
+from proxy.errors import LimitExceeded, ServerUnavailable
 from proxy.inbound.session import Client, ClientSession, InboundRequest
 from proxy.logs import redact_text
 from proxy.metrics import Metrics
@@ -25,7 +29,7 @@ from proxy.outbound.connection import ConnectionListener, ServerConnection, Serv
 from proxy.outbound.era import Era
 from proxy.outbound.factory import transport_for
 from proxy.outbound.transport import Transport
-from proxy.per_client import ClientConnections
+from proxy.per_client import ClientConnections, OwnLists, OwnNotices
 from proxy.pipeline import Caller
 
 __all__ = ["Connections", "ServerHealth", "Sharing", "WaitFor"]
@@ -48,9 +52,13 @@ class Sharing:
         self._servers = servers
 
     def shares(self, caller: Client | Caller, server_id: str) -> bool:
-        """Whether ``caller`` reaches the server on its shared connection (else on its own: a
-        2026-07-28 caller has no session to own one)."""
-        return self._servers[server_id].session_mode == "shared" or caller.stateless
+        """Whether ``caller`` reaches the server on its shared connection (else on its own: its
+        session's, or a 2026-07-28 caller's identity's)."""
+        return self._servers[server_id].session_mode == "shared"
+
+    def own(self) -> tuple[str, ...]:
+        """The servers each client reaches on a connection of its own."""
+        return tuple(sid for sid, server in self._servers.items() if server.session_mode != "shared")
 
 
 class Connections:
@@ -67,6 +75,7 @@ class Connections:
         self._servers = {s.id: s for s in servers}
         self._boundary = boundary
         self._sharing = Sharing(self._servers)
+        self._own = self._sharing.own()
         given = transports or {}
         self.shared: dict[str, ServerConnection] = {
             server.id: ServerConnection(
@@ -130,10 +139,57 @@ class Connections:
         """
         if self.shares(caller, server_id):
             return self.shared[server_id]
-        # Only a handshake-era session's own request gets here: it has a session to own one.
-        session = caller.session if isinstance(caller, InboundRequest) else None
-        assert isinstance(session, ClientSession), f"{type(caller).__name__} has no session"
-        return await self._per_client.connection(session, server_id)
+        # Only a client's own request gets here: its session or its identity owns the connection.
+        assert isinstance(caller, InboundRequest), f"{type(caller).__name__} is no client request"
+        return await self._per_client.connection(caller.session, server_id)
+
+    @property
+    def own_servers(self) -> tuple[str, ...]:
+        """The ``per_client`` servers: each client reaches them on a connection of its own."""
+        return self._own
+
+    async def open_own(self, caller: Caller) -> None:
+        """Start ``caller``'s own connections to every ``per_client`` server that is not running,
+        and wait (bounded) for them to list: its catalog is theirs. One the limit refuses is left
+        out: the caller sees that server's shared list, and a call to it gets the refusal."""
+        if not isinstance(caller, InboundRequest):
+            return
+        client = caller.session
+        missing = [sid for sid in self._own if not self._per_client.running(client, sid)]
+        if not missing:
+            return
+
+        async def start(server_id: str) -> None:
+            try:
+                await self._per_client.connection(client, server_id)
+            except (LimitExceeded, ServerUnavailable) as exc:
+                logger.debug("no per_client connection to %s for a listing: %s", server_id, exc)
+
+        async with anyio.create_task_group() as tg:
+            for server_id in missing:
+                tg.start_soon(start, server_id)
+
+    def asked_through(self, connection: ServerConnection) -> ServerConnection | Doorstep:
+        """``connection`` as a 2026-07-28 caller's parked call goes out on it (:mod:`proxy.doorway`)."""
+        return self._per_client.asked_through(connection)
+
+    def own_lists_to(self, lists: OwnLists, notices: OwnNotices) -> None:
+        """Tell ``lists`` what each client's own connections list, and ``notices`` what an
+        identity's say unprompted (wired once, at start)."""
+        self._per_client.lists = lists
+        self._per_client.notices = notices
+
+    def own_running(self, caller: Caller, server_id: str) -> ServerConnection | None:
+        """``caller``'s own connection to ``server_id``, if it runs (none is started)."""
+        if not isinstance(caller, InboundRequest):
+            return None
+        return self._per_client.find(caller.session, server_id)
+
+    def hold(self, caller: Caller, server_id: str, count: int) -> None:
+        """``caller``'s listen streams hold ``count`` more (or fewer) resource subscriptions on
+        its own connection to ``server_id``: it is not idle while they do."""
+        if isinstance(caller, InboundRequest):
+            self._per_client.hold(caller.session, server_id, count)
 
     def own(self, session: ClientSession) -> list[ServerConnection]:
         """The ``per_client`` connections running for ``session``."""

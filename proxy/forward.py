@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from proxy.bridge.mrtr import Rounds
+from proxy.bridge.parking import Connection
 from proxy.errors import InvalidRequestState
 from proxy.outbound.connection import ServerConnection
 from proxy.pipeline import CallContext, Caller
@@ -30,13 +31,18 @@ __all__ = ["Forward", "Parking"]
 class Parking(Protocol):
     """Runs a 2026-07-28 caller's request on a handshake-era server (see proxy.bridge.parking)."""
 
-    async def call(self, connection: ServerConnection, ctx: CallContext) -> Any: ...
+    async def call(self, connection: Connection, ctx: CallContext) -> Any: ...
 
 
 class ConnectionChoice(Protocol):
     """Which connection a caller reaches a server on (:class:`proxy.connections.Connections`)."""
 
     async def for_call(self, caller: Caller, server_id: str) -> ServerConnection: ...
+
+    def asked_through(self, connection: ServerConnection) -> Connection:
+        """``connection`` as a parked call goes out on it: an identity's own connection first
+        has the caller answer what its server asked outside any call (:mod:`proxy.doorway`)."""
+        ...
 
 
 class Forward:
@@ -56,7 +62,7 @@ class Forward:
             bridge = self._rounds.pass_through if stateless_caller else self._rounds.unroll
             result = await bridge(connection, ctx)
         elif stateless_caller:
-            return await self._parking.call(connection, ctx)
+            return await self._parking.call(self._connections.asked_through(connection), ctx)
         else:
             if "requestState" in ctx.params:  # nobody issued this caller one for this server
                 raise InvalidRequestState()

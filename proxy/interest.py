@@ -5,7 +5,9 @@ Holders are handshake-era sessions that sent ``resources/subscribe`` and open
 its shared connection, however many holders want it: the first one subscribes it, the last one
 gone (unsubscribe, stream closed, session ended) sends ``resources/unsubscribe``. A session on a
 ``per_client`` server reaches it on a connection of its own, so its subscriptions are its own:
-never counted with anyone else's, and gone with the connection.
+never counted with anyone else's, and gone with the connection. A 2026-07-28 caller's listen
+stream watches a ``per_client`` server's resources on its identity's own connection
+(:class:`OwnInterest`), counted with that identity's other streams only.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Any, Final, Protocol
 import anyio
 
 from proxy.inbound.listen import Listens, Subscription
-from proxy.inbound.session import ClientSession
+from proxy.inbound.session import ClientSession, InboundRequest
+from proxy.per_client import owner_of
+from proxy.pipeline import Caller
 
-__all__ = ["Interest", "Sharing", "Subscribable"]
+__all__ = ["Interest", "OwnInterest", "OwnSubscribing", "Sharing", "Subscribable"]
 
 logger = logging.getLogger("proxy.interest")
 
@@ -85,7 +89,9 @@ class Interest:
         }
         accepted = await self.tell("resources/subscribe", fresh)
         if len(accepted) < len(fresh):
-            subscription.filter = subscription.filter.only(accepted | (watched.keys() - fresh.keys()))
+            refused = fresh.keys() - accepted
+            kept = (uri for uri in subscription.filter.uris if uri not in refused)
+            subscription.filter = subscription.filter.only(kept)
 
     async def unwatch(self, subscription: Subscription, watched: Mapping[str, str]) -> None:
         """A listen stream closed: unsubscribe the URIs it held that no one else does. Shielded
@@ -118,3 +124,67 @@ class Interest:
             for uri, server in uris.items():
                 tg.start_soon(tell, uri, server)
         return agreed
+
+
+class OwnSubscribing(Protocol):
+    """What :class:`OwnInterest` needs of :class:`proxy.connections.Connections`."""
+
+    async def for_call(self, caller: Caller, server_id: str) -> Subscribable: ...
+
+    def own_running(self, caller: Caller, server_id: str) -> Subscribable | None: ...
+
+    def hold(self, caller: Caller, server_id: str, count: int) -> None: ...
+
+
+class OwnInterest:
+    """A 2026-07-28 caller's listen streams on ``per_client`` servers: their resources are
+    subscribed on its identity's own connection (where its calls go, and whose updates only that
+    identity's streams hear), once per identity, and the connection is not idle while held."""
+
+    def __init__(self, listens: Listens, connections: OwnSubscribing) -> None:
+        self._listens = listens
+        self._connections = connections
+
+    async def watch(
+        self, inbound: InboundRequest, subscription: Subscription, own: Mapping[str, str]
+    ) -> None:
+        """Subscribe ``own`` (URI: per_client server) on the caller's identity's own connections,
+        once per identity; a URI its server refused leaves the stream's filter."""
+        refused: set[str] = set()
+        mine = owner_of(inbound.identity)
+        for uri, server in own.items():
+            try:
+                if not self._listens.watching(
+                    uri, besides=subscription, where=lambda s: owner_of(s.identity) == mine
+                ):
+                    connection = await self._connections.for_call(inbound, server)
+                    await connection.request("resources/subscribe", {"uri": uri})
+            except Exception as exc:  # one server's refusal must not fail the stream or the others
+                logger.warning("server %s: resources/subscribe %s failed: %s", server, uri, exc)
+                refused.add(uri)
+            else:
+                self._connections.hold(inbound, server, 1)
+        if refused:
+            kept = (uri for uri in subscription.filter.uris if uri not in refused)
+            subscription.filter = subscription.filter.only(kept)
+
+    async def unwatch(
+        self, inbound: InboundRequest, subscription: Subscription, own: Mapping[str, str]
+    ) -> None:
+        """A listen stream closed: unsubscribe, on the identity's own connections, what no other
+        stream of the identity watches. Shielded and bounded: often because the client left."""
+        mine = owner_of(inbound.identity)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_WITHIN):
+            for uri, server in own.items():
+                if uri not in subscription.filter.uris:
+                    continue  # refused when it opened
+                self._connections.hold(inbound, server, -1)
+                connection = self._connections.own_running(inbound, server)
+                if connection is None or self._listens.watching(
+                    uri, besides=subscription, where=lambda s: owner_of(s.identity) == mine
+                ):
+                    continue
+                try:
+                    await connection.request("resources/unsubscribe", {"uri": uri})
+                except Exception as exc:
+                    logger.warning("server %s: resources/unsubscribe %s failed: %s", server, uri, exc)

@@ -1,11 +1,12 @@
 """What clients hear unprompted: list changes, and what servers say about no request.
 
 A change of a merged list goes to every initialized session and every ``subscriptions/listen``
-stream that asked for it. A server's resource update goes to the sessions that reach that
-server on the connection it came from (a ``per_client`` session hears its own connection:
-:mod:`proxy.per_client`) and subscribed to it, and to the listen streams whose identity may
-still read the resource. A server's log line is :mod:`proxy.server_logs`'s business: the
-policy decides who hears it.
+stream that asked for it; a change of one client's own view (:mod:`proxy.own_catalogs`) to that
+session, or to the listen streams of that identity. A server's resource update goes to the
+sessions that reach that server on the connection it came from (a ``per_client`` session hears
+its own connection: :mod:`proxy.per_client`) and subscribed to it, and to the listen streams
+whose identity may still read the resource. A server's log line is :mod:`proxy.server_logs`'s
+business: the policy decides who hears it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from proxy.access import Access
 from proxy.connections import Connections
 from proxy.inbound.listen import Listens
 from proxy.outbound.lists import CHANGED
+from proxy.per_client import Owner, owner_of
 from proxy.policy import Subject
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
@@ -42,6 +44,29 @@ class Notices:
         message = _CHANGED[kind]
         self._sessions.broadcast(message)
         self._listens.publish(message)
+
+    def own_list_changed(self, owner: Owner, kind: str) -> None:
+        """What ``owner`` (a session's id, or an identity's key) sees of list ``kind`` changed."""
+        message = _CHANGED[kind]
+        if isinstance(owner, str):
+            for session in self._sessions:
+                if session.id == owner and session.initialized:
+                    session.notify(message)
+            return
+        self._listens.publish(message, lambda listening: owner_of(listening.identity) == owner)
+
+    def own_notification(self, owner: Owner, server_id: str, message: Message) -> None:
+        """What a 2026-07-28 identity's own connection says unprompted: a resource update, to
+        that identity's listen streams that watch the URI, if it may still read it."""
+        if message["method"] != UPDATED:
+            return  # its log lines reach it only on the stream of the request that asked
+        subject = Subject.resource(str((message.get("params") or {}).get("uri")), server_id)
+        self._listens.publish(
+            message,
+            lambda listening: (
+                owner_of(listening.identity) == owner and self._access.allows(listening.identity, subject)
+            ),
+        )
 
     def server_notification(self, server_id: str, message: Message) -> None:
         """What a server's shared connection says unprompted but log lines (resources/updated)."""

@@ -23,6 +23,7 @@ import anyio
 from proxy import __version__
 from proxy.boundary import Boundary
 from proxy.catalog.completions import filter_completion
+from proxy.catalog.merge import Entry
 from proxy.catalogs import Catalogs
 from proxy.config import LimitsConfig
 from proxy.connections import Connections
@@ -37,9 +38,11 @@ from proxy.inbound.session import (
     cancel_named,
     kept_client_info,
 )
-from proxy.interest import Interest
+from proxy.interest import Interest, OwnInterest
 from proxy.metrics import UNKNOWN, Metrics
 from proxy.outbound.lists import LIST_KINDS
+from proxy.own_catalogs import OwnCatalogs
+from proxy.per_client import owner, owner_of
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy import Identity, Subject
 from proxy.protocol import jsonrpc, results, versions
@@ -112,14 +115,18 @@ class Router:
         boundary: Boundary,
         metrics: Metrics,
         limits: LimitsConfig | None = None,
+        own: OwnCatalogs | None = None,
     ) -> None:
         limits = limits or LimitsConfig()
         self._catalogs = catalogs
+        # Set only when per_client servers are configured: each client's own view of the lists.
+        self._own = own
         self._sessions = sessions
         self._connections = connections
         self._interest = interest
         self._listens = listens
         self._logs = logs
+        self._own_interest = OwnInterest(listens, connections)
         self._forward = forward
         self._boundary = boundary
         self._metrics = metrics
@@ -218,8 +225,9 @@ class Router:
             return await handler(inbound, params, request_id)
         if method in _LISTS:
             kind = _LISTS[method]
-            hint = self._catalogs.cache_hint(kind) if inbound.stateless else None
-            return self._catalogs.page(
+            catalogs = await self._opened(inbound)
+            hint = catalogs.cache_hint(kind) if inbound.stateless else None
+            return catalogs.page(
                 kind, params.get("cursor"), inbound.identity, hint=hint, server_info=SERVER_INFO
             )
         raise MethodNotFound(f"method not found: {method}")
@@ -276,12 +284,32 @@ class Router:
             result["instructions"] = instructions
         return result
 
+    # ---- the catalog a client sees ---------------------------------------------------------
+
+    def _view(self, inbound: InboundRequest) -> Catalogs:
+        """What ``inbound``'s client sees: its own view once its per_client connections listed."""
+        return self._catalogs if self._own is None else self._own.of(owner(inbound.session))
+
+    async def _opened(self, inbound: InboundRequest) -> Catalogs:
+        """Its view, once its own connections to every per_client server run (they list it)."""
+        if self._own is None:
+            return self._catalogs
+        await self._connections.open_own(inbound)
+        return self._view(inbound)
+
+    def _identity_view(self, identity: Identity) -> Catalogs:
+        """What a 2026-07-28 caller of ``identity`` sees."""
+        return self._catalogs if self._own is None else self._own.of(owner_of(identity))
+
     # ---- resolved and forwarded -----------------------------------------------------------
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
-        catalogs = self._catalogs
+        catalogs = self._view(inbound)
         entry = catalogs.tool(name)
+        if entry is None and self._own is not None:  # perhaps only its own connection lists it
+            catalogs = await self._opened(inbound)
+            entry = catalogs.tool(name)
         if entry is None:
             self._metrics.tool_call(UNKNOWN, None, "invalid", 0.0)  # never the client's string as a label
             raise InvalidParams(f"unknown tool: {name}")
@@ -301,8 +329,22 @@ class Router:
             raise InvalidParams('"arguments" must be an object')
         return await self._forward(ctx)
 
+    async def _prompt(self, inbound: InboundRequest, name: str) -> Entry:
+        """Raises: InvalidParams: no server lists a prompt of that name to this client."""
+        entry = self._view(inbound).prompts.by_name.get(name)
+        if entry is None:
+            entry = (await self._opened(inbound)).prompt(name)
+        return entry
+
+    async def _route(self, inbound: InboundRequest, uri: str) -> str | None:
+        """The server of a concrete resource URI, as this client sees the lists."""
+        server = self._view(inbound).resources.route(uri)
+        if server is None and self._own is not None:
+            server = (await self._opened(inbound)).resources.route(uri)
+        return server
+
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        entry = self._catalogs.prompt(_string(params, "name", "prompts/get"))
+        entry = await self._prompt(inbound, _string(params, "name", "prompts/get"))
         forwarded = {**params, "name": entry.original_name}
         subject = Subject.prompt(entry)
         ctx = CallContext(
@@ -312,8 +354,8 @@ class Router:
 
     async def _resources_read(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/read")
-        index = self._catalogs.resources
-        server = index.route(uri)
+        server = await self._route(inbound, uri)
+        index = self._view(inbound).resources
         if server is None:
             raise ResourceNotFound.of(uri)
         # Whether the policy hides it is the authorize stage's call, as for prompts. It decides
@@ -331,7 +373,7 @@ class Router:
         method = "completion/complete"
         if ref.get("type") == "ref/prompt":
             name = _string(ref, "name", "a ref/prompt")
-            entry = self._catalogs.prompt(name)
+            entry = await self._prompt(inbound, name)
             forwarded = {**params, "ref": {**ref, "name": entry.original_name}}
             subject = Subject.prompt(entry)
             ctx = CallContext(inbound, request_id, method, entry.server_id, name, forwarded, entry, subject)
@@ -355,7 +397,8 @@ class Router:
         """
         method = "completion/complete"
         raw = self._bounded(_string(ref, "uri", "a ref/resource"))
-        index = self._catalogs.resources
+        view = self._view(inbound)
+        index = view.resources
         template_server = index.by_template.get(raw)
         if template_server is None:
             if "{" in raw:
@@ -379,7 +422,7 @@ class Router:
             if len(filled) > self._max_uri:  # no read of it would be let through either
                 return False
             try:
-                self._catalogs.readable(normalize_uri(filled), identity)
+                view.readable(normalize_uri(filled), identity)
             except (InvalidParams, ResourceNotFound):
                 return False
             return True
@@ -404,7 +447,8 @@ class Router:
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/subscribe")
         session = _session(inbound)
-        held = self._catalogs.resources.spelling(uri) in session.subscriptions
+        view = self._view(inbound)
+        held = view.resources.spelling(uri) in session.subscriptions
         if not held and len(session.subscriptions) >= self._max_subscriptions:
             raise LimitExceeded(
                 "this session already holds as many resource subscriptions as it may; "
@@ -412,9 +456,9 @@ class Router:
                 limit="max_subscriptions_per_session",
                 maximum=self._max_subscriptions,
             )
-        server = self._catalogs.readable(uri, session.identity)
+        server = view.readable(uri, session.identity)
         # Kept, and sent, as the server spells it: its resources/updated will name it so.
-        uri = self._catalogs.resources.spelling(uri)
+        uri = view.resources.spelling(uri)
         # One subscription on a shared connection serves every session that wants the URI.
         if self._interest.must_tell(session, uri, server):
             forwarded = {**params, "uri": uri}
@@ -427,8 +471,9 @@ class Router:
     async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/unsubscribe")
         session = _session(inbound)
-        server = self._catalogs.readable(uri, session.identity)
-        uri = self._catalogs.resources.spelling(uri)
+        view = self._view(inbound)
+        server = view.readable(uri, session.identity)
+        uri = view.resources.spelling(uri)
         session.subscriptions.pop(uri, None)
         if self._interest.must_tell(session, uri, server):
             forwarded = {**params, "uri": uri}
@@ -469,13 +514,19 @@ class Router:
             honoured = requested.watching(tuple(watched))
             subscription = self._listens.open(subscription_id, caller.identity, honoured)
             self._metrics.listen_opened(caller.transport)
+            inbound = InboundRequest(caller)
+            # A per_client server's resources are watched on the identity's own connection.
+            own = {u: s for u, s in watched.items() if not self._connections.shares(inbound, s)}
+            shared = {u: s for u, s in watched.items() if u not in own}
             try:
-                await self._interest.watch(subscription, watched)
+                await self._interest.watch(subscription, shared)
+                await self._own_interest.watch(inbound, subscription, own)
                 yield subscription
             finally:
                 self._listens.close(subscription)
                 self._metrics.listen_closed(caller.transport)
-                await self._interest.unwatch(subscription, watched)
+                await self._interest.unwatch(subscription, shared)
+                await self._own_interest.unwatch(inbound, subscription, own)
         finally:
             self._listening.give_back(caller.identity.key, caller)
 
@@ -490,11 +541,12 @@ class Router:
         watchable: dict[str, str] = {}
         for named in uris:
             uri = normalize_uri(self._bounded(named))
+            view = self._identity_view(identity)
             try:
-                server = self._catalogs.readable(uri, identity)
+                server = view.readable(uri, identity)
             except ResourceNotFound:
                 continue
-            uri = self._catalogs.resources.spelling(uri)
+            uri = view.resources.spelling(uri)
             connection = self._connections.shared.get(server)
             if connection is not None and (connection.capabilities.get("resources") or {}).get("subscribe"):
                 watchable[uri] = server
@@ -502,7 +554,7 @@ class Router:
 
     def tool_definition(self, name: str, identity: Identity) -> Mapping[str, Any] | None:
         """The definition of tool ``name`` as ``identity`` is shown it (2026-07-28 param headers)."""
-        return self._catalogs.visible_definition(name, identity)
+        return self._identity_view(identity).visible_definition(name, identity)
 
     # ---- logging --------------------------------------------------------------------------
 

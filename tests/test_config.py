@@ -416,6 +416,16 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_AUTH__STDIO_IDENTITY__NAME": "me",
     "MANIFOLD_AUTH__STDIO_IDENTITY__ROLES": '["admin"]',
     "MANIFOLD_AUTH__TOKEN_CACHE_SIZE": "5",
+    "MANIFOLD_AUTH__OAUTH": '{"resource": "https://mcp.example.com/mcp", "authorization_servers": [{"issuer": "https://id.example.com"}]}',
+    "MANIFOLD_AUTH__OAUTH__RESOURCE": "https://gw.example.com/team/mcp",
+    "MANIFOLD_AUTH__OAUTH__AUTHORIZATION_SERVERS": '[{"issuer": "https://other.example.com"}]',
+    "MANIFOLD_AUTH__OAUTH__SCOPES_SUPPORTED": '["mcp:tools"]',
+    "MANIFOLD_AUTH__OAUTH__REQUIRED_SCOPES": '["mcp:tools"]',
+    "MANIFOLD_AUTH__OAUTH__SCOPE_ROLES": '{"mcp:admin": ["admin"]}',
+    "MANIFOLD_AUTH__OAUTH__ROLES_CLAIM": "realm_access.roles",
+    "MANIFOLD_AUTH__OAUTH__NAME_CLAIM": "preferred_username",
+    "MANIFOLD_AUTH__OAUTH__RESOURCE_NAME": "Acme tools",
+    "MANIFOLD_AUTH__OAUTH__INTROSPECTION_CACHE": "5",
     "MANIFOLD_POLICY": '{"dry_run": true}',
     "MANIFOLD_POLICY__FILES": '["policies/default.yaml"]',
     "MANIFOLD_POLICY__DRY_RUN": "true",
@@ -451,8 +461,30 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_LOGGING__ACCESS_LOG": "false",
 }
 # What a few samples need from the file to be valid on their own.
+_OAUTH = {
+    "auth": {
+        "oauth": {
+            "resource": "https://mcp.example.com/mcp",
+            "authorization_servers": [{"issuer": "https://id.example.com"}],
+        }
+    }
+}
 SAMPLE_FILES: dict[str, dict[str, Any]] = {
     "MANIFOLD_RATE_LIMITS__HTTP__BURST": {"rate_limits": {"http": {"rate": "1/second"}}},
+    **{
+        f"MANIFOLD_AUTH__OAUTH__{field}": _OAUTH
+        for field in (
+            "RESOURCE",
+            "AUTHORIZATION_SERVERS",
+            "SCOPES_SUPPORTED",
+            "REQUIRED_SCOPES",
+            "SCOPE_ROLES",
+            "ROLES_CLAIM",
+            "NAME_CLAIM",
+            "RESOURCE_NAME",
+            "INTROSPECTION_CACHE",
+        )
+    },
 }
 OVERRIDABLE = overridable(Config, exclude={"servers"})
 
@@ -465,7 +497,9 @@ def plain(value: Any) -> Any:
         return value.model_dump(mode="json")
     if isinstance(value, tuple | list):
         return [plain(item) for item in value]
-    if value is None or isinstance(value, str | int | float | bool | dict):
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)  # a parsed value such as a rate: its text
 
@@ -1006,3 +1040,10 @@ def test_session_ids_expire_after_a_day_and_ended_ones_are_shared_when_rate_limi
     assert "sessions.max_lifetime" in message
     assert "hunter2" not in message
     assert "hunter2" not in repr(config_from_mapping({"sessions": {"redis_url": "redis://:hunter2@c"}}))
+
+
+def test_per_identity_is_another_name_for_per_client() -> None:
+    config = config_from_mapping(
+        {"servers": {"fs": {"command": "x", "session_mode": "per_identity"}}}, environ={}
+    )
+    assert [s.session_mode for s in config.enabled_servers()] == ["per_client"]

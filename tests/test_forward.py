@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.bridge.mrtr import Rounds
+from proxy.bridge.parking import Connection
 from proxy.bridge.state import RequestStates
 from proxy.errors import InvalidRequestState
 from proxy.forward import Forward
@@ -38,9 +39,12 @@ class Connections:
     async def for_call(self, caller: Caller, server_id: str) -> ServerConnection:
         return self.server  # type: ignore[return-value]  # duck-typed: request(), server_id, stateless
 
+    def asked_through(self, connection: ServerConnection) -> Connection:
+        return connection
+
 
 class NoParking:
-    async def call(self, connection: ServerConnection, ctx: CallContext) -> Any:
+    async def call(self, connection: Connection, ctx: CallContext) -> Any:
         raise AssertionError("a handshake-era caller is never parked")
 
 

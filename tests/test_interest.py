@@ -69,10 +69,11 @@ def test_a_shared_uri_is_told_once_and_a_per_client_one_every_time() -> None:
     assert world.interest.must_tell(late, "mem://c", "shared")
 
 
-def test_a_2026_caller_on_a_per_client_server_shares_the_shared_connection() -> None:
+def test_a_2026_caller_on_a_per_client_server_does_not_get_the_shared_connection() -> None:
     world = World()
     caller = StatelessCaller("request-1", "http", versions.LATEST_STATELESS, {}, ALICE)
-    assert world.sharing.shares(caller, "own")
+    assert not world.sharing.shares(caller, "own")  # its identity's own, as a session has its own
+    assert world.sharing.shares(caller, "shared")
     assert not world.interest.shares(world.session(), "own")
 
 

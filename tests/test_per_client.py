@@ -1,5 +1,6 @@
-"""``per_client`` connections: bounded in number, stopped when unused, started again on use;
-against real stdio fixture servers (real processes, counted in /proc)."""
+"""``per_client`` connections: one per session, or per identity for 2026-07-28 callers; bounded
+in number, stopped when unused, started again on use; against real stdio fixture servers (real
+processes, counted in /proc)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import functools
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -14,9 +16,11 @@ import pytest
 from proxy.boundary import wire_error
 from proxy.config import LimitsConfig, config_from_mapping
 from proxy.errors import LimitExceeded
-from proxy.inbound.session import ClientSession, InboundRequest
+from proxy.inbound.session import ClientSession, InboundRequest, StatelessCaller
 from proxy.outbound.connection import ServerState
-from proxy.per_client import ClientConnections
+from proxy.per_client import ClientConnections, owner, owner_of
+from proxy.policy.model import Identity
+from proxy.protocol import versions
 from tests.fixtures.processes import children
 from tests.interaction.harness import fixture_server
 
@@ -141,3 +145,60 @@ async def test_a_connection_still_starting_for_a_request_is_not_idle() -> None:
         with anyio.fail_after(10):
             await started.wait()
         assert running_servers() == 1
+
+
+# ---- whose connection: a session's, or a 2026-07-28 caller's identity's ------------------------
+
+ALICE = Identity("alice", frozenset(), "api_key")
+ALICE_JWT = Identity("alice", frozenset(), "jwt")
+BOB = Identity("bob", frozenset(), "api_key")
+
+
+def stateless(identity: Identity, **capabilities: Any) -> StatelessCaller:
+    return StatelessCaller(
+        f"request-{id(capabilities)}", "http", versions.LATEST_STATELESS, capabilities, identity
+    )
+
+
+def test_a_stateless_callers_owner_is_its_identity_and_a_sessions_is_its_id() -> None:
+    assert owner_of(ALICE) == ("api_key", "", "alice") == ALICE.key
+    assert owner(stateless(ALICE)) == owner(stateless(ALICE, roots={})) == owner_of(ALICE)
+    assert owner(stateless(ALICE)) != owner(stateless(ALICE_JWT))  # same name, another source
+    other_issuers = Identity("alice", frozenset(), "jwt", issuer="https://partner.example")
+    assert owner(stateless(ALICE_JWT)) != owner(stateless(other_issuers))  # same name, another issuer
+    assert owner(stateless(ALICE)) != owner(stateless(BOB))
+    alices_session = ClientSession(id="s1", transport="http", identity=ALICE)
+    assert owner(alices_session) == "s1"
+    assert owner(alices_session) != owner(stateless(ALICE))
+
+
+async def test_each_identity_gets_one_connection_of_its_own_across_its_requests() -> None:
+    clock = Clock()
+    async with per_client(10, clock) as connections:
+        first = await connections.connection(stateless(ALICE, roots={}), "pc")
+        again = await connections.connection(stateless(ALICE), "pc")  # a later request of alice's
+        bobs = await connections.connection(stateless(BOB), "pc")
+        sessions = await connections.connection(
+            ClientSession(id="s1", transport="http", identity=ALICE), "pc"
+        )
+        assert again is first
+        assert len({id(first), id(bobs), id(sessions)}) == 3
+        assert running_servers() == 3
+        # Opened with the capabilities of the request that started it, kept for its lifetime.
+        assert first._client_capabilities == {"roots": {}}
+        assert bobs._client_capabilities == {}
+
+
+async def test_identity_connections_count_against_the_same_limit_and_go_idle_alike() -> None:
+    clock = Clock()
+    async with per_client(2, clock) as connections:
+        await connections.connection(stateless(ALICE), "pc")
+        await connections.connection(ClientSession(id="s1", transport="http"), "pc")
+        with anyio.fail_after(1), pytest.raises(LimitExceeded) as refused:
+            await connections.connection(stateless(BOB), "pc")
+        assert "for this identity to pc" in refused.value.message
+        clock.now += 60
+        assert connections.stop_idle() == 2
+        assert len(connections) == 0
+        await connections.connection(stateless(BOB), "pc")
+        assert len(connections) == 1

@@ -167,9 +167,16 @@ class Listens:
             if subscription.filter.wants(message) and (allowed is None or allowed(subscription)):
                 subscription.offer(message)
 
-    def watching(self, uri: str, *, besides: object = None) -> bool:
-        """Whether an open stream other than ``besides`` watches ``uri`` (downstream interest)."""
-        return any(uri in s.filter.uris for s in self._open.values() if s is not besides)
+    def watching(
+        self, uri: str, *, besides: object = None, where: Callable[[Subscription], bool] | None = None
+    ) -> bool:
+        """Whether an open stream other than ``besides`` (and, given ``where``, one it picks)
+        watches ``uri`` (downstream interest)."""
+        return any(
+            uri in s.filter.uris and (where is None or where(s))
+            for s in self._open.values()
+            if s is not besides
+        )
 
     def end_all(self) -> None:
         """End every stream gracefully (shutdown): each gets its response, then closes."""

@@ -196,6 +196,8 @@ class ServerConnection:
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._server_requests: dict[RequestId, anyio.CancelScope] = {}
+        self._unasked = anyio.Event()  # set while no request of the server's waits for its answer
+        self._unasked.set()
         self._link: Link | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._stale: set[str] = set()
@@ -268,6 +270,13 @@ class ServerConnection:
             raise
         self._outcome(None)
         return result
+
+    async def answered(self, wait: float) -> None:
+        """Until every request the server sent us has been answered (its answer written), or
+        ``wait`` seconds: what a client's first request on a ``per_client`` connection waits for,
+        so that the server has the ``roots/list`` answer it asked for at initialize first."""
+        with anyio.move_on_after(wait):
+            await self._unasked.wait()
 
     @property
     def serving(self) -> bool:
@@ -411,6 +420,8 @@ class ServerConnection:
                 # Registered before the task runs, so that a duplicate or a cancel that overtakes
                 # the task still finds it.
                 scope = self._server_requests[request_id] = anyio.CancelScope()
+                if self._unasked.is_set():
+                    self._unasked = anyio.Event()
                 self._tg.start_soon(self._relay_request, link, message, related, scope)
         else:
             self._notification(message, related)
@@ -485,6 +496,8 @@ class ServerConnection:
         finally:
             if self._server_requests.get(request_id) is scope:
                 del self._server_requests[request_id]
+            if not self._server_requests:
+                self._unasked.set()
 
     async def _reply(self, link: Link, reply: Message, request_id: RequestId) -> None:
         """Answer a server's request; an answer that cannot be written as JSON becomes an error."""

@@ -357,8 +357,9 @@ async def test_each_per_client_session_subscribes_on_its_own_connection(manifold
 async def test_a_per_client_session_hears_its_own_process_not_the_shared_one(
     manifold: RunningManifold,
 ) -> None:
-    """A 2026-07-28 caller's listen stream watches r3's resource on the shared connection; a
-    per_client session subscribed to the same URI on its own process hears only that process."""
+    """A 2026-07-28 caller's listen stream watches r3's resource on its identity's own process,
+    where its calls go too; a per_client session subscribed to the same URI on its own process
+    hears only that process."""
     heard: list[str] = []
     marker_heard = anyio.Event()
     uri, marker = "note://r3/static", "note://r3/marker"
@@ -376,12 +377,12 @@ async def test_a_per_client_session_hears_its_own_process_not_the_shared_one(
     ):
         await session.subscribe_resource(uri)
         await session.subscribe_resource(marker)
-        told = await stateless.call_tool("r3.touch", {"uri": uri})  # the shared process
+        told = await stateless.call_tool("r3.touch", {"uri": uri})  # its identity's own process
         assert _text(told) == f"touched {uri}: told its subscriber"
         with anyio.fail_after(10):
             assert await anext(stream) == ResourceUpdated(uri=uri)
-        # Then its own process tells of the marker: the session's notifications come in order,
-        # so anything the shared process' update sent it would be in before the marker.
+        # Then the session's own process tells of the marker: the session's notifications come in
+        # order, so anything another process' update sent it would be in before the marker.
         await session.call_tool("r3.touch", {"uri": marker})
         with anyio.fail_after(10):
             await marker_heard.wait()
