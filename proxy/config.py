@@ -78,6 +78,8 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from proxy.auth.settings import AuthSettings
+from proxy.catalog.naming import RESERVED_PREFIX
+from proxy.discovery.settings import DiscoverySettings
 from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
 from proxy.files import read_text
@@ -402,6 +404,7 @@ class Config(_Model):
     rate_limits: RateLimitSettings = RateLimitSettings()
     metrics: MetricsSettings = MetricsSettings()
     logging: LogSettings = LogSettings()
+    discovery: DiscoverySettings = DiscoverySettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
 
     def enabled_servers(self) -> list[ServerConfig]:
@@ -467,7 +470,16 @@ class Config(_Model):
         # characters, one could start another ("a" + "__" starts "a_" + "__"), and a name in it
         # would then be both servers'.
         spaces = {prefix + separator: key for prefix, key in owners.items()}
+        reserved = RESERVED_PREFIX + separator  # Manifold's own tools (progressive discovery)
         for space, key in spaces.items():
+            if space.startswith(reserved) or reserved.startswith(space):
+                problems.append(
+                    (
+                        ("servers", key, "prefix"),
+                        f"the namespace {space!r} is reserved for Manifold's own tools "
+                        f"({reserved}search_tools …); give this server another prefix",
+                    )
+                )
             for other_space, other in spaces.items():
                 if other != key and space.startswith(other_space):
                     problems.append(

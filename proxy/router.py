@@ -25,6 +25,7 @@ from proxy.boundary import Boundary
 from proxy.catalogs import Catalogs
 from proxy.config import LimitsConfig
 from proxy.connections import Connections
+from proxy.discovery.service import Call, Discovery
 from proxy.errors import InvalidParams, InvalidRequest, LimitExceeded, MethodNotFound, ResourceNotFound
 from proxy.inbound.listen import Listens, Subscription
 from proxy.inbound.session import (
@@ -110,8 +111,11 @@ class Router:
         boundary: Boundary,
         metrics: Metrics,
         limits: LimitsConfig | None = None,
+        discovery: Discovery | None = None,
     ) -> None:
         limits = limits or LimitsConfig()
+        # Progressive discovery: meta-tools listed instead of the tools (None: switched off).
+        self._discovery = discovery if discovery is not None and discovery.enabled else None
         self._catalogs = catalogs
         self._sessions = sessions
         self._connections = connections
@@ -217,6 +221,11 @@ class Router:
         if method in _LISTS:
             kind = _LISTS[method]
             hint = self._catalogs.cache_hint(kind) if inbound.stateless else None
+            if kind == "tools" and self._discovery is not None:
+                listed = self._discovery.page(self._catalogs.served, inbound, params.get("cursor"))
+                if hint is None:
+                    return listed
+                return results.stateless(listed, server_info=SERVER_INFO, cache=hint)
             return self._catalogs.page(
                 kind, params.get("cursor"), inbound.identity, hint=hint, server_info=SERVER_INFO
             )
@@ -278,6 +287,21 @@ class Router:
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
+        discovery = self._discovery
+        if discovery is not None and name in discovery.names:
+            answer = discovery.answer(self._catalogs.served, inbound, name, params.get("arguments"))
+            if not isinstance(answer, Call):
+                return answer
+            # call_tool: exactly a direct call of the tool it names (never of a meta-tool again).
+            params = {**params, "name": answer.name, "arguments": answer.arguments}
+            if answer.arguments is None:
+                del params["arguments"]
+            return await self._call_tool(inbound, params, answer.name, request_id)
+        return await self._call_tool(inbound, params, name, request_id)
+
+    async def _call_tool(
+        self, inbound: InboundRequest, params: Params, name: str, request_id: RequestId
+    ) -> Any:
         catalogs = self._catalogs
         entry = catalogs.tool(name)
         if entry is None:

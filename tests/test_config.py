@@ -445,6 +445,13 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_LOGGING": '{"format": "json"}',
     "MANIFOLD_LOGGING__FORMAT": "plain",
     "MANIFOLD_LOGGING__ACCESS_LOG": "false",
+    "MANIFOLD_DISCOVERY": '{"mode": "search"}',
+    "MANIFOLD_DISCOVERY__MODE": "promote",
+    "MANIFOLD_DISCOVERY__DEFAULT_RESULTS": "3",
+    "MANIFOLD_DISCOVERY__MAX_RESULTS": "30",
+    "MANIFOLD_DISCOVERY__MAX_DESCRIBE": "5",
+    "MANIFOLD_DISCOVERY__MAX_QUERY_CHARS": "200",
+    "MANIFOLD_DISCOVERY__MAX_PROMOTED": "4",
 }
 # What a few samples need from the file to be valid on their own.
 SAMPLE_FILES: dict[str, dict[str, Any]] = {
@@ -901,6 +908,27 @@ def test_a_namespace_that_starts_another_servers_namespace_is_refused() -> None:
         "test.yaml: servers.a_.prefix: names in the namespace 'a___' would also be in the namespace "
         "'a__' of server 'a'; choose prefixes that do not start one another's namespace"
     )
+
+
+@pytest.mark.parametrize(
+    ("separator", "server_id", "prefix"),
+    [(".", "manifold", None), (".", "x", "manifold"), ("__", "manifold_", None)],
+)
+def test_no_server_may_have_manifolds_own_namespace(
+    separator: str, server_id: str, prefix: str | None
+) -> None:
+    # The namespace of progressive discovery's meta-tools (manifold.search_tools …) is Manifold's.
+    server = stdio() if prefix is None else stdio(prefix=prefix)
+    message = error_of({"naming": {"separator": separator}, "servers": {server_id: server}})
+    space = (prefix or server_id) + separator
+    assert message == (
+        f"test.yaml: servers.{server_id}.prefix: the namespace {space!r} is reserved for Manifold's own "
+        f"tools (manifold{separator}search_tools …); give this server another prefix"
+    )
+
+
+def test_an_unprefixed_server_may_be_called_manifold() -> None:
+    assert list(build({"servers": {"manifold": stdio(prefix="")}}).servers) == ["manifold"]
 
 
 # --- files ------------------------------------------------------------------------------------------
