@@ -58,7 +58,9 @@ async def dump(name: str, command: str, args: list[str], source: str) -> None:
             while True:
                 paging = None if cursor is None else PaginatedRequestParams(cursor=cursor)
                 page = await session.list_tools(params=paging)
-                tools += [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools]
+                tools += [
+                    tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools
+                ]
                 cursor = page.next_cursor
                 if cursor is None:
                     break

@@ -215,8 +215,10 @@ def report(
         "",
         f"Tasks whose tool was not first ({len(results[0].misses)}; expected → top 3 found):",
         "",
-        *(f"- {task!r}: `{tool}` → {', '.join(f'`{n}`' for n in found) or 'nothing'}"
-          for task, tool, found in results[0].misses),
+        *(
+            f"- {task!r}: `{tool}` → {', '.join(f'`{n}`' for n in found) or 'nothing'}"
+            for task, tool, found in results[0].misses
+        ),
     ]
     return "\n".join(lines)
 
@@ -228,7 +230,12 @@ def write_readme(text: str, path: Path = README) -> None:
         head, rest = readme.split(BEGIN, 1)
         readme = head + section + rest.split(END, 1)[1]
     else:
-        readme = readme.rstrip("\n") + "\n\n## Progressive discovery: search quality and savings\n\n" + section + "\n"
+        readme = (
+            readme.rstrip("\n")
+            + "\n\n## Progressive discovery: search quality and savings\n\n"
+            + section
+            + "\n"
+        )
     path.write_text(readme)
 
 
