@@ -16,7 +16,10 @@ A term's pseudo-frequency in a tool is the weighted sum of its length-normalised
 each field; its score is ``idf * tf / (k1 + tf)``. Every (term, tool) contribution is computed
 once, when the index is built, so a query only adds up postings: a few microseconds per term
 over hundreds of tools. A query term the catalog does not have matches, at half weight, the
-catalog terms it is a prefix of (``repo`` → ``repository``), or that are a prefix of it.
+catalog terms it is a prefix of (``repo`` → ``repository``), or that are a prefix of it; and
+every query term also matches, at half weight, the other words of its group in a small fixed
+table of words tool authors use for the same thing (``folder``/``directory``,
+``create``/``add``/``new``/``make``, ``rename``/``move`` …: :data:`_GROUPS`).
 
 Terms are words and numbers, Unicode-aware: ``createIssue``, ``create_issue``,
 ``create-issue`` and ``Create issue`` all give ``creat``, ``issu``: a light suffix stripping
@@ -58,6 +61,32 @@ _MIN_PREFIX: Final = 3  # shorter query terms are matched exactly only
 _MAX_FIELD_CHARS: Final = 4096  # of one field of one tool: a hostile description costs no more
 _MAX_ARGUMENTS: Final = 64  # argument names (and descriptions) read per tool
 _MAX_QUERY_TERMS: Final = 64  # distinct terms of a query that are scored
+_SYNONYM_WEIGHT: Final = 0.5  # a query term's synonym counts half
+# Words that name the same action or thing in tool catalogs: a query term also matches the others
+# of its group (query side only, at half weight). General English of tool catalogs, not a
+# thesaurus: a group holds words one tool author uses where another uses the next.
+_GROUPS: Final = (
+    "create add new make",
+    "delete remove erase destroy drop",
+    "fetch retrieve read show view display",
+    "list enumerate",
+    "update edit modify change set patch replace",
+    "search find lookup locate query",
+    "send post publish",
+    "write save store put",
+    "move rename",
+    "folder directory dir",
+    "file document",
+    "run execute exec invoke trigger start",
+    "stop kill cancel terminate abort",
+    "user member people person account",
+    "comment reply respond",
+    "image picture photo screenshot",
+    "info information detail metadata stat",
+    "size big large length",
+    "copy duplicate clone",
+    "download fetch",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +155,18 @@ def terms(text: str) -> list[str]:
             if folded not in _STOP:
                 found.append(_stem(folded))
     return found
+
+
+def _synonym_table() -> dict[str, tuple[str, ...]]:
+    table: dict[str, list[str]] = {}
+    for group in _GROUPS:
+        stems = list(dict.fromkeys(_stem(word) for word in group.split()))
+        for stem in stems:
+            table.setdefault(stem, []).extend(other for other in stems if other != stem)
+    return {stem: tuple(dict.fromkeys(others)) for stem, others in table.items()}
+
+
+_SYNONYMS: Final = _synonym_table()
 
 
 def _text(value: object) -> str:
@@ -211,15 +252,24 @@ class ToolIndex:
     def names(self) -> tuple[str, ...]:
         return self._names
 
-    def search(self, query: str, limit: int) -> tuple[Hit, ...]:
+    def search(self, query: str, limit: int, *, synonyms: bool = True) -> tuple[Hit, ...]:
         """The at most ``limit`` best tools for ``query``, best first; tools that share no term
-        with it are left out (an empty or all-stop-word query finds nothing)."""
+        with it are left out (an empty or all-stop-word query finds nothing). ``synonyms``:
+        also match the words of a query term's group (:data:`_GROUPS`), at half weight."""
         scores: dict[int, float] = {}
-        wanted = dict.fromkeys(terms(query))  # distinct, in order
-        for term in list(wanted)[:_MAX_QUERY_TERMS]:
+        wanted = list(dict.fromkeys(terms(query)))[:_MAX_QUERY_TERMS]  # distinct, in order
+        weights: dict[str, float] = {}
+        for term in wanted:
             for matched, weight in self._matches(term):
-                for doc, contribution in self._postings[matched]:
-                    scores[doc] = scores.get(doc, 0.0) + weight * contribution
+                weights[matched] = max(weights.get(matched, 0.0), weight)
+        if synonyms:
+            for term in wanted:
+                for other in _SYNONYMS.get(term, ()):
+                    if other in self._postings and other not in weights:
+                        weights[other] = _SYNONYM_WEIGHT
+        for matched, weight in weights.items():
+            for doc, contribution in self._postings[matched]:
+                scores[doc] = scores.get(doc, 0.0) + weight * contribution
         if limit <= 0 or not scores:
             return ()
         best = heapq.nsmallest(limit, scores.items(), key=lambda item: (-item[1], item[0]))

@@ -130,3 +130,18 @@ def test_scores_are_positive_and_ordered() -> None:
     scores = [hit.score for hit in hits]
     assert scores == sorted(scores, reverse=True)
     assert all(score > 0 for score in scores)
+
+
+def test_a_query_word_finds_a_tool_that_uses_another_word_of_its_group_at_lower_weight() -> None:
+    catalog = [tool("fs.make_folder", "Make a folder."), tool("fs.list_directory", "List a directory.")]
+    index = ToolIndex.build(catalog)
+    assert names(index.search("create directory", 2)) == ["fs.make_folder", "fs.list_directory"]
+    assert names(index.search("create a new folder", 2))[0] == "fs.make_folder"
+    assert names(index.search("rename", 2)) == []
+    assert names(ToolIndex.build([tool("fs.move_file", "Move a file.")]).search("rename", 1)) == [
+        "fs.move_file"
+    ]
+    assert names(index.search("folder", 2, synonyms=False)) == ["fs.make_folder"]
+    found = index.search("folder", 2)
+    assert names(found) == ["fs.make_folder", "fs.list_directory"]
+    assert found[0].score > found[1].score
