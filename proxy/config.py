@@ -21,13 +21,16 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
                                # 8..200 (deeper ones are refused with -32600 naming the limit)
       max_request_bytes: 4194304
     log_level: info            # debug | info | warning | error
+    discovery:
+      mode: off                # search | promote: meta-tools listed instead of the whole tool list
     servers:                   # server id -> server, in the order given
       github:                  # ids: [A-Za-z0-9_-]+, without the separator
         command: npx           # a stdio server ...
         args: ["-y", "@x/server-github"]
         env: {GITHUB_TOKEN: "${GITHUB_TOKEN}"}
         cwd: /srv/github       # optional
-        prefix: gh             # default: the id; "" passes tool names through unprefixed
+        prefix: gh             # default: the id; "" passes tool names through unprefixed;
+                               # "manifold" is reserved (Manifold's own tools)
         enabled: true          # disabled servers stay configured but are not started
         connect_timeout: 30    # seconds for start + initialize
         request_timeout: 60    # seconds for each request

@@ -279,6 +279,9 @@ class Router:
 
     def _with_instructions(self, result: dict[str, Any]) -> dict[str, Any]:
         instructions = self._connections.instructions()
+        if self._discovery is not None:
+            guide = self._discovery.instructions()
+            instructions = f"{guide}\n\n{instructions}" if instructions else guide
         if instructions:
             result["instructions"] = instructions
         return result

@@ -927,6 +927,17 @@ def test_no_server_may_have_manifolds_own_namespace(
     )
 
 
+def test_discovery_mode_off_may_be_written_bare_in_yaml_and_a_bad_mode_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("discovery: {mode: off}\n")
+    assert load_config(path, environ={}).discovery.mode == "off"
+    path.write_text("discovery: {mode: promote, max_promoted: 2}\n")
+    assert load_config(path, environ={}).discovery.max_promoted == 2
+    path.write_text("discovery: {mode: everything}\n")
+    with pytest.raises(ConfigError, match=r"discovery\.mode"):
+        load_config(path, environ={})
+
+
 def test_an_unprefixed_server_may_be_called_manifold() -> None:
     assert list(build({"servers": {"manifold": stdio(prefix="")}}).servers) == ["manifold"]
 

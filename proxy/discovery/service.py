@@ -85,6 +85,14 @@ class Discovery:
     def enabled(self) -> bool:
         return self.settings.enabled
 
+    def instructions(self) -> str:
+        """What ``initialize`` and ``server/discover`` tell a client's model about finding tools."""
+        names = self.names
+        return (
+            f"This gateway lists tools on demand: use {names.search} to find the tools for a task, "
+            f"{names.describe} to see their arguments, and {names.call} to call one."
+        )
+
     # ---- tools/list ------------------------------------------------------------------------
 
     def tools(self, served: ServedTools, caller: InboundRequest) -> list[Mapping[str, Any]]:

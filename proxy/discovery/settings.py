@@ -6,9 +6,9 @@ Self-contained on purpose: the same model can sit under an endpoint later.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = ["DiscoveryMode", "DiscoverySettings"]
 
@@ -30,6 +30,11 @@ class DiscoverySettings(BaseModel):
     max_describe: int = Field(default=20, ge=1, le=100)  # names in one describe_tools call
     max_query_chars: int = Field(default=1000, ge=16, le=100_000)
     max_promoted: int = Field(default=32, ge=1, le=256)  # per session; the oldest go first
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, mode: Any) -> Any:
+        return "off" if mode is False else mode  # YAML 1.1 reads a bare `off` as false
 
     @property
     def enabled(self) -> bool:

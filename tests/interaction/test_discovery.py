@@ -119,6 +119,8 @@ async def test_the_list_is_the_three_meta_tools_and_search_finds_a_tool_that_cal
 ) -> None:
     async with connect(manifold.url, "sam", **options(era)) as client:
         assert await listed_names(client) == META
+        if era != V:  # a 2026-07-28 client reads them in server/discover (below)
+            assert f"use {SEARCH} to find the tools for a task" in (client.instructions or "")
         hits = await found(client, "read the text of a file", limit=5)
         assert hits[0] == "fs.read_text_file"
         [described] = (await meta(client, DESCRIBE, {"names": ["fs.read_text_file"]}))["tools"]
@@ -140,6 +142,14 @@ async def test_a_direct_call_of_a_tool_found_by_search_still_works(
         assert "alpha.echo" in await found(client, "echo")
         echoed = await client.call_tool("alpha.echo", {"n": 1})
         assert json.loads(text_of(echoed))["arguments"] == {"n": 1}
+
+
+async def test_server_discover_tells_the_model_how_to_find_tools(manifold: RunningManifold) -> None:
+    async with connect(manifold.url, "sam", mode="auto", cache=None) as client:
+        assert client.protocol_version == V
+        discovered = client.session.discover_result
+        assert discovered is not None
+        assert f"use {SEARCH} to find the tools for a task" in (discovered.instructions or "")
 
 
 # ---- the policy: a hidden tool answers as a missing one, in each meta-tool ---------------------------
