@@ -80,12 +80,26 @@ def gateway(directory: Path, discovery: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def both_servers_listed(url: str) -> None:
+    """Wait (bounded, on list_changed) until both servers' tools are in the catalog: on a loaded
+    machine a server may still be (re)starting when /healthz first answers."""
+    changed = ListChanged()
+    with anyio.fail_after(60):
+        async with connect(url, "sam", mode="legacy", message_handler=changed) as client:
+            while True:
+                told = changed.expect()
+                if {"fs.write_file", "alpha.echo"} <= set(await found(client, "write file echo")):
+                    return
+                await told.wait()
+
+
 @pytest.fixture(scope="module")
 async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
     tmp_path = tmp_path_factory.mktemp("discovery")
     async with running_manifold(
         tmp_path, gateway(tmp_path, {"mode": "search", "max_query_chars": 500})
     ) as running:
+        await both_servers_listed(running.url)
         yield running
 
 
@@ -333,6 +347,7 @@ async def promoting(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[R
     tmp_path = tmp_path_factory.mktemp("promote")
     settings = {"mode": "promote", "max_promoted": 3}
     async with running_manifold(tmp_path, gateway(tmp_path, settings)) as running:
+        await both_servers_listed(running.url)
         yield running
 
 
