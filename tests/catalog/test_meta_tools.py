@@ -81,7 +81,7 @@ def text(result: dict[str, Any]) -> Any:
 
 
 def test_a_search_result_is_names_titles_and_first_lines_cut_short() -> None:
-    definitions = {
+    definitions: dict[str, dict[str, Any]] = {
         "a.one": {
             "name": "a.one",
             "title": "One",
