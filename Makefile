@@ -7,7 +7,7 @@ NPM_STAMP := tests/npm/node_modules/.installed
 CONFORMANCE_STAMP := tests/conformance/node_modules/.installed
 CONFORMANCE_MODERN_STAMP := tests/conformance_modern/node_modules/.installed
 
-.PHONY: run test lint typecheck unit conformance bench soak system-deps fmt clean
+.PHONY: run test lint typecheck unit conformance bench discovery-eval soak system-deps fmt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,12 @@ conformance: $(STAMP) $(CONFORMANCE_STAMP) $(CONFORMANCE_MODERN_STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
+	timeout 120 $(BIN)/python -m benchmarks.discovery.evaluate
+
+## Progressive discovery: recall@1/@5 of the tool search over vendored catalogs, tokens saved,
+## µs per query (offline, a few seconds; writes its section of benchmarks/README.md).
+discovery-eval: $(STAMP)
+	timeout 120 $(BIN)/python -m benchmarks.discovery.evaluate
 
 ## Ten minutes of load, session churn, server kills and a hostile client against one Manifold:
 ## leaks, crossed or lost answers, recovery times (see benchmarks/README.md, "Soak").

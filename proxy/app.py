@@ -33,6 +33,7 @@ from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
 from proxy.config import Config
 from proxy.connections import Connections, ServerHealth, WaitFor
+from proxy.discovery.service import Discovery
 from proxy.forward import Forward
 from proxy.heard import Heard
 from proxy.inbound.contract import Inbound
@@ -137,6 +138,10 @@ class Gateway:
         states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
+        discovery = None
+        if config.discovery.enabled:
+            discovery = Discovery(config.discovery, access, separator=config.naming.separator)
+            self.sessions.on_end(discovery.ended)
         self.router = Router(
             catalogs=self.catalogs,
             sessions=self.sessions,
@@ -149,6 +154,7 @@ class Gateway:
             metrics=metrics,
             limits=config.limits,
             own=self.own_catalogs,
+            discovery=discovery,
         )
         self.inbound = Inbound(
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
