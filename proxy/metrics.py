@@ -91,7 +91,7 @@ went away or answered a JSON-RPC error; ``invalid``: refused before routing (unk
 arguments); ``error``: an unexpected exception in Manifold itself."""
 OUTCOMES: Final[frozenset[str]] = frozenset(get_args(Outcome))
 
-Effect = Literal["allow", "deny"]
+Effect = Literal["allow", "deny", "confirm"]
 ListKind = Literal["tools", "prompts", "resources", "resourceTemplates"]  # the gateway's kind names
 # Whose fault boundary caught a failure: a client's request, a server's question relayed to a
 # client, one server connection, one client session (a transport's task), a background task.
