@@ -32,6 +32,7 @@ from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
 from proxy.config import Config
+from proxy.confirm.memory import Memory
 from proxy.connections import Connections, ServerHealth, WaitFor
 from proxy.forward import Forward
 from proxy.inbound.contract import Inbound
@@ -41,6 +42,7 @@ from proxy.interest import Interest
 from proxy.keys import derive_key
 from proxy.metrics import Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
+from proxy.middleware.confirm import Confirm
 from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.validate import Validate
@@ -50,6 +52,7 @@ from proxy.outbound.transport import Transport
 from proxy.pins_writer import PinsWriter
 from proxy.pipeline import Middleware, compose
 from proxy.policy import SchemaValidators
+from proxy.policy.model import MAX_CONFIRM_TIMEOUT
 from proxy.protocol.jsonrpc import Message
 from proxy.ratelimit import LimitBackend, make_backend
 from proxy.router import Router
@@ -145,6 +148,7 @@ class Gateway:
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
         states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
+        self._questions = RequestStates(derive_key(secret, "confirm-state"), ttl=MAX_CONFIRM_TIMEOUT)
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
         self.router = Router(
@@ -202,6 +206,8 @@ class Gateway:
             )
         if self.limiter is not None:
             stages.append(RateLimit(self.access, self.limiter, self.metrics))
+        if policy.files:  # last: nobody is asked about a call that would fail anyway
+            stages.append(Confirm(self.access, self._questions, Memory(), self.metrics, self._audit))
         return stages
 
     def reload_policy(self) -> None:

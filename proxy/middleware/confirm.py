@@ -1,0 +1,251 @@
+"""The confirm stage: a tool call the policy says to confirm runs only once a person approves it.
+
+It runs after authorize (a hidden or denied tool never gets here: it answers as missing or
+denied), validation and rate limits (nobody is asked about a call that would fail anyway), and
+last before the call is forwarded. How the calling user is asked depends on their client:
+
+* handshake era, ``elicitation`` declared: a form-mode ``elicitation/create`` on the call's
+  stream, waited for at most the rule's ``timeout``;
+* 2026-07-28: the call is answered ``input_required`` with that question and a ``requestState``
+  sealed for this call and caller (:mod:`proxy.bridge.state`, under its own key); the retry's
+  answer is read once (a replayed answer is refused) and the call goes on without Manifold's
+  state and answers. A retry carrying a state Manifold issued *after* forwarding (a server's
+  or a parked call's) continues a call already approved, and is passed on to be checked there;
+* a client that cannot be asked, and every refusal, get an ``isError`` result saying why
+  (``_meta["dev.manifold/outcome"] = "not_confirmed"``, ``dev.manifold/confirmation`` = how).
+
+Every question and answer is audited (who, what, how, when) and counted by outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import anyio
+
+from proxy.access import Access
+from proxy.bridge.mrtr import boundary_of
+from proxy.bridge.state import RequestStates, arguments_digest
+from proxy.confirm.memory import Memory, RememberKey
+from proxy.confirm.question import Answer, Asked, Outcome, question, read_answer
+from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
+from proxy.metrics import Metrics
+from proxy.middleware.authorize import AuditLog
+from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.policy.model import Confirmation, Decision
+
+__all__ = ["QUESTION_KEY", "Confirm"]
+
+logger = logging.getLogger("proxy.middleware.confirm")
+
+QUESTION_KEY: Final = "manifold-confirm"  # the inputRequests key of Manifold's own question
+CONFIRMATION_KEY: Final = "dev.manifold/confirmation"
+_ELICIT: Final = "elicitation/create"
+
+
+class Confirm:
+    def __init__(
+        self,
+        access: Access,
+        states: RequestStates,
+        memory: Memory,
+        metrics: Metrics,
+        audit: AuditLog | None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._access = access
+        self._states = states  # its own key: a confirm state never passes for a server's
+        self._memory = memory
+        self._metrics = metrics
+        self._audit = audit
+        self._clock = clock  # wall clock: a deadline sealed here may be checked by another replica
+
+    async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
+        if ctx.method != "tools/call" or ctx.subject is None or self._access.settings.dry_run:
+            return await call_next(ctx)
+        decision = self._access.decide(ctx.caller.identity, ctx.subject)
+        if decision.effect != "confirm" or decision.confirm is None:
+            return await call_next(ctx)
+        if ctx.caller.stateless and "requestState" in ctx.params:
+            return await self._retried(ctx, decision, call_next)
+        if self._remembered(ctx, decision, decision.confirm):
+            self._settled(ctx, decision, "remembered", how="remembered")
+            return await call_next(ctx)
+        asked = self._asked(ctx, decision.confirm)
+        params = question(asked, ctx.arguments)
+        if not ctx.caller.supports(_ELICIT, params):
+            return self._refused(ctx, decision, "unavailable", how="none")
+        if ctx.caller.stateless:
+            return self._input_required(ctx, decision, params)
+        answer = await self._ask(ctx, decision.confirm, params)
+        return await self._answered(ctx, decision, answer, "elicitation", call_next)
+
+    # ---- the two ways of asking -------------------------------------------------------
+
+    async def _ask(self, ctx: CallContext, confirmation: Confirmation, params: dict[str, Any]) -> Answer:
+        try:
+            with anyio.fail_after(confirmation.timeout):
+                result = await ctx.caller.request(_ELICIT, params)
+        except TimeoutError:
+            return Answer("timeout")
+        except (RemoteError, MethodNotFound) as exc:
+            logger.info("the client refused Manifold's question about %s: %s", ctx.name, exc)
+            return Answer("cancelled")
+        return read_answer(result, confirmation, stateless=False)
+
+    def _input_required(self, ctx: CallContext, decision: Decision, params: dict[str, Any]) -> Any:
+        assert decision.confirm is not None
+        deadline = int(self._clock() + decision.confirm.timeout)
+        question_id = f"{secrets.token_urlsafe(12)}:{deadline}"
+        state = self._states.seal(boundary_of(ctx), "confirm", question_id)
+        self._audit_line(ctx, decision, "asked", how="input_required")
+        return {
+            "resultType": "input_required",
+            "inputRequests": {QUESTION_KEY: {"method": _ELICIT, "params": params}},
+            "requestState": state,
+        }
+
+    async def _retried(self, ctx: CallContext, decision: Decision, call_next: Handler) -> Any:
+        assert decision.confirm is not None
+        try:
+            sealed = self._states.open(ctx.params["requestState"], boundary_of(ctx))
+        except InvalidRequestState:
+            # Not Manifold's question: a server's or a parked call's state, checked (and bound to
+            # this call and caller) where it is opened. Such a state exists only for a call
+            # Manifold forwarded, so after it was approved. Anything else is refused there.
+            return await call_next(ctx)
+        if sealed.kind != "confirm":
+            raise InvalidRequestState()
+        if not self._memory.spend(sealed.payload):
+            raise InvalidRequestState()  # an answer replayed: each question is answered once
+        deadline = int(sealed.payload.rpartition(":")[2])
+        responses = ctx.params.get("inputResponses")
+        if self._clock() > deadline:
+            answer = Answer("timeout")
+        elif not isinstance(responses, dict) or set(responses) != {QUESTION_KEY}:
+            answer = Answer("invalid")
+        else:
+            answer = read_answer(responses[QUESTION_KEY], decision.confirm, stateless=True)
+        params = {k: v for k, v in ctx.params.items() if k not in ("inputResponses", "requestState")}
+        return await self._answered(
+            ctx,
+            decision,
+            answer,
+            "input_required",
+            call_next,
+            forwarded=dataclasses.replace(ctx, params=params),
+        )
+
+    # ---- after the answer -------------------------------------------------------------
+
+    async def _answered(
+        self,
+        ctx: CallContext,
+        decision: Decision,
+        answer: Answer,
+        how: str,
+        call_next: Handler,
+        *,
+        forwarded: CallContext | None = None,
+    ) -> Any:
+        assert decision.confirm is not None
+        if answer.outcome != "accepted":
+            return self._refused(ctx, decision, answer.outcome, how=how)
+        if answer.remember != "none":
+            key = self._remember_key(ctx, decision, decision.confirm, session=answer.remember == "session")
+            minutes = decision.confirm.remember_minutes if answer.remember == "minutes" else None
+            self._memory.remember(key, minutes=minutes)
+        self._settled(ctx, decision, "accepted", how=how, remember=answer.remember)
+        return await call_next(forwarded or ctx)
+
+    def _refused(self, ctx: CallContext, decision: Decision, outcome: Outcome, *, how: str) -> Any:
+        self._settled(ctx, decision, outcome, how=how)
+        return tool_error(
+            _refusal(ctx, decision, outcome),
+            outcome="not_confirmed",
+            meta={CONFIRMATION_KEY: outcome},
+        )
+
+    def _settled(
+        self, ctx: CallContext, decision: Decision, outcome: Outcome, *, how: str, remember: str = "none"
+    ) -> None:
+        self._metrics.confirmation(outcome)
+        self._audit_line(ctx, decision, outcome, how=how, remember=remember)
+
+    # ---- helpers ----------------------------------------------------------------------
+
+    def _asked(self, ctx: CallContext, confirmation: Confirmation) -> Asked:
+        identity = ctx.caller.identity
+        return Asked(ctx.name, ctx.server_id, identity.name, confirmation, ctx.caller.stateless)
+
+    def _remembered(self, ctx: CallContext, decision: Decision, confirmation: Confirmation) -> bool:
+        return any(
+            self._memory.approved(self._remember_key(ctx, decision, confirmation, session=session))
+            for session in (False, True)
+        )
+
+    def _remember_key(
+        self, ctx: CallContext, decision: Decision, confirmation: Confirmation, *, session: bool = False
+    ) -> RememberKey:
+        assert ctx.subject is not None
+        arguments = "*" if confirmation.remember_any_arguments else arguments_digest(ctx.arguments)
+        scope = ctx.caller.session_id if session else ""
+        return (ctx.caller.identity.key, scope, ctx.server_id, ctx.subject.name, decision.rule_ids, arguments)
+
+    def _audit_line(
+        self, ctx: CallContext, decision: Decision, outcome: str, *, how: str, remember: str = "none"
+    ) -> None:
+        if self._audit is None:
+            return
+        identity = ctx.caller.identity
+        self._audit.write(
+            {
+                "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "event": "confirmation",
+                "identity": identity.name,
+                "source": identity.source,
+                "issuer": identity.issuer,
+                "subject": identity.subject,
+                "approver": identity.name if outcome in ("accepted", "remembered") else None,
+                "method": ctx.method,
+                "name": ctx.name,
+                "server": ctx.server_id,
+                "rules": list(decision.rule_ids),
+                "outcome": outcome,
+                "how": how,
+                "remember": remember,
+                "arguments_digest": arguments_digest(ctx.arguments),
+            }
+        )
+
+
+_WHY: Final[dict[str, str]] = {
+    "declined": "the user declined it",
+    "cancelled": "the user dismissed the question without answering",
+    "timeout": "nobody answered in time",
+    "invalid": "the client's answer did not fit Manifold's question",
+}
+
+
+def _refusal(ctx: CallContext, decision: Decision, outcome: Outcome) -> str:
+    assert decision.confirm is not None
+    rules = ", ".join(decision.rule_ids)
+    if outcome == "unavailable":
+        return (
+            f"Manifold's policy needs the user to approve each call of {ctx.name!r} (rule {rules}: "
+            f"{decision.confirm.reason or 'no reason given'}), but this client cannot be asked: it "
+            "did not declare the elicitation capability (form mode). Call it from a client that "
+            "supports elicitation, or ask an operator to change the policy."
+        )
+    timeout = f" (within {decision.confirm.timeout:g} s)" if outcome == "timeout" else ""
+    return (
+        f"Manifold did not run {ctx.name!r}: the policy (rule {rules}) asks the user first, and "
+        f"{_WHY[outcome]}{timeout}. Do not retry unless the user asks for it."
+    )
