@@ -206,7 +206,7 @@ class Gateway:
             )
         if self.limiter is not None:
             stages.append(RateLimit(self.access, self.limiter, self.metrics))
-        if policy.files:  # last: nobody is asked about a call that would fail anyway
+        if policy.files or policy.pins.mode == "confirm":  # last: nobody is asked about a failing call
             stages.append(Confirm(self.access, self._questions, Memory(), self.metrics, self._audit))
         return stages
 

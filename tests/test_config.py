@@ -595,7 +595,7 @@ def test_an_injected_environ_replaces_os_environ(monkeypatch: pytest.MonkeyPatch
         ),
         (
             {"MANIFOLD_POLICY__PINS__MODE": "sometimes"},
-            "test.yaml: policy.pins.mode: must be 'off', 'warn' or 'block' (got 'sometimes') "
+            "test.yaml: policy.pins.mode: must be 'off', 'warn', 'block' or 'confirm' (got 'sometimes') "
             "(set by MANIFOLD_POLICY__PINS__MODE)",
         ),
         (

@@ -24,12 +24,13 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 import anyio
 
-from proxy.access import Access
+from proxy.access import Access, PinChange
 from proxy.bridge.mrtr import boundary_of
 from proxy.bridge.state import RequestStates, arguments_digest
 from proxy.confirm.memory import Memory, RememberKey
@@ -38,7 +39,7 @@ from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
 from proxy.metrics import Metrics
 from proxy.middleware.authorize import AuditLog
 from proxy.pipeline import CallContext, Handler, tool_error
-from proxy.policy.model import Confirmation, Decision
+from proxy.policy.model import DEFAULT_CONFIRM_TIMEOUT, Confirmation
 
 __all__ = ["QUESTION_KEY", "Confirm"]
 
@@ -47,6 +48,27 @@ logger = logging.getLogger("proxy.middleware.confirm")
 QUESTION_KEY: Final = "manifold-confirm"  # the inputRequests key of Manifold's own question
 CONFIRMATION_KEY: Final = "dev.manifold/confirmation"
 _ELICIT: Final = "elicitation/create"
+# pins.mode confirm, for a tool no confirm rule asks about: the change is the reason.
+PIN_QUESTION: Final = Confirmation(
+    reasons=("Its server changed this tool since it was approved; check the change before it runs.",),
+    timeout=DEFAULT_CONFIRM_TIMEOUT,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What the person is asked to approve: the deciding rules (``("pins",)`` for a drifted pin
+    alone), how, and the pin change to show, if any."""
+
+    rule_ids: tuple[str, ...]
+    confirm: Confirmation
+    change: PinChange | None = None
+
+
+def _pin_key(ctx: CallContext, change: PinChange) -> RememberKey:
+    """An identity approved this new definition of the tool: asked once, whatever the arguments."""
+    drift = change.drift
+    return (ctx.caller.identity.key, "pin", drift.server, drift.original_name, (drift.new_hash,), "*")
 
 
 class Confirm:
@@ -70,15 +92,15 @@ class Confirm:
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
         if ctx.method != "tools/call" or ctx.subject is None or self._access.settings.dry_run:
             return await call_next(ctx)
-        decision = self._access.decide(ctx.caller.identity, ctx.subject)
-        if decision.effect != "confirm" or decision.confirm is None:
+        decision = self._need(ctx)
+        if decision is None:
             return await call_next(ctx)
         if ctx.caller.stateless and "requestState" in ctx.params:
             return await self._retried(ctx, decision, call_next)
         if self._remembered(ctx, decision, decision.confirm):
             self._settled(ctx, decision, "remembered", how="remembered")
             return await call_next(ctx)
-        asked = self._asked(ctx, decision.confirm)
+        asked = self._asked(ctx, decision)
         params = question(asked, ctx.arguments)
         if not ctx.caller.supports(_ELICIT, params):
             return self._refused(ctx, decision, "unavailable", how="none")
@@ -86,6 +108,20 @@ class Confirm:
             return self._input_required(ctx, decision, params)
         answer = await self._ask(ctx, decision.confirm, params)
         return await self._answered(ctx, decision, answer, "elicitation", call_next)
+
+    def _need(self, ctx: CallContext) -> Need | None:
+        """Whether to ask, and what: a confirm decision, a drifted pin not yet approved by this
+        identity, or both in one question."""
+        assert ctx.subject is not None
+        decision = self._access.decide(ctx.caller.identity, ctx.subject)
+        change = self._access.pin_change(ctx.entry) if ctx.entry is not None else None
+        if change is not None and self._memory.approved(_pin_key(ctx, change)):
+            change = None
+        if decision.effect == "confirm" and decision.confirm is not None:
+            return Need(decision.rule_ids, decision.confirm, change)
+        if change is not None:
+            return Need(("pins",), PIN_QUESTION, change)
+        return None
 
     # ---- the two ways of asking -------------------------------------------------------
 
@@ -100,8 +136,7 @@ class Confirm:
             return Answer("cancelled")
         return read_answer(result, confirmation, stateless=False)
 
-    def _input_required(self, ctx: CallContext, decision: Decision, params: dict[str, Any]) -> Any:
-        assert decision.confirm is not None
+    def _input_required(self, ctx: CallContext, decision: Need, params: dict[str, Any]) -> Any:
         deadline = int(self._clock() + decision.confirm.timeout)
         question_id = f"{secrets.token_urlsafe(12)}:{deadline}"
         state = self._states.seal(boundary_of(ctx), "confirm", question_id)
@@ -112,8 +147,7 @@ class Confirm:
             "requestState": state,
         }
 
-    async def _retried(self, ctx: CallContext, decision: Decision, call_next: Handler) -> Any:
-        assert decision.confirm is not None
+    async def _retried(self, ctx: CallContext, decision: Need, call_next: Handler) -> Any:
         try:
             sealed = self._states.open(ctx.params["requestState"], boundary_of(ctx))
         except InvalidRequestState:
@@ -148,24 +182,25 @@ class Confirm:
     async def _answered(
         self,
         ctx: CallContext,
-        decision: Decision,
+        decision: Need,
         answer: Answer,
         how: str,
         call_next: Handler,
         *,
         forwarded: CallContext | None = None,
     ) -> Any:
-        assert decision.confirm is not None
         if answer.outcome != "accepted":
             return self._refused(ctx, decision, answer.outcome, how=how)
-        if answer.remember != "none":
+        if decision.change is not None:  # asked once per identity and new definition
+            self._memory.remember(_pin_key(ctx, decision.change), minutes=None)
+        if answer.remember != "none" and decision.rule_ids != ("pins",):
             key = self._remember_key(ctx, decision, decision.confirm, session=answer.remember == "session")
             minutes = decision.confirm.remember_minutes if answer.remember == "minutes" else None
             self._memory.remember(key, minutes=minutes)
         self._settled(ctx, decision, "accepted", how=how, remember=answer.remember)
         return await call_next(forwarded or ctx)
 
-    def _refused(self, ctx: CallContext, decision: Decision, outcome: Outcome, *, how: str) -> Any:
+    def _refused(self, ctx: CallContext, decision: Need, outcome: Outcome, *, how: str) -> Any:
         self._settled(ctx, decision, outcome, how=how)
         return tool_error(
             _refusal(ctx, decision, outcome),
@@ -174,25 +209,26 @@ class Confirm:
         )
 
     def _settled(
-        self, ctx: CallContext, decision: Decision, outcome: Outcome, *, how: str, remember: str = "none"
+        self, ctx: CallContext, decision: Need, outcome: Outcome, *, how: str, remember: str = "none"
     ) -> None:
         self._metrics.confirmation(outcome)
         self._audit_line(ctx, decision, outcome, how=how, remember=remember)
 
     # ---- helpers ----------------------------------------------------------------------
 
-    def _asked(self, ctx: CallContext, confirmation: Confirmation) -> Asked:
+    def _asked(self, ctx: CallContext, need: Need) -> Asked:
         identity = ctx.caller.identity
-        return Asked(ctx.name, ctx.server_id, identity.name, confirmation, ctx.caller.stateless)
+        change = need.change.summary if need.change is not None else None
+        return Asked(ctx.name, ctx.server_id, identity.name, need.confirm, ctx.caller.stateless, change)
 
-    def _remembered(self, ctx: CallContext, decision: Decision, confirmation: Confirmation) -> bool:
+    def _remembered(self, ctx: CallContext, decision: Need, confirmation: Confirmation) -> bool:
         return any(
             self._memory.approved(self._remember_key(ctx, decision, confirmation, session=session))
             for session in (False, True)
         )
 
     def _remember_key(
-        self, ctx: CallContext, decision: Decision, confirmation: Confirmation, *, session: bool = False
+        self, ctx: CallContext, decision: Need, confirmation: Confirmation, *, session: bool = False
     ) -> RememberKey:
         assert ctx.subject is not None
         arguments = "*" if confirmation.remember_any_arguments else arguments_digest(ctx.arguments)
@@ -200,7 +236,7 @@ class Confirm:
         return (ctx.caller.identity.key, scope, ctx.server_id, ctx.subject.name, decision.rule_ids, arguments)
 
     def _audit_line(
-        self, ctx: CallContext, decision: Decision, outcome: str, *, how: str, remember: str = "none"
+        self, ctx: CallContext, decision: Need, outcome: str, *, how: str, remember: str = "none"
     ) -> None:
         if self._audit is None:
             return
@@ -222,6 +258,7 @@ class Confirm:
                 "how": how,
                 "remember": remember,
                 "arguments_digest": arguments_digest(ctx.arguments),
+                **({"pin": _pin_record(decision.change)} if decision.change is not None else {}),
             }
         )
 
@@ -234,9 +271,20 @@ _WHY: Final[dict[str, str]] = {
 }
 
 
-def _refusal(ctx: CallContext, decision: Decision, outcome: Outcome) -> str:
+def _pin_record(change: PinChange) -> dict[str, str]:
+    return {"old": change.drift.old_hash, "new": change.drift.new_hash, "change": change.summary}
+
+
+def _refusal(ctx: CallContext, decision: Need, outcome: Outcome) -> str:
     assert decision.confirm is not None
     rules = ", ".join(decision.rule_ids)
+    if outcome == "unavailable" and decision.rule_ids == ("pins",):
+        return (
+            f"Manifold asks the user before the first call of {ctx.name!r} since its server changed "
+            "it (tool pins), but this client cannot be asked: it did not declare the elicitation "
+            "capability (form mode). Call it from a client that supports elicitation, or ask an "
+            "operator to review and accept the change (manifold pins accept)."
+        )
     if outcome == "unavailable":
         return (
             f"Manifold's policy needs the user to approve each call of {ctx.name!r} (rule {rules}: "
@@ -245,7 +293,12 @@ def _refusal(ctx: CallContext, decision: Decision, outcome: Outcome) -> str:
             "supports elicitation, or ask an operator to change the policy."
         )
     timeout = f" (within {decision.confirm.timeout:g} s)" if outcome == "timeout" else ""
+    asks = (
+        "its server changed the tool since it was approved (tool pins)"
+        if decision.rule_ids == ("pins",)
+        else f"the policy (rule {rules}) asks the user first"
+    )
     return (
-        f"Manifold did not run {ctx.name!r}: the policy (rule {rules}) asks the user first, and "
+        f"Manifold did not run {ctx.name!r}: {asks}, and "
         f"{_WHY[outcome]}{timeout}. Do not retry unless the user asks for it."
     )

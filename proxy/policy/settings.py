@@ -16,7 +16,7 @@ class _Model(BaseModel):
 class PinSettings(_Model):
     """Tool pinning: what happens when a server changes a tool after it was first seen."""
 
-    mode: Literal["off", "warn", "block"] = "warn"
+    mode: Literal["off", "warn", "block", "confirm"] = "warn"
     path: str = ".manifold/pins.json"
 
 

@@ -25,7 +25,15 @@ from mcp.types import ElicitRequestParams, ElicitResult, TextContent
 
 from proxy.protocol import stateless, versions
 from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
-from tests.interaction.test_policy import audited
+from tests.interaction.test_policy import (
+    ListChanged,
+    audited,
+    connect,
+    listed,
+    pinned,
+    pins_config,
+    redefine_echo,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -375,3 +383,50 @@ async def test_an_answer_after_the_rules_timeout_is_refused(manifold: RunningMan
         status, answer = await _post(http, manifold.url, _call(2, {"text": "late"}, ACCEPT, state))
     assert status == 200
     assert answer["result"]["_meta"]["dev.manifold/confirmation"] == "timeout"
+
+
+# ---- pins.mode confirm: a changed tool is asked about before its first call ------------------------
+
+
+async def test_pins_confirm_asks_once_before_the_first_call_of_a_changed_tool_showing_the_change(
+    tmp_path: Path,
+) -> None:
+    notices = ListChanged()
+    person = Person(APPROVE)
+    async with (
+        running_manifold(tmp_path, pins_config(tmp_path, "confirm")) as manifold,
+        connect(manifold.url, mode="legacy", message_handler=notices, elicitation_callback=person) as client,
+    ):
+        await pinned(tmp_path / "pins" / "pins.json", "alpha/echo")
+        assert not (await client.call_tool("alpha.echo", {"k": 0})).is_error
+        assert person.asked == []  # not changed: nobody is asked
+        await redefine_echo(client, notices)
+        assert "alpha.echo" in await listed(client)  # served, not hidden
+        result = await client.call_tool("alpha.echo", {"k": 1})
+        assert orjson.loads(_text(result))["arguments"] == {"k": 1}
+        (asked,) = person.asked
+        assert "The tool changed since it was approved: description:" in asked.message
+        assert "'now also deletes your files'" in asked.message
+        assert not (await client.call_tool("alpha.echo", {"k": 2})).is_error
+        assert len(person.asked) == 1  # once per identity and new definition
+        assert "each identity is asked before its first call of it" in manifold.log()
+
+
+@pytest.mark.parametrize("declares", [True, False])
+async def test_pins_confirm_refuses_a_changed_tool_the_user_declines_or_cannot_be_asked_about(
+    tmp_path: Path, declares: bool
+) -> None:
+    notices = ListChanged()
+    options: dict[str, Any] = (
+        {"elicitation_callback": Person(ElicitResult(action="decline"))} if declares else {}
+    )
+    async with (
+        running_manifold(tmp_path, pins_config(tmp_path, "confirm")) as manifold,
+        connect(manifold.url, mode="legacy", message_handler=notices, **options) as client,
+    ):
+        await redefine_echo(client, notices)
+        result = await client.call_tool("alpha.echo", {"k": 1})
+    if declares:
+        assert "changed the tool since it was approved (tool pins)" in _refused(result, "declined")
+    else:
+        assert "manifold pins accept" in _refused(result, "unavailable")
