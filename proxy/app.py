@@ -32,6 +32,7 @@ from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
 from proxy.config import Config
+from proxy.confirm.approvals import make_approvals
 from proxy.confirm.memory import Memory
 from proxy.connections import Connections, ServerHealth, WaitFor
 from proxy.forward import Forward
@@ -149,6 +150,7 @@ class Gateway:
         self.sessions.on_end(self.interest.release)
         states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
         self._questions = RequestStates(derive_key(secret, "confirm-state"), ttl=MAX_CONFIRM_TIMEOUT)
+        self.approvals = make_approvals(config, derive_key(secret, "approval-form"))
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
         self.router = Router(
@@ -164,7 +166,14 @@ class Gateway:
             limits=config.limits,
         )
         self.inbound = Inbound(
-            config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
+            config,
+            self.router,
+            self.sessions,
+            self.auth,
+            metrics,
+            self.connections,
+            self.boundary,
+            self.approvals,
         )
 
     def _audit_log(self) -> AuditLog | None:
@@ -207,7 +216,8 @@ class Gateway:
         if self.limiter is not None:
             stages.append(RateLimit(self.access, self.limiter, self.metrics))
         if policy.files or policy.pins.mode == "confirm":  # last: nobody is asked about a failing call
-            stages.append(Confirm(self.access, self._questions, Memory(), self.metrics, self._audit))
+            questions, approvals = self._questions, self.approvals
+            stages.append(Confirm(self.access, questions, Memory(), self.metrics, self._audit, approvals))
         return stages
 
     def reload_policy(self) -> None:
@@ -234,6 +244,7 @@ class Gateway:
                 yield self
             finally:
                 tg.cancel_scope.cancel()
-                if self.limiter is not None:
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await self.approvals.store.aclose()
+                    if self.limiter is not None:
                         await self.limiter.aclose()

@@ -423,6 +423,7 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_POLICY__PINS__PATH": "/var/lib/manifold/pins.json",
     "MANIFOLD_POLICY__AUDIT": '{"path": "-"}',
     "MANIFOLD_POLICY__AUDIT__PATH": "/var/log/manifold/audit.jsonl",
+    "MANIFOLD_POLICY__APPROVALS_URL": "https://manifold.example.com",
     "MANIFOLD_POLICY__AUDIT__INCLUDE_ARGUMENTS": "true",
     "MANIFOLD_RATE_LIMITS": '{"backend": "redis"}',
     "MANIFOLD_RATE_LIMITS__BACKEND": "redis",

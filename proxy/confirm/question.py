@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
+from proxy.confirm.approvals import Approval
 from proxy.logs import redact_value
 from proxy.policy.model import Confirmation
 
@@ -25,6 +26,7 @@ __all__ = [
     "Answer",
     "Asked",
     "Outcome",
+    "approval_question",
     "read_answer",
     "remember_choices",
     "summarise_arguments",
@@ -39,6 +41,8 @@ Outcome = Literal[
     "timeout",
     "invalid",  # the client's answer did not fit the question
     "unavailable",  # the client cannot be asked
+    "approved",  # an approver approved it on the approval page
+    "rejected",  # an approver rejected it there
 ]
 
 MAX_ANSWER_BYTES: Final = 4096
@@ -135,6 +139,21 @@ def question(asked: Asked, arguments: Mapping[str, Any]) -> dict[str, Any]:
         "mode": "form",
         "message": "\n".join(lines),
         "requestedSchema": {"type": "object", "properties": properties, "required": ["approve"]},
+    }
+
+
+def approval_question(approval: Approval, url: str, timeout: float) -> dict[str, Any]:
+    """The ``elicitation/create`` params (URL mode) pointing the caller at the approval page."""
+    roles = " or ".join(repr(role) for role in approval.roles)
+    return {
+        "mode": "url",
+        "message": (
+            f"Manifold needs someone with the role {roles} to approve this call of {approval.tool!r} "
+            f"on server {approval.server!r}. Open the link, or pass it to them: they approve or reject "
+            f"it there within {timeout:g} s, and the call waits."
+        ),
+        "url": url,
+        "elicitationId": approval.id,
     }
 
 

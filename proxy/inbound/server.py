@@ -4,6 +4,7 @@
     /healthz   200 while the process runs, with how many servers are in each state
     /readyz    200 once every server marked ``required`` is up, else 503
     /metrics   Prometheus text (here, or on ``metrics.port`` when that is set)
+    /approvals/{id}  the approval page of a call waiting for an approver (proxy.inbound.approval_page)
 
 What each caller may see of the last three, and the Host and Origin they are served to, is
 :mod:`proxy.inbound.observers`' business.
@@ -31,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.boundary import supervised
+from proxy.inbound.approval_page import approval_routes
 from proxy.inbound.connection_guard import ConnectionGuard
 from proxy.inbound.contract import Inbound
 from proxy.inbound.http import McpEndpoint, OriginPolicy, Receive, Scope, Send
@@ -152,6 +154,9 @@ def build_app(inbound: Inbound) -> Any:
     endpoint = McpEndpoint(inbound, OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts))
     observers = _observers(inbound)
     routes = [Route("/mcp", endpoint), *_probe_routes(inbound, observers)]
+    if inbound.approvals is not None:
+        origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
+        routes += approval_routes(inbound.approvals, inbound.auth, origins)
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
         routes.append(_metrics_route(inbound, observers))
     return _Observed(Starlette(routes=routes), endpoint, inbound.metrics)

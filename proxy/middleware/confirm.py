@@ -33,13 +33,23 @@ import anyio
 from proxy.access import Access, PinChange
 from proxy.bridge.mrtr import boundary_of
 from proxy.bridge.state import RequestStates, arguments_digest
+from proxy.confirm.approvals import Approval, Approvals
 from proxy.confirm.memory import Memory, RememberKey
-from proxy.confirm.question import Answer, Asked, Outcome, question, read_answer
+from proxy.confirm.question import (
+    Answer,
+    Asked,
+    Outcome,
+    approval_question,
+    question,
+    read_answer,
+    summarise_arguments,
+)
 from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
 from proxy.metrics import Metrics
 from proxy.middleware.authorize import AuditLog
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy.model import DEFAULT_CONFIRM_TIMEOUT, Confirmation
+from proxy.protocol import jsonrpc
 
 __all__ = ["QUESTION_KEY", "Confirm"]
 
@@ -79,6 +89,7 @@ class Confirm:
         memory: Memory,
         metrics: Metrics,
         audit: AuditLog | None,
+        approvals: Approvals | None = None,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -87,6 +98,7 @@ class Confirm:
         self._memory = memory
         self._metrics = metrics
         self._audit = audit
+        self._approvals = approvals  # calls waiting for somebody else (approver: {role: r})
         self._clock = clock  # wall clock: a deadline sealed here may be checked by another replica
 
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
@@ -100,6 +112,8 @@ class Confirm:
         if self._remembered(ctx, decision, decision.confirm):
             self._settled(ctx, decision, "remembered", how="remembered")
             return await call_next(ctx)
+        if decision.confirm.approver_roles and self._approvals is not None:
+            return await self._by_approver(ctx, decision, self._approvals, call_next)
         asked = self._asked(ctx, decision)
         params = question(asked, ctx.arguments)
         if not ctx.caller.supports(_ELICIT, params):
@@ -157,10 +171,22 @@ class Confirm:
             return await call_next(ctx)
         if sealed.kind != "confirm":
             raise InvalidRequestState()
-        if not self._memory.spend(sealed.payload):
+        if not await self._spend(sealed.payload):
             raise InvalidRequestState()  # an answer replayed: each question is answered once
         deadline = int(sealed.payload.rpartition(":")[2])
         responses = ctx.params.get("inputResponses")
+        params = {k: v for k, v in ctx.params.items() if k not in ("inputResponses", "requestState")}
+        forwarded = dataclasses.replace(ctx, params=params)
+        if sealed.payload.startswith("a:") and self._approvals is not None:
+            approval_id = sealed.payload.split(":")[1]
+            only_ours = isinstance(responses, dict) and set(responses) == {QUESTION_KEY}
+            answer = responses.get(QUESTION_KEY) if only_ours and isinstance(responses, dict) else None
+            if not isinstance(answer, dict) or answer.get("action") != "accept":
+                outcome = _outcome_of_action(answer)
+                return self._refused(ctx, decision, outcome, how="approval_page")
+            return await self._decided(
+                ctx, decision, self._approvals, approval_id, float(deadline), call_next, forwarded
+            )
         if self._clock() > deadline:
             answer = Answer("timeout")
         elif not isinstance(responses, dict) or set(responses) != {QUESTION_KEY}:
@@ -176,6 +202,76 @@ class Confirm:
             call_next,
             forwarded=dataclasses.replace(ctx, params=params),
         )
+
+    async def _spend(self, question_id: str) -> bool:
+        # With approvals in Redis, spent questions are too: a replay on another replica is seen.
+        if self._approvals is not None:
+            return await self._approvals.store.spend(question_id)
+        return self._memory.spend(question_id)
+
+    # ---- somebody else approves, on Manifold's page ------------------------------------
+
+    async def _by_approver(
+        self, ctx: CallContext, need: Need, approvals: Approvals, call_next: Handler
+    ) -> Any:
+        confirmation = need.confirm
+        identity = ctx.caller.identity
+        approval = Approval.new(
+            tool=ctx.name,
+            server=ctx.server_id,
+            caller=identity.name,
+            caller_key=identity.key,
+            roles=tuple(sorted(confirmation.approver_roles)),
+            reason=confirmation.reason,
+            summary=summarise_arguments(ctx.arguments),
+            deadline=self._clock() + confirmation.timeout,
+        )
+        params = approval_question(approval, approvals.link(approval.id), confirmation.timeout)
+        if not ctx.caller.supports(_ELICIT, params):
+            return self._refused(ctx, need, "unavailable", how="none")
+        await approvals.store.put(approval)
+        self._audit_line(ctx, need, "asked", how="approval_page")
+        if ctx.caller.stateless:
+            payload = f"a:{approval.id}:{int(approval.deadline)}"
+            return {
+                "resultType": "input_required",
+                "inputRequests": {QUESTION_KEY: {"method": _ELICIT, "params": params}},
+                "requestState": self._states.seal(boundary_of(ctx), "confirm", payload),
+            }
+        try:
+            with anyio.fail_after(confirmation.timeout):
+                result = await ctx.caller.request(_ELICIT, params)
+        except TimeoutError:
+            return self._refused(ctx, need, "timeout", how="approval_page")
+        except (RemoteError, MethodNotFound):
+            return self._refused(ctx, need, "cancelled", how="approval_page")
+        if not isinstance(result, dict) or result.get("action") != "accept":
+            return self._refused(ctx, need, _outcome_of_action(result), how="approval_page")
+        return await self._decided(ctx, need, approvals, approval.id, approval.deadline, call_next, ctx)
+
+    async def _decided(
+        self,
+        ctx: CallContext,
+        need: Need,
+        approvals: Approvals,
+        approval_id: str,
+        deadline: float,
+        call_next: Handler,
+        forwarded: CallContext,
+    ) -> Any:
+        """Wait (until ``deadline``) for the approver's decision, then run or refuse the call."""
+        decided = await approvals.store.wait(approval_id, deadline)
+        if not ctx.caller.stateless:  # the out-of-band interaction is over (URL mode)
+            complete = {"elicitationId": approval_id}
+            ctx.caller.notify(jsonrpc.notification("notifications/elicitation/complete", complete))
+        if decided is None or decided.state == "pending":
+            return self._refused(ctx, need, "timeout", how="approval_page")
+        if decided.state == "rejected":
+            self._settled(ctx, need, "rejected", how="approval_page", approver=decided.decided_by)
+            text = f"{_refusal(ctx, need, 'rejected')} ({decided.decided_by} rejected it.)"
+            return tool_error(text, outcome="not_confirmed", meta={CONFIRMATION_KEY: "rejected"})
+        self._settled(ctx, need, "approved", how="approval_page", approver=decided.decided_by)
+        return await call_next(forwarded)
 
     # ---- after the answer -------------------------------------------------------------
 
@@ -209,10 +305,17 @@ class Confirm:
         )
 
     def _settled(
-        self, ctx: CallContext, decision: Need, outcome: Outcome, *, how: str, remember: str = "none"
+        self,
+        ctx: CallContext,
+        decision: Need,
+        outcome: Outcome,
+        *,
+        how: str,
+        remember: str = "none",
+        approver: str | None = None,
     ) -> None:
         self._metrics.confirmation(outcome)
-        self._audit_line(ctx, decision, outcome, how=how, remember=remember)
+        self._audit_line(ctx, decision, outcome, how=how, remember=remember, approver=approver)
 
     # ---- helpers ----------------------------------------------------------------------
 
@@ -236,7 +339,14 @@ class Confirm:
         return (ctx.caller.identity.key, scope, ctx.server_id, ctx.subject.name, decision.rule_ids, arguments)
 
     def _audit_line(
-        self, ctx: CallContext, decision: Need, outcome: str, *, how: str, remember: str = "none"
+        self,
+        ctx: CallContext,
+        decision: Need,
+        outcome: str,
+        *,
+        how: str,
+        remember: str = "none",
+        approver: str | None = None,
     ) -> None:
         if self._audit is None:
             return
@@ -249,7 +359,7 @@ class Confirm:
                 "source": identity.source,
                 "issuer": identity.issuer,
                 "subject": identity.subject,
-                "approver": identity.name if outcome in ("accepted", "remembered") else None,
+                "approver": approver or (identity.name if outcome in ("accepted", "remembered") else None),
                 "method": ctx.method,
                 "name": ctx.name,
                 "server": ctx.server_id,
@@ -263,7 +373,13 @@ class Confirm:
         )
 
 
+def _outcome_of_action(answer: object) -> Outcome:
+    action = answer.get("action") if isinstance(answer, dict) else None
+    return "declined" if action == "decline" else "cancelled" if action == "cancel" else "invalid"
+
+
 _WHY: Final[dict[str, str]] = {
+    "rejected": "the approver rejected it",
     "declined": "the user declined it",
     "cancelled": "the user dismissed the question without answering",
     "timeout": "nobody answered in time",

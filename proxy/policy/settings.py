@@ -42,3 +42,6 @@ class PolicySettings(_Model):
     validate_results: bool = True
     pins: PinSettings = PinSettings()
     audit: AuditSettings = AuditSettings()
+    # Where people reach Manifold, for the approval links of `approver: {role: r}` rules
+    # (default http://<listen.host>:<listen.port>); the page is <this>/approvals/<id>.
+    approvals_url: str | None = None
