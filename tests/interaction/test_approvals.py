@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import anyio
 import httpx2
+import orjson
 import pytest
 from mcp import Client
 from mcp.client.context import ClientRequestContext
@@ -215,6 +216,19 @@ async def test_a_rejection_on_the_page_refuses_the_call_naming_the_approver(
         assert "Rejected by mona" in page
     assert _how(outcome["result"]) == "rejected"
     assert "mona rejected it" in _text(outcome["result"])
+    audit = Path(manifold.log_path).parent / "audit.jsonl"
+    with anyio.fail_after(10):  # a worker thread writes the audit log, a moment after the answer
+        while not (decided := [r for r in _audit(audit) if r.get("outcome") == "rejected"]):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    assert (decided[-1]["approver"], decided[-1]["how"], decided[-1]["identity"]) == (
+        "mona",
+        "approval_page",
+        "alice",
+    )
+
+
+def _audit(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
 
 
 @pytest.mark.parametrize(
