@@ -27,6 +27,7 @@ from typing import Any, Final, Literal, Protocol
 
 import anyio
 import orjson
+from cachetools import TTLCache
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -48,6 +49,7 @@ _KEEP_AFTER: Final = 60.0  # seconds a decided or expired record stays readable
 _POLL: Final = 0.2  # seconds between reads while waiting on Redis
 _ID_BYTES: Final = 24
 _MAX_ID: Final = 64
+_MAX_SPENT: Final = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,14 +110,15 @@ class MemoryApprovals:
         self._clock = clock
         self._records: dict[str, Approval] = {}
         self._decided: dict[str, anyio.Event] = {}
-        self._spent: set[str] = set()
+        # Every question answered through input_required is spent here too: bounded, and kept
+        # as long as a question may wait (MAX_CONFIRM_TIMEOUT) and a minute more.
+        self._spent: TTLCache[str, bool] = TTLCache(_MAX_SPENT, 3600 + _KEEP_AFTER, timer=clock)
 
     def _prune(self) -> None:
         now = self._clock()
         for gone in [k for k, a in self._records.items() if a.deadline + _KEEP_AFTER < now]:
             del self._records[gone]
             self._decided.pop(gone, None)
-            self._spent.discard(gone)
 
     async def put(self, approval: Approval) -> None:
         self._prune()
@@ -144,7 +147,7 @@ class MemoryApprovals:
     async def spend(self, approval_id: str) -> bool:
         if approval_id in self._spent:
             return False
-        self._spent.add(approval_id)
+        self._spent[approval_id] = True
         return True
 
     async def aclose(self) -> None:
