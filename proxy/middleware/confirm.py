@@ -193,15 +193,7 @@ class Confirm:
             answer = Answer("invalid")
         else:
             answer = read_answer(responses[QUESTION_KEY], decision.confirm, stateless=True)
-        params = {k: v for k, v in ctx.params.items() if k not in ("inputResponses", "requestState")}
-        return await self._answered(
-            ctx,
-            decision,
-            answer,
-            "input_required",
-            call_next,
-            forwarded=dataclasses.replace(ctx, params=params),
-        )
+        return await self._answered(ctx, decision, answer, "input_required", call_next, forwarded=forwarded)
 
     async def _spend(self, question_id: str) -> bool:
         # With approvals in Redis, spent questions are too: a replay on another replica is seen.
