@@ -27,11 +27,13 @@ $(CONFORMANCE_MODERN_STAMP): tests/conformance_modern/package.json tests/conform
 	cd tests/conformance_modern && npm ci --no-audit --no-fund --loglevel=error
 	touch $(CONFORMANCE_MODERN_STAMP)
 
-## Debian packages the tests use: Prometheus (promtool and a real scraper) and Redis.
+## Debian packages the tests use: Prometheus (promtool and a real scraper), Redis, and Chromium
+## (headless, for the approval page).
 system-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v redis-server >/dev/null || \
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v redis-server >/dev/null \
+	  && command -v chromium >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	     prometheus redis-server >/dev/null)
+	     prometheus redis-server chromium >/dev/null)
 
 ## Run Manifold on the example config (two bundled example servers, no external services).
 run: $(STAMP)

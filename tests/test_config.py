@@ -437,6 +437,7 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_POLICY__PINS__PATH": "/var/lib/manifold/pins.json",
     "MANIFOLD_POLICY__AUDIT": '{"path": "-"}',
     "MANIFOLD_POLICY__AUDIT__PATH": "/var/log/manifold/audit.jsonl",
+    "MANIFOLD_POLICY__APPROVALS_URL": "https://manifold.example.com",
     "MANIFOLD_POLICY__AUDIT__INCLUDE_ARGUMENTS": "true",
     "MANIFOLD_RATE_LIMITS": '{"backend": "redis"}',
     "MANIFOLD_RATE_LIMITS__BACKEND": "redis",
@@ -640,7 +641,7 @@ def test_an_injected_environ_replaces_os_environ(monkeypatch: pytest.MonkeyPatch
         ),
         (
             {"MANIFOLD_POLICY__PINS__MODE": "sometimes"},
-            "test.yaml: policy.pins.mode: must be 'off', 'warn' or 'block' (got 'sometimes') "
+            "test.yaml: policy.pins.mode: must be 'off', 'warn', 'block' or 'confirm' (got 'sometimes') "
             "(set by MANIFOLD_POLICY__PINS__MODE)",
         ),
         (
