@@ -7,7 +7,7 @@ NPM_STAMP := tests/npm/node_modules/.installed
 CONFORMANCE_STAMP := tests/conformance/node_modules/.installed
 CONFORMANCE_MODERN_STAMP := tests/conformance_modern/node_modules/.installed
 
-.PHONY: run test lint typecheck unit conformance bench soak system-deps fmt clean
+.PHONY: run test lint typecheck unit conformance bench discovery-eval soak system-deps fmt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,11 +27,13 @@ $(CONFORMANCE_MODERN_STAMP): tests/conformance_modern/package.json tests/conform
 	cd tests/conformance_modern && npm ci --no-audit --no-fund --loglevel=error
 	touch $(CONFORMANCE_MODERN_STAMP)
 
-## Debian packages the tests use: Prometheus (promtool and a real scraper) and Redis.
+## Debian packages the tests use: Prometheus (promtool and a real scraper), Redis, and Chromium
+## (headless, for the approval page).
 system-deps:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v redis-server >/dev/null || \
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v redis-server >/dev/null \
+	  && command -v chromium >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	     prometheus redis-server >/dev/null)
+	     prometheus redis-server chromium >/dev/null)
 
 ## Run Manifold on the example config (two bundled example servers, no external services).
 run: $(STAMP)
@@ -75,6 +77,12 @@ conformance: $(STAMP) $(CONFORMANCE_STAMP) $(CONFORMANCE_MODERN_STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
+	timeout 120 $(BIN)/python -m benchmarks.discovery.evaluate
+
+## Progressive discovery: recall@1/@5 of the tool search over vendored catalogs, tokens saved,
+## µs per query (offline, a few seconds; writes its section of benchmarks/README.md).
+discovery-eval: $(STAMP)
+	timeout 120 $(BIN)/python -m benchmarks.discovery.evaluate
 
 ## Ten minutes of load, session churn, server kills and a hostile client against one Manifold:
 ## leaks, crossed or lost answers, recovery times (see benchmarks/README.md, "Soak").

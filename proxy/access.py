@@ -17,7 +17,7 @@ from typing import Any, Final, Protocol
 import anyio
 from cachetools import LRUCache
 
-from proxy.catalog.merge import Catalog
+from proxy.catalog.merge import Catalog, Entry
 from proxy.catalog.resources import ResourceIndex
 from proxy.config import ServerConfig
 from proxy.errors import ConfigError
@@ -36,11 +36,12 @@ from proxy.policy import (
     pin_new,
     rewrite_definition,
 )
+from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change
 from proxy.policy.settings import PolicySettings
 from proxy.policy_files import load_pins, load_policy, save_pins
 from proxy.ratelimit.rules import LimitRule
 
-__all__ = ["Access", "PinsStore", "ServedTools"]
+__all__ = ["Access", "PinChange", "PinsStore", "ServedTools"]
 
 logger = logging.getLogger("proxy.access")
 
@@ -65,6 +66,14 @@ class _SaveNow:
 
     def unwritten(self) -> Mapping[str, str]:
         return {}
+
+
+@dataclass(frozen=True, slots=True)
+class PinChange:
+    """A drifted tool under ``pins.mode: confirm``: asked about before an identity's first call."""
+
+    drift: Drift
+    summary: str  # what changed (:func:`proxy.policy.pins.summarise_change`)
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,10 @@ class Access:
         if settings.pins.mode != "off":
             self._pins = self._read_pins()
         self._reported: set[tuple[str, str]] = set()
+        # pins.mode confirm: the definition last seen matching its pin (to say what changed),
+        # and the tools drifted now, by pin key.
+        self._approved: dict[str, dict[str, Any]] = {}
+        self._changes: dict[str, PinChange] = {}
         self._views: LRUCache[tuple[Any, ...], tuple[Mapping[str, Any], ...]] = LRUCache(maxsize=512)
 
     # ---- the policy in force ----------------------------------------------------------
@@ -175,7 +188,10 @@ class Access:
             for drift in drifts:
                 if (drift.key, drift.new_hash) not in self._reported:
                     self._reported.add((drift.key, drift.new_hash))
-                    action = "hidden until accepted (manifold pins accept)" if mode == "block" else "served"
+                    action = {
+                        "block": "hidden until accepted (manifold pins accept)",
+                        "confirm": "served; each identity is asked before its first call of it",
+                    }.get(mode, "served")
                     logger.warning("pin drift: %s; %s", drift.describe(), action)
                     if self._on_drift is not None:
                         self._on_drift(drift.server)
@@ -185,11 +201,30 @@ class Access:
                 for d in drifts
                 if d.name in names
             }
+            if mode == "confirm":
+                self._note_changes(catalog, drifts)
             pins = pin_new(self._pins, catalog.entries)
             if pins != self._pins:
                 self._pins = pins
                 self._pins_store.save(pins)
         return ServedTools(catalog, definitions, effective, blocked)
+
+    def _note_changes(self, catalog: Catalog, drifts: Sequence[Drift]) -> None:
+        drifted = {drift.key: drift for drift in drifts}
+        for entry in catalog.entries:
+            key = pin_key(entry.server_id, entry.original_name)
+            drift = drifted.get(key)
+            if drift is None:
+                self._changes.pop(key, None)
+                self._approved[key] = {f: entry.definition[f] for f in PINNED_FIELDS if f in entry.definition}
+            else:
+                self._changes[key] = PinChange(
+                    drift, summarise_change(self._approved.get(key), entry.definition)
+                )
+
+    def pin_change(self, entry: Entry) -> PinChange | None:
+        """The drift of ``entry``'s tool under ``pins.mode: confirm``, if it has drifted."""
+        return self._changes.get(pin_key(entry.server_id, entry.original_name))
 
     def _read_pins(self) -> dict[str, str]:
         """The pins file, over the pins asked to be saved but not on disk yet: the file wins

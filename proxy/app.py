@@ -32,7 +32,9 @@ from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
 from proxy.config import Config
+from proxy.confirm.approvals import make_approvals
 from proxy.connections import Connections, ServerHealth, WaitFor
+from proxy.discovery.service import Discovery
 from proxy.forward import Forward
 from proxy.heard import Heard
 from proxy.inbound.contract import Inbound
@@ -41,21 +43,19 @@ from proxy.inbound.tokens import SessionTokens
 from proxy.interest import Interest
 from proxy.keys import derive_key
 from proxy.metrics import Metrics
-from proxy.middleware.authorize import AuditLog, Authorize
-from proxy.middleware.metrics import Measure
-from proxy.middleware.ratelimit import RateLimit
-from proxy.middleware.validate import Validate
+from proxy.middleware.authorize import AuditLog
 from proxy.notices import Notices
 from proxy.outbound.transport import Transport
 from proxy.own_catalogs import OwnCatalogs
 from proxy.pins_writer import PinsWriter
 from proxy.pipeline import Middleware, compose
-from proxy.policy import SchemaValidators
+from proxy.policy.model import MAX_CONFIRM_TIMEOUT
 from proxy.ratelimit import LimitBackend, make_backend
 from proxy.revocations import revocations_for
 from proxy.router import Router
 from proxy.server_logs import ServerLogs
 from proxy.sessions import Sessions
+from proxy.stages import Parts, stages
 
 __all__ = ["Gateway"]
 
@@ -135,8 +135,14 @@ class Gateway:
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
         states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
+        self._questions = RequestStates(derive_key(secret, "confirm-state"), ttl=MAX_CONFIRM_TIMEOUT)
+        self.approvals = make_approvals(config, derive_key(secret, "approval-form"))
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
+        discovery = None
+        if config.discovery.enabled:
+            discovery = Discovery(config.discovery, access, separator=config.naming.separator)
+            self.sessions.on_end(discovery.ended)
         self.router = Router(
             catalogs=self.catalogs,
             sessions=self.sessions,
@@ -149,9 +155,17 @@ class Gateway:
             metrics=metrics,
             limits=config.limits,
             own=self.own_catalogs,
+            discovery=discovery,
         )
         self.inbound = Inbound(
-            config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
+            config,
+            self.router,
+            self.sessions,
+            self.auth,
+            metrics,
+            self.connections,
+            self.boundary,
+            self.approvals,
         )
 
     def _audit_log(self) -> AuditLog | None:
@@ -171,29 +185,9 @@ class Gateway:
         )
 
     def _stages(self) -> list[Middleware]:
-        """The call pipeline between the router and the forwarding stage, outermost first.
-
-        A stage that has nothing to do is left out, so switched-off features cost nothing.
-        """
-        policy = self.config.policy
-        stages: list[Middleware] = []
-        if self.config.metrics.enabled:
-            stages.append(Measure(self.metrics))
-        if policy.files or self._audit is not None:
-            stages.append(Authorize(self.access, self._audit, self.metrics))
-        if policy.validate_arguments or policy.validate_results:
-            validators = SchemaValidators()
-            stages.append(
-                Validate(
-                    validators,
-                    arguments=policy.validate_arguments,
-                    results=policy.validate_results,
-                    in_thread_bytes=self.config.limits.validate_in_thread_bytes,
-                )
-            )
-        if self.limiter is not None:
-            stages.append(RateLimit(self.access, self.limiter, self.metrics))
-        return stages
+        """The call pipeline between the router and the forwarding stage (:mod:`proxy.stages`)."""
+        parts = Parts(self.access, self.metrics, self._audit, self.limiter, self._questions, self.approvals)
+        return stages(self.config, parts)
 
     def reload_policy(self) -> None:
         """Re-read the policy files (SIGHUP); a bad file is refused and the old policy stays."""
@@ -230,5 +224,6 @@ class Gateway:
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     await self.revocations.aclose()
+                    await self.approvals.store.aclose()
                     if self.limiter is not None:
                         await self.limiter.aclose()

@@ -23,13 +23,16 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
                                # 8..200 (deeper ones are refused with -32600 naming the limit)
       max_request_bytes: 4194304
     log_level: info            # debug | info | warning | error
+    discovery:
+      mode: off                # search | promote: meta-tools listed instead of the whole tool list
     servers:                   # server id -> server, in the order given
       github:                  # ids: [A-Za-z0-9_-]+, without the separator
         command: npx           # a stdio server ...
         args: ["-y", "@x/server-github"]
         env: {GITHUB_TOKEN: "${GITHUB_TOKEN}"}
         cwd: /srv/github       # optional
-        prefix: gh             # default: the id; "" passes tool names through unprefixed
+        prefix: gh             # default: the id; "" passes tool names through unprefixed;
+                               # "manifold" is reserved (Manifold's own tools)
         enabled: true          # disabled servers stay configured but are not started
         connect_timeout: 30    # seconds for start + initialize
         request_timeout: 60    # seconds for each request
@@ -80,6 +83,8 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from proxy.auth.settings import AuthSettings
+from proxy.catalog.naming import RESERVED_PREFIX
+from proxy.discovery.settings import DiscoverySettings
 from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
 from proxy.files import read_text
@@ -426,6 +431,7 @@ class Config(_Model):
     rate_limits: RateLimitSettings = RateLimitSettings()
     metrics: MetricsSettings = MetricsSettings()
     logging: LogSettings = LogSettings()
+    discovery: DiscoverySettings = DiscoverySettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
 
     def enabled_servers(self) -> list[ServerConfig]:
@@ -491,7 +497,16 @@ class Config(_Model):
         # characters, one could start another ("a" + "__" starts "a_" + "__"), and a name in it
         # would then be both servers'.
         spaces = {prefix + separator: key for prefix, key in owners.items()}
+        reserved = RESERVED_PREFIX + separator  # Manifold's own tools (progressive discovery)
         for space, key in spaces.items():
+            if space.startswith(reserved) or reserved.startswith(space):
+                problems.append(
+                    (
+                        ("servers", key, "prefix"),
+                        f"the namespace {space!r} is reserved for Manifold's own tools "
+                        f"({reserved}search_tools …); give this server another prefix",
+                    )
+                )
             for other_space, other in spaces.items():
                 if other != key and space.startswith(other_space):
                     problems.append(

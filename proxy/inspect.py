@@ -175,6 +175,16 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
             "rules": list(decision.rule_ids),
             "reason": decision.reason,
         }
+        if decision.confirm is not None:  # allowed once a person approves: who, how long, remembered
+            confirm = decision.confirm
+            report["confirm"] = {
+                "approver_roles": sorted(confirm.approver_roles),  # empty: the caller approves
+                "timeout": confirm.timeout,
+                "remember": confirm.remember,
+                "remember_minutes": confirm.remember_minutes,
+                "remember_any_arguments": confirm.remember_any_arguments,
+                "reasons": list(confirm.reasons),
+            }
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -186,9 +196,12 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
         print(f"  reason: {report['reason']}")
         if "annotations" in report:
             print(f"  effective annotations: {report['annotations']}")
+        if "confirm" in report:
+            roles = report["confirm"]["approver_roles"]
+            print(f"  asks:   {'an approver with role ' + ' or '.join(roles) if roles else 'the caller'}")
         if report["enforced"] != report["effect"]:
             print("  dry_run is on: this is logged, not enforced")
-    return 0 if decision.effect == "allow" else 3
+    return {"allow": 0, "confirm": 4}.get(decision.effect, 3)
 
 
 async def pins_accept(config: Config, args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ Families (``manifold_`` prefix, base units, ``_total`` on counters)::
     manifold_client_sessions_active{transport}                  gauge
     manifold_listen_streams_open{transport}                     gauge
     manifold_tool_pin_drift_total{server}                       counter
+    manifold_confirmations_total{outcome}                       counter
     manifold_received_bytes_total{transport}                    counter
     manifold_sent_bytes_total{transport}                        counter
     manifold_build_info{version}                                gauge, always 1
@@ -92,7 +93,7 @@ went away or answered a JSON-RPC error; ``invalid``: refused before routing (unk
 arguments); ``error``: an unexpected exception in Manifold itself."""
 OUTCOMES: Final[frozenset[str]] = frozenset(get_args(Outcome))
 
-Effect = Literal["allow", "deny"]
+Effect = Literal["allow", "deny", "confirm"]
 ListKind = Literal["tools", "prompts", "resources", "resourceTemplates"]  # the gateway's kind names
 # Whose fault boundary caught a failure: a client's request, a server's question relayed to a
 # client, one server connection, one client session (a transport's task), a background task.
@@ -284,6 +285,11 @@ class Metrics:
         self._pin_drift = counter(
             "manifold_tool_pin_drift", "Tool definitions that differ from their pinned version.", "server"
         )
+        self._confirmations = counter(
+            "manifold_confirmations",
+            "Tool calls a confirm rule asked a person about, by how it ended.",
+            "outcome",
+        )
         self._internal = counter(
             "manifold_internal_errors",
             "Failures Manifold caught at a fault boundary: a bug or an unforeseen input; see the log.",
@@ -420,6 +426,10 @@ class Metrics:
 
     def pin_drift(self, server: str) -> None:
         self._pin_drift.get(server).inc()
+
+    def confirmation(self, outcome: str) -> None:
+        """Count one question about a call (``proxy.confirm.question.Outcome``: a fixed set)."""
+        self._confirmations.get(outcome).inc()
 
     # ---- sessions and traffic -----------------------------------------------------------
 

@@ -109,7 +109,8 @@ def tool_error(text: str, *, outcome: str, meta: dict[str, Any] | None = None) -
     """A tool result Manifold answers itself, telling the model what went wrong (``isError``).
 
     ``_meta`` says, machine-readably, why Manifold (not the tool) answered: ``denied``,
-    ``rate_limited``, ``invalid_arguments`` or ``invalid_result``.
+    ``not_confirmed`` (a person did not approve it), ``rate_limited``, ``invalid_arguments`` or
+    ``invalid_result``.
     """
     return {
         "content": [{"type": "text", "text": text}],
@@ -133,7 +134,7 @@ def outcome_of(ended: object) -> Outcome:
     if isinstance(ended, dict) and ended.get("isError"):
         meta = ended.get("_meta")
         ours = meta.get(OUTCOME_KEY) if isinstance(meta, dict) else None
-        if ours == "denied":
+        if ours in ("denied", "not_confirmed"):
             return "denied"
         if ours == "rate_limited":
             return "rate_limited"

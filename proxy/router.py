@@ -27,6 +27,7 @@ from proxy.catalog.merge import Entry
 from proxy.catalogs import Catalogs
 from proxy.config import LimitsConfig
 from proxy.connections import Connections
+from proxy.discovery.service import Call, Discovery
 from proxy.errors import InvalidParams, InvalidRequest, LimitExceeded, MethodNotFound, ResourceNotFound
 from proxy.inbound.listen import Listens, Subscription
 from proxy.inbound.session import (
@@ -116,8 +117,11 @@ class Router:
         metrics: Metrics,
         limits: LimitsConfig | None = None,
         own: OwnCatalogs | None = None,
+        discovery: Discovery | None = None,
     ) -> None:
         limits = limits or LimitsConfig()
+        # Progressive discovery: meta-tools listed instead of the tools (None: switched off).
+        self._discovery = discovery if discovery is not None and discovery.enabled else None
         self._catalogs = catalogs
         # Set only when per_client servers are configured: each client's own view of the lists.
         self._own = own
@@ -227,6 +231,11 @@ class Router:
             kind = _LISTS[method]
             catalogs = await self._opened(inbound)
             hint = catalogs.cache_hint(kind) if inbound.stateless else None
+            if kind == "tools" and self._discovery is not None:
+                listed = self._discovery.page(catalogs.served, inbound, params.get("cursor"))
+                if hint is None:
+                    return listed
+                return results.stateless(listed, server_info=SERVER_INFO, cache=hint)
             return catalogs.page(
                 kind, params.get("cursor"), inbound.identity, hint=hint, server_info=SERVER_INFO
             )
@@ -280,6 +289,9 @@ class Router:
 
     def _with_instructions(self, result: dict[str, Any]) -> dict[str, Any]:
         instructions = self._connections.instructions()
+        if self._discovery is not None:
+            guide = self._discovery.instructions()
+            instructions = f"{guide}\n\n{instructions}" if instructions else guide
         if instructions:
             result["instructions"] = instructions
         return result
@@ -305,6 +317,22 @@ class Router:
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
+        discovery = self._discovery
+        if discovery is not None and name in discovery.names:
+            view = await self._opened(inbound)
+            answer = discovery.answer(view.served, inbound, name, params.get("arguments"))
+            if not isinstance(answer, Call):
+                return answer
+            # call_tool: exactly a direct call of the tool it names (never of a meta-tool again).
+            params = {**params, "name": answer.name, "arguments": answer.arguments}
+            if answer.arguments is None:
+                del params["arguments"]
+            return await self._call_tool(inbound, params, answer.name, request_id)
+        return await self._call_tool(inbound, params, name, request_id)
+
+    async def _call_tool(
+        self, inbound: InboundRequest, params: Params, name: str, request_id: RequestId
+    ) -> Any:
         catalogs = self._view(inbound)
         entry = catalogs.tool(name)
         if entry is None and self._own is not None:  # perhaps only its own connection lists it

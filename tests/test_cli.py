@@ -163,3 +163,24 @@ def test_stdin_lines_past_the_limit_are_dropped_as_they_arrive_and_the_rest_kept
     assert [r.getMessage() for r in caplog.records] == [
         "stdin: dropped a line from the client: a message line exceeded 8 bytes (limits.max_request_bytes)"
     ]
+
+
+def test_explain_says_a_confirmed_tool_is_asked_about_by_whom_and_exits_4(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: allow\nrules:\n"
+        "  - id: ask\n    effect: confirm\n    match: {tools: [st.echo]}\n"
+        "    confirm: {approver: {role: admins}, timeout: 30}\n"
+    )
+    config = write_config(
+        tmp_path / "m.yaml",
+        {
+            "policy": {"files": [str(tmp_path / "policy.yaml")]},
+            "servers": {"st": fixture_server("st", tools=0)},
+        },
+    )
+    explained = run("explain", "--config", str(config), "--identity", "x", "--tool", "st.echo", "--json")
+    assert explained.returncode == 4, explained.stderr
+    decision = json.loads(explained.stdout)
+    assert (decision["effect"], decision["rules"]) == ("confirm", ["ask"])
+    assert decision["confirm"]["approver_roles"] == ["admins"]
+    assert decision["confirm"]["timeout"] == 30

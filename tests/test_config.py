@@ -437,6 +437,7 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_POLICY__PINS__PATH": "/var/lib/manifold/pins.json",
     "MANIFOLD_POLICY__AUDIT": '{"path": "-"}',
     "MANIFOLD_POLICY__AUDIT__PATH": "/var/log/manifold/audit.jsonl",
+    "MANIFOLD_POLICY__APPROVALS_URL": "https://manifold.example.com",
     "MANIFOLD_POLICY__AUDIT__INCLUDE_ARGUMENTS": "true",
     "MANIFOLD_RATE_LIMITS": '{"backend": "redis"}',
     "MANIFOLD_RATE_LIMITS__BACKEND": "redis",
@@ -459,6 +460,13 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_LOGGING": '{"format": "json"}',
     "MANIFOLD_LOGGING__FORMAT": "plain",
     "MANIFOLD_LOGGING__ACCESS_LOG": "false",
+    "MANIFOLD_DISCOVERY": '{"mode": "search"}',
+    "MANIFOLD_DISCOVERY__MODE": "promote",
+    "MANIFOLD_DISCOVERY__DEFAULT_RESULTS": "3",
+    "MANIFOLD_DISCOVERY__MAX_RESULTS": "30",
+    "MANIFOLD_DISCOVERY__MAX_DESCRIBE": "5",
+    "MANIFOLD_DISCOVERY__MAX_QUERY_CHARS": "200",
+    "MANIFOLD_DISCOVERY__MAX_PROMOTED": "4",
 }
 # What a few samples need from the file to be valid on their own.
 _OAUTH = {
@@ -633,7 +641,7 @@ def test_an_injected_environ_replaces_os_environ(monkeypatch: pytest.MonkeyPatch
         ),
         (
             {"MANIFOLD_POLICY__PINS__MODE": "sometimes"},
-            "test.yaml: policy.pins.mode: must be 'off', 'warn' or 'block' (got 'sometimes') "
+            "test.yaml: policy.pins.mode: must be 'off', 'warn', 'block' or 'confirm' (got 'sometimes') "
             "(set by MANIFOLD_POLICY__PINS__MODE)",
         ),
         (
@@ -939,6 +947,38 @@ def test_a_namespace_that_starts_another_servers_namespace_is_refused() -> None:
         "test.yaml: servers.a_.prefix: names in the namespace 'a___' would also be in the namespace "
         "'a__' of server 'a'; choose prefixes that do not start one another's namespace"
     )
+
+
+@pytest.mark.parametrize(
+    ("separator", "server_id", "prefix"),
+    [(".", "manifold", None), (".", "x", "manifold"), ("__", "manifold_", None)],
+)
+def test_no_server_may_have_manifolds_own_namespace(
+    separator: str, server_id: str, prefix: str | None
+) -> None:
+    # The namespace of progressive discovery's meta-tools (manifold.search_tools …) is Manifold's.
+    server = stdio() if prefix is None else stdio(prefix=prefix)
+    message = error_of({"naming": {"separator": separator}, "servers": {server_id: server}})
+    space = (prefix or server_id) + separator
+    assert message == (
+        f"test.yaml: servers.{server_id}.prefix: the namespace {space!r} is reserved for Manifold's own "
+        f"tools (manifold{separator}search_tools …); give this server another prefix"
+    )
+
+
+def test_discovery_mode_off_may_be_written_bare_in_yaml_and_a_bad_mode_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("discovery: {mode: off}\n")
+    assert load_config(path, environ={}).discovery.mode == "off"
+    path.write_text("discovery: {mode: promote, max_promoted: 2}\n")
+    assert load_config(path, environ={}).discovery.max_promoted == 2
+    path.write_text("discovery: {mode: everything}\n")
+    with pytest.raises(ConfigError, match=r"discovery\.mode"):
+        load_config(path, environ={})
+
+
+def test_an_unprefixed_server_may_be_called_manifold() -> None:
+    assert list(build({"servers": {"manifold": stdio(prefix="")}}).servers) == ["manifold"]
 
 
 # --- files ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from proxy.app import Gateway
 from proxy.config import config_from_mapping
 from proxy.middleware.authorize import Authorize
+from proxy.middleware.confirm import Confirm
 from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.validate import Validate
@@ -24,9 +25,13 @@ def stages(tmp_path: Path, **sections: Any) -> list[type]:
     return [type(stage) for stage in Gateway(config)._stages()]
 
 
-def test_with_everything_on_the_order_is_measure_authorize_validate_ratelimit(tmp_path: Path) -> None:
+def test_with_everything_on_the_order_is_measure_authorize_validate_ratelimit_confirm(
+    tmp_path: Path,
+) -> None:
+    # Confirm runs after authorize (a hidden tool answers as missing, nobody is asked about it)
+    # and last (nobody is asked about a call that invalid arguments or a rate limit would stop).
     policy = {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}}
-    assert stages(tmp_path, policy=policy) == [Measure, Authorize, Validate, RateLimit]
+    assert stages(tmp_path, policy=policy) == [Measure, Authorize, Validate, RateLimit, Confirm]
 
 
 def test_switched_off_stages_are_left_out(tmp_path: Path) -> None:

@@ -19,7 +19,9 @@ Rules:
   another server's namespace (``st.secret``) is skipped and listed in :attr:`Catalog.invalid`,
   wherever that server stands in the config and whether or not it lists the same name. Otherwise
   a server could take another's name (or push it to a derived one), and policy rules written
-  against ``st.*`` would see a name that is not ``st``'s.
+  against ``st.*`` would see a name that is not ``st``'s. The namespace of
+  :data:`~proxy.catalog.naming.RESERVED_PREFIX` (``manifold.``) is Manifold's own (its
+  discovery meta-tools): no server's item is served in it.
 * Every entry keeps its **canonical** name (:meth:`NamingCodec.canonical`: the unshortened
   ``prefix + separator + original``), which the policy matches; the client-facing ``name`` may be
   shortened or derived. Within a namespace a canonical name names one (server, original name).
@@ -37,7 +39,7 @@ from typing import Any, Final
 
 import orjson
 
-from proxy.catalog.naming import NamingCodec
+from proxy.catalog.naming import RESERVED_PREFIX, NamingCodec
 
 __all__ = [
     "EMPTY_CATALOG",
@@ -147,6 +149,8 @@ def _squatted(original: str, namespaces: Mapping[str, str]) -> str | None:
     """Why ``original`` (an unprefixed server's) may not be served: it starts with the namespace
     of another server. None when it may."""
     for namespace, owner in namespaces.items():
+        if original.startswith(namespace) and not owner:
+            return f"is named in the namespace {namespace!r}, which is reserved for Manifold's own tools"
         if original.startswith(namespace):
             return (
                 f"is named in the namespace {namespace!r} of server {owner!r}, which is that "
@@ -181,6 +185,7 @@ def build_catalog(slices: Sequence[ServerSlice], codec: NamingCodec) -> Catalog:
     invalid: list[tuple[str, str]] = []
     digest = hashlib.sha256()
     namespaces = {codec.namespace(piece.prefix): piece.server_id for piece in slices if piece.prefix}
+    namespaces.setdefault(codec.namespace(RESERVED_PREFIX), "")  # "": Manifold's own
 
     for piece in slices:
         if piece.server_id in seen_ids:

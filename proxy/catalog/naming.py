@@ -27,13 +27,17 @@ import hashlib
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["MIN_MAX_LENGTH", "NamingCodec"]
+__all__ = ["MIN_MAX_LENGTH", "RESERVED_PREFIX", "NamingCodec"]
 
 # Hex characters of the shortening suffix (32 bits: distinct long names stay distinct in practice,
 # and merge catches the rest as collisions).
 _SHORTEN_HEX: Final = 8
 # Hex characters of the disambiguation suffix.
 _DISAMBIGUATE_HEX: Final = 6
+
+#: The prefix of Manifold's own tools (progressive discovery's ``manifold.search_tools`` …): the
+#: configuration refuses it to servers, and the merge skips an unprefixed server's name in it.
+RESERVED_PREFIX: Final = "manifold"
 
 #: The smallest ``max_length`` that leaves a useful head in front of both suffixes.
 MIN_MAX_LENGTH: Final = 16

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from proxy.auth.authenticator import Authenticator
 from proxy.boundary import Boundary
 from proxy.config import Config
+from proxy.confirm.approvals import Approvals
 from proxy.inbound.listen import Subscription
 from proxy.inbound.session import ClientSession, Deliver, StatelessCaller
 from proxy.metrics import Metrics
@@ -84,3 +85,4 @@ class Inbound:
     metrics: Metrics
     health: Health
     boundary: Boundary  # where a transport's own failures end (proxy.boundary)
+    approvals: Approvals | None = None  # the approval page's requests (proxy.confirm.approvals)

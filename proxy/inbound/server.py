@@ -5,6 +5,7 @@
     /readyz    200 once every server marked ``required`` is up, else 503
     /metrics   Prometheus text (here, or on ``metrics.port`` when that is set)
     /.well-known/oauth-protected-resource[/mcp]   with ``auth.oauth``: how to sign in (RFC 9728)
+    /approvals/{id}  the approval page of a call waiting for an approver (proxy.inbound.approval_page)
 
 What each caller may see of the last three, and the Host and Origin they are served to, is
 :mod:`proxy.inbound.observers`' business.
@@ -33,6 +34,7 @@ from starlette.routing import Route
 
 from proxy.auth.resource import metadata_document, metadata_paths
 from proxy.boundary import supervised
+from proxy.inbound.approval_page import approval_routes
 from proxy.inbound.connection_guard import ConnectionGuard
 from proxy.inbound.contract import Inbound
 from proxy.inbound.http import McpEndpoint, OriginPolicy, Receive, Scope, Send
@@ -163,6 +165,9 @@ def build_app(inbound: Inbound) -> Any:
             return JSONResponse(document, headers={"access-control-allow-origin": "*"})
 
         routes += [Route(path, protected_resource, methods=["GET"]) for path in metadata_paths(oauth, "/mcp")]
+    if inbound.approvals is not None:
+        origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
+        routes += approval_routes(inbound.approvals, inbound.auth, origins)
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
         routes.append(_metrics_route(inbound, observers))
     return _Observed(Starlette(routes=routes), endpoint, inbound.metrics)

@@ -118,7 +118,7 @@ class Authorize:
             outcome = outcome_of(result)
             return result
         except BaseException as exc:
-            outcome = outcome_of(exc) if enforced == "allow" else "denied"
+            outcome = outcome_of(exc) if enforced != "deny" else "denied"
             raise
         finally:
             if self._audit is not None:

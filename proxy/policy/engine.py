@@ -7,7 +7,9 @@ The semantics (Cedar's, in short):
   not hold as a whole;
 * any applicable ``deny`` rule → deny (forbid overrides permit);
 * else any applicable ``allow`` rule → allow;
-* else the policy's default.
+* else the policy's default;
+* and when that says allow for a tool, any applicable ``confirm`` rule → confirm: allowed once a
+  person approves the call. A confirm rule only tightens; it never allows what the rest denies.
 
 A server's ``log_level`` differs in one way: only allow rules that name ``log_levels`` can allow
 it, and when none applies it is denied, whatever the default.
@@ -34,7 +36,17 @@ from typing import Final
 
 from proxy.catalog.merge import Entry
 from proxy.policy.annotations import CAUTIOUS, EffectiveAnnotations
-from proxy.policy.model import Decision, Identity, Kind, Match, Policy, Rule
+from proxy.policy.model import (
+    Confirmation,
+    Decision,
+    Identity,
+    Kind,
+    Match,
+    Policy,
+    RememberFor,
+    RoleApprover,
+    Rule,
+)
 
 __all__ = ["PolicyEngine", "Subject"]
 
@@ -177,6 +189,7 @@ class _CompiledRule:
     sentence: str
     applies: _Check
     show: bool
+    rule: Rule
 
 
 def _compile_rule(rule: Rule) -> _CompiledRule:
@@ -189,13 +202,46 @@ def _compile_rule(rule: Rule) -> _CompiledRule:
         def applies(identity: Identity, subject: Subject) -> bool:
             return match(identity, subject) and not unless(identity, subject)
 
-    return _CompiledRule(rule.id, rule.sentence(), applies, rule.show)
+    return _CompiledRule(rule.id, rule.sentence(), applies, rule.show, rule)
+
+
+def _confirmation(rules: Iterable[Rule]) -> Confirmation:
+    """Every applicable confirm rule's options, combined most cautiously (see Confirmation)."""
+    reasons: list[str] = []
+    timeouts: list[int] = []
+    remembers: list[str] = []
+    minutes: list[int] = []
+    any_arguments = True
+    roles: set[str] = set()
+    for rule in rules:
+        options = rule.options
+        reason = options.reason or (rule.description.strip() if rule.description else "")
+        if reason and reason not in reasons:
+            reasons.append(reason)
+        timeouts.append(options.timeout)
+        any_arguments = any_arguments and options.remember_any_arguments
+        if isinstance(options.remember, RememberFor):
+            remembers.append("minutes")
+            minutes.append(options.remember.minutes)
+        else:
+            remembers.append(options.remember)
+        if isinstance(options.approver, RoleApprover):
+            roles.add(options.approver.role)
+    remember = "none" if "none" in remembers else ("minutes" if "minutes" in remembers else "session")
+    return Confirmation(
+        reasons=tuple(reasons),
+        timeout=float(min(timeouts)),
+        remember=remember,  # type: ignore[arg-type]
+        remember_minutes=min(minutes) if remember == "minutes" else 0,
+        remember_any_arguments=any_arguments and remember != "none",
+        approver_roles=frozenset(roles),
+    )
 
 
 class PolicyEngine:
     """Decides with one :class:`Policy`, compiled once. Build a new engine when the policy changes."""
 
-    __slots__ = ("_allows", "_cache", "_default", "_denies", "_level_allows", "policy")
+    __slots__ = ("_allows", "_cache", "_confirms", "_default", "_denies", "_level_allows", "policy")
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -203,6 +249,7 @@ class PolicyEngine:
         rules = sorted(policy.rules, key=lambda rule: rule.id)
         self._denies = tuple(_compile_rule(rule) for rule in rules if rule.effect == "deny")
         self._allows = tuple(_compile_rule(rule) for rule in rules if rule.effect == "allow")
+        self._confirms = tuple(_compile_rule(rule) for rule in rules if rule.effect == "confirm")
         # A shared server's log level is allowed only by a rule written for it: neither the
         # default nor an allow rule naming no kind (written, maybe, before the kind existed)
         # lets one identity change what a shared server tells everyone. Deny rules apply as ever.
@@ -239,6 +286,20 @@ class PolicyEngine:
         return len(self._cache)
 
     def _evaluate(self, identity: Identity, subject: Subject) -> Decision:
+        decision = self._permits(identity, subject)
+        if decision.effect != "allow" or subject.kind != "tool" or not self._confirms:
+            return decision
+        asking = [rule for rule in self._confirms if rule.applies(identity, subject)]
+        if not asking:
+            return decision
+        return Decision(
+            "confirm",
+            tuple(rule.id for rule in asking),
+            tuple(rule.sentence for rule in asking),
+            confirm=_confirmation(rule.rule for rule in asking),
+        )
+
+    def _permits(self, identity: Identity, subject: Subject) -> Decision:
         levels = subject.kind == "log_level"
         for group in (self._denies, self._level_allows if levels else self._allows):
             deciding = [rule for rule in group if rule.applies(identity, subject)]

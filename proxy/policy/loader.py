@@ -28,7 +28,7 @@ from pydantic_core import ErrorDetails
 # to the last one: exactly the kind of slip a security policy must not absorb.
 from proxy.documents import parse_document, show_value
 from proxy.errors import ConfigError
-from proxy.policy.model import AnnotationMatch, Effect, Match, Policy, PolicyDocument, Rule
+from proxy.policy.model import AnnotationMatch, ConfirmOptions, Default, Match, Policy, PolicyDocument, Rule
 from proxy.ratelimit.rules import LimitRule, parse_limits
 
 __all__ = ["combine", "document_from_mapping", "parse_policy_text"]
@@ -78,7 +78,7 @@ def combine(documents: Iterable[tuple[str, PolicyDocument]]) -> Policy:
     """
     problems: list[str] = []
     owners: dict[str, str] = {}  # rule id -> the source that has it first
-    default: tuple[str, Effect] | None = None
+    default: tuple[str, Default] | None = None
     rules: list[Rule] = []
     limits: list[LimitRule] = []
     limit_owners: dict[str, str] = {}
@@ -140,7 +140,12 @@ _PLAIN: dict[str, str] = {
 }
 
 # Which model describes the mapping at a location, for "did you mean …?".
-_SECTIONS: dict[str, type[BaseModel]] = {"match": Match, "unless": Match, "annotations": AnnotationMatch}
+_SECTIONS: dict[str, type[BaseModel]] = {
+    "match": Match,
+    "unless": Match,
+    "annotations": AnnotationMatch,
+    "confirm": ConfirmOptions,
+}
 
 
 def _describe(error: ErrorDetails, source: str, data: Mapping[str, Any]) -> str:

@@ -30,6 +30,9 @@ __all__ = [
     "ANONYMOUS",
     "HINT_NAMES",
     "AnnotationMatch",
+    "Approver",
+    "Confirmation",
+    "ConfirmOptions",
     "Decision",
     "Effect",
     "Identity",
@@ -43,7 +46,8 @@ __all__ = [
     "glob_problem",
 ]
 
-Effect: TypeAlias = Literal["allow", "deny"]
+Effect: TypeAlias = Literal["allow", "deny", "confirm"]
+Default: TypeAlias = Literal["allow", "deny"]  # what a document may fall back to
 Kind: TypeAlias = Literal["tool", "prompt", "resource", "log_level"]
 HintName: TypeAlias = Literal["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"]
 HINT_NAMES: Final[tuple[HintName, ...]] = (
@@ -108,13 +112,35 @@ ANONYMOUS: Final = Identity(name="anonymous", roles=frozenset(), source="anonymo
 
 
 @dataclass(frozen=True, slots=True)
+class Confirmation:
+    """What a ``confirm`` decision asks for: who must approve, with what words, for how long.
+
+    Combined from every applicable confirm rule, most cautiously: their reasons together, the
+    shortest timeout, remembering only as far as every rule lets, and another person's approval
+    (``approver_roles``, any of them) when any rule asks for one.
+    """
+
+    reasons: tuple[str, ...]
+    timeout: float  # seconds the caller may wait for an answer
+    remember: Literal["none", "session", "minutes"] = "none"
+    remember_minutes: int = 0
+    remember_any_arguments: bool = False  # remembered for the tool, whatever the arguments
+    approver_roles: frozenset[str] = frozenset()  # empty: the calling user approves
+
+    @property
+    def reason(self) -> str:
+        return " ".join(self.reasons)
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the policy says about one identity and one subject, and why.
 
     Attributes:
-        effect: ``"allow"`` or ``"deny"``.
+        effect: ``"allow"``, ``"deny"`` or ``"confirm"`` (allowed once a person approves).
         rule_ids: sorted ids of the rules that decided it: every matching deny rule when
-            denied, else every matching allow rule; empty when the document default decided.
+            denied, every matching confirm rule when it asks, else every matching allow rule;
+            empty when the document default decided.
         reasons: one sentence per deciding rule (or one for the default), for logs, audit
             records and the message a denied client reads.
     """
@@ -125,11 +151,13 @@ class Decision:
     # A deny whose every deciding rule says ``show: true``: listed, but calls are refused with
     # a message the model can act on. Any other deny hides the subject entirely.
     shown: bool = False
+    confirm: Confirmation | None = None  # set exactly when the effect is "confirm"
 
     @property
     def visible(self) -> bool:
-        """Whether lists show the subject (allowed, or denied by ``show: true`` rules only)."""
-        return self.effect == "allow" or self.shown
+        """Whether lists show the subject (allowed, asked about, or denied by ``show: true`` rules
+        only)."""
+        return self.effect != "deny" or self.shown
 
     @property
     def allowed(self) -> bool:
@@ -146,7 +174,7 @@ class Decision:
         return "; ".join(self.reasons)
 
     def enforced_effect(self, dry_run: bool) -> Effect:
-        """What the caller should do: the effect, except that a dry run never denies.
+        """What the caller should do: the effect, except that a dry run never denies nor asks.
 
         In a dry run the caller still logs :attr:`effect` ("would deny"), which is the point.
         """
@@ -283,8 +311,62 @@ class Match(_Model):
         return self
 
 
+MAX_CONFIRM_TIMEOUT: Final = 3600
+DEFAULT_CONFIRM_TIMEOUT: Final = 120
+MAX_REMEMBER_MINUTES: Final = 24 * 60
+
+
+class RoleApprover(_Model):
+    """Somebody else approves: an identity holding ``role`` (on Manifold's approval page)."""
+
+    role: Name
+
+
+Approver: TypeAlias = Literal["self"] | RoleApprover
+
+
+class RememberFor(_Model):
+    minutes: Annotated[int, Field(strict=True, ge=1, le=MAX_REMEMBER_MINUTES)]
+
+
+def _approver(value: Any) -> Any:
+    # Checked by hand, so a mistake reads as one sentence, not as one error per union member.
+    if value == "self" or isinstance(value, RoleApprover):
+        return value
+    role = value.get("role") if isinstance(value, dict) and set(value) == {"role"} else None
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"must be 'self' or {{role: <a role>}} (got {value!r})")
+    return RoleApprover(role=role)
+
+
+def _remember(value: Any) -> Any:
+    if value in ("none", "session") or isinstance(value, RememberFor):
+        return value
+    minutes = value.get("minutes") if isinstance(value, dict) and set(value) == {"minutes"} else None
+    if type(minutes) is not int or not 1 <= minutes <= MAX_REMEMBER_MINUTES:
+        raise ValueError(
+            f"must be 'none', 'session' or {{minutes: <1..{MAX_REMEMBER_MINUTES}>}} (got {value!r})"
+        )
+    return RememberFor(minutes=minutes)
+
+
+class ConfirmOptions(_Model):
+    """How a ``confirm`` rule asks (``policies/README.md``, "Asking before a call")."""
+
+    reason: Omittable[Annotated[StrictStr, Field(min_length=1, max_length=500)]] = None
+    approver: Annotated[Approver, BeforeValidator(_approver)] = "self"
+    timeout: Annotated[int, Field(strict=True, ge=1, le=MAX_CONFIRM_TIMEOUT)] = DEFAULT_CONFIRM_TIMEOUT
+    remember: Annotated[Literal["none", "session"] | RememberFor, BeforeValidator(_remember)] = "none"
+    remember_any_arguments: StrictBool = False
+
+
 class Rule(_Model):
-    """One rule: an id, an effect, and when it applies (``match`` and not ``unless``)."""
+    """One rule: an id, an effect, and when it applies (``match`` and not ``unless``).
+
+    A ``confirm`` rule applies to tool calls only, and only tightens: a call it matches is still
+    decided by the deny and allow rules and the default; when that says allow, a person must
+    approve the call first (``options``). It never lets anybody call what they otherwise could not.
+    """
 
     id: Annotated[StrictStr, Field(pattern=_RULE_ID, max_length=128)]
     effect: Effect
@@ -292,16 +374,29 @@ class Rule(_Model):
     match: Match
     unless: Omittable[Match] = None
     show: StrictBool = False  # deny rules only: keep the subject listed, refuse the call
+    confirm: Omittable[ConfirmOptions] = None  # confirm rules only
 
     @model_validator(mode="after")
     def _show_only_denies(self) -> Rule:
         if self.show and self.effect != "deny":
             raise ValueError("'show' only applies to deny rules (an allowed subject is listed anyway)")
+        if self.confirm is not None and self.effect != "confirm":
+            raise ValueError("'confirm' options only apply to rules with effect: confirm")
+        if self.effect == "confirm" and self.match.kinds is not None and self.match.kinds != {"tool"}:
+            raise ValueError(
+                "a confirm rule asks before tool calls only: name 'tools' (or no kind), "
+                "not prompts/resources/log_levels"
+            )
         return self
+
+    @property
+    def options(self) -> ConfirmOptions:
+        """A confirm rule's options (the defaults when it gives none)."""
+        return self.confirm if self.confirm is not None else ConfirmOptions()
 
     def sentence(self) -> str:
         """Why a decision went this way, e.g. ``denied by rule x: contractors may not …``."""
-        verb = "denied" if self.effect == "deny" else "allowed"
+        verb = {"deny": "denied", "allow": "allowed", "confirm": "to be confirmed"}[self.effect]
         text = f"{verb} by rule {self.id}"
         return (
             f"{text}: {self.description.strip()}" if self.description and self.description.strip() else text
@@ -312,7 +407,7 @@ class PolicyDocument(_Model):
     """One policy file. ``default`` may be left out when another file loaded with it sets it."""
 
     version: Literal[1]
-    default: Omittable[Effect] = None
+    default: Omittable[Default] = None
     rules: tuple[Rule, ...] = ()
     limits: tuple[Any, ...] = ()  # rate limits: parsed by proxy.ratelimit.rules (policies/RATELIMITS.md)
 
@@ -327,7 +422,7 @@ class Policy:
         ValueError: two rules share an id (the loader reports that as a ConfigError first).
     """
 
-    default: Effect
+    default: Default
     rules: tuple[Rule, ...]
     limits: tuple[LimitRule, ...] = ()
 

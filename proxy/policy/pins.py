@@ -15,6 +15,9 @@ does is the operator's choice of mode:
 * ``block``: a drifted tool is hidden from ``tools/list`` and calls to it are refused, with the
   drift as the reason, until the operator accepts the new definition (re-pins it with
   :func:`accept`, e.g. from a CLI command).
+* ``confirm``: a drifted tool is served, but each identity is asked (like a ``confirm`` policy
+  rule asks: :mod:`proxy.middleware.confirm`) before its first call of the new definition, with
+  the change summarised (:func:`summarise_change`); an operator's accept ends the asking.
 
 Pins are kept in a small JSON file, ``{"version": 1, "pins": {key: hash}}``. This module only
 turns its bytes into pins (:func:`parse_pins`) and back (:func:`render_pins`); reading and
@@ -45,10 +48,11 @@ __all__ = [
     "pin_key",
     "pin_new",
     "render_pins",
+    "summarise_change",
     "tool_hash",
 ]
 
-PinMode: TypeAlias = Literal["warn", "block", "off"]
+PinMode: TypeAlias = Literal["warn", "block", "confirm", "off"]
 PINNED_FIELDS: Final = ("title", "description", "inputSchema", "outputSchema", "annotations")
 _FILE_VERSION: Final = 1
 
@@ -85,6 +89,41 @@ class Drift:
             f"tool {self.name!r} (server {self.server!r}, {self.original_name!r}) changed since it was "
             f"pinned ({self.old_hash[:19]}… → {self.new_hash[:19]}…); an operator must accept the change"
         )
+
+
+_SHOWN_CHARS: Final = 160
+
+
+def _shown(value: object) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    return repr(text[:_SHOWN_CHARS] + ("…" if len(text) > _SHOWN_CHARS else ""))
+
+
+def summarise_change(old: Mapping[str, object] | None, new: Mapping[str, object]) -> str:
+    """What changed between two definitions of a tool, in one bounded line, for the person asked.
+
+    ``old`` is None when the approved definition is not known (only its hash is pinned): then
+    only the fact of the change can be said.
+    """
+    if old is None:
+        return "its definition differs from the pinned one (the approved text is not known here)"
+    parts: list[str] = []
+    for field in PINNED_FIELDS:
+        before, after = old.get(field), new.get(field)
+        if before == after:
+            continue
+        if (
+            field in ("inputSchema", "outputSchema")
+            and isinstance(before, Mapping)
+            and isinstance(after, Mapping)
+        ):
+            was, now = set(before.get("properties") or {}), set(after.get("properties") or {})
+            detail = [f"+{name}" for name in sorted(now - was)] + [f"-{name}" for name in sorted(was - now)]
+            parts.append(f"{field} changed" + (f" ({', '.join(detail)[:_SHOWN_CHARS]})" if detail else ""))
+        else:
+            parts.append(f"{field}: {_shown(before)} → {_shown(after)}")
+    return "; ".join(parts) if parts else "its definition changed"
 
 
 def current_pins(entries: Iterable[Entry]) -> dict[str, str]:

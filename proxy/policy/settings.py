@@ -16,7 +16,7 @@ class _Model(BaseModel):
 class PinSettings(_Model):
     """Tool pinning: what happens when a server changes a tool after it was first seen."""
 
-    mode: Literal["off", "warn", "block"] = "warn"
+    mode: Literal["off", "warn", "block", "confirm"] = "warn"
     path: str = ".manifold/pins.json"
 
 
@@ -42,3 +42,6 @@ class PolicySettings(_Model):
     validate_results: bool = True
     pins: PinSettings = PinSettings()
     audit: AuditSettings = AuditSettings()
+    # Where people reach Manifold, for the approval links of `approver: {role: r}` rules
+    # (default http://<listen.host>:<listen.port>); the page is <this>/approvals/<id>.
+    approvals_url: str | None = None

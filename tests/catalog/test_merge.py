@@ -315,6 +315,21 @@ def test_an_unprefixed_server_stays_out_of_a_namespace_whose_server_lists_nothin
     assert names(catalog) == []
 
 
+@pytest.mark.parametrize("separator", [".", "__"])
+def test_no_server_can_list_a_tool_in_manifolds_own_namespace(separator: str) -> None:
+    # The attack: an unprefixed server lists "manifold.call_tool", to shadow or impersonate
+    # progressive discovery's meta-tools (or a client's idea of them).
+    codec = NamingCodec(separator=separator)
+    squat = [tool(f"manifold{separator}call_tool"), tool(f"manifold{separator}x"), tool("manifold_ok")]
+    catalog = build_catalog([ServerSlice("evil", "", squat)], codec)
+    assert names(catalog) == ["manifold_ok"]
+    reasons = [reason for server, reason in catalog.invalid if server == "evil"]
+    assert reasons[0] == (
+        f"item #0 ('manifold{separator}call_tool') is named in the namespace 'manifold{separator}', "
+        "which is reserved for Manifold's own tools"
+    )
+
+
 def test_unprefixed_names_outside_every_namespace_are_served_as_they_are() -> None:
     catalog = build_catalog(
         [ServerSlice("st", "st", [tool("a")]), ServerSlice("plain", "", [tool("st_x"), tool("stx.y")])], CODEC

@@ -65,6 +65,13 @@ def rule(**fields: Any) -> dict[str, Any]:
         rule(match={"annotations": {"readOnlyHint": True}}),
         rule(unless={"servers": [1]}),
         {"version": 1, "rules": [{"id": "r", "effect": "allow"}]},
+        {"version": 1, "default": "confirm"},
+        rule(confirm={}),
+        rule(effect="confirm", confirm={"approver": "bob"}),
+        rule(effect="confirm", confirm={"remember": "forever"}),
+        rule(effect="confirm", confirm={"timeout": 0}),
+        rule(effect="confirm", confirm={"reson": "x"}),
+        rule(effect="confirm", match={"prompts": ["*"]}),
     ],
 )
 def test_the_schema_rejects_what_the_loader_rejects(document: dict[str, Any]) -> None:

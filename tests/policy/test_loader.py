@@ -97,7 +97,7 @@ def test_files_that_set_the_same_default_agree() -> None:
     [
         (
             rules("  - {id: a, effect: permit, match: {}}\n"),
-            "p.yaml: rules[0] (id 'a'): effect: must be 'allow' or 'deny' (got 'permit')",
+            "p.yaml: rules[0] (id 'a'): effect: must be 'allow', 'deny' or 'confirm' (got 'permit')",
         ),
         (
             rules("  - {id: a, effect: allow, match: {rolez: [x]}}\n"),

@@ -145,3 +145,24 @@ def test_a_rendered_pins_file_does_not_depend_on_insertion_order() -> None:
 def test_a_broken_pins_file_is_a_config_error_naming_it(content: bytes, expected: str) -> None:
     with pytest.raises(ConfigError, match="pins.json: .*" + expected.replace("(", r"\(").replace(")", r"\)")):
         parse_pins(content, "/srv/pins.json")
+
+
+def test_a_change_is_summarised_field_by_field_bounded_and_on_one_line() -> None:
+    from proxy.policy.pins import summarise_change
+
+    old = {"description": "lists files", "inputSchema": {"type": "object", "properties": {"path": {}}}}
+    new = {
+        "description": "lists files\nand uploads them " + "x" * 500,
+        "inputSchema": {"type": "object", "properties": {"path": {}, "upload_to": {}}},
+    }
+    summary = summarise_change(old, new)
+    assert summary.startswith("description: 'lists files' → 'lists files and uploads them")
+    assert "inputSchema changed (+upload_to)" in summary
+    assert "\n" not in summary
+    assert len(summary) < 500
+
+
+def test_a_change_without_the_approved_definition_says_only_that_it_changed() -> None:
+    from proxy.policy.pins import summarise_change
+
+    assert "not known" in summarise_change(None, {"description": "x"})

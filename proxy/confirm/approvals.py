@@ -1,0 +1,259 @@
+"""Calls waiting for somebody else's approval (a confirm rule with ``approver: {role: r}``).
+
+An :class:`Approval` is what the approval page shows and what the waiting call reads: the tool,
+its server, who called it (name and identity key), the roles that may approve, the arguments
+summary (already redacted), the reason, a deadline (wall clock, seconds) and the decision.
+
+Where they live: :class:`MemoryApprovals` (this process), or :class:`RedisApprovals` when the
+rate limits use Redis (``rate_limits.backend: redis``), so that the page may be served by one
+replica while the call waits on another. A decision is written once: the first of approve or
+reject wins, atomically. Records expire with their deadline (plus a minute for the page to
+still say what happened).
+
+Ids are 192-bit random tokens: the page's URL is the capability to *see* the request; deciding
+it needs an approver's credential (:mod:`proxy.inbound.approval_page`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Final, Literal, Protocol
+
+import anyio
+import orjson
+from cachetools import TTLCache
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from proxy.config import Config
+
+__all__ = [
+    "Approval",
+    "ApprovalStore",
+    "Approvals",
+    "MemoryApprovals",
+    "RedisApprovals",
+    "State",
+    "make_approvals",
+]
+
+State = Literal["pending", "approved", "rejected"]
+
+_KEEP_AFTER: Final = 60.0  # seconds a decided or expired record stays readable
+_POLL: Final = 0.2  # seconds between reads while waiting on Redis
+_ID_BYTES: Final = 24
+_MAX_ID: Final = 64
+_MAX_SPENT: Final = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    id: str
+    tool: str
+    server: str
+    caller: str  # the caller's name, as shown
+    caller_key: tuple[str, str, str]  # who called, exactly: nobody approves their own call
+    roles: tuple[str, ...]  # any of these may approve
+    reason: str
+    summary: str  # the arguments, redacted and bounded (proxy.confirm.question)
+    deadline: float  # wall clock
+    state: State = "pending"
+    decided_by: str | None = None
+    decided_at: float | None = None
+
+    @classmethod
+    def new(cls, **fields: Any) -> Approval:
+        return cls(id=secrets.token_urlsafe(_ID_BYTES), **fields)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Approval:
+        data = orjson.loads(raw)
+        data["caller_key"] = tuple(data["caller_key"])
+        data["roles"] = tuple(data["roles"])
+        return cls(**data)
+
+
+class ApprovalStore(Protocol):
+    async def put(self, approval: Approval) -> None: ...
+
+    async def get(self, approval_id: str) -> Approval | None:
+        """The record, while it is kept; None for an unknown or expired id."""
+        ...
+
+    async def decide(self, approval_id: str, state: State, by: str, at: float) -> Approval | None:
+        """Write the decision if the record is still pending; returns the record as it now is
+        (decided by somebody else first, possibly); None when unknown or expired."""
+        ...
+
+    async def wait(self, approval_id: str, deadline: float) -> Approval | None:
+        """The record once decided, or as it is at ``deadline`` (wall clock)."""
+        ...
+
+    async def spend(self, approval_id: str) -> bool:
+        """Mark the decision used by a retry: True the first time only."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class MemoryApprovals:
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._records: dict[str, Approval] = {}
+        self._decided: dict[str, anyio.Event] = {}
+        # Every question answered through input_required is spent here too: bounded, and kept
+        # as long as a question may wait (MAX_CONFIRM_TIMEOUT) and a minute more.
+        self._spent: TTLCache[str, bool] = TTLCache(_MAX_SPENT, 3600 + _KEEP_AFTER, timer=clock)
+
+    def _prune(self) -> None:
+        now = self._clock()
+        for gone in [k for k, a in self._records.items() if a.deadline + _KEEP_AFTER < now]:
+            del self._records[gone]
+            self._decided.pop(gone, None)
+
+    async def put(self, approval: Approval) -> None:
+        self._prune()
+        self._records[approval.id] = approval
+        self._decided[approval.id] = anyio.Event()
+
+    async def get(self, approval_id: str) -> Approval | None:
+        self._prune()
+        return self._records.get(approval_id)
+
+    async def decide(self, approval_id: str, state: State, by: str, at: float) -> Approval | None:
+        approval = await self.get(approval_id)
+        if approval is None or approval.state != "pending" or at > approval.deadline:
+            return approval
+        approval = self._records[approval_id] = replace(approval, state=state, decided_by=by, decided_at=at)
+        self._decided[approval_id].set()
+        return approval
+
+    async def wait(self, approval_id: str, deadline: float) -> Approval | None:
+        event = self._decided.get(approval_id)
+        if event is not None:
+            with anyio.move_on_after(max(0.0, deadline - self._clock())):
+                await event.wait()
+        return self._records.get(approval_id)
+
+    async def spend(self, approval_id: str) -> bool:
+        if approval_id in self._spent:
+            return False
+        self._spent[approval_id] = True
+        return True
+
+    async def aclose(self) -> None:
+        return None
+
+
+# Atomically: write the decision only while the record is pending and not past its deadline.
+_DECIDE: Final = """
+local raw = redis.call('GET', KEYS[1])
+if not raw then return nil end
+local record = cjson.decode(raw)
+if record['state'] ~= 'pending' or tonumber(ARGV[3]) > record['deadline'] then return raw end
+record['state'] = ARGV[1]
+record['decided_by'] = ARGV[2]
+record['decided_at'] = tonumber(ARGV[3])
+local encoded = cjson.encode(record)
+redis.call('SET', KEYS[1], encoded, 'KEEPTTL')
+return encoded
+"""
+
+
+class RedisApprovals:
+    """The records in Redis (``<prefix>approval:<id>``), so any replica serves the page and any
+    waits. A call waiting on another replica's decision reads the record every 200 ms."""
+
+    def __init__(self, client: Redis, *, key_prefix: str, clock: Callable[[], float] = time.time) -> None:
+        self._redis = client
+        self._prefix = key_prefix
+        self._clock = clock
+        self._decide = client.register_script(_DECIDE)
+
+    def _key(self, approval_id: str) -> str:
+        return f"{self._prefix}approval:{approval_id}"
+
+    def _ttl_ms(self, approval: Approval) -> int:
+        return max(1, math.ceil((approval.deadline + _KEEP_AFTER - self._clock()) * 1000))
+
+    async def put(self, approval: Approval) -> None:
+        await self._redis.set(self._key(approval.id), approval.encode(), px=self._ttl_ms(approval))
+
+    async def get(self, approval_id: str) -> Approval | None:
+        if len(approval_id) > _MAX_ID:
+            return None
+        raw = await self._redis.get(self._key(approval_id))
+        return Approval.decode(raw) if raw is not None else None
+
+    async def decide(self, approval_id: str, state: State, by: str, at: float) -> Approval | None:
+        if len(approval_id) > _MAX_ID:
+            return None
+        raw = await self._decide(keys=[self._key(approval_id)], args=[state, by, at])
+        return Approval.decode(raw) if raw is not None else None
+
+    async def wait(self, approval_id: str, deadline: float) -> Approval | None:
+        while True:
+            try:
+                approval = await self.get(approval_id)
+            except RedisError:
+                approval = None  # a blip: read again, until the deadline
+            else:
+                if approval is None or approval.state != "pending":
+                    return approval
+            left = deadline - self._clock()
+            if left <= 0:
+                return approval
+            await anyio.sleep(min(_POLL, left))
+
+    async def spend(self, approval_id: str) -> bool:
+        return bool(await self._redis.set(f"{self._key(approval_id)}:spent", b"1", nx=True, ex=3600 + 60))
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
+
+
+def make_approvals(config: Config, key: bytes) -> Approvals:
+    """Approvals in Redis when the rate limits use it, else in memory; links to where the
+    operator says Manifold is reached (``policy.approvals_url``), else to the listener."""
+    limits = config.rate_limits
+    store: ApprovalStore
+    if limits.backend == "redis":
+        client = Redis.from_url(limits.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        store = RedisApprovals(client, key_prefix=limits.key_prefix)
+    else:
+        store = MemoryApprovals()
+    base = config.policy.approvals_url
+    if base is None:
+        host = config.listen.host
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        base = f"http://{host}:{config.listen.port}"
+    return Approvals(store, base_url=base, key=key)
+
+
+class Approvals:
+    """The store, the page's address, and the page's anti-forgery tokens."""
+
+    def __init__(self, store: ApprovalStore, *, base_url: str, key: bytes) -> None:
+        self.store = store
+        self._base = base_url.rstrip("/")
+        self._key = key
+
+    def link(self, approval_id: str) -> str:
+        return f"{self._base}/approvals/{approval_id}"
+
+    def token(self, approval_id: str) -> str:
+        """The page's form token: bound to this request, checked on POST (CSRF)."""
+        return hmac.new(self._key, approval_id.encode(), hashlib.sha256).hexdigest()
+
+    def token_ok(self, approval_id: str, token: str) -> bool:
+        return hmac.compare_digest(self.token(approval_id), token)

@@ -1,0 +1,194 @@
+"""The approval page: ``/approvals/{id}``, where somebody holding an approver role approves or
+rejects a tool call that waits for them (a confirm rule with ``approver: {role: r}``).
+
+GET shows what is asked (tool, server, who called it, why, the arguments summary, until when)
+and, while it waits, a form. POST decides: the approver types their own credential (an API key
+or token, as they would send to ``/mcp``; nothing is stored and no cookie is set), which must
+authenticate, hold one of the approver roles, and not be the caller's own. Then the page shows
+the decision, as it does for anybody who opens it afterwards.
+
+Served under the same Host and Origin checks as ``/mcp`` (:class:`~proxy.inbound.http.OriginPolicy`).
+A POST must also come from a browser page of an allowed origin (``Origin`` present and allowed,
+``Sec-Fetch-Site`` not cross-site) and carry the page's form token (bound to the request id),
+so another site cannot make a visitor's browser decide. The page loads nothing from anywhere
+(``Content-Security-Policy: default-src 'none'``) and may not be framed.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final
+from urllib.parse import parse_qs
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from proxy.auth.authenticator import Authenticated, Authenticator
+from proxy.confirm.approvals import Approval, Approvals, State
+from proxy.inbound.http import OriginPolicy
+
+__all__ = ["approval_routes", "render"]
+
+_MAX_FORM: Final = 16 * 1024
+_HEADERS: Final = {
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'",
+    "x-frame-options": "DENY",
+    # Not no-referrer: under it a browser posts the form with "Origin: null", which is refused.
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+    "x-content-type-options": "nosniff",
+}
+_STYLE: Final = """
+body{font:16px/1.5 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1b1f24}
+main{max-width:46rem;margin:2rem auto;padding:1.5rem 2rem;background:#fff;border-radius:8px;
+box-shadow:0 1px 3px #0002}
+h1{font-size:1.5rem;margin-top:0}dt{font-weight:600;margin-top:.5rem}dd{margin:0 0 0 1rem}
+pre{background:#f0f2f5;padding:.75rem;border-radius:6px;white-space:pre-wrap;word-break:break-word}
+label{display:block;font-weight:600;margin:1rem 0 .25rem}
+input{font:inherit;width:100%;box-sizing:border-box;padding:.5rem;border:1px solid #8a94a0;border-radius:6px}
+.actions{margin-top:1rem;display:flex;gap:1rem}
+button{font:inherit;padding:.6rem 1.4rem;border-radius:6px;border:2px solid transparent;cursor:pointer}
+button:focus-visible,input:focus-visible{outline:3px solid #1f6feb;outline-offset:2px}
+.approve{background:#1a7f37;color:#fff}.reject{background:#cf222e;color:#fff}
+.status{padding:.75rem;border-radius:6px;background:#fff8c5;border:1px solid #d4a72c}
+.status.approved{background:#dafbe1;border-color:#1a7f37}.status.rejected{background:#ffebe9;border-color:#cf222e}
+"""
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render(approval: Approval | None, *, token: str, now: float, message: str | None = None) -> str:
+    """The page for ``approval`` (None: unknown or expired), with ``message`` as a notice."""
+    e = html.escape
+    parts = [
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>Approve a tool call · Manifold</title><style>{_STYLE}</style></head><body><main>",
+    ]
+    if approval is None:
+        parts.append(
+            "<h1>Approval request not found</h1><p>It does not exist, or it expired: the call it was "
+            "about has been refused. Ask the caller to try again.</p></main></body></html>"
+        )
+        return "".join(parts)
+    roles = " or ".join(f"<code>{e(role)}</code>" for role in approval.roles)
+    parts += [
+        "<h1>Approve a tool call</h1>",
+        f"<p>{e(approval.caller)} wants to run a tool that needs the approval of someone with the "
+        f"role {roles}.</p>",
+        "<dl>",
+        f"<dt>Tool</dt><dd><code>{e(approval.tool)}</code></dd>",
+        f"<dt>Server</dt><dd><code>{e(approval.server)}</code></dd>",
+        f"<dt>Called by</dt><dd>{e(approval.caller)}</dd>",
+        f"<dt>Why it needs approval</dt><dd>{e(approval.reason or 'no reason given')}</dd>",
+        f"<dt>Answer needed by</dt><dd>{_when(approval.deadline)}</dd>",
+        "</dl>",
+        '<h2 id="arguments">Arguments</h2>',
+        f'<pre aria-labelledby="arguments">{e(approval.summary)}</pre>',
+    ]
+    if message:
+        parts.append(f'<p class="status" role="alert">{e(message)}</p>')
+    if approval.state != "pending":
+        verb = "Approved" if approval.state == "approved" else "Rejected"
+        at = _when(approval.decided_at) if approval.decided_at is not None else ""
+        parts.append(
+            f'<p class="status {approval.state}" role="status" id="decision">{verb} by '
+            f"{e(approval.decided_by or '?')} at {at}.</p>"
+        )
+    elif now > approval.deadline:
+        parts.append('<p class="status" role="status" id="decision">Expired: nobody decided in time.</p>')
+    else:
+        parts += [
+            '<form method="post">',
+            f'<input type="hidden" name="token" value="{e(token)}">',
+            '<label for="credential">Your API key or token (as an approver)</label>',
+            '<input id="credential" name="credential" type="password" autocomplete="off" required '
+            'aria-describedby="credential-help">',
+            '<p id="credential-help">It is checked once and not kept. You must hold the role above, '
+            "and you cannot approve your own call.</p>",
+            '<div class="actions"><button class="approve" type="submit" name="decision" value="approve">'
+            "Approve</button>",
+            '<button class="reject" type="submit" name="decision" value="reject">Reject</button></div>',
+            "</form>",
+        ]
+    parts.append("</main></body></html>")
+    return "".join(parts)
+
+
+def approval_routes(
+    approvals: Approvals,
+    auth: Authenticator,
+    origins: OriginPolicy,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> list[Route]:
+    def page(
+        approval: Approval | None, approval_id: str, status: int = 200, message: str | None = None
+    ) -> Response:
+        body = render(approval, token=approvals.token(approval_id), now=clock(), message=message)
+        return HTMLResponse(body, status_code=status if approval is not None else 404, headers=_HEADERS)
+
+    def refused(request: Request, *, post: bool) -> Response | None:
+        headers = request.headers
+        origin = headers.get("origin")
+        if not origins.origin_ok(origin) or not origins.host_ok(headers.get("host")):
+            return Response("Forbidden: Origin or Host not allowed\n", status_code=403)
+        if post and (origin is None or headers.get("sec-fetch-site") == "cross-site"):
+            return Response("Forbidden: a decision must come from the approval page\n", status_code=403)
+        return None
+
+    async def show(request: Request) -> Response:
+        if (refusal := refused(request, post=False)) is not None:
+            return refusal
+        approval_id = request.path_params["approval_id"]
+        return page(await approvals.store.get(approval_id), approval_id)
+
+    async def decide(request: Request) -> Response:
+        if (refusal := refused(request, post=True)) is not None:
+            return refusal
+        approval_id = request.path_params["approval_id"]
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > _MAX_FORM:
+                return Response("Request body too large\n", status_code=413)
+        try:
+            form = {
+                k: v[0] for k, v in parse_qs(body.decode(), strict_parsing=False, max_num_fields=8).items()
+            }
+        except (UnicodeDecodeError, ValueError):
+            form = {}
+        approval = await approvals.store.get(approval_id)
+        if approval is None:
+            return page(None, approval_id)
+        if not approvals.token_ok(approval_id, form.get("token", "")):
+            return page(
+                approval, approval_id, 403, "This form is out of date or was not sent from this page."
+            )
+        decision = form.get("decision")
+        if decision not in ("approve", "reject"):
+            return page(approval, approval_id, 400, "Choose Approve or Reject.")
+        verdict = await auth.authenticate({"authorization": f"Bearer {form.get('credential', '').strip()}"})
+        if not isinstance(verdict, Authenticated):
+            return page(approval, approval_id, 401, f"Your credential was not accepted: {verdict.message}.")
+        identity = verdict.identity
+        if identity.key == approval.caller_key:
+            return page(approval, approval_id, 403, "You cannot approve your own call: ask someone else.")
+        if identity.roles.isdisjoint(approval.roles):
+            wanted = " or ".join(approval.roles)
+            return page(approval, approval_id, 403, f"{identity.name} does not hold the role {wanted}.")
+        state: State = "approved" if decision == "approve" else "rejected"
+        decided = await approvals.store.decide(approval_id, state, identity.name, clock())
+        return page(decided, approval_id)
+
+    return [
+        Route("/approvals/{approval_id}", show, methods=["GET"]),
+        Route("/approvals/{approval_id}", decide, methods=["POST"]),
+    ]

@@ -1,0 +1,412 @@
+"""The confirm stage: a tool call the policy says to confirm runs only once a person approves it.
+
+It runs after authorize (a hidden or denied tool never gets here: it answers as missing or
+denied), validation and rate limits (nobody is asked about a call that would fail anyway), and
+last before the call is forwarded. How the calling user is asked depends on their client:
+
+* handshake era, ``elicitation`` declared: a form-mode ``elicitation/create`` on the call's
+  stream, waited for at most the rule's ``timeout``;
+* 2026-07-28: the call is answered ``input_required`` with that question and a ``requestState``
+  sealed for this call and caller (:mod:`proxy.bridge.state`, under its own key); the retry's
+  answer is read once (a replayed answer is refused) and the call goes on without Manifold's
+  state and answers. A retry carrying a state Manifold issued *after* forwarding (a server's
+  or a parked call's) continues a call already approved, and is passed on to be checked there;
+* a client that cannot be asked, and every refusal, get an ``isError`` result saying why
+  (``_meta["dev.manifold/outcome"] = "not_confirmed"``, ``dev.manifold/confirmation`` = how).
+
+Every question and answer is audited (who, what, how, when) and counted by outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import anyio
+
+from proxy.access import Access, PinChange
+from proxy.bridge.mrtr import boundary_of
+from proxy.bridge.state import RequestStates, arguments_digest
+from proxy.confirm.approvals import Approval, Approvals
+from proxy.confirm.memory import Memory, RememberKey
+from proxy.confirm.question import (
+    Answer,
+    Asked,
+    Outcome,
+    approval_question,
+    question,
+    read_answer,
+    summarise_arguments,
+)
+from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
+from proxy.metrics import Metrics
+from proxy.middleware.authorize import AuditLog
+from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.policy.model import DEFAULT_CONFIRM_TIMEOUT, Confirmation
+from proxy.protocol import jsonrpc
+
+__all__ = ["QUESTION_KEY", "Confirm"]
+
+logger = logging.getLogger("proxy.middleware.confirm")
+
+QUESTION_KEY: Final = "manifold-confirm"  # the inputRequests key of Manifold's own question
+CONFIRMATION_KEY: Final = "dev.manifold/confirmation"
+_ELICIT: Final = "elicitation/create"
+# pins.mode confirm, for a tool no confirm rule asks about: the change is the reason.
+PIN_QUESTION: Final = Confirmation(
+    reasons=("Its server changed this tool since it was approved; check the change before it runs.",),
+    timeout=DEFAULT_CONFIRM_TIMEOUT,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What the person is asked to approve: the deciding rules (``("pins",)`` for a drifted pin
+    alone), how, and the pin change to show, if any."""
+
+    rule_ids: tuple[str, ...]
+    confirm: Confirmation
+    change: PinChange | None = None
+
+
+def _pin_key(ctx: CallContext, change: PinChange) -> RememberKey:
+    """An identity approved this new definition of the tool: asked once, whatever the arguments."""
+    drift = change.drift
+    return (ctx.caller.identity.key, "pin", drift.server, drift.original_name, (drift.new_hash,), "*")
+
+
+class Confirm:
+    def __init__(
+        self,
+        access: Access,
+        states: RequestStates,
+        memory: Memory,
+        metrics: Metrics,
+        audit: AuditLog | None,
+        approvals: Approvals | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._access = access
+        self._states = states  # its own key: a confirm state never passes for a server's
+        self._memory = memory
+        self._metrics = metrics
+        self._audit = audit
+        self._approvals = approvals  # calls waiting for somebody else (approver: {role: r})
+        self._clock = clock  # wall clock: a deadline sealed here may be checked by another replica
+
+    async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
+        if ctx.method != "tools/call" or ctx.subject is None or self._access.settings.dry_run:
+            return await call_next(ctx)
+        decision = self._need(ctx)
+        if decision is None:
+            return await call_next(ctx)
+        if ctx.caller.stateless and "requestState" in ctx.params:
+            return await self._retried(ctx, decision, call_next)
+        if self._remembered(ctx, decision, decision.confirm):
+            self._settled(ctx, decision, "remembered", how="remembered")
+            return await call_next(ctx)
+        if decision.confirm.approver_roles and self._approvals is not None:
+            return await self._by_approver(ctx, decision, self._approvals, call_next)
+        asked = self._asked(ctx, decision)
+        params = question(asked, ctx.arguments)
+        if not ctx.caller.supports(_ELICIT, params):
+            return self._refused(ctx, decision, "unavailable", how="none")
+        if ctx.caller.stateless:
+            return self._input_required(ctx, decision, params)
+        answer = await self._ask(ctx, decision.confirm, params)
+        return await self._answered(ctx, decision, answer, "elicitation", call_next)
+
+    def _need(self, ctx: CallContext) -> Need | None:
+        """Whether to ask, and what: a confirm decision, a drifted pin not yet approved by this
+        identity, or both in one question."""
+        assert ctx.subject is not None
+        decision = self._access.decide(ctx.caller.identity, ctx.subject)
+        change = self._access.pin_change(ctx.entry) if ctx.entry is not None else None
+        if change is not None and self._memory.approved(_pin_key(ctx, change)):
+            change = None
+        if decision.effect == "confirm" and decision.confirm is not None:
+            return Need(decision.rule_ids, decision.confirm, change)
+        if change is not None:
+            return Need(("pins",), PIN_QUESTION, change)
+        return None
+
+    # ---- the two ways of asking -------------------------------------------------------
+
+    async def _ask(self, ctx: CallContext, confirmation: Confirmation, params: dict[str, Any]) -> Answer:
+        try:
+            with anyio.fail_after(confirmation.timeout):
+                result = await ctx.caller.request(_ELICIT, params)
+        except TimeoutError:
+            return Answer("timeout")
+        except (RemoteError, MethodNotFound) as exc:
+            logger.info("the client refused Manifold's question about %s: %s", ctx.name, exc)
+            return Answer("cancelled")
+        return read_answer(result, confirmation, stateless=False)
+
+    def _input_required(self, ctx: CallContext, decision: Need, params: dict[str, Any]) -> Any:
+        deadline = int(self._clock() + decision.confirm.timeout)
+        question_id = f"{secrets.token_urlsafe(12)}:{deadline}"
+        state = self._states.seal(boundary_of(ctx), "confirm", question_id)
+        self._audit_line(ctx, decision, "asked", how="input_required")
+        return {
+            "resultType": "input_required",
+            "inputRequests": {QUESTION_KEY: {"method": _ELICIT, "params": params}},
+            "requestState": state,
+        }
+
+    async def _retried(self, ctx: CallContext, decision: Need, call_next: Handler) -> Any:
+        try:
+            sealed = self._states.open(ctx.params["requestState"], boundary_of(ctx))
+        except InvalidRequestState:
+            # Not Manifold's question: a server's or a parked call's state, checked (and bound to
+            # this call and caller) where it is opened. Such a state exists only for a call
+            # Manifold forwarded, so after it was approved. Anything else is refused there.
+            return await call_next(ctx)
+        if sealed.kind != "confirm":
+            raise InvalidRequestState()
+        if not await self._spend(sealed.payload):
+            raise InvalidRequestState()  # an answer replayed: each question is answered once
+        deadline = int(sealed.payload.rpartition(":")[2])
+        responses = ctx.params.get("inputResponses")
+        params = {k: v for k, v in ctx.params.items() if k not in ("inputResponses", "requestState")}
+        forwarded = dataclasses.replace(ctx, params=params)
+        if sealed.payload.startswith("a:") and self._approvals is not None:
+            approval_id = sealed.payload.split(":")[1]
+            only_ours = isinstance(responses, dict) and set(responses) == {QUESTION_KEY}
+            answer = responses.get(QUESTION_KEY) if only_ours and isinstance(responses, dict) else None
+            if not isinstance(answer, dict) or answer.get("action") != "accept":
+                outcome = _outcome_of_action(answer)
+                return self._refused(ctx, decision, outcome, how="approval_page")
+            return await self._decided(
+                ctx, decision, self._approvals, approval_id, float(deadline), call_next, forwarded
+            )
+        if self._clock() > deadline:
+            answer = Answer("timeout")
+        elif not isinstance(responses, dict) or set(responses) != {QUESTION_KEY}:
+            answer = Answer("invalid")
+        else:
+            answer = read_answer(responses[QUESTION_KEY], decision.confirm, stateless=True)
+        return await self._answered(ctx, decision, answer, "input_required", call_next, forwarded=forwarded)
+
+    async def _spend(self, question_id: str) -> bool:
+        # With approvals in Redis, spent questions are too: a replay on another replica is seen.
+        if self._approvals is not None:
+            return await self._approvals.store.spend(question_id)
+        return self._memory.spend(question_id)
+
+    # ---- somebody else approves, on Manifold's page ------------------------------------
+
+    async def _by_approver(
+        self, ctx: CallContext, need: Need, approvals: Approvals, call_next: Handler
+    ) -> Any:
+        confirmation = need.confirm
+        identity = ctx.caller.identity
+        approval = Approval.new(
+            tool=ctx.name,
+            server=ctx.server_id,
+            caller=identity.name,
+            caller_key=identity.key,
+            roles=tuple(sorted(confirmation.approver_roles)),
+            reason=confirmation.reason,
+            summary=summarise_arguments(ctx.arguments),
+            deadline=self._clock() + confirmation.timeout,
+        )
+        params = approval_question(approval, approvals.link(approval.id), confirmation.timeout)
+        if not ctx.caller.supports(_ELICIT, params):
+            return self._refused(ctx, need, "unavailable", how="none")
+        await approvals.store.put(approval)
+        self._audit_line(ctx, need, "asked", how="approval_page")
+        if ctx.caller.stateless:
+            payload = f"a:{approval.id}:{int(approval.deadline)}"
+            return {
+                "resultType": "input_required",
+                "inputRequests": {QUESTION_KEY: {"method": _ELICIT, "params": params}},
+                "requestState": self._states.seal(boundary_of(ctx), "confirm", payload),
+            }
+        try:
+            with anyio.fail_after(confirmation.timeout):
+                result = await ctx.caller.request(_ELICIT, params)
+        except TimeoutError:
+            return self._refused(ctx, need, "timeout", how="approval_page")
+        except (RemoteError, MethodNotFound):
+            return self._refused(ctx, need, "cancelled", how="approval_page")
+        if not isinstance(result, dict) or result.get("action") != "accept":
+            return self._refused(ctx, need, _outcome_of_action(result), how="approval_page")
+        return await self._decided(ctx, need, approvals, approval.id, approval.deadline, call_next, ctx)
+
+    async def _decided(
+        self,
+        ctx: CallContext,
+        need: Need,
+        approvals: Approvals,
+        approval_id: str,
+        deadline: float,
+        call_next: Handler,
+        forwarded: CallContext,
+    ) -> Any:
+        """Wait (until ``deadline``) for the approver's decision, then run or refuse the call."""
+        decided = await approvals.store.wait(approval_id, deadline)
+        if not ctx.caller.stateless:  # the out-of-band interaction is over (URL mode)
+            complete = {"elicitationId": approval_id}
+            ctx.caller.notify(jsonrpc.notification("notifications/elicitation/complete", complete))
+        if decided is None or decided.state == "pending":
+            return self._refused(ctx, need, "timeout", how="approval_page")
+        if decided.state == "rejected":
+            self._settled(ctx, need, "rejected", how="approval_page", approver=decided.decided_by)
+            text = f"{_refusal(ctx, need, 'rejected')} ({decided.decided_by} rejected it.)"
+            return tool_error(text, outcome="not_confirmed", meta={CONFIRMATION_KEY: "rejected"})
+        self._settled(ctx, need, "approved", how="approval_page", approver=decided.decided_by)
+        return await call_next(forwarded)
+
+    # ---- after the answer -------------------------------------------------------------
+
+    async def _answered(
+        self,
+        ctx: CallContext,
+        decision: Need,
+        answer: Answer,
+        how: str,
+        call_next: Handler,
+        *,
+        forwarded: CallContext | None = None,
+    ) -> Any:
+        if answer.outcome != "accepted":
+            return self._refused(ctx, decision, answer.outcome, how=how)
+        if decision.change is not None:  # asked once per identity and new definition
+            self._memory.remember(_pin_key(ctx, decision.change), minutes=None)
+        if answer.remember != "none" and decision.rule_ids != ("pins",):
+            key = self._remember_key(ctx, decision, decision.confirm, session=answer.remember == "session")
+            minutes = decision.confirm.remember_minutes if answer.remember == "minutes" else None
+            self._memory.remember(key, minutes=minutes)
+        self._settled(ctx, decision, "accepted", how=how, remember=answer.remember)
+        return await call_next(forwarded or ctx)
+
+    def _refused(self, ctx: CallContext, decision: Need, outcome: Outcome, *, how: str) -> Any:
+        self._settled(ctx, decision, outcome, how=how)
+        return tool_error(
+            _refusal(ctx, decision, outcome),
+            outcome="not_confirmed",
+            meta={CONFIRMATION_KEY: outcome},
+        )
+
+    def _settled(
+        self,
+        ctx: CallContext,
+        decision: Need,
+        outcome: Outcome,
+        *,
+        how: str,
+        remember: str = "none",
+        approver: str | None = None,
+    ) -> None:
+        self._metrics.confirmation(outcome)
+        self._audit_line(ctx, decision, outcome, how=how, remember=remember, approver=approver)
+
+    # ---- helpers ----------------------------------------------------------------------
+
+    def _asked(self, ctx: CallContext, need: Need) -> Asked:
+        identity = ctx.caller.identity
+        change = need.change.summary if need.change is not None else None
+        return Asked(ctx.name, ctx.server_id, identity.name, need.confirm, ctx.caller.stateless, change)
+
+    def _remembered(self, ctx: CallContext, decision: Need, confirmation: Confirmation) -> bool:
+        return any(
+            self._memory.approved(self._remember_key(ctx, decision, confirmation, session=session))
+            for session in (False, True)
+        )
+
+    def _remember_key(
+        self, ctx: CallContext, decision: Need, confirmation: Confirmation, *, session: bool = False
+    ) -> RememberKey:
+        assert ctx.subject is not None
+        arguments = "*" if confirmation.remember_any_arguments else arguments_digest(ctx.arguments)
+        scope = ctx.caller.session_id if session else ""
+        return (ctx.caller.identity.key, scope, ctx.server_id, ctx.subject.name, decision.rule_ids, arguments)
+
+    def _audit_line(
+        self,
+        ctx: CallContext,
+        decision: Need,
+        outcome: str,
+        *,
+        how: str,
+        remember: str = "none",
+        approver: str | None = None,
+    ) -> None:
+        if self._audit is None:
+            return
+        identity = ctx.caller.identity
+        self._audit.write(
+            {
+                "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                "event": "confirmation",
+                "identity": identity.name,
+                "source": identity.source,
+                "issuer": identity.issuer,
+                "subject": identity.subject,
+                "approver": approver or (identity.name if outcome in ("accepted", "remembered") else None),
+                "method": ctx.method,
+                "name": ctx.name,
+                "server": ctx.server_id,
+                "rules": list(decision.rule_ids),
+                "outcome": outcome,
+                "how": how,
+                "remember": remember,
+                "arguments_digest": arguments_digest(ctx.arguments),
+                **({"pin": _pin_record(decision.change)} if decision.change is not None else {}),
+            }
+        )
+
+
+def _outcome_of_action(answer: object) -> Outcome:
+    action = answer.get("action") if isinstance(answer, dict) else None
+    return "declined" if action == "decline" else "cancelled" if action == "cancel" else "invalid"
+
+
+_WHY: Final[dict[str, str]] = {
+    "rejected": "the approver rejected it",
+    "declined": "the user declined it",
+    "cancelled": "the user dismissed the question without answering",
+    "timeout": "nobody answered in time",
+    "invalid": "the client's answer did not fit Manifold's question",
+}
+
+
+def _pin_record(change: PinChange) -> dict[str, str]:
+    return {"old": change.drift.old_hash, "new": change.drift.new_hash, "change": change.summary}
+
+
+def _refusal(ctx: CallContext, decision: Need, outcome: Outcome) -> str:
+    assert decision.confirm is not None
+    rules = ", ".join(decision.rule_ids)
+    if outcome == "unavailable" and decision.rule_ids == ("pins",):
+        return (
+            f"Manifold asks the user before the first call of {ctx.name!r} since its server changed "
+            "it (tool pins), but this client cannot be asked: it did not declare the elicitation "
+            "capability (form mode). Call it from a client that supports elicitation, or ask an "
+            "operator to review and accept the change (manifold pins accept)."
+        )
+    if outcome == "unavailable":
+        return (
+            f"Manifold's policy needs the user to approve each call of {ctx.name!r} (rule {rules}: "
+            f"{decision.confirm.reason or 'no reason given'}), but this client cannot be asked: it "
+            "did not declare the elicitation capability (form mode). Call it from a client that "
+            "supports elicitation, or ask an operator to change the policy."
+        )
+    timeout = f" (within {decision.confirm.timeout:g} s)" if outcome == "timeout" else ""
+    asks = (
+        "its server changed the tool since it was approved (tool pins)"
+        if decision.rule_ids == ("pins",)
+        else f"the policy (rule {rules}) asks the user first"
+    )
+    return (
+        f"Manifold did not run {ctx.name!r}: {asks}, and "
+        f"{_WHY[outcome]}{timeout}. Do not retry unless the user asks for it."
+    )
