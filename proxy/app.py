@@ -13,6 +13,7 @@ Nothing else happens here. The parts, and who tells whom what::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import secrets
@@ -33,6 +34,7 @@ from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
 from proxy.config import Config
 from proxy.connections import Connections, ServerHealth, WaitFor
+from proxy.endpoints import admits, views_of
 from proxy.forward import Forward
 from proxy.inbound.contract import Inbound
 from proxy.inbound.listen import Listens
@@ -147,21 +149,34 @@ class Gateway:
         states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
-        self.router = Router(
-            catalogs=self.catalogs,
+        pipeline = compose(self._stages(), forward)
+        router = functools.partial(
+            Router,
             sessions=self.sessions,
             connections=self.connections,
             interest=self.interest,
             listens=self.listens,
             logs=logs,
-            forward=compose(self._stages(), forward),
+            forward=pipeline,
             boundary=self.boundary,
             metrics=metrics,
             limits=config.limits,
         )
+        self.router = router(catalogs=self.catalogs)
         self.inbound = Inbound(
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
         )
+        # Each named endpoint: a view of the one merge, its own router, and its own inbound.
+        self.endpoints: dict[str, Inbound] = {}
+        for name, (settings, codec, view) in views_of(config).items():
+            changed = functools.partial(notices.list_changed, endpoint=name)
+            catalogs = self.catalogs.viewed(name, codec, view, on_change=changed)
+            self.endpoints[name] = dataclasses.replace(
+                self.inbound,
+                endpoint=router(catalogs=catalogs, endpoint=name),
+                endpoint_name=name,
+                admits=functools.partial(admits, settings),
+            )
 
     def _audit_log(self) -> AuditLog | None:
         if not self.config.policy.audit.path:

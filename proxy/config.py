@@ -84,6 +84,7 @@ from proxy.files import read_text
 from proxy.logs import LogSettings
 from proxy.metrics import MetricsSettings
 from proxy.overrides import Overrides, read_overrides
+from proxy.policy.model import glob_problem
 from proxy.policy.settings import PolicySettings
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from proxy.ratelimit import RateLimitSettings
@@ -92,6 +93,7 @@ from proxy.redaction import redact_text, redact_url
 __all__ = [
     "CatalogConfig",
     "Config",
+    "EndpointConfig",
     "LimitsConfig",
     "ListenConfig",
     "NamingConfig",
@@ -162,6 +164,37 @@ class NamingConfig(_Model):
 
     separator: str = Field(default=".", min_length=1, max_length=8, pattern=r"^[A-Za-z0-9_.-]+$")
     max_length: int = Field(default=128, ge=16, le=1024)
+
+
+_ENDPOINT_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _globs(globs: tuple[str, ...]) -> tuple[str, ...]:
+    for glob in globs:
+        if (problem := glob_problem(glob)) is not None:
+            raise ValueError(problem)
+    return globs
+
+
+class EndpointConfig(_Model):
+    """One named endpoint: a view of the merged catalog at ``/mcp/<name>`` (and ``manifold stdio
+    --endpoint <name>``). It only narrows: what it shows is what the whole catalog shows, less
+    what its selection leaves out, and the policy still decides inside it.
+
+    Globs are fnmatch-style and case-sensitive, as in the policy: tools and prompts are matched
+    on their canonical name (``github.create_issue``, whatever the endpoint's naming shows),
+    resources and templates on their URI (template). An empty list selects nothing of that kind.
+    """
+
+    servers: tuple[str, ...] | None = None  # None: every server
+    tools: tuple[str, ...] = ("*",)
+    prompts: tuple[str, ...] = ("*",)
+    resources: tuple[str, ...] = ("*",)
+    naming: NamingConfig | None = None  # None: the top-level naming
+    # Identities allowed to use the endpoint, by role; None: every identity the policy lets in.
+    roles: tuple[str, ...] | None = None
+
+    _check_globs = field_validator("tools", "prompts", "resources")(_globs)
 
 
 class CatalogConfig(_Model):
@@ -403,6 +436,7 @@ class Config(_Model):
     metrics: MetricsSettings = MetricsSettings()
     logging: LogSettings = LogSettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
+    endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
 
     def enabled_servers(self) -> list[ServerConfig]:
         """The servers to start, in configured order."""
@@ -482,10 +516,56 @@ class Config(_Model):
             raise _Problems(problems)
         return self
 
+    @model_validator(mode="after")
+    def _endpoints_name_servers(self) -> Config:
+        problems: list[tuple[Loc, str]] = []
+        for name, endpoint in self.endpoints.items():
+            if not _ENDPOINT_NAME.fullmatch(name):
+                shown = name if len(name) <= 80 else name[:80] + "..."
+                problems.append(
+                    (
+                        ("endpoints", shown),
+                        "an endpoint name is 1..64 of letters, digits, '_' and '-' (it is a URL "
+                        f"path segment, /mcp/<name>) (got {shown!r})",
+                    )
+                )
+            if endpoint.naming is not None:
+                problems += _separator_problems(self.servers, endpoint.naming.separator, name)
+            for server in endpoint.servers or ():
+                if server not in self.servers:
+                    problems.append(
+                        (("endpoints", name, "servers"), f"names no configured server (got {server!r})")
+                    )
+        if problems:
+            raise _Problems(problems)
+        return self
+
+
+def _separator_problems(
+    servers: Mapping[str, ServerConfig], separator: str, endpoint: str
+) -> list[tuple[Loc, str]]:
+    """Why an endpoint's ``separator`` cannot name every server's tools apart: a prefix that
+    contains it, or two namespaces (prefix + separator) of which one starts the other."""
+    loc: Loc = ("endpoints", endpoint, "naming", "separator")
+    prefixes = {s.prefix: key for key, s in servers.items() if s.prefix}
+    problems = [
+        (loc, f"{separator!r} is in the prefix {prefix!r} of server {key!r}; choose another separator")
+        for prefix, key in prefixes.items()
+        if separator in prefix
+    ]
+    for prefix, key in prefixes.items():
+        for other, other_key in prefixes.items():
+            if other_key != key and (prefix + separator).startswith(other + separator):
+                problems.append(
+                    (loc, f"the namespaces of servers {key!r} and {other_key!r} overlap with {separator!r}")
+                )
+    return problems
+
 
 # The servers come from the file only: a command line or a URL set from the environment would be
-# a way to run anything; their values take ${VAR} instead.
-_NOT_OVERRIDABLE: Final = frozenset({"servers"})
+# a way to run anything; their values take ${VAR} instead. Endpoints name those servers, so they
+# are read with them.
+_NOT_OVERRIDABLE: Final = frozenset({"servers", "endpoints"})
 
 
 def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:

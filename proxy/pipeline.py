@@ -76,6 +76,7 @@ class CallContext:
     params: Mapping[str, Any]  # as the server gets them: names already un-namespaced
     entry: Entry | None = None  # the catalog entry, for tools and prompts
     subject: Subject | None = None  # what the policy decides about
+    endpoint: str = ""  # the named endpoint the request came in on ("": /mcp)
 
     @property
     def arguments(self) -> Mapping[str, Any]:

@@ -13,6 +13,7 @@ whatever goes wrong while answering it becomes that request's error response
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -110,15 +111,17 @@ class Router:
         boundary: Boundary,
         metrics: Metrics,
         limits: LimitsConfig | None = None,
+        endpoint: str = "",
     ) -> None:
         limits = limits or LimitsConfig()
+        self._endpoint = endpoint  # the named endpoint this router answers for ("": /mcp)
         self._catalogs = catalogs
         self._sessions = sessions
         self._connections = connections
         self._interest = interest
         self._listens = listens
         self._logs = logs
-        self._forward = forward
+        self._pipeline = forward
         self._boundary = boundary
         self._metrics = metrics
         self._max_in_flight = limits.max_in_flight_per_session
@@ -276,6 +279,11 @@ class Router:
 
     # ---- resolved and forwarded -----------------------------------------------------------
 
+    async def _forward(self, ctx: CallContext) -> Any:
+        if self._endpoint:  # metrics and the audit log say which endpoint a call came in on
+            ctx = dataclasses.replace(ctx, endpoint=self._endpoint)
+        return await self._pipeline(ctx)
+
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
         catalogs = self._catalogs
@@ -410,7 +418,9 @@ class Router:
             raise
         try:
             watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], caller.identity)
-            subscription = self._listens.open(subscription_id, caller.identity, requested.only(watched))
+            subscription = self._listens.open(
+                subscription_id, caller.identity, requested.only(watched), self._endpoint
+            )
             self._metrics.listen_opened(caller.transport)
             try:
                 await self._interest.watch(subscription, watched)

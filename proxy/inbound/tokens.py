@@ -46,16 +46,24 @@ def _unb64(text: str) -> bytes:
 class SessionClaims:
     protocol_version: str
     capabilities: dict[str, Any]
+    endpoint: str = ""  # the endpoint the session was opened on
 
 
 class SessionTokens:
     def __init__(self, key: bytes) -> None:
         self._key = key
 
-    def issue(self, protocol_version: str, capabilities: dict[str, Any], identity: Identity) -> str:
-        payload = orjson.dumps(
-            {"v": protocol_version[:64], "c": kept_capabilities(capabilities), "i": fingerprint(identity)}
-        )
+    def issue(
+        self, protocol_version: str, capabilities: dict[str, Any], identity: Identity, endpoint: str = ""
+    ) -> str:
+        claims = {
+            "v": protocol_version[:64],
+            "c": kept_capabilities(capabilities),
+            "i": fingerprint(identity),
+        }
+        if endpoint:
+            claims["e"] = endpoint
+        payload = orjson.dumps(claims)
         signed = f"{_b64(secrets.token_bytes(16))}.{_b64(payload)}"
         return f"{signed}.{self._mac(signed)}"
 
@@ -73,10 +81,14 @@ class SessionTokens:
             return None
         if not isinstance(claims, dict) or claims.get("i") != fingerprint(identity):
             return None
-        version, capabilities = claims.get("v"), claims.get("c")
-        if not isinstance(version, str) or not isinstance(capabilities, dict):
+        version, capabilities, endpoint = claims.get("v"), claims.get("c"), claims.get("e", "")
+        if (
+            not isinstance(version, str)
+            or not isinstance(capabilities, dict)
+            or not isinstance(endpoint, str)
+        ):
             return None
-        return SessionClaims(version, kept_capabilities(capabilities))
+        return SessionClaims(version, kept_capabilities(capabilities), endpoint)
 
     def _mac(self, body: str) -> str:
         return _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest()[:_MAC_BYTES])
