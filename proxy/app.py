@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import anyio
 
-from proxy.access import Access
+from proxy.access import Access, renames
 from proxy.auth.authenticator import Authenticator
 from proxy.boundary import Boundary, supervised
 from proxy.bridge.mrtr import Rounds
@@ -140,6 +140,7 @@ class Gateway:
             hints=self.connections.shared,
             private=bool(config.policy.files),
             on_change=notices.list_changed,
+            renames=renames({s.id: s for s in servers}),
         )
         logs = ServerLogs(self.sessions, self.catalogs, access, self.connections)
         heard.wire(self.catalogs, ServerHealth(metrics, [s.id for s in servers]), notices, logs)

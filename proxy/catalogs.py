@@ -73,7 +73,9 @@ class Catalogs:
         private: bool,
         on_change: Callable[[str], None],
         name: str = "",  # the endpoint this serves ("": the whole catalog at /mcp)
+        renames: Mapping[tuple[str, str], str] | None = None,  # tool overrides' names
     ) -> None:
+        self._renames = renames
         self.name = name
         self._followers: list[Callable[[bool], None]] = []
         self._prefixes = prefixes
@@ -113,7 +115,7 @@ class Catalogs:
 
     def _merge_named(self, kind: str, slices: Sequence[ServerSlice]) -> bool:
         old: Catalog = self.tools if kind == "tools" else self.prompts
-        catalog = build_catalog(slices, self._codec)
+        catalog = build_catalog(slices, self._codec, self._renames if kind == "tools" else None)
         for collision in catalog.collisions:
             if collision not in old.collisions:
                 logger.warning("%s name collision: %s", kind, collision.describe())

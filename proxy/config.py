@@ -93,12 +93,14 @@ from proxy.redaction import redact_text, redact_url
 __all__ = [
     "CatalogConfig",
     "Config",
+    "ArgumentOverride",
     "EndpointConfig",
     "LimitsConfig",
     "ListenConfig",
     "NamingConfig",
     "ServerConfig",
     "SessionsConfig",
+    "ToolOverride",
     "config_from_mapping",
     "load_config",
 ]
@@ -299,6 +301,35 @@ class SessionsConfig(_Model):
 _ERA_ALIASES: Final = {"legacy": "handshake", "modern": "stateless"}
 
 
+class ArgumentOverride(_Model):
+    """How one argument of a tool is shaped: exactly one of ``fixed``, ``default``, ``hidden``."""
+
+    fixed: Any = None  # always sent with this value; out of the listed schema; callers may not set it
+    default: Any = None  # sent when the caller leaves it out; shown as the schema's default
+    hidden: bool = False  # an optional argument out of the listed schema; never sent
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ArgumentOverride:
+        given: list[str] = [key for key in ("fixed", "default") if key in self.model_fields_set]
+        if self.hidden:
+            given.append("hidden")
+        if len(given) != 1:
+            got = " and ".join(given) if given else "none"
+            raise _Problems([((), f"give exactly one of 'fixed', 'default' or 'hidden: true' (got {got})")])
+        return self
+
+
+class ToolOverride(_Model):
+    """The operator's word on one of a server's tools, by the server's own tool name."""
+
+    # Shown instead of the server's name, prefixed as any name is; the policy still matches the
+    # canonical name (prefix + separator + the server's own name).
+    name: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_./-]+$")
+    title: str | None = Field(default=None, max_length=1024)
+    description: str | None = Field(default=None, max_length=65536)
+    arguments: dict[str, ArgumentOverride] = Field(default_factory=dict)
+
+
 class ServerConfig(_Model):
     """One configured MCP server: a command (stdio) or a URL (HTTP)."""
 
@@ -337,6 +368,30 @@ class ServerConfig(_Model):
     trusted: bool = False
     required: bool = False  # /readyz answers 503 until every required server is up
     annotations: dict[str, dict[Hint, bool]] = Field(default_factory=dict)
+    # Per tool, by the server's own name: a new name, title, description, annotations (moved to
+    # ``annotations`` above) and argument shaping (proxy.catalog.shaping).
+    tools: dict[str, ToolOverride] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_annotations(cls, data: Any) -> Any:
+        """``tools.<tool>.annotations`` is ``annotations.<tool>``, given where the rest is."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("tools"), Mapping):
+            return data
+        tools = dict(data["tools"])
+        annotations = dict(data.get("annotations") or {})
+        problems: list[tuple[Loc, str]] = []
+        for tool, override in tools.items():
+            if isinstance(override, Mapping) and "annotations" in override:
+                if tool in annotations:
+                    problems.append(
+                        (("tools", tool, "annotations"), f"given in 'annotations.{tool}' too; give them once")
+                    )
+                annotations[tool] = override["annotations"]
+                tools[tool] = {key: value for key, value in override.items() if key != "annotations"}
+        if problems:
+            raise _Problems(problems)
+        return {**data, "tools": tools, "annotations": annotations}
 
     @property
     def kind(self) -> Literal["stdio", "http"]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from proxy.access import ServedTools
+from proxy.access import ServedTools, renames
 from proxy.catalog.merge import Catalog
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import ResourceIndex, build_resource_index
@@ -55,6 +55,7 @@ def _served(base: ServedTools, tools: Catalog) -> ServedTools:
     definitions = {}
     effective = {}
     blocked = {}
+    shapes = {}
     for entry in tools.entries:
         origin = names[(entry.server_id, entry.original_name)]
         definition = dict(base.definitions[origin])
@@ -64,10 +65,17 @@ def _served(base: ServedTools, tools: Catalog) -> ServedTools:
             effective[entry.name] = base.effective[origin]
         if origin in base.blocked:
             blocked[entry.name] = base.blocked[origin]
-    return ServedTools(tools, definitions, effective, blocked)
+        if origin in base.shapes:
+            shapes[entry.name] = base.shapes[origin]
+    return ServedTools(tools, definitions, effective, blocked, shapes)
 
 
-def selection_view(selection: Selection, codec: NamingCodec, prefixes: Mapping[str, str]) -> ViewFunction:
+def selection_view(
+    selection: Selection,
+    codec: NamingCodec,
+    prefixes: Mapping[str, str],
+    renames: Mapping[tuple[str, str], str] | None = None,
+) -> ViewFunction:
     """The default view: ``selection`` of the snapshot, tools and prompts named by ``codec``.
 
     Each kind is recomputed only when the snapshot's part it comes from changed.
@@ -80,7 +88,7 @@ def selection_view(selection: Selection, codec: NamingCodec, prefixes: Mapping[s
 
     def view(snapshot: Snapshot) -> Snapshot:
         if not tools_memo or tools_memo[0][0] is not snapshot.served:
-            catalog = select_named(snapshot.served.catalog, "tools", selection, codec, prefixes)
+            catalog = select_named(snapshot.served.catalog, "tools", selection, codec, prefixes, renames)
             tools_memo[:] = [(snapshot.served, (catalog, _served(snapshot.served, catalog)))]
         tools, served = tools_memo[0][1]
         if not prompts_memo or prompts_memo[0][0] is not snapshot.prompts:
@@ -105,7 +113,9 @@ def selection_view(selection: Selection, codec: NamingCodec, prefixes: Mapping[s
 
 def views_of(config: Config) -> dict[str, tuple[EndpointConfig, NamingCodec, ViewFunction]]:
     """Each configured endpoint, its naming profile and its default view, by name."""
-    prefixes = {s.id: s.prefix for s in config.enabled_servers()}
+    servers = {s.id: s for s in config.enabled_servers()}
+    prefixes = {sid: s.prefix for sid, s in servers.items()}
+    names = renames(servers)
     found = {}
     for name, endpoint in config.endpoints.items():
         selection = Selection(
@@ -115,5 +125,5 @@ def views_of(config: Config) -> dict[str, tuple[EndpointConfig, NamingCodec, Vie
             resources=endpoint.resources,
         )
         codec = codec_of(config, endpoint)
-        found[name] = (endpoint, codec, selection_view(selection, codec, prefixes))
+        found[name] = (endpoint, codec, selection_view(selection, codec, prefixes, names))
     return found

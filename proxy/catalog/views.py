@@ -83,11 +83,13 @@ def select_named(
     selection: Selection,
     codec: NamingCodec,
     prefixes: Mapping[str, str],
+    renames: Mapping[tuple[str, str], str] | None = None,
 ) -> Catalog:
     """The entries of ``catalog`` (tools or prompts) that ``selection`` keeps, named by ``codec``.
 
     ``prefixes`` is every configured server's prefix (server id -> prefix), selected or not:
-    the namespaces of this profile are kept apart across all of them.
+    the namespaces of this profile are kept apart across all of them. ``renames``: the names
+    tool overrides show instead of the servers' own (:func:`~proxy.catalog.merge.build_catalog`).
     """
     namespaces = {codec.namespace(prefix): sid for sid, prefix in prefixes.items() if prefix}
     entries: list[Entry] = []
@@ -97,9 +99,11 @@ def select_named(
         if not selection.keeps(kind, entry.server_id, entry.canonical):
             continue
         prefix = prefixes.get(entry.server_id, "")
-        if not prefix and _squatted(entry.original_name, namespaces):
+        route = (entry.server_id, entry.original_name)
+        shown = renames.get(route, entry.original_name) if renames else entry.original_name
+        if not prefix and _squatted(shown, namespaces):
             continue
-        wanted = codec.render(prefix, entry.original_name)
+        wanted = codec.render(prefix, shown)
         name = wanted
         if name in by_name:
             for attempt in itertools.count():
