@@ -79,6 +79,7 @@ from pydantic_core import ErrorDetails
 
 from proxy.auth.settings import AuthSettings
 from proxy.documents import parse_document, show_value
+from proxy.editor_files import Variables, declared_inputs, workspace_of
 from proxy.errors import ConfigError
 from proxy.files import read_text
 from proxy.logs import LogSettings
@@ -118,8 +119,18 @@ _DESKTOP_TYPES: dict[str, Transport] = {
     "streamable-http": "streamable-http",
     "sse": "sse",
 }
+# The transports a desktop 'type' agrees with (VS Code's "http" falls back to SSE, as 'auto' does).
+_AGREEING: Final[dict[str, tuple[str, ...]]] = {
+    "stdio": ("stdio",),
+    "http": ("streamable-http", "auto"),
+    "streamable-http": ("streamable-http",),
+    "sse": ("sse",),
+}
 _URL_TRANSPORTS = "'auto', 'streamable-http' or 'sse'"
-_DESKTOP_KEYS = ("type", "disabled", "timeout", "autoApprove", "alwaysAllow")
+# Read by desktop clients and editors only: Claude Desktop/Cursor's approvals, VS Code's debug
+# settings (``dev``) and where its gallery installed a server from.
+_IGNORED_KEYS = frozenset({"autoApprove", "alwaysAllow", "dev", "gallery", "version"})
+_DESKTOP_KEYS = ("type", "disabled", "timeout", *sorted(_IGNORED_KEYS))
 # Fields whose values are never repeated in an error: API keys, JWT and session secrets, and a
 # Redis URL (it may carry a password).
 _SECRET_FIELDS = frozenset({"key", "secret", "redis_url"})
@@ -411,18 +422,27 @@ class ServerConfig(_Model):
     def _desktop_keys_and_defaults(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
-        data = {key: value for key, value in data.items() if key not in ("autoApprove", "alwaysAllow")}
+        data = {key: value for key, value in data.items() if key not in _IGNORED_KEYS}
         problems: list[tuple[Loc, str]] = []
         if "type" in data:
             kind = data.pop("type")
-            if "transport" in data:
-                problems.append((("type",), "give either 'type' or 'transport', not both"))
-            elif isinstance(kind, str) and kind in _DESKTOP_TYPES:
-                data["transport"] = _DESKTOP_TYPES[kind]
-            else:
+            if not (isinstance(kind, str) and kind in _DESKTOP_TYPES):
                 problems.append(
                     (("type",), f"must be one of {', '.join(map(repr, _DESKTOP_TYPES))} (got {kind!r})")
                 )
+            elif "transport" in data:
+                # Both are fine when they say the same: a file shared by a desktop client and us.
+                transport = data["transport"]
+                if transport not in _AGREEING[kind]:
+                    problems.append(
+                        (
+                            ("type",),
+                            f"'type' is {kind!r} but 'transport' is {transport!r}; they disagree (give one, "
+                            f"or a 'transport' of {' or '.join(map(repr, _AGREEING[kind]))})",
+                        )
+                    )
+            else:
+                data["transport"] = _DESKTOP_TYPES[kind]
         if "disabled" in data:
             disabled = data.pop("disabled")
             if "enabled" in data:
@@ -637,43 +657,59 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
     if not isinstance(data, Mapping):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: the top level must be a mapping of settings (got {got})")
-    return _relative_to(config_from_mapping(data, source=source, environ=environ), Path(source).parent)
+    workspace = workspace_of(Path(source))
+    config = config_from_mapping(data, source=source, environ=environ, workspace=workspace)
+    return _relative_to(config, Path(source).parent)
 
 
 def _relative_to(config: Config, base: Path) -> Config:
     """Files Manifold itself reads and writes (policies, pins, audit) are found next to the
-    config file, as Prometheus finds its rule files, not wherever Manifold was started.
-    Server commands and their args are not touched: they run in the server's ``cwd``."""
+    config file, as Prometheus finds its rule files, not wherever Manifold was started. So is a
+    server's relative ``cwd`` (a desktop app starts Manifold wherever it likes). Server commands
+    and their args are not touched: they run in the server's ``cwd``."""
 
     def resolve(path: str) -> str:
         return path if path == "-" or Path(path).is_absolute() else str(base / path)
 
     policy = config.policy
     audit = policy.audit
+    servers = {
+        key: server.model_copy(update={"cwd": resolve(server.cwd)}) if server.cwd else server
+        for key, server in config.servers.items()
+    }
     return config.model_copy(
         update={
+            "servers": servers,
             "policy": policy.model_copy(
                 update={
                     "files": tuple(resolve(f) for f in policy.files),
                     "pins": policy.pins.model_copy(update={"path": resolve(policy.pins.path)}),
                     "audit": audit.model_copy(update={"path": resolve(audit.path) if audit.path else None}),
                 }
-            )
+            ),
         }
     )
 
 
 def config_from_mapping(
-    data: Mapping[str, Any], *, source: str = "<config>", environ: Mapping[str, str] | None = None
+    data: Mapping[str, Any],
+    *,
+    source: str = "<config>",
+    environ: Mapping[str, str] | None = None,
+    workspace: str | None = None,
 ) -> Config:
     """Build a :class:`Config` from already-parsed data, exactly as :func:`load_config` does.
+    ``workspace``: VS Code's ``${workspaceFolder}`` (:mod:`proxy.editor_files`).
 
     Raises:
         ConfigError: the data is not a valid config; ``source`` names it in the message.
     """
     environ = os.environ if environ is None else environ
-    problems: list[tuple[Loc, str]] = []
-    interpolated = _interpolate(data, (), environ, problems)
+    inputs, wrong = declared_inputs(data)
+    problems: list[tuple[Loc, str]] = [(("inputs",), message) for message in wrong]
+    variables = Variables(environ, workspace, inputs)
+    # VS Code's inputs are resolved here (from INPUT_* variables) and are no setting of Manifold's.
+    interpolated = _interpolate({k: v for k, v in data.items() if k != "inputs"}, (), variables, problems)
     if problems:
         raise ConfigError("\n".join(_line(source, loc, message) for loc, message in problems))
     overrides = read_overrides(Config, environ, exclude=_NOT_OVERRIDABLE)
@@ -686,22 +722,27 @@ def config_from_mapping(
         raise ConfigError("\n".join(_describe(exc, source, servers_key, overrides))) from None
 
 
-def _interpolate(value: Any, loc: Loc, environ: Mapping[str, str], problems: list[tuple[Loc, str]]) -> Any:
+def _interpolate(value: Any, loc: Loc, variables: Variables, problems: list[tuple[Loc, str]]) -> Any:
     """``value`` with ``${VAR}`` references in every string replaced; problems are collected."""
     if isinstance(value, str):
-        return _REFERENCE.sub(lambda match: _resolve(match, loc, environ, problems), value)
+        return _REFERENCE.sub(lambda match: _resolve(match, loc, variables, problems), value)
     if isinstance(value, Mapping):
-        return {key: _interpolate(item, (*loc, key), environ, problems) for key, item in value.items()}
+        return {key: _interpolate(item, (*loc, key), variables, problems) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_interpolate(item, (*loc, index), environ, problems) for index, item in enumerate(value)]
+        return [_interpolate(item, (*loc, index), variables, problems) for index, item in enumerate(value)]
     return value
 
 
-def _resolve(
-    match: re.Match[str], loc: Loc, environ: Mapping[str, str], problems: list[tuple[Loc, str]]
-) -> str:
+def _resolve(match: re.Match[str], loc: Loc, variables: Variables, problems: list[tuple[Loc, str]]) -> str:
     if match["escape"]:
         return match[0][1:]
+    environ = variables.environ
+    editor = variables.editor(match["body"]) if match["close"] else None
+    if editor is not None:  # ${input:ID}, ${env:NAME}, ${workspaceFolder} (VS Code's mcp.json)
+        value, problem = editor
+        if problem is not None:
+            problems.append((loc, problem))
+        return value or ""
     variable = _VARIABLE.fullmatch(match["body"]) if match["close"] else None
     if variable is None:
         problems.append(

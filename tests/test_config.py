@@ -167,7 +167,10 @@ def test_desktop_disabled_timeout_and_approval_keys_are_understood() -> None:
             "test.yaml: mcpServers.s.type: must be one of 'stdio', 'http', 'streamable-http', 'sse' "
             "(got 'websocket')",
         ),
-        ({"type": "sse", "transport": "sse", "url": "http://h"}, "mcpServers.s.type: give either 'type' or"),
+        (
+            {"type": "sse", "transport": "auto", "url": "http://h"},
+            "mcpServers.s.type: 'type' is 'sse' but 'transport' is 'auto'; they disagree",
+        ),
         (stdio(disabled="yes"), "test.yaml: mcpServers.s.disabled: must be true or false (got 'yes')"),
         (stdio(disabled=True, enabled=True), "mcpServers.s.disabled: give either 'disabled' or 'enabled'"),
         (
