@@ -37,6 +37,10 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         url: http://127.0.0.1:9000/mcp       # ... or an HTTP server
         headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
         transport: auto        # auto (Streamable HTTP, falling back to SSE) | streamable-http | sse
+        tools:                 # per tool, by the server's own name (proxy.catalog.shaping)
+          query: {name: find, description: "...", arguments: {index: {fixed: web}}}
+    endpoints:                 # named views at /mcp/<name> (proxy.endpoints)
+      code: {servers: [github], tools: ["gh.*"], naming: {separator: "__", max_length: 64}}
 
 Every string value may use ``${VAR}`` (an error if unset), ``${VAR:-default}`` (used when VAR is
 unset or empty) and ``$${`` for a literal ``${``. Values of ``env`` and ``headers`` are kept as
@@ -45,7 +49,9 @@ secrets: they never appear in a repr or in an error message.
 Claude Desktop and Cursor files work as they are: ``mcpServers`` is an alias of ``servers``, and a
 server may say ``type`` (``stdio``, ``http``, ``streamable-http``, ``sse``) instead of
 ``transport``, ``disabled`` instead of ``enabled``, and ``timeout`` in milliseconds instead of
-``request_timeout``; ``autoApprove`` and ``alwaysAllow`` are ignored. Any other unknown key is an
+``request_timeout`` (``type`` beside an agreeing ``transport`` too); ``autoApprove`` and
+``alwaysAllow`` are ignored. VS Code's ``mcp.json`` works as it is: its ``inputs`` are read from
+``INPUT_<ID>`` variables (:mod:`proxy.editor_files`). Any other unknown key is an
 error, so a typo cannot pass silently.
 
 Environment variables override the file for every field but the servers: ``MANIFOLD_`` plus the
