@@ -142,7 +142,7 @@ class Gateway:
             on_change=notices.list_changed,
             renames=renames({s.id: s for s in servers}),
         )
-        logs = ServerLogs(self.sessions, self.catalogs, access, self.connections)
+        logs = ServerLogs(self.sessions, self.catalogs, access, self.connections, config.endpoints)
         heard.wire(self.catalogs, ServerHealth(metrics, [s.id for s in servers]), notices, logs)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
