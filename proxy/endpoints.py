@@ -134,7 +134,7 @@ def endpoint_inbounds(
         viewed = catalogs.viewed(name, codec, view, on_change=functools.partial(list_changed, endpoint=name))
         found[name] = dataclasses.replace(
             inbound,
-            endpoint=router(catalogs=viewed, endpoint=name),
+            endpoint=router(catalogs=viewed, endpoint=name, servers=settings.servers),
             endpoint_name=name,
             admits=functools.partial(admits, settings),
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -112,7 +112,9 @@ class Router:
         metrics: Metrics,
         limits: LimitsConfig | None = None,
         endpoint: str = "",
+        servers: Collection[str] | None = None,  # the servers the endpoint selects; None: all
     ) -> None:
+        self._servers = servers
         limits = limits or LimitsConfig()
         self._endpoint = endpoint  # the named endpoint this router answers for ("": /mcp)
         self._catalogs = catalogs
@@ -272,7 +274,7 @@ class Router:
         return self._with_instructions(result)
 
     def _with_instructions(self, result: dict[str, Any]) -> dict[str, Any]:
-        instructions = self._connections.instructions()
+        instructions = self._connections.instructions(self._servers)
         if instructions:
             result["instructions"] = instructions
         return result

@@ -59,7 +59,7 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
         "policy": {"files": ["policy.yaml"], "audit": {"path": "audit.jsonl"}},
         "servers": {
             "alpha": fixture_server("alpha", tools=2),
-            "beta": {**beta, "args": [*beta["args"], "--extra-tool", LONG]},
+            "beta": {**beta, "args": [*beta["args"], "--extra-tool", LONG, "--instructions", "beta's notes"]},
         },
         "endpoints": {
             "code": {"servers": ["alpha"]},
@@ -155,6 +155,15 @@ async def test_metrics_and_the_audit_log_name_the_endpoint_a_call_came_in_on(
     assert records
     for record in records:
         assert (record["endpoint"], record["canonical_name"]) == ("claude", "beta.echo")
+
+
+async def test_an_endpoint_passes_on_the_instructions_of_its_servers_only(manifold: RunningManifold) -> None:
+    async with (
+        Client(at(manifold, "code"), mode="legacy") as code,
+        Client(manifold.url, mode="legacy") as whole,
+    ):
+        assert "beta's notes" not in (code.instructions or "")
+        assert "beta: beta's notes" in (whole.instructions or "")
 
 
 def _list(request_id: int, cursor: str | None = None) -> dict[str, Any]:
