@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -13,11 +13,17 @@ from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
 from proxy.config import ServerConfig, config_from_mapping
+from proxy.connections import Connections
 from proxy.endpoints import admits, views_of
 from proxy.errors import ConfigError, InvalidParams, ResourceNotFound
+from proxy.inbound.listen import Listens
+from proxy.inbound.tokens import SessionTokens
 from proxy.metrics import Metrics
+from proxy.notices import Notices
 from proxy.policy.model import Identity
 from proxy.policy.settings import PolicySettings
+from proxy.protocol.subscriptions import Filter
+from proxy.sessions import Sessions
 
 ALICE = Identity("alice", frozenset({"dev"}), "api_key")
 BOB = Identity("bob", frozenset(), "api_key")
@@ -175,8 +181,6 @@ def test_a_bad_endpoint_is_a_config_error_naming_it(endpoints: dict[str, Any], m
 
 
 def test_a_signed_session_id_carries_its_endpoint_and_a_replica_restores_it() -> None:
-    from proxy.inbound.tokens import SessionTokens
-
     tokens = SessionTokens(b"s" * 32)
     token = tokens.issue("2025-11-25", {}, ALICE, "code")
     restored = tokens.restore(token, ALICE)
@@ -185,3 +189,20 @@ def test_a_signed_session_id_carries_its_endpoint_and_a_replica_restores_it() ->
     whole = tokens.restore(tokens.issue("2025-11-25", {}, ALICE), ALICE)
     assert whole is not None
     assert whole.endpoint == ""
+
+
+def test_a_list_change_reaches_the_sessions_and_listen_streams_of_its_endpoint_only() -> None:
+    sessions = Sessions(SessionTokens(b"k" * 32), Metrics(process_metrics=False), idle_timeout=60)
+    listens = Listens()
+    notices = Notices(sessions, listens, cast(Connections, None), Access(PolicySettings(), SERVERS))
+    on = {name: sessions.open("stdio", ALICE) for name in ("", "a", "b")}
+    streams = {name: listens.open(1, ALICE, Filter(tools=True), endpoint=name) for name in ("", "a", "b")}
+    for name, session in on.items():
+        session.endpoint, session.initialized = name, True
+    try:
+        notices.list_changed("tools", endpoint="a")
+        assert {name: s.standalone.pending for name, s in on.items()} == {"": False, "a": True, "b": False}
+        assert {name: bool(s._unread) for name, s in streams.items()} == {"": False, "a": True, "b": False}
+    finally:
+        for stream in streams.values():
+            listens.close(stream)
