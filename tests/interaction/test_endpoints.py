@@ -33,7 +33,7 @@ from tests.interaction.harness import (
     running_manifold,
     write_config,
 )
-from tests.interaction.test_policy import audit_path, audited, text_of
+from tests.interaction.test_policy import api_keys, audit_path, audited, bearer, connect, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -259,3 +259,24 @@ def test_stdio_refuses_an_endpoint_that_is_not_configured(tmp_path: Path) -> Non
     )
     assert done.returncode == 2
     assert b"--endpoint '../a' is not a configured endpoint (a)" in done.stderr
+
+
+async def test_an_endpoint_limited_to_roles_is_not_found_for_anyone_else(tmp_path: Path) -> None:
+    config = {
+        "auth": {"api_keys": api_keys()},
+        "servers": {"alpha": fixture_server("alpha", tools=1)},
+        "endpoints": {"staff": {"roles": ["staff"]}},
+    }
+    async with running_manifold(tmp_path, config) as manifold, aiohttp.ClientSession() as http:
+        url = at(manifold, "staff")
+        for stateless_request in (False, True):
+            headers = {
+                **bearer("carl"),
+                **({"MCP-Protocol-Version": "2026-07-28"} if stateless_request else {}),
+            }
+            status, _, _ = await post(http, url, _list(1), headers)
+            assert status == 404
+        async with connect(url, "sam") as sam:
+            assert "alpha.echo" in {tool.name for tool in (await sam.list_tools()).tools}
+        async with connect(manifold.url, "carl") as carl:  # the whole catalog is still carl's
+            assert "alpha.echo" in {tool.name for tool in (await carl.list_tools()).tools}
