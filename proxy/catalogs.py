@@ -157,18 +157,14 @@ class Catalogs:
         self._followers.append(follower)
 
     def viewed(
-        self,
-        name: str,
-        codec: NamingCodec,
-        view: Callable[[Snapshot], Snapshot],
-        on_change: Callable[[str], None],
+        self, name: str, view: Callable[[Snapshot], Snapshot], on_change: Callable[[str], None]
     ) -> Catalogs:
-        """The catalogs of endpoint ``name``: ``view`` of these, taken again after every merge and
-        policy reload, paged and looked up as these are (``codec`` names its pages' cursors' scope
-        apart, not its entries: ``view`` names them); ``on_change`` hears of its own changes."""
+        """The catalogs of endpoint ``name``: ``view`` of these (which also names its entries),
+        taken again after every merge and policy reload, and paged and looked up as these are,
+        its cursors its own. ``on_change`` hears of the changes of the view only."""
         catalogs = Catalogs(
             {},
-            codec=codec,
+            codec=self._codec,  # unused: a view merges nothing
             cursors=self._cursors,
             access=self._access,
             metrics=self._metrics,

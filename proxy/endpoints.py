@@ -130,8 +130,8 @@ def endpoint_inbounds(
     called with ``catalogs=`` its view of ``catalogs`` and ``endpoint=`` its name), by name.
     ``list_changed(kind, endpoint=name)`` hears of the changes of its view."""
     found = {}
-    for name, (settings, codec, view) in views_of(config).items():
-        viewed = catalogs.viewed(name, codec, view, on_change=functools.partial(list_changed, endpoint=name))
+    for name, (settings, _, view) in views_of(config).items():
+        viewed = catalogs.viewed(name, view, on_change=functools.partial(list_changed, endpoint=name))
         found[name] = dataclasses.replace(
             inbound,
             endpoint=router(catalogs=viewed, endpoint=name, servers=settings.servers),

@@ -55,8 +55,8 @@ def gateway(endpoints: dict[str, Any]) -> tuple[Catalogs, dict[str, Catalogs], l
         on_change=lambda kind: told.append(("", kind)),
     )
     views = {
-        name: base.viewed(name, codec, view, on_change=functools.partial(_tell, told, name))
-        for name, (_, codec, view) in views_of(config).items()
+        name: base.viewed(name, view, on_change=functools.partial(_tell, told, name))
+        for name, (_, _, view) in views_of(config).items()
     }
     return base, views, told
 
