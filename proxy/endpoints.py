@@ -125,12 +125,16 @@ def endpoint_inbounds(
     inbound: Inbound,
     router: Callable[..., Endpoint],
     list_changed: Callable[..., None],
+    wrap: Callable[[str, EndpointConfig, ViewFunction], ViewFunction] | None = None,
 ) -> dict[str, Inbound]:
     """What each endpoint's transports are given: ``inbound`` with the endpoint's own router (``router``
     called with ``catalogs=`` its view of ``catalogs`` and ``endpoint=`` its name), by name.
-    ``list_changed(kind, endpoint=name)`` hears of the changes of its view."""
+    ``list_changed(kind, endpoint=name)`` hears of the changes of its view. ``wrap(name, settings,
+    view)`` may replace an endpoint's default view with one built on it."""
     found = {}
     for name, (settings, _, view) in views_of(config).items():
+        if wrap is not None:
+            view = wrap(name, settings, view)
         viewed = catalogs.viewed(name, view, on_change=functools.partial(list_changed, endpoint=name))
         found[name] = dataclasses.replace(
             inbound,
