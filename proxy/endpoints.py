@@ -12,8 +12,9 @@ An endpoint only narrows: its view is taken from what the whole catalog serves (
 the tools pins withhold included), and the policy still decides inside it; ``roles`` narrows who
 may use the endpoint at all.
 
-A view function is the extension point: a wrapper (``lambda snap: shape(inner(snap))``) may
-replace what an endpoint lists, as long as every entry it shows keeps its route.
+A view function is the extension point (``endpoint_inbounds(..., wrap=...)``): a wrapper
+(``lambda snap: shape(inner(snap))``) may replace what an endpoint lists, as long as every entry
+it shows keeps its route.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import Final
 
 from proxy.access import ServedTools, renames
 from proxy.catalog.merge import Catalog
@@ -34,7 +34,6 @@ from proxy.inbound.contract import Endpoint, Inbound
 from proxy.policy.model import Identity
 
 __all__ = [
-    "MAX_ENDPOINT_NAME",
     "ViewFunction",
     "admits",
     "codec_of",
@@ -42,9 +41,6 @@ __all__ = [
     "selection_view",
     "views_of",
 ]
-
-#: The longest endpoint name (a URL path segment and a bounded metrics label).
-MAX_ENDPOINT_NAME: Final = 64
 
 ViewFunction = Callable[[Snapshot], Snapshot]
 
