@@ -7,7 +7,7 @@ NPM_STAMP := tests/npm/node_modules/.installed
 CONFORMANCE_STAMP := tests/conformance/node_modules/.installed
 CONFORMANCE_MODERN_STAMP := tests/conformance_modern/node_modules/.installed
 
-.PHONY: run test lint typecheck unit conformance bench discovery-eval soak system-deps fmt clean
+.PHONY: run desktop-config test lint typecheck unit conformance bench discovery-eval soak system-deps fmt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,7 +37,16 @@ system-deps:
 
 ## Run Manifold on the example config (two bundled example servers, no external services).
 run: $(STAMP)
+	@echo "Desktop clients (Claude Desktop, Cursor) spawn it over stdio with this entry (make desktop-config):"
+	@$(MAKE) --no-print-directory -s desktop-config
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/manifold serve --config examples/manifold.yaml
+
+## The mcpServers entry that makes a desktop client spawn this checkout's Manifold on the example
+## config: absolute paths, and a PATH whose python3 has the SDK the example servers import (a
+## desktop app starts its servers with its own working directory and PATH).
+desktop-config:
+	@printf '{"mcpServers": {"manifold": {"command": "%s", "args": ["stdio", "--config", "%s"], "env": {"PATH": "%s:/usr/local/bin:/usr/bin:/bin"}}}}\n' \
+	  "$(abspath $(BIN))/manifold" "$(abspath examples/manifold.yaml)" "$(abspath $(BIN))"
 
 ## Lint, type-check and run every test.
 test: $(STAMP) $(NPM_STAMP) system-deps lint typecheck unit

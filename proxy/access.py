@@ -19,6 +19,7 @@ from cachetools import LRUCache
 
 from proxy.catalog.merge import Catalog, Entry
 from proxy.catalog.resources import ResourceIndex
+from proxy.catalog.shaping import ToolShape, problems, shape_definition
 from proxy.config import ServerConfig
 from proxy.errors import ConfigError
 from proxy.files import stamps
@@ -41,7 +42,7 @@ from proxy.policy.settings import PolicySettings
 from proxy.policy_files import load_pins, load_policy, save_pins
 from proxy.ratelimit.rules import LimitRule
 
-__all__ = ["Access", "PinChange", "PinsStore", "ServedTools"]
+__all__ = ["Access", "PinChange", "PinsStore", "ServedTools", "renames", "tool_shapes"]
 
 logger = logging.getLogger("proxy.access")
 
@@ -83,11 +84,32 @@ class ServedTools:
     catalog: Catalog
     definitions: Mapping[str, Mapping[str, Any]]  # namespaced name -> definition clients see
     effective: Mapping[str, EffectiveAnnotations]
-    blocked: Mapping[str, str]  # namespaced name -> why (the pin drift), for tools hidden by pins
+    blocked: Mapping[str, str]  # namespaced name -> why (a pin drift, an override that does not fit)
 
     def subject(self, name: str) -> Subject:
         entry = self.catalog.by_name[name]
         return Subject.tool(entry, self.effective.get(name, CAUTIOUS))
+
+
+def tool_shapes(servers: Mapping[str, ServerConfig]) -> dict[tuple[str, str], ToolShape]:
+    """Every configured tool override, by (server id, the server's own tool name)."""
+    return {
+        (sid, tool): ToolShape(
+            name=override.name,
+            title=override.title,
+            description=override.description,
+            fixed={a: o.fixed for a, o in override.arguments.items() if "fixed" in o.model_fields_set},
+            defaults={a: o.default for a, o in override.arguments.items() if "default" in o.model_fields_set},
+            hidden=frozenset(a for a, o in override.arguments.items() if o.hidden),
+        )
+        for sid, server in servers.items()
+        for tool, override in server.tools.items()
+    }
+
+
+def renames(servers: Mapping[str, ServerConfig]) -> dict[tuple[str, str], str]:
+    """The names overrides give tools instead of their servers' own: (server id, tool) -> name."""
+    return {(sid, tool): o.name for sid, s in servers.items() for tool, o in s.tools.items() if o.name}
 
 
 class Access:
@@ -108,6 +130,7 @@ class Access:
         self._trust = {
             sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
         }
+        self._shapes = tool_shapes(servers)
         self.engine: PolicyEngine | None = None
         self.limits: tuple[LimitRule, ...] = ()
         self._limits_by_id: dict[str, LimitRule] = {}
@@ -180,6 +203,21 @@ class Access:
         effective = {e.name: effective_for_entry(e, self._trust.get(e.server_id)) for e in catalog.entries}
         definitions = {e.name: rewrite_definition(e.definition, effective[e.name]) for e in catalog.entries}
         blocked: dict[str, str] = {}
+        for entry in catalog.entries:
+            shape = self._shapes.get((entry.server_id, entry.original_name))
+            if shape is None:
+                continue
+            # Checked against what the server sent, every time it lists: a tool whose override
+            # does not fit is withheld, never served without its fixed arguments.
+            unfit = problems(entry.server_id, entry.original_name, entry.definition, shape)
+            if unfit:
+                blocked[entry.name] = f"Manifold is withholding this tool: {'; '.join(unfit)}."
+                if (entry.name, unfit[0]) not in self._reported:
+                    self._reported.add((entry.name, unfit[0]))
+                    logger.error("tool override does not fit, the tool is withheld: %s", "; ".join(unfit))
+                continue
+            definitions[entry.name] = shape_definition(definitions[entry.name], shape)
+        self._unmatched_overrides(catalog)
         mode = self.settings.pins.mode
         if mode != "off":
             # The file is the source of truth: `manifold pins accept` may have changed it.
@@ -196,11 +234,13 @@ class Access:
                     if self._on_drift is not None:
                         self._on_drift(drift.server)
             names = blocked_names(drifts, mode)
-            blocked = {
-                d.name: f"Manifold is withholding this tool: {d.describe()}."
-                for d in drifts
-                if d.name in names
-            }
+            blocked.update(
+                {
+                    d.name: f"Manifold is withholding this tool: {d.describe()}."
+                    for d in drifts
+                    if d.name in names
+                }
+            )
             if mode == "confirm":
                 self._note_changes(catalog, drifts)
             pins = pin_new(self._pins, catalog.entries)
@@ -225,6 +265,20 @@ class Access:
     def pin_change(self, entry: Entry) -> PinChange | None:
         """The drift of ``entry``'s tool under ``pins.mode: confirm``, if it has drifted."""
         return self._changes.get(pin_key(entry.server_id, entry.original_name))
+
+    def _unmatched_overrides(self, catalog: Catalog) -> None:
+        """Warn (once each) of an override for a tool its server, which has listed, does not list."""
+        listed = {(e.server_id, e.original_name) for e in catalog.entries}
+        servers = {server for server, _ in listed}
+        for server, tool in self._shapes:
+            if server in servers and (server, tool) not in listed and (server, tool) not in self._reported:
+                self._reported.add((server, tool))
+                logger.warning(
+                    "server %r lists no tool %r; its override in servers.%s.tools applies to nothing",
+                    server,
+                    tool,
+                    server,
+                )
 
     def _read_pins(self) -> dict[str, str]:
         """The pins file, over the pins asked to be saved but not on disk yet: the file wins

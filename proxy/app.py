@@ -22,7 +22,7 @@ from typing import Final
 
 import anyio
 
-from proxy.access import Access
+from proxy.access import Access, renames
 from proxy.auth.authenticator import Authenticator
 from proxy.boundary import Boundary, supervised
 from proxy.bridge.mrtr import Rounds
@@ -35,6 +35,7 @@ from proxy.config import Config
 from proxy.confirm.approvals import make_approvals
 from proxy.connections import Connections, ServerHealth, WaitFor
 from proxy.discovery.service import Discovery
+from proxy.endpoints import endpoint_inbounds
 from proxy.forward import Forward
 from proxy.heard import Heard
 from proxy.inbound.contract import Inbound
@@ -117,8 +118,10 @@ class Gateway:
             page_size=config.catalog.page_size,
             hints=self.connections.shared,
             private=bool(config.policy.files),
+            on_change=notices.list_changed,
+            renames=renames({s.id: s for s in servers}),
         )
-        self.catalogs = catalogs(on_change=notices.list_changed)
+        self.catalogs = catalogs()
         # With per_client servers, each client sees what its own connections list (proxy.own_catalogs).
         self.own_catalogs = None
         if self.connections.own_servers:
@@ -128,7 +131,7 @@ class Gateway:
                 notices.own_list_changed,
             )
             self.connections.own_lists_to(self.own_catalogs, notices)
-        logs = ServerLogs(self.sessions, self.catalogs, access, self.connections)
+        logs = ServerLogs(self.sessions, self.catalogs, access, self.connections, config.endpoints)
         health = ServerHealth(metrics, [s.id for s in servers])
         heard.wire(self.catalogs, health, notices, logs, self.own_catalogs)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
@@ -143,20 +146,22 @@ class Gateway:
         if config.discovery.enabled:
             discovery = Discovery(config.discovery, access, separator=config.naming.separator)
             self.sessions.on_end(discovery.ended)
-        self.router = Router(
-            catalogs=self.catalogs,
+        pipeline = compose(self._stages(), forward)
+        router = functools.partial(
+            Router,
             sessions=self.sessions,
             connections=self.connections,
             interest=self.interest,
             listens=self.listens,
             logs=logs,
-            forward=compose(self._stages(), forward),
+            forward=pipeline,
             boundary=self.boundary,
             metrics=metrics,
             limits=config.limits,
             own=self.own_catalogs,
             discovery=discovery,
         )
+        self.router = router(catalogs=self.catalogs)
         self.inbound = Inbound(
             config,
             self.router,
@@ -167,6 +172,8 @@ class Gateway:
             self.boundary,
             self.approvals,
         )
+        # Each named endpoint: a view of the one merge, its own router, and its own inbound.
+        self.endpoints = endpoint_inbounds(config, self.catalogs, self.inbound, router, notices.list_changed)
 
     def _audit_log(self) -> AuditLog | None:
         if not self.config.policy.audit.path:

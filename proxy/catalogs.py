@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import orjson
@@ -30,7 +31,7 @@ from proxy.policy import Identity, Subject
 from proxy.protocol import results
 from proxy.protocol.results import CacheHint
 
-__all__ = ["Catalogs", "HintSource"]
+__all__ = ["Catalogs", "HintSource", "Snapshot"]
 
 logger = logging.getLogger("proxy.catalogs")
 
@@ -44,6 +45,18 @@ class HintSource(Protocol):
 
     @property
     def cache_hints(self) -> Mapping[str, CacheHint]: ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a client can be shown of the catalogs at one moment: what an endpoint's view
+    (:mod:`proxy.endpoints`) takes and gives."""
+
+    tools: Catalog
+    served: ServedTools
+    prompts: Catalog
+    resources: ResourceIndex
+    slices: Mapping[str, tuple[ServerSlice, ...]]  # list kind -> the slices it was merged from
 
 
 class Catalogs:
@@ -60,8 +73,13 @@ class Catalogs:
         private: bool,
         on_change: Callable[[str], None],
         measured: bool = True,  # its sizes are the servers' (one client's own view's are not)
+        name: str = "",  # the endpoint this serves ("": the whole catalog at /mcp)
+        renames: Mapping[tuple[str, str], str] | None = None,  # tool overrides' names
     ) -> None:
         self._measured = measured
+        self._renames = renames
+        self.name = name
+        self._followers: list[Callable[[bool], None]] = []
         self._prefixes = prefixes
         self._codec = codec
         self._cursors = cursors
@@ -94,6 +112,8 @@ class Catalogs:
         named = kind in ("tools", "prompts")
         if self._merge_named(kind, slices) if named else self._merge_resources():
             self._on_change(kind)
+        for follower in self._followers:
+            follower(False)
 
     def slices(self, kind: str) -> Sequence[ServerSlice]:
         """What each server listed of ``kind``, in config order (a client's own view starts from it)."""
@@ -101,7 +121,7 @@ class Catalogs:
 
     def _merge_named(self, kind: str, slices: Sequence[ServerSlice]) -> bool:
         old: Catalog = self.tools if kind == "tools" else self.prompts
-        catalog = build_catalog(slices, self._codec)
+        catalog = build_catalog(slices, self._codec, self._renames if kind == "tools" else None)
         for collision in catalog.collisions:
             if collision not in old.collisions:
                 logger.warning("%s name collision: %s", kind, collision.describe())
@@ -133,6 +153,67 @@ class Catalogs:
         self._pages.clear()
         for kind in ("tools", "prompts", "resources"):
             self._on_change(kind)
+        for follower in self._followers:
+            follower(True)
+
+    # ---- views of another catalog (endpoints) ------------------------------------------------
+
+    def follow(self, follower: Callable[[bool], None]) -> None:
+        """Call ``follower`` after every merge (``False``) and policy reload (``True``)."""
+        self._followers.append(follower)
+
+    def viewed(
+        self, name: str, view: Callable[[Snapshot], Snapshot], on_change: Callable[[str], None]
+    ) -> Catalogs:
+        """The catalogs of endpoint ``name``: ``view`` of these (which also names its entries),
+        taken again after every merge and policy reload, and paged and looked up as these are,
+        its cursors its own. ``on_change`` hears of the changes of the view only."""
+        catalogs = Catalogs(
+            {},
+            codec=self._codec,  # unused: a view merges nothing
+            cursors=self._cursors,
+            access=self._access,
+            metrics=self._metrics,
+            page_size=self._page_size,
+            hints=self._hints,
+            private=self._private,
+            on_change=on_change,
+            name=name,
+        )
+        catalogs.show(view(self.snapshot()))
+        self.follow(
+            lambda policy_changed: catalogs.show(view(self.snapshot()), policy_changed=policy_changed)
+        )
+        return catalogs
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.tools, self.served, self.prompts, self.resources, dict(self._slices))
+
+    def show(self, view: Snapshot, *, policy_changed: bool = False) -> None:
+        """Serve ``view`` (an endpoint's view of another :class:`Catalogs`) instead of merging:
+        tell ``on_change`` of each list whose content changed, or of all after a policy reload."""
+        before = self.snapshot()
+        self.tools, self.served, self.prompts, self.resources = (
+            view.tools,
+            view.served,
+            view.prompts,
+            view.resources,
+        )
+        self._slices = {kind: tuple(view.slices.get(kind, ())) for kind in LIST_KINDS}
+        if policy_changed:
+            self._pages.clear()
+        changed = {
+            "tools": policy_changed
+            or view.tools.generation != before.tools.generation
+            or view.served.blocked != before.served.blocked,
+            "prompts": policy_changed or view.prompts.generation != before.prompts.generation,
+            "resources": policy_changed
+            or (view.resources.generation, view.resources.templates_generation)
+            != (before.resources.generation, before.resources.templates_generation),
+        }
+        for kind, moved in changed.items():
+            if moved:
+                self._on_change(kind)
 
     # ---- lookups ---------------------------------------------------------------------------
 
@@ -222,7 +303,12 @@ class Catalogs:
         items, generation = self._view(kind, identity)
         # A cursor is good only for the view it was cut from: the list kind and the identity (its
         # key, name and roles: one issuer's alice may not page through another's).
-        scope = f"{kind}|{fingerprint(identity)}"
+        # An endpoint's cursors are its own: one cut on /mcp/a is refused on /mcp/b.
+        scope = (
+            f"{kind}|{fingerprint(identity)}"
+            if not self.name
+            else f"{self.name}|{kind}|{fingerprint(identity)}"
+        )
         key = (scope, generation, cursor if isinstance(cursor, str) else None, hint)
         cached = self._pages.get(key) if cursor is None or isinstance(cursor, str) else None
         if cached is not None:

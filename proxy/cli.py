@@ -6,6 +6,7 @@ Exit codes: 0 success; 1 a server is not ready (``tools``); 2 bad usage or bad c
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import resource
@@ -48,7 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     serve = add("serve", "Serve Streamable HTTP at http://HOST:PORT/mcp.")
     serve.add_argument("--host", help="bind address (overrides listen.host)")
     serve.add_argument("--port", type=int, help="port (overrides listen.port; 0 picks a free one)")
-    add("stdio", "Serve one client over stdin/stdout (for desktop clients that spawn Manifold).")
+    stdio = add("stdio", "Serve one client over stdin/stdout (for desktop clients that spawn Manifold).")
+    stdio.add_argument(
+        "--endpoint", help="serve this configured endpoint's view (default: the whole catalog)"
+    )
     check = add("check", "Validate the config and exit: 0 when valid, 2 with the problems listed otherwise.")
     check.add_argument(
         "--online",
@@ -229,9 +233,13 @@ async def _serve(config: Config, _: argparse.Namespace) -> int:
     # ones, and a server that connects later joins the catalog (clients hear list_changed).
     async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="none") as gateway:
         tg.start_soon(_until_signal, tg.cancel_scope, gateway)
-        await tg.start(serve, gateway.inbound, sock, metrics_sock)
+        await tg.start(
+            functools.partial(serve, endpoints=gateway.endpoints), gateway.inbound, sock, metrics_sock
+        )
         shown = f"[{host}]" if ":" in host else host
         logger.info("Manifold %s listening on http://%s:%d/mcp", __version__, shown, port)
+        for name in gateway.endpoints:
+            logger.info("endpoint %s at http://%s:%d/mcp/%s", name, shown, port, name)
         await anyio.sleep_forever()
     return 0
 
@@ -259,8 +267,14 @@ async def bounded_lines(
         yield last
 
 
-async def _stdio(config: Config, _: argparse.Namespace) -> int:
+async def _stdio(config: Config, args: argparse.Namespace) -> int:
     from proxy.inbound.stdio import serve_stdio
+
+    name = args.endpoint or ""
+    if name and name not in config.endpoints:
+        known = ", ".join(sorted(config.endpoints)) or "none is configured"
+        logger.error("--endpoint %r is not a configured endpoint (%s)", name[:80], known)
+        return 2
 
     stdout = anyio.wrap_file(sys.stdout.buffer)
 
@@ -273,7 +287,12 @@ async def _stdio(config: Config, _: argparse.Namespace) -> int:
     # list_changed. Its start-up is paid once per launch, not by other clients.
     async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="all") as gateway:
         tg.start_soon(_until_signal, tg.cancel_scope, gateway)
-        await serve_stdio(gateway.inbound, _stdin_lines(config.limits.max_request_bytes), write)
+        inbound = gateway.endpoints[name] if name else gateway.inbound
+        if not inbound.admits(gateway.auth.stdio_identity):
+            logger.error("the stdio identity may not use endpoint %r (its roles)", name)
+            tg.cancel_scope.cancel()
+            return 2
+        await serve_stdio(inbound, _stdin_lines(config.limits.max_request_bytes), write)
         tg.cancel_scope.cancel()
     return 0
 

@@ -42,6 +42,10 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         url: http://127.0.0.1:9000/mcp       # ... or an HTTP server
         headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
         transport: auto        # auto (Streamable HTTP, falling back to SSE) | streamable-http | sse
+        tools:                 # per tool, by the server's own name (proxy.catalog.shaping)
+          query: {name: find, description: "...", arguments: {index: {fixed: web}}}
+    endpoints:                 # named views at /mcp/<name> (proxy.endpoints)
+      code: {servers: [github], tools: ["gh.*"], naming: {separator: "__", max_length: 64}}
 
 Every string value may use ``${VAR}`` (an error if unset), ``${VAR:-default}`` (used when VAR is
 unset or empty) and ``$${`` for a literal ``${``. Values of ``env`` and ``headers`` are kept as
@@ -50,7 +54,9 @@ secrets: they never appear in a repr or in an error message.
 Claude Desktop and Cursor files work as they are: ``mcpServers`` is an alias of ``servers``, and a
 server may say ``type`` (``stdio``, ``http``, ``streamable-http``, ``sse``) instead of
 ``transport``, ``disabled`` instead of ``enabled``, and ``timeout`` in milliseconds instead of
-``request_timeout``; ``autoApprove`` and ``alwaysAllow`` are ignored. Any other unknown key is an
+``request_timeout`` (``type`` beside an agreeing ``transport`` too); ``autoApprove`` and
+``alwaysAllow`` are ignored. VS Code's ``mcp.json`` works as it is: its ``inputs`` are read from
+``INPUT_<ID>`` variables (:mod:`proxy.editor_files`). Any other unknown key is an
 error, so a typo cannot pass silently.
 
 Environment variables override the file for every field but the servers: ``MANIFOLD_`` plus the
@@ -86,11 +92,13 @@ from proxy.auth.settings import AuthSettings
 from proxy.catalog.naming import RESERVED_PREFIX
 from proxy.discovery.settings import DiscoverySettings
 from proxy.documents import parse_document, show_value
+from proxy.editor_files import Variables, declared_inputs, workspace_of
 from proxy.errors import ConfigError
 from proxy.files import read_text
 from proxy.logs import LogSettings
 from proxy.metrics import MetricsSettings
 from proxy.overrides import Overrides, read_overrides
+from proxy.policy.model import glob_problem
 from proxy.policy.settings import PolicySettings
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from proxy.ratelimit import RateLimitSettings
@@ -99,11 +107,14 @@ from proxy.redaction import redact_text, redact_url
 __all__ = [
     "CatalogConfig",
     "Config",
+    "ArgumentOverride",
+    "EndpointConfig",
     "LimitsConfig",
     "ListenConfig",
     "NamingConfig",
     "ServerConfig",
     "SessionsConfig",
+    "ToolOverride",
     "config_from_mapping",
     "load_config",
 ]
@@ -121,8 +132,18 @@ _DESKTOP_TYPES: dict[str, Transport] = {
     "streamable-http": "streamable-http",
     "sse": "sse",
 }
+# The transports a desktop 'type' agrees with (VS Code's "http" falls back to SSE, as 'auto' does).
+_AGREEING: Final[dict[str, tuple[str, ...]]] = {
+    "stdio": ("stdio",),
+    "http": ("streamable-http", "auto"),
+    "streamable-http": ("streamable-http",),
+    "sse": ("sse",),
+}
 _URL_TRANSPORTS = "'auto', 'streamable-http' or 'sse'"
-_DESKTOP_KEYS = ("type", "disabled", "timeout", "autoApprove", "alwaysAllow")
+# Read by desktop clients and editors only: Claude Desktop/Cursor's approvals, VS Code's debug
+# settings (``dev``) and where its gallery installed a server from.
+_IGNORED_KEYS = frozenset({"autoApprove", "alwaysAllow", "dev", "gallery", "version"})
+_DESKTOP_KEYS = ("type", "disabled", "timeout", *sorted(_IGNORED_KEYS))
 # Fields whose values are never repeated in an error: API keys, JWT and session secrets, and a
 # Redis URL (it may carry a password).
 _SECRET_FIELDS = frozenset({"key", "secret", "redis_url"})
@@ -169,6 +190,37 @@ class NamingConfig(_Model):
 
     separator: str = Field(default=".", min_length=1, max_length=8, pattern=r"^[A-Za-z0-9_.-]+$")
     max_length: int = Field(default=128, ge=16, le=1024)
+
+
+_ENDPOINT_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _globs(globs: tuple[str, ...]) -> tuple[str, ...]:
+    for glob in globs:
+        if (problem := glob_problem(glob)) is not None:
+            raise ValueError(problem)
+    return globs
+
+
+class EndpointConfig(_Model):
+    """One named endpoint: a view of the merged catalog at ``/mcp/<name>`` (and ``manifold stdio
+    --endpoint <name>``). It only narrows: what it shows is what the whole catalog shows, less
+    what its selection leaves out, and the policy still decides inside it.
+
+    Globs are fnmatch-style and case-sensitive, as in the policy: tools and prompts are matched
+    on their canonical name (``github.create_issue``, whatever the endpoint's naming shows),
+    resources and templates on their URI (template). An empty list selects nothing of that kind.
+    """
+
+    servers: tuple[str, ...] | None = None  # None: every server
+    tools: tuple[str, ...] = ("*",)
+    prompts: tuple[str, ...] = ("*",)
+    resources: tuple[str, ...] = ("*",)
+    naming: NamingConfig | None = None  # None: the top-level naming
+    # Identities allowed to use the endpoint, by role; None: every identity the policy lets in.
+    roles: tuple[str, ...] | None = None
+
+    _check_globs = field_validator("tools", "prompts", "resources")(_globs)
 
 
 class CatalogConfig(_Model):
@@ -289,6 +341,35 @@ class SessionsConfig(_Model):
 _ERA_ALIASES: Final = {"legacy": "handshake", "modern": "stateless"}
 
 
+class ArgumentOverride(_Model):
+    """How one argument of a tool is shaped: exactly one of ``fixed``, ``default``, ``hidden``."""
+
+    fixed: Any = None  # always sent with this value; out of the listed schema; callers may not set it
+    default: Any = None  # sent when the caller leaves it out; shown as the schema's default
+    hidden: bool = False  # an optional argument out of the listed schema; never sent
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ArgumentOverride:
+        given: list[str] = [key for key in ("fixed", "default") if key in self.model_fields_set]
+        if self.hidden:
+            given.append("hidden")
+        if len(given) != 1:
+            got = " and ".join(given) if given else "none"
+            raise _Problems([((), f"give exactly one of 'fixed', 'default' or 'hidden: true' (got {got})")])
+        return self
+
+
+class ToolOverride(_Model):
+    """The operator's word on one of a server's tools, by the server's own tool name."""
+
+    # Shown instead of the server's name, prefixed as any name is; the policy still matches the
+    # canonical name (prefix + separator + the server's own name).
+    name: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_./-]+$")
+    title: str | None = Field(default=None, max_length=1024)
+    description: str | None = Field(default=None, max_length=65536)
+    arguments: dict[str, ArgumentOverride] = Field(default_factory=dict)
+
+
 class ServerConfig(_Model):
     """One configured MCP server: a command (stdio) or a URL (HTTP)."""
 
@@ -333,6 +414,30 @@ class ServerConfig(_Model):
     trusted: bool = False
     required: bool = False  # /readyz answers 503 until every required server is up
     annotations: dict[str, dict[Hint, bool]] = Field(default_factory=dict)
+    # Per tool, by the server's own name: a new name, title, description, annotations (moved to
+    # ``annotations`` above) and argument shaping (proxy.catalog.shaping).
+    tools: dict[str, ToolOverride] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_annotations(cls, data: Any) -> Any:
+        """``tools.<tool>.annotations`` is ``annotations.<tool>``, given where the rest is."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("tools"), Mapping):
+            return data
+        tools = dict(data["tools"])
+        annotations = dict(data.get("annotations") or {})
+        problems: list[tuple[Loc, str]] = []
+        for tool, override in tools.items():
+            if isinstance(override, Mapping) and "annotations" in override:
+                if tool in annotations:
+                    problems.append(
+                        (("tools", tool, "annotations"), f"given in 'annotations.{tool}' too; give them once")
+                    )
+                annotations[tool] = override["annotations"]
+                tools[tool] = {key: value for key, value in override.items() if key != "annotations"}
+        if problems:
+            raise _Problems(problems)
+        return {**data, "tools": tools, "annotations": annotations}
 
     @property
     def kind(self) -> Literal["stdio", "http"]:
@@ -352,18 +457,27 @@ class ServerConfig(_Model):
     def _desktop_keys_and_defaults(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
-        data = {key: value for key, value in data.items() if key not in ("autoApprove", "alwaysAllow")}
+        data = {key: value for key, value in data.items() if key not in _IGNORED_KEYS}
         problems: list[tuple[Loc, str]] = []
         if "type" in data:
             kind = data.pop("type")
-            if "transport" in data:
-                problems.append((("type",), "give either 'type' or 'transport', not both"))
-            elif isinstance(kind, str) and kind in _DESKTOP_TYPES:
-                data["transport"] = _DESKTOP_TYPES[kind]
-            else:
+            if not (isinstance(kind, str) and kind in _DESKTOP_TYPES):
                 problems.append(
                     (("type",), f"must be one of {', '.join(map(repr, _DESKTOP_TYPES))} (got {kind!r})")
                 )
+            elif "transport" in data:
+                # Both are fine when they say the same: a file shared by a desktop client and us.
+                transport = data["transport"]
+                if transport not in _AGREEING[kind]:
+                    problems.append(
+                        (
+                            ("type",),
+                            f"'type' is {kind!r} but 'transport' is {transport!r}; they disagree (give one, "
+                            f"or a 'transport' of {' or '.join(map(repr, _AGREEING[kind]))})",
+                        )
+                    )
+            else:
+                data["transport"] = _DESKTOP_TYPES[kind]
         if "disabled" in data:
             disabled = data.pop("disabled")
             if "enabled" in data:
@@ -433,6 +547,7 @@ class Config(_Model):
     logging: LogSettings = LogSettings()
     discovery: DiscoverySettings = DiscoverySettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
+    endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
 
     def enabled_servers(self) -> list[ServerConfig]:
         """The servers to start, in configured order."""
@@ -521,10 +636,56 @@ class Config(_Model):
             raise _Problems(problems)
         return self
 
+    @model_validator(mode="after")
+    def _endpoints_name_servers(self) -> Config:
+        problems: list[tuple[Loc, str]] = []
+        for name, endpoint in self.endpoints.items():
+            if not _ENDPOINT_NAME.fullmatch(name):
+                shown = name if len(name) <= 80 else name[:80] + "..."
+                problems.append(
+                    (
+                        ("endpoints", shown),
+                        "an endpoint name is 1..64 of letters, digits, '_' and '-' (it is a URL "
+                        f"path segment, /mcp/<name>) (got {shown!r})",
+                    )
+                )
+            if endpoint.naming is not None:
+                problems += _separator_problems(self.servers, endpoint.naming.separator, name)
+            for server in endpoint.servers or ():
+                if server not in self.servers:
+                    problems.append(
+                        (("endpoints", name, "servers"), f"names no configured server (got {server!r})")
+                    )
+        if problems:
+            raise _Problems(problems)
+        return self
+
+
+def _separator_problems(
+    servers: Mapping[str, ServerConfig], separator: str, endpoint: str
+) -> list[tuple[Loc, str]]:
+    """Why an endpoint's ``separator`` cannot name every server's tools apart: a prefix that
+    contains it, or two namespaces (prefix + separator) of which one starts the other."""
+    loc: Loc = ("endpoints", endpoint, "naming", "separator")
+    prefixes = {s.prefix: key for key, s in servers.items() if s.prefix}
+    problems = [
+        (loc, f"{separator!r} is in the prefix {prefix!r} of server {key!r}; choose another separator")
+        for prefix, key in prefixes.items()
+        if separator in prefix
+    ]
+    for prefix, key in prefixes.items():
+        for other, other_key in prefixes.items():
+            if other_key != key and (prefix + separator).startswith(other + separator):
+                problems.append(
+                    (loc, f"the namespaces of servers {key!r} and {other_key!r} overlap with {separator!r}")
+                )
+    return problems
+
 
 # The servers come from the file only: a command line or a URL set from the environment would be
-# a way to run anything; their values take ${VAR} instead.
-_NOT_OVERRIDABLE: Final = frozenset({"servers"})
+# a way to run anything; their values take ${VAR} instead. Endpoints name those servers, so they
+# are read with them.
+_NOT_OVERRIDABLE: Final = frozenset({"servers", "endpoints"})
 
 
 def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
@@ -541,43 +702,59 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
     if not isinstance(data, Mapping):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: the top level must be a mapping of settings (got {got})")
-    return _relative_to(config_from_mapping(data, source=source, environ=environ), Path(source).parent)
+    workspace = workspace_of(Path(source))
+    config = config_from_mapping(data, source=source, environ=environ, workspace=workspace)
+    return _relative_to(config, Path(source).parent)
 
 
 def _relative_to(config: Config, base: Path) -> Config:
     """Files Manifold itself reads and writes (policies, pins, audit) are found next to the
-    config file, as Prometheus finds its rule files, not wherever Manifold was started.
-    Server commands and their args are not touched: they run in the server's ``cwd``."""
+    config file, as Prometheus finds its rule files, not wherever Manifold was started. So is a
+    server's relative ``cwd`` (a desktop app starts Manifold wherever it likes). Server commands
+    and their args are not touched: they run in the server's ``cwd``."""
 
     def resolve(path: str) -> str:
         return path if path == "-" or Path(path).is_absolute() else str(base / path)
 
     policy = config.policy
     audit = policy.audit
+    servers = {
+        key: server.model_copy(update={"cwd": resolve(server.cwd)}) if server.cwd else server
+        for key, server in config.servers.items()
+    }
     return config.model_copy(
         update={
+            "servers": servers,
             "policy": policy.model_copy(
                 update={
                     "files": tuple(resolve(f) for f in policy.files),
                     "pins": policy.pins.model_copy(update={"path": resolve(policy.pins.path)}),
                     "audit": audit.model_copy(update={"path": resolve(audit.path) if audit.path else None}),
                 }
-            )
+            ),
         }
     )
 
 
 def config_from_mapping(
-    data: Mapping[str, Any], *, source: str = "<config>", environ: Mapping[str, str] | None = None
+    data: Mapping[str, Any],
+    *,
+    source: str = "<config>",
+    environ: Mapping[str, str] | None = None,
+    workspace: str | None = None,
 ) -> Config:
     """Build a :class:`Config` from already-parsed data, exactly as :func:`load_config` does.
+    ``workspace``: VS Code's ``${workspaceFolder}`` (:mod:`proxy.editor_files`).
 
     Raises:
         ConfigError: the data is not a valid config; ``source`` names it in the message.
     """
     environ = os.environ if environ is None else environ
-    problems: list[tuple[Loc, str]] = []
-    interpolated = _interpolate(data, (), environ, problems)
+    inputs, wrong = declared_inputs(data)
+    problems: list[tuple[Loc, str]] = [(("inputs",), message) for message in wrong]
+    variables = Variables(environ, workspace, inputs)
+    # VS Code's inputs are resolved here (from INPUT_* variables) and are no setting of Manifold's.
+    interpolated = _interpolate({k: v for k, v in data.items() if k != "inputs"}, (), variables, problems)
     if problems:
         raise ConfigError("\n".join(_line(source, loc, message) for loc, message in problems))
     overrides = read_overrides(Config, environ, exclude=_NOT_OVERRIDABLE)
@@ -590,22 +767,27 @@ def config_from_mapping(
         raise ConfigError("\n".join(_describe(exc, source, servers_key, overrides))) from None
 
 
-def _interpolate(value: Any, loc: Loc, environ: Mapping[str, str], problems: list[tuple[Loc, str]]) -> Any:
+def _interpolate(value: Any, loc: Loc, variables: Variables, problems: list[tuple[Loc, str]]) -> Any:
     """``value`` with ``${VAR}`` references in every string replaced; problems are collected."""
     if isinstance(value, str):
-        return _REFERENCE.sub(lambda match: _resolve(match, loc, environ, problems), value)
+        return _REFERENCE.sub(lambda match: _resolve(match, loc, variables, problems), value)
     if isinstance(value, Mapping):
-        return {key: _interpolate(item, (*loc, key), environ, problems) for key, item in value.items()}
+        return {key: _interpolate(item, (*loc, key), variables, problems) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_interpolate(item, (*loc, index), environ, problems) for index, item in enumerate(value)]
+        return [_interpolate(item, (*loc, index), variables, problems) for index, item in enumerate(value)]
     return value
 
 
-def _resolve(
-    match: re.Match[str], loc: Loc, environ: Mapping[str, str], problems: list[tuple[Loc, str]]
-) -> str:
+def _resolve(match: re.Match[str], loc: Loc, variables: Variables, problems: list[tuple[Loc, str]]) -> str:
     if match["escape"]:
         return match[0][1:]
+    environ = variables.environ
+    editor = variables.editor(match["body"]) if match["close"] else None
+    if editor is not None:  # ${input:ID}, ${env:NAME}, ${workspaceFolder} (VS Code's mcp.json)
+        value, problem = editor
+        if problem is not None:
+            problems.append((loc, problem))
+        return value or ""
     variable = _VARIABLE.fullmatch(match["body"]) if match["close"] else None
     if variable is None:
         problems.append(

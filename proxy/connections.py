@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import anyio
@@ -228,8 +228,13 @@ class Connections:
             if self._servers[sid].required and c.state is not ServerState.READY
         ]
 
-    def instructions(self) -> str | None:
-        notes = [f"{sid}: {c.instructions}" for sid, c in self.shared.items() if c.instructions]
+    def instructions(self, servers: Collection[str] | None = None) -> str | None:
+        """What the servers (of ``servers``; None: all) said to tell clients, one paragraph each."""
+        notes = [
+            f"{sid}: {c.instructions}"
+            for sid, c in self.shared.items()
+            if c.instructions and (servers is None or sid in servers)
+        ]
         return "\n\n".join(notes) if notes else None
 
 

@@ -240,6 +240,13 @@ class Metrics:
         # (server, tool as given, outcome, identity or None) -> (counter child, histogram child)
         self._call_children: dict[tuple[str, str | None, str, str | None], tuple[Counter, Histogram]] = {}
 
+        self._endpoint_calls = counter(
+            "manifold_endpoint_tool_calls",
+            "tools/call requests by the endpoint they came in on ('/mcp': the whole catalog; "
+            "else a configured endpoint's name) and how they ended.",
+            "endpoint",
+            "outcome",
+        )
         self._decisions = counter(
             "manifold_policy_decisions", "Policy decisions, by effect and deciding rule.", "effect", "rule"
         )
@@ -381,6 +388,11 @@ class Metrics:
         self._backend_errors.get(backend).inc()
 
     # ---- catalog listing ----------------------------------------------------------------
+
+    def endpoint_call(self, endpoint: str, outcome: Outcome) -> None:
+        """Count one ``tools/call`` under its endpoint: ``""`` (``/mcp``) or a configured
+        endpoint's name, so the label's values are bounded by the configuration."""
+        self._endpoint_calls.get(endpoint or "/mcp", outcome).inc()
 
     def list_request(self, kind: ListKind, pages: int = 1) -> None:
         """A client started a listing (``<kind>/list`` without a cursor) and got ``pages`` pages.

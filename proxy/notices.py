@@ -39,11 +39,12 @@ class Notices:
         self._connections = connections
         self._access = access
 
-    def list_changed(self, kind: str) -> None:
-        """The merged list ``kind`` changed (or what someone may see of it): clients re-list."""
+    def list_changed(self, kind: str, endpoint: str = "") -> None:
+        """The list ``kind`` of ``endpoint``'s view changed (or what someone may see of it): its
+        clients re-list; those of other endpoints are not told."""
         message = _CHANGED[kind]
-        self._sessions.broadcast(message)
-        self._listens.publish(message)
+        self._sessions.broadcast(message, endpoint)
+        self._listens.publish(message, lambda listening: listening.endpoint == endpoint)
 
     def own_list_changed(self, owner: Owner, kind: str) -> None:
         """What ``owner`` (a session's id, or an identity's key) sees of list ``kind`` changed."""

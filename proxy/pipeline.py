@@ -4,7 +4,8 @@ Every request Manifold forwards to a server (``tools/call``, ``prompts/get``,
 ``resources/read``, ``completion/complete`` …) runs, outermost first::
 
     Router (the request's fault boundary: proxy.boundary) → measure → authorize (audit)
-        → validate → ratelimit → Forward (connection and era bridge: proxy.forward)
+        → shape (tool overrides' arguments) → validate → ratelimit
+        → Forward (connection and era bridge: proxy.forward)
 
 A stage with nothing to do is left out (``Gateway._stages``); a test pins the order. Each stage
 is ``async (ctx, call_next) -> result``; :func:`compose` builds the chain once. No stage turns
@@ -76,6 +77,7 @@ class CallContext:
     params: Mapping[str, Any]  # as the server gets them: names already un-namespaced
     entry: Entry | None = None  # the catalog entry, for tools and prompts
     subject: Subject | None = None  # what the policy decides about
+    endpoint: str = ""  # the named endpoint the request came in on ("": /mcp)
 
     @property
     def arguments(self) -> Mapping[str, Any]:

@@ -13,8 +13,9 @@ whatever goes wrong while answering it becomes that request's error response
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -118,10 +119,14 @@ class Router:
         limits: LimitsConfig | None = None,
         own: OwnCatalogs | None = None,
         discovery: Discovery | None = None,
+        endpoint: str = "",
+        servers: Collection[str] | None = None,  # the servers the endpoint selects; None: all
     ) -> None:
+        self._servers = servers
         limits = limits or LimitsConfig()
         # Progressive discovery: meta-tools listed instead of the tools (None: switched off).
         self._discovery = discovery if discovery is not None and discovery.enabled else None
+        self._endpoint = endpoint  # the named endpoint this router answers for ("": /mcp)
         self._catalogs = catalogs
         # Set only when per_client servers are configured: each client's own view of the lists.
         self._own = own
@@ -131,7 +136,7 @@ class Router:
         self._listens = listens
         self._logs = logs
         self._own_interest = OwnInterest(listens, connections)
-        self._forward = forward
+        self._pipeline = forward
         self._boundary = boundary
         self._metrics = metrics
         self._max_in_flight = limits.max_in_flight_per_session
@@ -288,7 +293,7 @@ class Router:
         return self._with_instructions(result)
 
     def _with_instructions(self, result: dict[str, Any]) -> dict[str, Any]:
-        instructions = self._connections.instructions()
+        instructions = self._connections.instructions(self._servers)
         if self._discovery is not None:
             guide = self._discovery.instructions()
             instructions = f"{guide}\n\n{instructions}" if instructions else guide
@@ -314,6 +319,11 @@ class Router:
         return self._catalogs if self._own is None else self._own.of(owner_of(identity))
 
     # ---- resolved and forwarded -----------------------------------------------------------
+
+    async def _forward(self, ctx: CallContext) -> Any:
+        if self._endpoint:  # metrics and the audit log say which endpoint a call came in on
+            ctx = dataclasses.replace(ctx, endpoint=self._endpoint)
+        return await self._pipeline(ctx)
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         name = _string(params, "name", "tools/call")
@@ -540,7 +550,7 @@ class Router:
             watched = self._watchable(requested.uris[:MAX_RESOURCE_SUBSCRIPTIONS], caller.identity)
             # Watched (and acknowledged) as the servers spell them: their updates name them so.
             honoured = requested.watching(tuple(watched))
-            subscription = self._listens.open(subscription_id, caller.identity, honoured)
+            subscription = self._listens.open(subscription_id, caller.identity, honoured, self._endpoint)
             self._metrics.listen_opened(caller.transport)
             inbound = InboundRequest(caller)
             # A per_client server's resources are watched on the identity's own connection.

@@ -28,7 +28,7 @@ the session's own: it logs at the session's level, whoever the session is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import anyio
@@ -36,6 +36,7 @@ from cachetools import LRUCache
 
 from proxy.access import Access
 from proxy.catalogs import Catalogs
+from proxy.config import EndpointConfig
 from proxy.connections import Connections
 from proxy.inbound.session import ClientSession
 from proxy.outbound.levels import takes_levels, tell_level
@@ -52,8 +53,17 @@ _IDENTITIES_KEPT: Final = 4096  # identities whose seen servers are kept (per ca
 
 class ServerLogs:
     def __init__(
-        self, sessions: Sessions, catalogs: Catalogs, access: Access, connections: Connections
+        self,
+        sessions: Sessions,
+        catalogs: Catalogs,
+        access: Access,
+        connections: Connections,
+        endpoints: Mapping[str, EndpointConfig] | None = None,
     ) -> None:
+        # A session on a named endpoint hears only the servers that endpoint selects.
+        self._endpoint_servers = {
+            name: frozenset(e.servers) for name, e in (endpoints or {}).items() if e.servers is not None
+        }
         self._sessions = sessions
         self._catalogs = catalogs
         self._access = access
@@ -68,6 +78,9 @@ class ServerLogs:
         seen_by: dict[Identity, frozenset[str] | None] = {}  # each identity decided once a line
         for session in self._sessions:
             if not session.wants_notification(message) or not self._connections.shares(session, server_id):
+                continue
+            selected = self._endpoint_servers.get(session.endpoint)
+            if selected is not None and server_id not in selected:
                 continue
             identity = session.identity
             if identity in seen_by:

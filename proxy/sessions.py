@@ -122,7 +122,7 @@ class Sessions:
         while len(self._live) >= self._max:
             await self._evict(self._live.values(), "max_sessions")
         session.id, expires = self._tokens.issue(
-            session.protocol_version, session.capabilities, session.identity
+            session.protocol_version, session.capabilities, session.identity, session.endpoint
         )
         self._expires[session.id] = expires
         self._by_nonce[nonce_of(session.id)] = session.id
@@ -190,6 +190,7 @@ class Sessions:
             last_seen=self._clock(),
             identity=identity,
             replay_bytes=self._replay_bytes,
+            endpoint=claims.endpoint,
         )
         if len(self._by_identity.get(identity.key, ())) >= self._max_per_identity:
             return None  # a takeover never ends another session: initialize again
@@ -288,10 +289,10 @@ class Sessions:
 
     # ---- telling every session -----------------------------------------------------------
 
-    def broadcast(self, message: Message) -> None:
-        """Queue ``message`` (a list change) for every initialized session."""
+    def broadcast(self, message: Message, endpoint: str | None = None) -> None:
+        """Queue ``message`` (a list change) for every initialized session (of ``endpoint``)."""
         for session in self._live.values():
-            if session.initialized:
+            if session.initialized and (endpoint is None or session.endpoint == endpoint):
                 session.notify(message)
 
     def log_floor(self, counts: Callable[[ClientSession], bool] | None = None) -> str | None:

@@ -1,6 +1,6 @@
 """The call pipeline's stages, outermost first: the order is declared here once (a test pins it).
 
-    Measure → Authorize (+ audit) → Validate → RateLimit → Confirm → (forward)
+    Measure → Authorize (+ audit) → Shape → Validate → RateLimit → Confirm → (forward)
 
 A stage that has nothing to do is left out, so switched-off features cost nothing. Confirm is
 last: nobody is asked to approve a call that a later check would refuse.
@@ -20,6 +20,7 @@ from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.confirm import Confirm
 from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
+from proxy.middleware.shape import Shape
 from proxy.middleware.validate import Validate
 from proxy.pipeline import Middleware
 from proxy.policy import SchemaValidators
@@ -48,6 +49,8 @@ def stages(config: Config, parts: Parts) -> list[Middleware]:
         built.append(Measure(parts.metrics))
     if policy.files or parts.audit is not None:
         built.append(Authorize(parts.access, parts.audit, parts.metrics))
+    if (shape := Shape.of(config.servers)) is not None:
+        built.append(shape)  # after authorize (audited), before validate (the shaped call)
     if policy.validate_arguments or policy.validate_results:
         built.append(
             Validate(

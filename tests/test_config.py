@@ -167,7 +167,10 @@ def test_desktop_disabled_timeout_and_approval_keys_are_understood() -> None:
             "test.yaml: mcpServers.s.type: must be one of 'stdio', 'http', 'streamable-http', 'sse' "
             "(got 'websocket')",
         ),
-        ({"type": "sse", "transport": "sse", "url": "http://h"}, "mcpServers.s.type: give either 'type' or"),
+        (
+            {"type": "sse", "transport": "auto", "url": "http://h"},
+            "mcpServers.s.type: 'type' is 'sse' but 'transport' is 'auto'; they disagree",
+        ),
         (stdio(disabled="yes"), "test.yaml: mcpServers.s.disabled: must be true or false (got 'yes')"),
         (stdio(disabled=True, enabled=True), "mcpServers.s.disabled: give either 'disabled' or 'enabled'"),
         (
@@ -494,7 +497,7 @@ SAMPLE_FILES: dict[str, dict[str, Any]] = {
         )
     },
 }
-OVERRIDABLE = overridable(Config, exclude={"servers"})
+OVERRIDABLE = overridable(Config, exclude={"servers", "endpoints"})
 
 
 def plain(value: Any) -> Any:
@@ -548,7 +551,7 @@ def test_every_setting_has_a_sample() -> None:
 
 def test_the_derived_settings_reach_every_section_and_leave_out_the_servers() -> None:
     sections = {s.path[0] for s in OVERRIDABLE}
-    assert sections == set(Config.model_fields) - {"servers"}
+    assert sections == set(Config.model_fields) - {"servers", "endpoints"}
     assert {"MANIFOLD_POLICY__PINS__MODE", "MANIFOLD_METRICS__PORT", "MANIFOLD_AUTH__ANONYMOUS__ENABLED"} <= {
         s.variable for s in OVERRIDABLE
     }

@@ -1,4 +1,4 @@
-"""The pipeline's order is declared once (Gateway._stages) and pinned here."""
+"""The pipeline's order is declared once (proxy/stages.py) and pinned here."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ from proxy.middleware.authorize import Authorize
 from proxy.middleware.confirm import Confirm
 from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
+from proxy.middleware.shape import Shape
 from proxy.middleware.validate import Validate
 from proxy.pipeline import CallContext, Handler, compose
 
 POLICY = "version: 1\ndefault: allow\n"
 
 
-def stages(tmp_path: Path, **sections: Any) -> list[type]:
+def stages(tmp_path: Path, servers: dict[str, Any] | None = None, **sections: Any) -> list[type]:
     (tmp_path / "policy.yaml").write_text(POLICY)
-    config = config_from_mapping({**sections, "servers": {}})
+    config = config_from_mapping({**sections, "servers": servers or {}})
     return [type(stage) for stage in Gateway(config)._stages()]
 
 
@@ -32,6 +33,21 @@ def test_with_everything_on_the_order_is_measure_authorize_validate_ratelimit_co
     # and last (nobody is asked about a call that invalid arguments or a rate limit would stop).
     policy = {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}}
     assert stages(tmp_path, policy=policy) == [Measure, Authorize, Validate, RateLimit, Confirm]
+
+
+def test_argument_shaping_runs_after_authorize_and_before_validate(tmp_path: Path) -> None:
+    policy = {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}}
+    shaped = {"gh": {"command": "x", "tools": {"t": {"arguments": {"owner": {"fixed": "acme"}}}}}}
+    assert stages(tmp_path, shaped, policy=policy) == [
+        Measure,
+        Authorize,
+        Shape,
+        Validate,
+        RateLimit,
+        Confirm,
+    ]
+    worded = {"gh": {"command": "x", "tools": {"t": {"description": "no arguments shaped"}}}}
+    assert Shape not in stages(tmp_path, worded, policy=policy)
 
 
 def test_switched_off_stages_are_left_out(tmp_path: Path) -> None:

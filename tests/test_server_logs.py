@@ -11,7 +11,7 @@ from proxy.access import Access
 from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
-from proxy.config import ServerConfig
+from proxy.config import EndpointConfig, ServerConfig
 from proxy.connections import Connections
 from proxy.inbound.tokens import SessionTokens
 from proxy.metrics import Metrics
@@ -112,3 +112,17 @@ def test_a_shared_servers_log_level_is_the_policys_to_give(
         tmp_path, policy=POLICY + '  - {id: ops, effect: allow, match: {roles: [ops], log_levels: ["*"]}}\n'
     )
     assert logs.may_set_level(identity, "a") is allowed
+
+
+def test_a_session_on_an_endpoint_hears_only_the_servers_that_endpoint_selects(tmp_path: Path) -> None:
+    logs, catalogs = gateway(tmp_path, policy=None)
+    endpoints = {"b-only": EndpointConfig(servers=("b",)), "all": EndpointConfig()}
+    logs = ServerLogs(logs._sessions, catalogs, logs._access, cast(Connections, _Shared()), endpoints)
+    registry = logs._sessions
+    narrow, wide = registry.open("stdio", ANN), registry.open("stdio", ANN)
+    narrow.endpoint, wide.endpoint = "b-only", "all"
+    narrow.log_level = wide.log_level = "debug"
+    logs.line("a", jsonrpc.notification("notifications/message", {"level": "error", "data": "x"}))
+    assert (narrow.standalone.pending, wide.standalone.pending) == (False, True)
+    logs.line("b", jsonrpc.notification("notifications/message", {"level": "error", "data": "y"}))
+    assert narrow.standalone.pending

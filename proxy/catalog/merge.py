@@ -172,8 +172,15 @@ def _free_name(
     raise AssertionError("unreachable")  # pragma: no cover - itertools.count() never ends
 
 
-def build_catalog(slices: Sequence[ServerSlice], codec: NamingCodec) -> Catalog:
+def build_catalog(
+    slices: Sequence[ServerSlice],
+    codec: NamingCodec,
+    renames: Mapping[tuple[str, str], str] | None = None,
+) -> Catalog:
     """Merge ``slices`` into one catalog, naming every item with ``codec``.
+
+    ``renames`` (server id, original name) -> the name a tool override shows instead of the
+    original, prefixed as any; the canonical name (what the policy matches) stays the original's.
 
     Raises:
         ValueError: two slices share a server id (a bug in the caller: ids are unique in config).
@@ -197,11 +204,12 @@ def build_catalog(slices: Sequence[ServerSlice], codec: NamingCodec) -> Catalog:
                 invalid.append((piece.server_id, f"item #{index} {problem}"))
                 continue
             original: str = item["name"]
-            squat = None if piece.prefix else _squatted(original, namespaces)
+            shown = renames.get((piece.server_id, original), original) if renames else original
+            squat = None if piece.prefix else _squatted(shown, namespaces)
             if squat is not None:
                 invalid.append((piece.server_id, f"item #{index} ({original!r}) {squat}"))
                 continue
-            wanted = codec.render(piece.prefix, original)
+            wanted = codec.render(piece.prefix, shown)
             name = _free_name(wanted, piece.server_id, original, by_name, codec)
             definition = dict(item)
             definition["name"] = name

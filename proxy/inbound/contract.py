@@ -8,7 +8,7 @@ A transport turns bytes into messages and messages into bytes. What a message me
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,6 +25,10 @@ from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.subscriptions import Filter
 
 __all__ = ["Endpoint", "Health", "Inbound", "SessionRegistry"]
+
+
+def _everyone(_: Identity) -> bool:
+    return True
 
 
 class Endpoint(Protocol):
@@ -86,3 +90,5 @@ class Inbound:
     health: Health
     boundary: Boundary  # where a transport's own failures end (proxy.boundary)
     approvals: Approvals | None = None  # the approval page's requests (proxy.confirm.approvals)
+    endpoint_name: str = ""  # the named endpoint this serves ("": the whole catalog, /mcp)
+    admits: Callable[[Identity], bool] = _everyone  # who may use it (the endpoint's roles)

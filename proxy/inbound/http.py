@@ -122,6 +122,8 @@ class McpEndpoint:
         self, inbound: Inbound, policy: OriginPolicy, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._endpoint = inbound.endpoint
+        self._name = inbound.endpoint_name
+        self._admits = inbound.admits
         self._sessions = inbound.sessions
         self._auth = inbound.auth
         self._boundary = inbound.boundary
@@ -195,6 +197,9 @@ class McpEndpoint:
             body = _refusal(InvalidRequest(f"Unauthorized: {verdict.message}"), stateless=stateless)
             challenge = (b"www-authenticate", verdict.www_authenticate().encode("latin-1"))
             return await respond(send, verdict.status, body, [*JSON_HEADERS, challenge])
+        if not self._admits(verdict.identity):
+            # An endpoint an identity may not use answers as a path that does not exist.
+            return await respond(send, 404, b"Not Found", [(b"content-type", b"text/plain")])
         scope["manifold.identity"] = verdict.identity
         if stateless:
             return await self._stateless.post(scope, receive, send)
@@ -211,7 +216,8 @@ class McpEndpoint:
             await _error(send, 400, INVALID_REQUEST, "Bad Request: missing Mcp-Session-Id header")
             return None
         session = await self._sessions.find(session_id, scope["manifold.identity"])
-        if session is None:
+        if session is None or session.endpoint != self._name:
+            # A session is served on the endpoint it was opened on; elsewhere it is unknown.
             await _error(
                 send, 404, INVALID_REQUEST, "Not Found: unknown or expired session; initialize again"
             )
@@ -349,6 +355,7 @@ class McpEndpoint:
 
     async def _initialize(self, message: Message, identity: Identity, send: Send) -> None:
         session = self._sessions.fresh("http", identity)
+        session.endpoint = self._name
         response = await self._endpoint.handle(session, message)
         assert response is not None
         if "error" in response:

@@ -61,8 +61,16 @@ class Ending(enum.Enum):
 class Subscription:
     """One open listen stream: the messages its transport writes, in order (see :meth:`next`)."""
 
-    def __init__(self, subscription_id: RequestId, identity: Identity, honoured: Filter, buffer: int) -> None:
+    def __init__(
+        self,
+        subscription_id: RequestId,
+        identity: Identity,
+        honoured: Filter,
+        buffer: int,
+        endpoint: str = "",
+    ) -> None:
         self.id = subscription_id
+        self.endpoint = endpoint  # it hears of list changes of this endpoint's view only
         self.identity = identity  # who may read what is decided per update, with today's policy
         self.filter = honoured  # narrowed by the gateway, if at all, before the acknowledgement
         self.ending: Ending | None = None
@@ -149,9 +157,11 @@ class Listens:
     def __len__(self) -> int:
         return len(self._open)
 
-    def open(self, subscription_id: RequestId, identity: Identity, honoured: Filter) -> Subscription:
+    def open(
+        self, subscription_id: RequestId, identity: Identity, honoured: Filter, endpoint: str = ""
+    ) -> Subscription:
         """Register a stream; it hears every change published from now on."""
-        subscription = Subscription(subscription_id, identity, honoured, self._buffer)
+        subscription = Subscription(subscription_id, identity, honoured, self._buffer, endpoint)
         self._open[id(subscription)] = subscription
         return subscription
 

@@ -1,6 +1,8 @@
 """The HTTP server around the MCP endpoint: routes, probes, metrics, access log, uvicorn.
 
-    /mcp       the MCP endpoint (proxy.inbound.http)
+    /mcp       the MCP endpoint (proxy.inbound.http): the whole catalog
+    /mcp/NAME  a configured endpoint's view of it (proxy.endpoints); only configured names,
+               matched exactly (no normalisation: /mcp/../mcp and /mcp/%2e%2e are 404)
     /healthz   200 while the process runs, with how many servers are in each state
     /readyz    200 once every server marked ``required`` is up, else 503
     /metrics   Prometheus text (here, or on ``metrics.port`` when that is set)
@@ -20,7 +22,7 @@ import logging
 import math
 import socket
 import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 import anyio
@@ -61,10 +63,13 @@ class _Observed:
     router's matching is work it does not need.
     """
 
-    def __init__(self, app: Any, endpoint: McpEndpoint, metrics: Metrics) -> None:
+    def __init__(
+        self, app: Any, endpoint: McpEndpoint, metrics: Metrics, endpoints: Mapping[str, McpEndpoint]
+    ) -> None:
         self._app = app
         self._endpoint = endpoint
         self._metrics = metrics
+        self._endpoints = endpoints  # exact path -> a named endpoint's app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -87,7 +92,8 @@ class _Observed:
                 sizes[1] += len(message.get("body", b""))
             await send(message)
 
-        app = self._endpoint if scope["path"] == "/mcp" else self._app
+        path = scope["path"]
+        app = self._endpoint if path == "/mcp" else self._endpoints.get(path, self._app)
         try:
             await app(scope, counted_receive, counted_send)
         finally:
@@ -151,9 +157,26 @@ def _probe_routes(inbound: Inbound, observers: Observers) -> list[Route]:
     return [Route("/healthz", healthz), Route("/readyz", readyz)]
 
 
-def build_app(inbound: Inbound) -> Any:
+def endpoint_paths(endpoints: Mapping[str, Inbound]) -> dict[str, str]:
+    """Each path an MCP endpoint is served at -> its endpoint name (``""``: ``/mcp``).
+
+    The hook for OAuth Protected Resource Metadata (RFC 9728): each path is its own protected
+    resource (``https://host/mcp/NAME``), so its metadata document is
+    ``/.well-known/oauth-protected-resource/mcp/NAME`` and its 401 challenge names that URL.
+    """
+    return {"/mcp": "", **{f"/mcp/{name}": name for name in endpoints}}
+
+
+def build_app(inbound: Inbound, endpoints: Mapping[str, Inbound] | None = None) -> Any:
+    """The HTTP app: ``/mcp`` serves ``inbound``; ``/mcp/NAME`` serves ``endpoints[NAME]``."""
     listen = inbound.config.listen
-    endpoint = McpEndpoint(inbound, OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts))
+    origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
+    endpoint = McpEndpoint(inbound, origins)
+    named = {
+        path: McpEndpoint((endpoints or {})[name], origins)
+        for path, name in endpoint_paths(endpoints or {}).items()
+        if name
+    }
     observers = _observers(inbound)
     routes = [Route("/mcp", endpoint), *_probe_routes(inbound, observers)]
     oauth = inbound.config.auth.oauth
@@ -170,7 +193,7 @@ def build_app(inbound: Inbound) -> Any:
         routes += approval_routes(inbound.approvals, inbound.auth, origins)
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
         routes.append(_metrics_route(inbound, observers))
-    return _Observed(Starlette(routes=routes), endpoint, inbound.metrics)
+    return _Observed(Starlette(routes=routes), endpoint, inbound.metrics, named)
 
 
 def metrics_app(inbound: Inbound) -> Any:
@@ -252,13 +275,14 @@ async def serve(
     sock: socket.socket,
     metrics_sock: socket.socket | None = None,
     *,
+    endpoints: Mapping[str, Inbound] | None = None,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``/mcp`` (and the probes) on an already-bound socket until cancelled."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(supervised, inbound.boundary, "session expiry", inbound.sessions.expire)
         guard = _guard(inbound)
-        tg.start_soon(_run_uvicorn, build_app(inbound), sock, guard)
+        tg.start_soon(_run_uvicorn, build_app(inbound, endpoints), sock, guard)
         if metrics_sock is not None:
             tg.start_soon(_run_uvicorn, metrics_app(inbound), metrics_sock, guard)
         task_status.started()

@@ -138,6 +138,7 @@ class ClientSession:
     subscriptions: dict[str, str] = field(default_factory=dict)  # resource URI: its server
     in_flight: dict[RequestId, anyio.CancelScope] = field(default_factory=dict)
     replay_bytes: int = REPLAY_BYTES  # limits.replay_buffer_bytes: kept per stream for replay
+    endpoint: str = ""  # the endpoint it was opened on ("": /mcp); it is served there only
     standalone: EventStream = field(init=False)
     streams: dict[str, EventStream] = field(default_factory=dict)
     _last_notice: Message | None = None

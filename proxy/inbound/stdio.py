@@ -179,6 +179,7 @@ class _Connection:
 
     def _open_handshake(self) -> None:
         session = self._inbound.sessions.open("stdio", self._inbound.auth.stdio_identity)
+        session.endpoint = self._inbound.endpoint_name
         self._session, self._era = session, _Era.HANDSHAKE
         self._tg.start_soon(self._pump_standalone, session)
 

@@ -60,6 +60,7 @@ class SessionClaims:
     protocol_version: str
     capabilities: dict[str, Any]
     expires: int  # Unix seconds: the id is refused from then on, and its session ends
+    endpoint: str = ""  # the endpoint the session was opened on
 
 
 class SessionTokens:
@@ -71,18 +72,19 @@ class SessionTokens:
         self._clock = clock
 
     def issue(
-        self, protocol_version: str, capabilities: dict[str, Any], identity: Identity
+        self, protocol_version: str, capabilities: dict[str, Any], identity: Identity, endpoint: str = ""
     ) -> tuple[str, int]:
         """A new signed id, and when it expires (Unix seconds)."""
         expires = math.ceil(self._clock() + self._lifetime)  # never shorter than configured
-        payload = orjson.dumps(
-            {
-                "v": protocol_version[:64],
-                "c": kept_capabilities(capabilities),
-                "i": fingerprint(identity),
-                "x": expires,
-            }
-        )
+        claims: dict[str, Any] = {
+            "v": protocol_version[:64],
+            "c": kept_capabilities(capabilities),
+            "i": fingerprint(identity),
+            "x": expires,
+        }
+        if endpoint:
+            claims["e"] = endpoint
+        payload = orjson.dumps(claims)
         signed = f"{_b64(secrets.token_bytes(16))}.{_b64(payload)}"
         return f"{signed}.{self._mac(signed)}", expires
 
@@ -106,11 +108,16 @@ class SessionTokens:
         if not isinstance(claims, dict) or claims.get("i") != fingerprint(identity):
             return None
         version, capabilities, expires = claims.get("v"), claims.get("c"), claims.get("x")
-        if not isinstance(version, str) or not isinstance(capabilities, dict):
+        endpoint = claims.get("e", "")
+        if (
+            not isinstance(version, str)
+            or not isinstance(capabilities, dict)
+            or not isinstance(endpoint, str)
+        ):
             return None
         if type(expires) is not int or self.expired(expires):  # no expiry: never taken over
             return None
-        return SessionClaims(version, kept_capabilities(capabilities), expires)
+        return SessionClaims(version, kept_capabilities(capabilities), expires, endpoint)
 
     def _mac(self, body: str) -> str:
         return _b64(hmac.new(self._key, body.encode(), hashlib.sha256).digest()[:_MAC_BYTES])

@@ -146,6 +146,8 @@ class Authorize:
             "outcome": outcome,
             "latency_ms": round((self._clock() - started) * 1000, 3),
         }
+        if ctx.endpoint:  # a configured endpoint's name, not the whole catalog's /mcp
+            record["endpoint"] = ctx.endpoint
         if ctx.subject.name != ctx.name:  # a shortened or derived spelling: what the policy matched
             record["canonical_name"] = ctx.subject.name
         if ctx.subject.annotations is not None:

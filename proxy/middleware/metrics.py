@@ -33,3 +33,4 @@ class Measure:
         finally:
             identity = ctx.caller.identity.name
             self._metrics.tool_call(ctx.server_id, ctx.name, outcome, self._clock() - started, identity)
+            self._metrics.endpoint_call(ctx.endpoint, outcome)
