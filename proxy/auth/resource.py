@@ -31,7 +31,16 @@ def metadata_document(settings: OAuthSettings) -> dict[str, Any]:
     return document
 
 
-def metadata_paths(settings: OAuthSettings, endpoint_path: str) -> list[str]:
-    """The local paths the document is served at, most specific first, without repeats."""
-    paths = [WELL_KNOWN + settings.path.rstrip("/"), WELL_KNOWN + endpoint_path.rstrip("/"), WELL_KNOWN]
+def metadata_paths(settings: OAuthSettings, *endpoint_paths: str) -> list[str]:
+    """The local paths the document is served at, most specific first, without repeats.
+
+    Every endpoint Manifold serves (``/mcp``, ``/mcp/NAME``) is part of the one protected
+    resource, so each path's metadata names the same ``resource``: a client checks that it is
+    the URL it connects to or a prefix of it (RFC 9728 §3.3, RFC 8707), and one token serves them all.
+    """
+    paths = [
+        WELL_KNOWN + settings.path.rstrip("/"),
+        *(WELL_KNOWN + path.rstrip("/") for path in endpoint_paths),
+        WELL_KNOWN,
+    ]
     return list(dict.fromkeys(p or WELL_KNOWN for p in paths))

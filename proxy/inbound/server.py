@@ -160,9 +160,9 @@ def _probe_routes(inbound: Inbound, observers: Observers) -> list[Route]:
 def endpoint_paths(endpoints: Mapping[str, Inbound]) -> dict[str, str]:
     """Each path an MCP endpoint is served at -> its endpoint name (``""``: ``/mcp``).
 
-    The hook for OAuth Protected Resource Metadata (RFC 9728): each path is its own protected
-    resource (``https://host/mcp/NAME``), so its metadata document is
-    ``/.well-known/oauth-protected-resource/mcp/NAME`` and its 401 challenge names that URL.
+    With ``auth.oauth`` each also has its Protected Resource Metadata at
+    ``/.well-known/oauth-protected-resource/mcp/NAME``: the one resource (``auth.oauth.resource``)
+    covers them all (:func:`proxy.auth.resource.metadata_paths`).
     """
     return {"/mcp": "", **{f"/mcp/{name}": name for name in endpoints}}
 
@@ -187,7 +187,8 @@ def build_app(inbound: Inbound, endpoints: Mapping[str, Inbound] | None = None) 
         async def protected_resource(_: Request) -> JSONResponse:
             return JSONResponse(document, headers={"access-control-allow-origin": "*"})
 
-        routes += [Route(path, protected_resource, methods=["GET"]) for path in metadata_paths(oauth, "/mcp")]
+        paths = metadata_paths(oauth, *endpoint_paths(endpoints or {}))
+        routes += [Route(path, protected_resource, methods=["GET"]) for path in paths]
     if inbound.approvals is not None:
         origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
         routes += approval_routes(inbound.approvals, inbound.auth, origins)

@@ -169,6 +169,12 @@ def test_the_metadata_document_and_where_it_is_served() -> None:
         "/.well-known/oauth-protected-resource/mcp",
         "/.well-known/oauth-protected-resource",
     ]
+    # Named endpoints are parts of the one resource: their metadata names it too.
+    assert metadata_paths(settings(), "/mcp", "/mcp/code") == [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource/mcp/code",
+        "/.well-known/oauth-protected-resource",
+    ]
     at_root = settings(resource="https://mcp.example.test")
     assert at_root.metadata_url == "https://mcp.example.test/.well-known/oauth-protected-resource"
 
