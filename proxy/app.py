@@ -127,7 +127,7 @@ class Gateway:
         if self.connections.own_servers:
             self.own_catalogs = OwnCatalogs(
                 self.catalogs,
-                lambda on_change: catalogs(on_change=on_change, measured=False),
+                lambda on_change: catalogs(on_change=on_change, measured=False, private=True),
                 notices.own_list_changed,
             )
             self.connections.own_lists_to(self.own_catalogs, notices)

@@ -134,7 +134,10 @@ def endpoint_inbounds(
         viewed = catalogs.viewed(name, view, on_change=functools.partial(list_changed, endpoint=name))
         found[name] = dataclasses.replace(
             inbound,
-            endpoint=router(catalogs=viewed, endpoint=name, servers=settings.servers),
+            # Each client's own lists (per_client servers: proxy.own_catalogs) are the whole
+            # catalog's, not narrowed to an endpoint: an endpoint serves its view of the shared
+            # listing, so its selection and naming profile always hold.
+            endpoint=router(catalogs=viewed, endpoint=name, servers=settings.servers, own=None),
             endpoint_name=name,
             admits=functools.partial(admits, settings),
         )
