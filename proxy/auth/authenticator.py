@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 MAX_CACHED_SECONDS: Final = 300.0
+RETRY_AFTER_SECONDS: Final = 5  # told to a client whose token could not be checked just now
 _REALM: Final = "manifold"
 
 
@@ -62,6 +63,7 @@ class FailureReason(StrEnum):
     INVALID = "invalid"  # a credential that proves nothing
     EXPIRED = "expired"  # a token past its exp
     INSUFFICIENT_SCOPE = "insufficient_scope"  # a good token that lacks a required scope (403)
+    UNAVAILABLE = "unavailable"  # the token could not be checked now: its issuer is unreachable (503)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,16 @@ class Rejected:
 
     @property
     def status(self) -> int:
+        if self.reason is FailureReason.UNAVAILABLE:
+            return 503  # not the token's fault: a client that signs in again would lose a good one
         return 403 if self.reason is FailureReason.INSUFFICIENT_SCOPE else 401
+
+    def headers(self) -> list[tuple[str, str]]:
+        """The response headers: the challenge, and when to come back after a 503."""
+        found = [("www-authenticate", self.www_authenticate())]
+        if self.reason is FailureReason.UNAVAILABLE:
+            found.append(("retry-after", str(RETRY_AFTER_SECONDS)))
+        return found
 
     def www_authenticate(self, realm: str = _REALM) -> str:
         """The ``WWW-Authenticate`` value for the 401 or 403 (RFC 6750 §3, RFC 9728 §5.1).
@@ -96,8 +107,8 @@ class Rejected:
             challenge += f', resource_metadata="{self.resource_metadata}"'
         if self.scope:
             challenge += f', scope="{self.scope}"'
-        if self.reason is FailureReason.MISSING:
-            return challenge
+        if self.reason in (FailureReason.MISSING, FailureReason.UNAVAILABLE):
+            return challenge  # nothing wrong with the token (if any): keep it, come back
         error = "insufficient_scope" if self.reason is FailureReason.INSUFFICIENT_SCOPE else "invalid_token"
         description = "".join(c if " " <= c <= "~" and c not in '"\\' else "?" for c in self.message)
         return f'{challenge}, error="{error}", error_description="{description}"'
@@ -272,7 +283,8 @@ class Authenticator:
             signed_in = await verifying
         except TokenRejected as exc:
             self.on_sign_in(method, exc.outcome)
-            return self._no(FailureReason(exc.reason), exc.message)
+            reason = FailureReason.UNAVAILABLE if exc.outcome == "unavailable" else FailureReason(exc.reason)
+            return self._no(reason, exc.message)
         if missing := self._oauth.missing_scopes(signed_in.scopes):
             self.on_sign_in(method, "insufficient_scope")
             return Rejected(

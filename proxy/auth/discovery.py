@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 
 from proxy.auth.jwks import Fetch, JwksError, JwksUrl, SigningKey, fetch_url
-from proxy.auth.oauth_settings import OAuthSettings
+from proxy.auth.oauth_settings import OAuthSettings, check_https_url
 
 __all__ = ["DiscoveredKeys", "ServerMetadata", "check_servers", "metadata_urls", "parse_metadata"]
 
@@ -80,7 +80,14 @@ def parse_metadata(data: bytes, issuer: str, origin: str) -> ServerMetadata:
 
     def url(name: str) -> str | None:
         value = document.get(name)
-        return value if isinstance(value, str) and value.startswith(("https://", "http://")) else None
+        if not isinstance(value, str):
+            return None
+        try:
+            # Keys or tokens over plain HTTP could be swapped or read by anyone on the path.
+            return check_https_url(value, what=name)
+        except ValueError as exc:
+            logger.warning("%s: %s: not used", origin, exc)
+            return None
 
     return ServerMetadata(issuer, url("jwks_uri"), url("introspection_endpoint"))
 

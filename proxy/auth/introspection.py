@@ -2,15 +2,16 @@
 
 Manifold authenticates itself to the endpoint (``client_secret_basic``) and believes an answer
 for ``introspection_cache`` seconds at most, never past the token's ``exp``: a revoked token
-stops working within that time. A refusal is remembered too (10 s), and at most
-``_CONCURRENCY`` introspections run at once, so a flood of made-up tokens costs the identity
-provider a bounded number of requests, not one per request.
+stops working within that time. A refusal is remembered too (10 s), so a token asked about
+again costs nothing. At most ``_CONCURRENCY`` introspections run at once, and a token that
+cannot get a turn within ``_QUEUE_SECONDS`` is not checked (the caller is told to come back:
+503): a flood of made-up tokens costs the identity provider at most that many requests at a
+time, and real users wait a bounded time behind it, not a queue as long as the flood.
 """
 
 from __future__ import annotations
 
 import base64
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,9 +25,8 @@ from cachetools import TLRUCache
 
 __all__ = ["Introspected", "IntrospectionError", "Introspector", "Post"]
 
-logger = logging.getLogger("proxy.auth.introspection")
-
 _CONCURRENCY: Final = 8
+_QUEUE_SECONDS: Final = 2.0  # longest wait for a turn at the endpoint
 _REFUSAL_SECONDS: Final = 10.0
 _MAX_BYTES: Final = 256 * 1024
 
@@ -104,7 +104,13 @@ class Introspector:
         cached = self._cache.get(key)
         if cached is not None:
             return cached.answer
-        async with self._limiter:
+        acquired = False
+        with anyio.move_on_after(_QUEUE_SECONDS):
+            await self._limiter.acquire()
+            acquired = True
+        if not acquired:
+            raise IntrospectionError(f"{endpoint}: {_CONCURRENCY} introspections under way and more waiting")
+        try:
             cached = self._cache.get(key)  # another request may have asked while we queued
             if cached is not None:
                 return cached.answer
@@ -131,3 +137,5 @@ class Introspector:
             if until > now:
                 self._cache[key] = _Entry(answer, until)
             return answer
+        finally:
+            self._limiter.release()

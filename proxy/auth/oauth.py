@@ -15,6 +15,7 @@ client's token on to a server.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from proxy.auth.oauth_settings import AuthorizationServer, OAuthSettings
 from proxy.policy.model import Identity
 
 __all__ = ["OAuthVerifier", "SignedIn", "granted_scopes"]
+
+logger = logging.getLogger("proxy.auth.oauth")
 
 _JWT_TYPES: Final = frozenset({"at+jwt", "application/at+jwt"})  # RFC 9068 §4, case-insensitive
 
@@ -172,7 +175,7 @@ class OAuthVerifier:
         """
         unreachable: list[str] = []
         for server in self._servers.values():
-            if server.introspector is None:
+            if server.introspector is None or server.settings.introspection is None:
                 continue
             endpoint = await self._endpoint(server)
             if endpoint is None:
@@ -180,7 +183,8 @@ class OAuthVerifier:
                 continue
             try:
                 answer = await server.introspector.introspect(endpoint, token, key)
-            except IntrospectionError:
+            except IntrospectionError as exc:
+                logger.warning("token introspection failed: %s", exc)
                 unreachable.append(server.settings.issuer)
                 continue
             claims = answer.claims
@@ -188,6 +192,8 @@ class OAuthVerifier:
                 continue
             audiences = claims.get("aud")
             wanted = server.settings.audience or self.settings.resource
+            if audiences is None and server.settings.introspection.require_audience:
+                raise _refused("wrong_audience", "the token's introspection names no audience (aud)")
             if audiences is not None and wanted not in (
                 audiences if isinstance(audiences, list) else [audiences]
             ):

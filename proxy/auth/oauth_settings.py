@@ -68,6 +68,9 @@ class Introspection(_Model):
     client_id: str = Field(min_length=1)
     client_secret: SecretStr
     endpoint: str | None = None  # default: the discovered introspection_endpoint
+    # An answer that names no audience may be about a token minted for another service of the
+    # same authorization server: refused unless the operator knows this server never says.
+    require_audience: bool = True
 
     @field_validator("endpoint")
     @classmethod
@@ -159,6 +162,15 @@ class OAuthSettings(_Model):
                     f"authorization_servers[{seen[server.issuer]}]"
                 )
             seen[server.issuer] = index
+        introspecting = [i for i, s in enumerate(self.authorization_servers) if s.introspection]
+        if len(introspecting) > 1:
+            # An opaque token does not say who issued it: asking every server would hand one
+            # server's tokens (and Manifold's credentials there) to the others.
+            raise ValueError(
+                f"authorization_servers[{introspecting[1]}].introspection: only one authorization "
+                f"server may introspect opaque tokens (authorization_servers[{introspecting[0]}] "
+                "already does); the others' tokens must be JWTs"
+            )
         return self
 
     def warnings(self) -> list[str]:

@@ -195,8 +195,8 @@ class McpEndpoint:
         verdict = await self._auth.authenticate(credentials)
         if isinstance(verdict, Rejected):
             body = _refusal(InvalidRequest(f"Unauthorized: {verdict.message}"), stateless=stateless)
-            challenge = (b"www-authenticate", verdict.www_authenticate().encode("latin-1"))
-            return await respond(send, verdict.status, body, [*JSON_HEADERS, challenge])
+            said = [(name.encode(), value.encode("latin-1")) for name, value in verdict.headers()]
+            return await respond(send, verdict.status, body, [*JSON_HEADERS, *said])
         if not self._admits(verdict.identity):
             # An endpoint an identity may not use answers as a path that does not exist.
             return await respond(send, 404, b"Not Found", [(b"content-type", b"text/plain")])
@@ -222,9 +222,20 @@ class McpEndpoint:
                 send, 404, INVALID_REQUEST, "Not Found: unknown or expired session; initialize again"
             )
             return None
-        if session.identity != scope["manifold.identity"]:
+        identity: Identity = scope["manifold.identity"]
+        if session.identity.key != identity.key:
             # A session id alone is not a credential: it works only with the credential that made it.
             await _error(send, 403, INVALID_REQUEST, "Forbidden: this session belongs to another identity")
+            return None
+        if session.identity != identity:
+            # The same principal, with other roles now (a refreshed token with other scopes): what
+            # the session may see was decided for the old ones, so it starts anew.
+            await _error(
+                send,
+                404,
+                INVALID_REQUEST,
+                "Not Found: your roles changed since this session began; initialize again",
+            )
             return None
         # (An MCP-Protocol-Version that is no handshake revision never gets here: see __call__.)
         return session  # Sessions.find counted this request as the session's activity

@@ -180,5 +180,4 @@ class Observers:
 
     @staticmethod
     def _unauthorized(verdict: Rejected) -> Refusal:
-        challenge = {"www-authenticate": verdict.www_authenticate()}
-        return Refusal(verdict.status, f"Unauthorized: {verdict.message}", challenge)
+        return Refusal(verdict.status, f"Unauthorized: {verdict.message}", dict(verdict.headers()))

@@ -395,3 +395,59 @@ async def test_api_keys_jwt_issuers_and_oauth_work_side_by_side() -> None:
     by_oauth = await auth.authenticate({"authorization": f"Bearer {access_token()}"})
     sources = [r.identity.source if isinstance(r, Authenticated) else r for r in (by_key, by_jwt, by_oauth)]
     assert sources == ["api_key", "jwt", "oauth"]
+
+
+# ---- found in review -------------------------------------------------------------------------
+
+
+def test_discovered_endpoints_over_plain_http_are_not_used() -> None:
+    document = {
+        **METADATA,
+        "jwks_uri": "http://id.example.test/jwks",
+        "introspection_endpoint": "http://x.test/i",
+    }
+    metadata = parse_metadata(json.dumps(document).encode(), ISSUER, "u")
+    assert (metadata.jwks_uri, metadata.introspection_endpoint) == (None, None)
+    loopback = {**METADATA, "issuer": "http://127.0.0.1:9", "jwks_uri": "http://127.0.0.1:9/jwks"}
+    assert parse_metadata(json.dumps(loopback).encode(), "http://127.0.0.1:9", "u").jwks_uri is not None
+
+
+async def test_an_introspected_token_that_names_no_audience_is_refused_unless_allowed() -> None:
+    answer = {"active": True, "sub": "u"}
+    verifier = OAuthVerifier(settings(), fetch=well_known(), post=Poster((200, answer)))
+    with pytest.raises(TokenRejected) as refused:
+        await verifier.verify_opaque("tok", b"k")
+    assert refused.value.outcome == "wrong_audience"
+    lenient = settings(
+        authorization_servers=[
+            {
+                "issuer": ISSUER,
+                "introspection": {"client_id": "m", "client_secret": "s", "require_audience": False},
+            }
+        ]
+    )
+    verifier = OAuthVerifier(lenient, fetch=well_known(), post=Poster((200, answer)))
+    assert (await verifier.verify_opaque("tok", b"k")).identity.subject == "u"
+
+
+def test_only_one_authorization_server_may_introspect_opaque_tokens() -> None:
+    introspection = {"client_id": "m", "client_secret": "s"}
+    with pytest.raises(ValidationError, match="only one authorization server may introspect"):
+        settings(
+            authorization_servers=[
+                {"issuer": ISSUER, "introspection": introspection},
+                {"issuer": "https://other.example.test", "introspection": introspection},
+            ]
+        )
+
+
+async def test_an_unreachable_authorization_server_is_503_come_back_not_a_bad_token() -> None:
+    auth = AuthSettings.model_validate({"oauth": settings().model_dump(mode="json")})
+    authenticator = Authenticator.from_settings(auth, {}, fetch=well_known())
+    authenticator._oauth = OAuthVerifier(settings(), fetch=well_known(), post=Poster((503, b"")))
+    result = await authenticator.authenticate({"authorization": "Bearer an-opaque-token"})
+    assert isinstance(result, Rejected)
+    assert result.status == 503
+    headers = dict(result.headers())
+    assert headers["retry-after"] == "5"
+    assert "invalid_token" not in headers["www-authenticate"]  # the client keeps its token
