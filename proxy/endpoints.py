@@ -161,11 +161,11 @@ def endpoint_inbounds(
     wrap: Callable[[str, EndpointConfig, ViewFunction], ViewFunction] | None = None,
     discover: Callable[[str], Discovery | None] | None = None,
 ) -> dict[str, Inbound]:
-    """What each endpoint's transports are given: ``inbound`` with the endpoint's own router (``router``
-    called with ``catalogs=`` its view of ``catalogs``, ``endpoint=`` its name and ``discovery=``
-    what ``discover(name)`` gives), by name. ``list_changed(kind, endpoint=name)`` hears of the
-    changes of its view. ``wrap(name, settings, view)`` may replace an endpoint's default view
-    with one built on it."""
+    """What each endpoint's transports are given: ``inbound`` with the endpoint's own router
+    (``router`` called with ``catalogs=`` its view of ``catalogs``, ``endpoint=`` its name,
+    ``discovery=`` what ``discover(name)`` gives and ``own=None``), by name.
+    ``list_changed(kind, endpoint=name)`` hears of the changes of its view. ``wrap(name, settings,
+    view)`` may replace an endpoint's default view with one built on it."""
     found = {}
     for name, (settings, _, view) in views_of(config).items():
         if wrap is not None:
@@ -178,6 +178,10 @@ def endpoint_inbounds(
                 endpoint=name,
                 servers=settings.servers,
                 discovery=discover(name) if discover is not None else None,
+                # A client's own catalog (per_client servers) is of the whole catalog, not of this
+                # view: it would show (and resolve) what the endpoint leaves out. The endpoint
+                # shows those servers' shared lists; calls still go to the client's own connection.
+                own=None,
             ),
             endpoint_name=name,
             admits=functools.partial(admits, settings),

@@ -242,3 +242,39 @@ async def test_stdio_honours_the_discovery_of_the_endpoint_its_flag_names(tmp_pa
                 -32602,
                 "unknown tool: alpha__add",
             )
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_with_a_per_client_server_an_endpoint_still_shows_and_calls_only_its_selection(
+    tmp_path: Path, era: str
+) -> None:
+    # A client's own catalog (made once its per_client connection lists) is of the whole
+    # catalog; an endpoint that used it would show, find and call what it leaves out.
+    config = {
+        "servers": {
+            "alpha": fixture_server("alpha", tools=1),
+            "beta": {**fixture_server("beta", tools=1), "session_mode": "per_client"},
+        },
+        "endpoints": {
+            "find": {"tools": ["*.echo"], "naming": {"separator": "__"}, "discovery": {"mode": "search"}},
+            "list": {"tools": ["beta.echo"]},
+        },
+    }
+    async with running_manifold(tmp_path, config) as running:
+        async with connect(at(running, "find"), **options(era)) as client:
+            assert await listed_names(client) == META
+            assert set(await found(client, "echo numbered tool add")) == {"alpha__echo", "beta__echo"}
+            called = await client.call_tool(CALL, {"name": "beta__echo", "arguments": {"n": 1}})
+            assert json.loads(text_of(called))["server"] == "beta"
+            for name in ["alpha.tool_000", "beta.tool_000", "beta__tool_000", "beta.echo"]:
+                assert await unknown(client, CALL, {"name": name, "arguments": {}}) == (
+                    -32602,
+                    f"unknown tool: {name}",
+                )
+            assert set(await found(client, "echo numbered tool add")) == {"alpha__echo", "beta__echo"}
+        async with connect(at(running, "list"), **options(era)) as client:
+            assert await listed_names(client) == ["beta.echo"]
+            assert json.loads(text_of(await client.call_tool("beta.echo", {})))["server"] == "beta"
+            assert await listed_names(client) == ["beta.echo"]  # after its own connection listed
+            for name in ["beta.tool_000", "alpha.echo"]:
+                assert await unknown(client, name, {}) == (-32602, f"unknown tool: {name}")
