@@ -685,7 +685,8 @@ def _separator_problems(
     servers: Mapping[str, ServerConfig], separator: str, endpoint: str
 ) -> list[tuple[Loc, str]]:
     """Why an endpoint's ``separator`` cannot name every server's tools apart: a prefix that
-    contains it, or two namespaces (prefix + separator) of which one starts the other."""
+    contains it, or two namespaces (prefix + separator) of which one starts the other, or one
+    that overlaps Manifold's own (``manifold`` + separator)."""
     loc: Loc = ("endpoints", endpoint, "naming", "separator")
     prefixes = {s.prefix: key for key, s in servers.items() if s.prefix}
     problems = [
@@ -699,6 +700,16 @@ def _separator_problems(
                 problems.append(
                     (loc, f"the namespaces of servers {key!r} and {other_key!r} overlap with {separator!r}")
                 )
+    reserved = RESERVED_PREFIX + separator  # the endpoint's discovery meta-tools are named in it
+    for prefix, key in prefixes.items():
+        space = prefix + separator
+        if space.startswith(reserved) or reserved.startswith(space):
+            problems.append(
+                (
+                    loc,
+                    f"with {separator!r} the namespace of server {key!r} overlaps Manifold's {reserved!r}",
+                )
+            )
     return problems
 
 

@@ -226,6 +226,10 @@ def test_roles_narrow_who_may_use_an_endpoint() -> None:
         ({"a": {"tools": ["[x"]}}, "endpoints.a.tools: unclosed '['"),
         ({"a": {"naming": {"separator": "-"}}}, "endpoints.a.naming"),
         ({"a": {"discovery": {"mode": "on"}}}, "endpoints.a.discovery.mode"),
+        (
+            {"a": {"naming": {"separator": "d"}}},
+            "with 'd' the namespace of server 'manifol' overlaps Manifold's 'manifoldd'",
+        ),
         ({"a": {"discovery": {"mode": "search", "limit": 3}}}, "endpoints.a.discovery.limit"),
         (
             {"a": {"naming": {"separator": "__", "max_length": 16}, "discovery": {"mode": "search"}}},
@@ -234,8 +238,9 @@ def test_roles_narrow_who_may_use_an_endpoint() -> None:
     ],
 )
 def test_a_bad_endpoint_is_a_config_error_naming_it(endpoints: dict[str, Any], message: str) -> None:
+    servers = {"my-server": {"command": "x"}, "manifol": {"command": "x"}}
     with pytest.raises(ConfigError) as caught:
-        config_from_mapping({"servers": {"my-server": {"command": "x"}}, "endpoints": endpoints})
+        config_from_mapping({"servers": servers, "endpoints": endpoints})
     assert message in str(caught.value)
     assert len(str(caught.value)) < 2_000  # a huge name is not echoed whole
 
