@@ -31,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 
 from proxy.protocol import versions
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold, write_config
-from tests.interaction.test_policy import connect, text_of
+from tests.interaction.test_policy import ListChanged, connect, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -278,3 +278,35 @@ async def test_with_a_per_client_server_an_endpoint_still_shows_and_calls_only_i
             assert await listed_names(client) == ["beta.echo"]  # after its own connection listed
             for name in ["beta.tool_000", "alpha.echo"]:
                 assert await unknown(client, name, {}) == (-32602, f"unknown tool: {name}")
+
+
+async def test_promote_mode_promotes_into_that_endpoint_s_session_in_its_spelling_only(
+    tmp_path: Path,
+) -> None:
+    config = {
+        "servers": servers(),
+        "discovery": {"mode": "promote"},  # /mcp's
+        "endpoints": {"find": {**FIND, "discovery": {"mode": "promote"}}},
+    }
+    async with running_manifold(tmp_path, config) as running:
+        changed = ListChanged()
+        async with (
+            connect(at(running, "find"), mode="legacy", message_handler=changed) as client,
+            connect(running.url, mode="legacy") as whole,
+        ):
+            told = changed.expect()
+            assert await found(client, "echo") == ["alpha__echo", "beta__echo"]
+            with anyio.fail_after(10):
+                await told.wait()
+            assert await listed_names(client) == [*META, "alpha__echo", "beta__echo"]
+            echoed = await client.call_tool("beta__echo", {"promoted": True})
+            assert json.loads(text_of(echoed))["server"] == "beta"
+            await found(client, "numbered tool")  # outside the selection: nothing to promote
+            assert await listed_names(client) == [*META, "alpha__echo", "beta__echo"]
+            # /mcp's sessions promote into their own lists, in its spelling, and not into find's.
+            dotted = [name.replace("__", ".") for name in META]
+            assert await listed_names(whole) == dotted
+            hits = await meta(whole, "manifold.search_tools", {"query": "numbered tool", "limit": 2})
+            assert [tool["name"] for tool in hits["tools"]] == ["alpha.tool_000", "alpha.tool_001"]
+            assert await listed_names(whole) == [*dotted, "alpha.tool_000", "alpha.tool_001"]
+            assert await listed_names(client) == [*META, "alpha__echo", "beta__echo"]
