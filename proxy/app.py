@@ -34,8 +34,7 @@ from proxy.catalogs import Catalogs
 from proxy.config import Config
 from proxy.confirm.approvals import make_approvals
 from proxy.connections import Connections, ServerHealth, WaitFor
-from proxy.discovery.service import Discovery
-from proxy.endpoints import endpoint_inbounds
+from proxy.endpoints import endpoint_inbounds, make_discovery
 from proxy.forward import Forward
 from proxy.heard import Heard
 from proxy.inbound.contract import Inbound
@@ -142,10 +141,10 @@ class Gateway:
         self.approvals = make_approvals(config, derive_key(secret, "approval-form"))
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
-        discovery = None
-        if config.discovery.enabled:
-            discovery = Discovery(config.discovery, access, separator=config.naming.separator)
-            self.sessions.on_end(discovery.ended)
+        # Progressive discovery, per endpoint ("": /mcp): its own meta-tools, views and promotions.
+        discover = functools.partial(
+            make_discovery, config, access=access, sessions=self.sessions, metrics=metrics
+        )
         pipeline = compose(self._stages(), forward)
         router = functools.partial(
             Router,
@@ -159,9 +158,8 @@ class Gateway:
             metrics=metrics,
             limits=config.limits,
             own=self.own_catalogs,
-            discovery=discovery,
         )
-        self.router = router(catalogs=self.catalogs)
+        self.router = router(catalogs=self.catalogs, discovery=discover(""))
         self.inbound = Inbound(
             config,
             self.router,
@@ -173,7 +171,9 @@ class Gateway:
             self.approvals,
         )
         # Each named endpoint: a view of the one merge, its own router, and its own inbound.
-        self.endpoints = endpoint_inbounds(config, self.catalogs, self.inbound, router, notices.list_changed)
+        self.endpoints = endpoint_inbounds(
+            config, self.catalogs, self.inbound, router, notices.list_changed, discover=discover
+        )
 
     def _audit_log(self) -> AuditLog | None:
         if not self.config.policy.audit.path:

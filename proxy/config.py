@@ -46,6 +46,7 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
           query: {name: find, description: "...", arguments: {index: {fixed: web}}}
     endpoints:                 # named views at /mcp/<name> (proxy.endpoints)
       code: {servers: [github], tools: ["gh.*"], naming: {separator: "__", max_length: 64}}
+      find: {discovery: {mode: search}}   # each endpoint's own discovery (default: the top-level one)
 
 Every string value may use ``${VAR}`` (an error if unset), ``${VAR:-default}`` (used when VAR is
 unset or empty) and ``$${`` for a literal ``${``. Values of ``env`` and ``headers`` are kept as
@@ -219,6 +220,8 @@ class EndpointConfig(_Model):
     naming: NamingConfig | None = None  # None: the top-level naming
     # Identities allowed to use the endpoint, by role; None: every identity the policy lets in.
     roles: tuple[str, ...] | None = None
+    # Its progressive discovery, replacing the top-level ``discovery`` as a whole; None: that one.
+    discovery: DiscoverySettings | None = None
 
     _check_globs = field_validator("tools", "prompts", "resources")(_globs)
 
@@ -651,21 +654,39 @@ class Config(_Model):
                 )
             if endpoint.naming is not None:
                 problems += _separator_problems(self.servers, endpoint.naming.separator, name)
+            naming = endpoint.naming if endpoint.naming is not None else self.naming
+            discovery = endpoint.discovery if endpoint.discovery is not None else self.discovery
+            if discovery.enabled and (problem := _meta_tools_unfit(naming)) is not None:
+                problems.append((("endpoints", name, "naming", "max_length"), problem))
             for server in endpoint.servers or ():
                 if server not in self.servers:
                     problems.append(
                         (("endpoints", name, "servers"), f"names no configured server (got {server!r})")
                     )
+        if self.discovery.enabled and (problem := _meta_tools_unfit(self.naming)) is not None:
+            problems.append((("naming", "max_length"), problem))
         if problems:
             raise _Problems(problems)
         return self
+
+
+def _meta_tools_unfit(naming: NamingConfig) -> str | None:
+    """Why discovery's meta-tools cannot be named in ``naming`` (too long for it), if they cannot."""
+    longest = f"{RESERVED_PREFIX}{naming.separator}describe_tools"
+    if len(longest) <= naming.max_length:
+        return None
+    return (
+        f"with discovery on, the meta-tools need names of {len(longest)} characters ({longest!r}); "
+        f"raise max_length to at least {len(longest)} or switch discovery off here"
+    )
 
 
 def _separator_problems(
     servers: Mapping[str, ServerConfig], separator: str, endpoint: str
 ) -> list[tuple[Loc, str]]:
     """Why an endpoint's ``separator`` cannot name every server's tools apart: a prefix that
-    contains it, or two namespaces (prefix + separator) of which one starts the other."""
+    contains it, or two namespaces (prefix + separator) of which one starts the other, or one
+    that overlaps Manifold's own (``manifold`` + separator)."""
     loc: Loc = ("endpoints", endpoint, "naming", "separator")
     prefixes = {s.prefix: key for key, s in servers.items() if s.prefix}
     problems = [
@@ -679,6 +700,16 @@ def _separator_problems(
                 problems.append(
                     (loc, f"the namespaces of servers {key!r} and {other_key!r} overlap with {separator!r}")
                 )
+    reserved = RESERVED_PREFIX + separator  # the endpoint's discovery meta-tools are named in it
+    for prefix, key in prefixes.items():
+        space = prefix + separator
+        if space.startswith(reserved) or reserved.startswith(space):
+            problems.append(
+                (
+                    loc,
+                    f"with {separator!r} the namespace of server {key!r} overlaps Manifold's {reserved!r}",
+                )
+            )
     return problems
 
 

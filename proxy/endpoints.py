@@ -12,6 +12,12 @@ An endpoint only narrows: its view is taken from what the whole catalog serves (
 the tools pins withhold included), and the policy still decides inside it; ``roles`` narrows who
 may use the endpoint at all.
 
+Progressive discovery is per endpoint too (:func:`make_discovery`): an endpoint's own
+``discovery`` block, else the top-level one, which is also the plain ``/mcp``'s. Its meta-tools are
+named in the endpoint's profile and search, describe and call only what the endpoint's view shows
+the caller (so the names they return and take are the endpoint's spelling); what a session
+promoted is its own, and a session belongs to one endpoint.
+
 A view function is the extension point (``endpoint_inbounds(..., wrap=...)``): a wrapper
 (``lambda snap: shape(inner(snap))``) may replace what an endpoint lists, as long as every entry
 it shows keeps its route.
@@ -23,21 +29,27 @@ import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 
-from proxy.access import ServedTools, renames
+from proxy.access import Access, ServedTools, renames
 from proxy.catalog.merge import Catalog
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import ResourceIndex, build_resource_index
 from proxy.catalog.views import Selection, select_named, select_slices
 from proxy.catalogs import Catalogs, Snapshot
 from proxy.config import Config, EndpointConfig
+from proxy.discovery.service import Discovery
+from proxy.discovery.settings import DiscoverySettings
 from proxy.inbound.contract import Endpoint, Inbound
+from proxy.metrics import Metrics
 from proxy.policy.model import Identity
+from proxy.sessions import Sessions
 
 __all__ = [
     "ViewFunction",
     "admits",
     "codec_of",
+    "discovery_of",
     "endpoint_inbounds",
+    "make_discovery",
     "selection_view",
     "views_of",
 ]
@@ -49,6 +61,31 @@ def codec_of(config: Config, endpoint: EndpointConfig | None) -> NamingCodec:
     """The naming profile of ``endpoint`` (the top-level ``naming`` where it gives none)."""
     naming = endpoint.naming if endpoint is not None and endpoint.naming is not None else config.naming
     return NamingCodec(naming.separator, naming.max_length)
+
+
+def discovery_of(config: Config, endpoint: EndpointConfig | None) -> DiscoverySettings:
+    """The discovery settings of ``endpoint``: its own block as a whole, else the top-level
+    ``discovery`` (which ``endpoint=None``, the plain ``/mcp``, always has)."""
+    if endpoint is not None and endpoint.discovery is not None:
+        return endpoint.discovery
+    return config.discovery
+
+
+def make_discovery(
+    config: Config, name: str, *, access: Access, sessions: Sessions, metrics: Metrics
+) -> Discovery | None:
+    """Progressive discovery for endpoint ``name`` (``""``: the plain ``/mcp``), its meta-tools
+    named with the endpoint's separator and counted under its name; None where it is off."""
+    endpoint = config.endpoints[name] if name else None
+    settings = discovery_of(config, endpoint)
+    if not settings.enabled:
+        return None
+    on_answer = functools.partial(metrics.discovery_call, name)
+    discovery = Discovery(
+        settings, access, separator=codec_of(config, endpoint).separator, on_answer=on_answer
+    )
+    sessions.on_end(discovery.ended)  # what its sessions promoted is forgotten with them
+    return discovery
 
 
 def admits(endpoint: EndpointConfig | None, identity: Identity) -> bool:
@@ -122,9 +159,11 @@ def endpoint_inbounds(
     router: Callable[..., Endpoint],
     list_changed: Callable[..., None],
     wrap: Callable[[str, EndpointConfig, ViewFunction], ViewFunction] | None = None,
+    discover: Callable[[str], Discovery | None] | None = None,
 ) -> dict[str, Inbound]:
-    """What each endpoint's transports are given: ``inbound`` with the endpoint's own router (``router``
-    called with ``catalogs=`` its view of ``catalogs`` and ``endpoint=`` its name), by name.
+    """What each endpoint's transports are given: ``inbound`` with the endpoint's own router
+    (``router`` called with ``catalogs=`` its view of ``catalogs``, ``endpoint=`` its name,
+    ``discovery=`` what ``discover(name)`` gives and ``own=None``), by name.
     ``list_changed(kind, endpoint=name)`` hears of the changes of its view. ``wrap(name, settings,
     view)`` may replace an endpoint's default view with one built on it."""
     found = {}
@@ -134,10 +173,16 @@ def endpoint_inbounds(
         viewed = catalogs.viewed(name, view, on_change=functools.partial(list_changed, endpoint=name))
         found[name] = dataclasses.replace(
             inbound,
-            # Each client's own lists (per_client servers: proxy.own_catalogs) are the whole
-            # catalog's, not narrowed to an endpoint: an endpoint serves its view of the shared
-            # listing, so its selection and naming profile always hold.
-            endpoint=router(catalogs=viewed, endpoint=name, servers=settings.servers, own=None),
+            endpoint=router(
+                catalogs=viewed,
+                endpoint=name,
+                servers=settings.servers,
+                discovery=discover(name) if discover is not None else None,
+                # A client's own catalog (per_client servers) is of the whole catalog, not of this
+                # view: it would show (and resolve) what the endpoint leaves out. The endpoint
+                # shows those servers' shared lists; calls still go to the client's own connection.
+                own=None,
+            ),
             endpoint_name=name,
             admits=functools.partial(admits, settings),
         )

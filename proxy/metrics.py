@@ -247,6 +247,14 @@ class Metrics:
             "endpoint",
             "outcome",
         )
+        self._discovery_calls = counter(
+            "manifold_discovery_calls",
+            "Meta-tool calls of progressive discovery (search_tools, describe_tools, call_tool), by "
+            "endpoint and how they were answered; call_tool's call itself counts as a tools/call too.",
+            "endpoint",
+            "tool",
+            "outcome",
+        )
         self._decisions = counter(
             "manifold_policy_decisions", "Policy decisions, by effect and deciding rule.", "effect", "rule"
         )
@@ -393,6 +401,11 @@ class Metrics:
         """Count one ``tools/call`` under its endpoint: ``""`` (``/mcp``) or a configured
         endpoint's name, so the label's values are bounded by the configuration."""
         self._endpoint_calls.get(endpoint or "/mcp", outcome).inc()
+
+    def discovery_call(self, endpoint: str, tool: str, outcome: str) -> None:
+        """Count one meta-tool call on ``endpoint`` (as :meth:`endpoint_call` labels it). ``tool``
+        and ``outcome`` come from :mod:`proxy.discovery.service`'s closed sets."""
+        self._discovery_calls.get(endpoint or "/mcp", tool, outcome).inc()
 
     def list_request(self, kind: ListKind, pages: int = 1) -> None:
         """A client started a listing (``<kind>/list`` without a cursor) and got ``pages`` pages.

@@ -14,7 +14,8 @@ from proxy.catalog.naming import NamingCodec
 from proxy.catalogs import Catalogs
 from proxy.config import ServerConfig, config_from_mapping
 from proxy.connections import Connections
-from proxy.endpoints import admits, views_of
+from proxy.discovery.service import Discovery
+from proxy.endpoints import admits, discovery_of, make_discovery, views_of
 from proxy.errors import ConfigError, InvalidParams, ResourceNotFound
 from proxy.inbound.listen import Listens
 from proxy.inbound.tokens import SessionTokens
@@ -139,6 +140,59 @@ def test_an_unprefixed_server_cannot_take_a_namespace_in_an_endpoints_separator(
     assert entry.server_id == "gh"
 
 
+def test_an_unprefixed_server_cannot_take_manifolds_namespace_in_an_endpoints_separator() -> None:
+    # Where the endpoint's discovery lists manifold__call_tool, no server may list one too:
+    # a search would show it, and call_tool would call it instead of refusing a meta-tool.
+    base, views, _ = gateway({"flat": {"naming": {"separator": "__"}}})
+    base.listed("bare", "tools", tools("manifold__call_tool", "manifold__search_tools", "plain"))
+    assert names(views["flat"]) == ["plain"]
+    assert views["flat"].tool("manifold__call_tool") is None
+
+
+def _discoveries(settings: dict[str, Any]) -> dict[str, Discovery | None]:
+    config = config_from_mapping(settings)
+    sessions = Sessions(SessionTokens(b"k" * 32), Metrics(process_metrics=False), idle_timeout=60)
+    make = functools.partial(
+        make_discovery,
+        config,
+        access=Access(PolicySettings(), {}),
+        sessions=sessions,
+        metrics=Metrics(process_metrics=False),
+    )
+    return {name: make(name) for name in ("", *config.endpoints)}
+
+
+def test_each_endpoint_has_its_own_discovery_or_the_top_level_one() -> None:
+    found = _discoveries(
+        {
+            "discovery": {"mode": "search", "default_results": 3, "max_results": 7},
+            "endpoints": {
+                "inherits": {"naming": {"separator": "__", "max_length": 64}},
+                "off": {"discovery": {"mode": False}},  # YAML's bare `off`
+                "own": {"discovery": {"mode": "promote"}},
+            },
+        }
+    )
+    whole, inherits, own = found[""], found["inherits"], found["own"]
+    assert whole is not None
+    assert inherits is not None
+    assert own is not None
+    assert found["off"] is None
+    assert whole.names.search == "manifold.search_tools"
+    assert inherits.names.search == "manifold__search_tools"  # the endpoint's own profile
+    assert inherits.settings.max_results == 7
+    # An endpoint's block replaces the top-level one as a whole (no field is taken from it).
+    assert (own.settings.mode, own.settings.max_results) == ("promote", 20)
+    assert len({id(d) for d in found.values() if d is not None}) == 3  # state of its own each
+    config = config_from_mapping({"endpoints": {"e": {"discovery": {"mode": "search"}}, "f": {}}})
+    assert discovery_of(config, None).mode == "off"
+    assert discovery_of(config, config.endpoints["e"]).mode == "search"
+    assert discovery_of(config, config.endpoints["f"]).mode == "off"
+    # Opt-in: with the top-level one off, only the endpoint that switched it on has one.
+    opted = _discoveries({"endpoints": {"e": {"discovery": {"mode": "search"}}, "f": {}}})
+    assert [name for name, discovery in opted.items() if discovery is not None] == ["e"]
+
+
 def test_resources_and_prompts_are_selected_by_server_and_glob() -> None:
     base, views, _ = gateway({"docs": {"servers": ["fs"], "resources": ["file:///docs/*"], "prompts": []}})
     base.listed(
@@ -171,11 +225,22 @@ def test_roles_narrow_who_may_use_an_endpoint() -> None:
         ({"a": {"servers": ["nope"]}}, "endpoints.a.servers: names no configured server (got 'nope')"),
         ({"a": {"tools": ["[x"]}}, "endpoints.a.tools: unclosed '['"),
         ({"a": {"naming": {"separator": "-"}}}, "endpoints.a.naming"),
+        ({"a": {"discovery": {"mode": "on"}}}, "endpoints.a.discovery.mode"),
+        (
+            {"a": {"naming": {"separator": "d"}}},
+            "with 'd' the namespace of server 'manifol' overlaps Manifold's 'manifoldd'",
+        ),
+        ({"a": {"discovery": {"mode": "search", "limit": 3}}}, "endpoints.a.discovery.limit"),
+        (
+            {"a": {"naming": {"separator": "__", "max_length": 16}, "discovery": {"mode": "search"}}},
+            "endpoints.a.naming.max_length: with discovery on, the meta-tools need names of 24",
+        ),
     ],
 )
 def test_a_bad_endpoint_is_a_config_error_naming_it(endpoints: dict[str, Any], message: str) -> None:
+    servers = {"my-server": {"command": "x"}, "manifol": {"command": "x"}}
     with pytest.raises(ConfigError) as caught:
-        config_from_mapping({"servers": {"my-server": {"command": "x"}}, "endpoints": endpoints})
+        config_from_mapping({"servers": servers, "endpoints": endpoints})
     assert message in str(caught.value)
     assert len(str(caught.value)) < 2_000  # a huge name is not echoed whole
 
@@ -206,3 +271,17 @@ def test_a_list_change_reaches_the_sessions_and_listen_streams_of_its_endpoint_o
     finally:
         for stream in streams.values():
             listens.close(stream)
+
+
+def test_discovery_on_where_its_meta_tools_are_longer_than_the_naming_allows_is_a_config_error() -> None:
+    with pytest.raises(
+        ConfigError, match=r"naming.max_length: with discovery on, the meta-tools need names of 23"
+    ):
+        config_from_mapping({"naming": {"max_length": 20}, "discovery": {"mode": "search"}})
+    # Off there, on where the names fit: fine.
+    config_from_mapping(
+        {
+            "naming": {"max_length": 20},
+            "endpoints": {"find": {"naming": {"max_length": 64}, "discovery": {"mode": "search"}}},
+        }
+    )

@@ -11,7 +11,9 @@ endpoint and ``github__create_issue`` on another. Every entry keeps its route (s
 original name) and its canonical name, so a call made with either spelling reaches the same
 tool and the policy decides on the same name. Naming follows the merge's rules: a name that is
 taken is disambiguated, and an unprefixed server's item named in another server's namespace (in
-this profile's separator) is left out, so a namespace stays its server's in every view.
+this profile's separator) is left out, so a namespace stays its server's in every view; so is
+one named in Manifold's own namespace in this profile (``manifold__`` …), where the endpoint's
+discovery meta-tools live.
 
 Pure and deterministic: the same catalog and selection give the same view, and the view's
 generation is a hash of its content, so a change to a server the endpoint does not show leaves
@@ -32,7 +34,7 @@ from typing import Final
 import orjson
 
 from proxy.catalog.merge import Catalog, Entry, ServerSlice
-from proxy.catalog.naming import NamingCodec
+from proxy.catalog.naming import RESERVED_PREFIX, NamingCodec
 
 __all__ = ["Selection", "select_named", "select_slices"]
 
@@ -92,6 +94,7 @@ def select_named(
     tool overrides show instead of the servers' own (:func:`~proxy.catalog.merge.build_catalog`).
     """
     namespaces = {codec.namespace(prefix): sid for sid, prefix in prefixes.items() if prefix}
+    namespaces.setdefault(codec.namespace(RESERVED_PREFIX), "")  # "": Manifold's own
     entries: list[Entry] = []
     by_name: dict[str, Entry] = {}
     digest = hashlib.sha256()

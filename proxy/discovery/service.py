@@ -10,6 +10,10 @@ share one index. ``call_tool`` is not answered here: :meth:`Discovery.answer` re
 :class:`Call`, which the router sends down the same path as a direct ``tools/call`` (policy,
 validation, rate limits, audit under the real tool's name).
 
+Each answer is told to ``on_answer(tool, outcome)`` (the metrics): ``tool`` is ``search_tools``,
+``describe_tools`` or ``call_tool`` whatever the separator, ``outcome`` one of
+:data:`META_OUTCOMES`, so the labels stay few.
+
 ``promote`` mode keeps, per handshake-era session, the names its searches found (at most
 ``max_promoted``, the oldest dropped first), lists them after the meta-tools, and tells that
 session alone with ``notifications/tools/list_changed`` when they change.
@@ -18,9 +22,9 @@ session alone with ``notifications/tools/list_changed`` when they change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from cachetools import LRUCache
 
@@ -42,12 +46,17 @@ from proxy.inbound.session import ClientSession, InboundRequest
 from proxy.pipeline import tool_error
 from proxy.protocol import jsonrpc
 
-__all__ = ["Call", "Discovery"]
+__all__ = ["META_OUTCOMES", "Call", "Discovery", "MetaOutcome", "MetaTool"]
 
 logger = logging.getLogger("proxy.discovery")
 
 _INDEXES: Final = 256  # views whose index is kept
 _LIST_CHANGED: Final = jsonrpc.notification("notifications/tools/list_changed")
+
+MetaTool = Literal["search_tools", "describe_tools", "call_tool"]
+#: ``no_results``: a search that found nothing, or a description of names none of which it knows.
+MetaOutcome = Literal["ok", "no_results", "invalid_arguments"]
+META_OUTCOMES: Final = frozenset({"ok", "no_results", "invalid_arguments"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +74,16 @@ class _Indexed:
 
 
 class Discovery:
-    def __init__(self, settings: DiscoverySettings, access: Access, *, separator: str) -> None:
+    def __init__(
+        self,
+        settings: DiscoverySettings,
+        access: Access,
+        *,
+        separator: str,
+        on_answer: Callable[[MetaTool, MetaOutcome], None] | None = None,
+    ) -> None:
         self.settings = settings
+        self._on_answer = on_answer or (lambda tool, outcome: None)
         self.names = MetaNames.with_separator(separator)
         self._access = access
         self._definitions = meta_definitions(
@@ -124,14 +141,22 @@ class Discovery:
         """The result of meta-tool ``name``, or the :class:`Call` that ``call_tool`` asks for.
         Bad arguments are a tool result with ``isError`` naming the problem, as the spec has
         input errors of tools reported."""
+        tool: MetaTool = "call_tool"
         try:
             if name == self.names.search:
+                tool = "search_tools"
                 return self._search(served, caller, arguments)
             if name == self.names.describe:
+                tool = "describe_tools"
                 names = parse_describe(arguments, max_names=self.settings.max_describe)
-                return describe_result(names, self._indexed(served, caller).definitions)
-            return Call(*parse_call(arguments))
+                definitions = self._indexed(served, caller).definitions
+                self._on_answer(tool, "ok" if any(n in definitions for n in names) else "no_results")
+                return describe_result(names, definitions)
+            call = Call(*parse_call(arguments))
+            self._on_answer(tool, "ok")  # whether the tool exists, the call itself tells (metrics)
+            return call
         except MetaArgumentError as exc:
+            self._on_answer(tool, "invalid_arguments")
             return tool_error(str(exc), outcome="invalid_arguments")
 
     def _search(self, served: ServedTools, caller: InboundRequest, arguments: object) -> dict[str, Any]:
@@ -144,6 +169,7 @@ class Discovery:
         )
         indexed = self._indexed(served, caller)
         hits = indexed.index.search(query, limit)
+        self._on_answer("search_tools", "ok" if hits else "no_results")
         if settings.mode == "promote" and hits:
             self._promote(caller, [hit.name for hit in hits])
         return search_result(hits, indexed.definitions)

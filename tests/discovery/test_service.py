@@ -3,6 +3,7 @@ identities that see the same tools, promotions per session, bounded, told to tha
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,34 @@ async def test_an_ended_session_s_promotions_are_forgotten(tmp_path: Path) -> No
     assert isinstance(mine.session, ClientSession)
     await discovery.ended(mine.session)
     assert discovery._promoted == {}
+
+
+def test_every_answer_is_told_with_a_fixed_tool_label_and_outcome_whatever_the_separator(
+    tmp_path: Path,
+) -> None:
+    told: list[tuple[str, str]] = []
+    access = make_access(tmp_path)
+    discovery = Discovery(
+        DiscoverySettings(mode="search"),
+        access,
+        separator="__",
+        on_answer=lambda tool, outcome: told.append((tool, outcome)),
+    )
+    served = access.serve_tools(tools())
+    ask = functools.partial(discovery.answer, served, request(ROOT))
+    ask("manifold__search_tools", {"query": "get issue"})
+    ask("manifold__search_tools", {"query": "zzzz qqqq"})
+    ask("manifold__search_tools", {"query": 5})
+    ask("manifold__describe_tools", {"names": ["gh.get_issue"]})
+    ask("manifold__describe_tools", {"names": ["nope"]})
+    ask("manifold__call_tool", {"name": "anything"})
+    ask("manifold__call_tool", {"name": 7})
+    assert told == [
+        ("search_tools", "ok"),
+        ("search_tools", "no_results"),
+        ("search_tools", "invalid_arguments"),
+        ("describe_tools", "ok"),
+        ("describe_tools", "no_results"),
+        ("call_tool", "ok"),
+        ("call_tool", "invalid_arguments"),
+    ]
