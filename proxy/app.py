@@ -35,7 +35,7 @@ from proxy.config import Config
 from proxy.confirm.approvals import make_approvals
 from proxy.connections import Connections, ServerHealth, WaitFor
 from proxy.discovery.service import Discovery
-from proxy.endpoints import endpoint_inbounds
+from proxy.endpoints import Views, endpoint_inbounds
 from proxy.forward import Forward
 from proxy.heard import Heard
 from proxy.inbound.contract import Inbound
@@ -108,9 +108,12 @@ class Gateway:
             transports=transports,
         )
         notices = Notices(self.sessions, self.listens, self.connections, access)
+        # Changed in place by a config reload (proxy.reloader): every catalog reads these.
+        self.prefixes = {s.id: s.prefix for s in servers}
+        self.renames = renames({s.id: s for s in servers})
         catalogs = functools.partial(
             Catalogs,
-            {s.id: s.prefix for s in servers},
+            self.prefixes,
             codec=NamingCodec(config.naming.separator, config.naming.max_length),
             cursors=CursorCodec(cursor_key or derive_key(secret, "cursor")),
             access=access,
@@ -119,7 +122,7 @@ class Gateway:
             hints=self.connections.shared,
             private=bool(config.policy.files),
             on_change=notices.list_changed,
-            renames=renames({s.id: s for s in servers}),
+            renames=self.renames,
         )
         self.catalogs = catalogs()
         # With per_client servers, each client sees what its own connections list (proxy.own_catalogs).
@@ -173,7 +176,16 @@ class Gateway:
             self.approvals,
         )
         # Each named endpoint: a view of the one merge, its own router, and its own inbound.
-        self.endpoints = endpoint_inbounds(config, self.catalogs, self.inbound, router, notices.list_changed)
+        self.views = Views()  # each endpoint's view, replaceable by a reload
+        self.make_endpoints = functools.partial(
+            endpoint_inbounds,
+            catalogs=self.catalogs,
+            inbound=self.inbound,
+            router=router,
+            list_changed=notices.list_changed,
+            wrap=self.views.wrap,
+        )
+        self.endpoints = self.make_endpoints(config)
 
     def _audit_log(self) -> AuditLog | None:
         if not self.config.policy.audit.path:
