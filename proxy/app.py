@@ -107,7 +107,7 @@ class Gateway:
             boundary=self.boundary,
             transports=transports,
         )
-        notices = Notices(self.sessions, self.listens, self.connections, access)
+        self.notices = notices = Notices(self.sessions, self.listens, self.connections, access)
         # Changed in place by a config reload (proxy.reloader): every catalog reads these.
         self.prefixes = {s.id: s.prefix for s in servers}
         self.renames = renames({s.id: s for s in servers})

@@ -48,6 +48,9 @@ logger = logging.getLogger("proxy.reloader")
 
 MAX_CONFIG_BYTES: Final = 4 * 1024 * 1024  # a config file bigger than this is refused, never read whole
 _WATCH_INTERVAL: Final = 1.0  # seconds between looks at the file's stamp
+# Longest a reload holds list changes for the servers it started to list (each also bounded by
+# its connect timeout); one slower joins later, and its clients hear of it then.
+_FIRST_LIST_WAIT: Final = 10.0
 
 Outcome = Literal["applied", "unchanged", "refused"]
 
@@ -105,16 +108,22 @@ class Reloader:
         if not plan.changes_anything:
             logger.info("config reload (%s): no server or endpoint changed", why)
             return "unchanged"
-        try:
-            self._apply(plan, old, new)
-        except ConfigError as exc:
-            logger.error("config reload (%s) refused, the config in force stays:\n%s", why, exc)
-            return "refused"
+        # Clients hear one list_changed per kind (and endpoint) for the whole reload: what the
+        # servers it starts list on their first attempt is told with what it removed.
+        with gateway.notices.held():
+            try:
+                started = self._apply(plan, old, new)
+            except ConfigError as exc:
+                logger.error("config reload (%s) refused, the config in force stays:\n%s", why, exc)
+                return "refused"
+            for connection in started:
+                with anyio.move_on_after(min(connection.connect_timeout, _FIRST_LIST_WAIT)):
+                    await connection.first_attempt_done.wait()
         logger.info("config reloaded (%s): %s", why, plan.describe())
         return "applied"
 
-    def _apply(self, plan: Plan, old: Config, new: Config) -> None:
-        """Carry ``plan`` out.
+    def _apply(self, plan: Plan, old: Config, new: Config) -> list[ServerConnection]:
+        """Carry ``plan`` out; the connections it started.
 
         Raises:
             ConfigError: a new server cannot be built; nothing was changed.
@@ -158,6 +167,7 @@ class Reloader:
         if anew:
             only = config.model_copy(update={"endpoints": {n: config.endpoints[n] for n in anew}})
             gateway.endpoints.update(gateway.make_endpoints(only))
+        return list(prepared.values())
 
     def _let_go(self, server_id: str) -> None:
         """The resource subscriptions sessions held at a removed server: nothing will tell of
