@@ -46,7 +46,8 @@ class Notices:
     def held(self) -> Iterator[None]:
         """Hold list changes (a config reload's, which changes many servers at once) and tell
         each (kind, endpoint) once, when done."""
-        self._held = held = {}
+        held: dict[tuple[str, str], None] = {}
+        self._held = held
         try:
             yield
         finally:

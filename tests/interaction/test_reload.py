@@ -10,6 +10,7 @@ back and forth is read once it settles.
 
 from __future__ import annotations
 
+import functools
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -258,7 +259,7 @@ async def test_a_broken_file_is_refused_and_the_old_config_stays_whole(tmp_path:
         for refused, (text, named) in enumerate(BROKEN.values(), start=1):
             path.write_text(text)
             manifold.process.send_signal(signal.SIGHUP)
-            await until(lambda n=refused: _at_least(manifold, "refused", n))
+            await until(functools.partial(_at_least, manifold, "refused", refused))
             last = manifold.log().split("config reload (SIGHUP) refused")[-1]
             assert named in last.lower()
             assert await tool_names(client) == before
