@@ -231,13 +231,16 @@ async def _until_signal(
     """SIGINT/SIGTERM stop; SIGHUP re-reads the config file, the policy files and pins."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
-            if signum == signal.SIGHUP:
-                if reloader is not None:
-                    logger.info("received SIGHUP; reloading the config")
-                    await reloader.reload("SIGHUP")
-                if gateway is not None:
-                    logger.info("received SIGHUP; reloading the policy")
+            if signum == signal.SIGHUP and gateway is not None:
+                # One list_changed per kind for the config and the policy together.
+                with gateway.notices.held():
+                    if reloader is not None:
+                        logger.info("received SIGHUP; reloading the config")
+                        await reloader.reload("SIGHUP")
+                    logger.info("received SIGHUP; reloading the policy and pins")
                     gateway.reload_policy()
+                continue
+            if signum == signal.SIGHUP:
                 continue
             logger.info("received %s; shutting down", signal.Signals(signum).name)
             scope.cancel()

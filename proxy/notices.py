@@ -45,7 +45,10 @@ class Notices:
     @contextmanager
     def held(self) -> Iterator[None]:
         """Hold list changes (a config reload's, which changes many servers at once) and tell
-        each (kind, endpoint) once, when done."""
+        each (kind, endpoint) once, when done. Held already: held until the outer hold ends."""
+        if self._held is not None:
+            yield
+            return
         held: dict[tuple[str, str], None] = {}
         self._held = held
         try:

@@ -147,6 +147,7 @@ class Reloader:
         gateway.renames.update(renames(servers))
         for sid in plan.remove:
             gateway.connections.remove(sid, REMOVED)
+            gateway.metrics.server_up(sid, False)
             self._let_go(sid)
         for sid in plan.restart:
             gateway.connections.remove(sid, RESTARTED)

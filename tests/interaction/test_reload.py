@@ -237,6 +237,7 @@ async def test_sighup_reloads_the_config_and_a_restart_only_setting_keeps_its_va
         assert "a-new-secret" not in log
         # The session survived the reload: the secret that signs it did not change.
         assert text_of(await client.call_tool("steady.tool_000", {})) == "steady:tool_000"
+        assert notices.count == 1
 
 
 BROKEN = {
