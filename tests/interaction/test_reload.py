@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.fixtures.processes import children
 from tests.interaction.harness import RunningManifold, fixture_server, running_manifold, write_config
 
 pytestmark = pytest.mark.anyio
@@ -331,6 +332,45 @@ async def test_endpoints_are_added_changed_and_removed_by_a_reload(tmp_path: Pat
             assert "steady.tool_000" not in names
         async with aiohttp.ClientSession() as http, http.post(f"{manifold.url}/gone", json={}) as response:
             assert response.status == 404
+
+
+async def test_a_removed_per_client_server_stops_every_client_connection_and_fails_its_calls(
+    tmp_path: Path,
+) -> None:
+    mine = {**numbered("mine", 1), "session_mode": "per_client"}
+    steady = numbered("steady", 1)
+    async with (
+        running_manifold(tmp_path, config({"steady": steady, "mine": mine})) as manifold,
+        connect(manifold.url) as client,
+        anyio.create_task_group() as tg,
+    ):
+        assert text_of(await client.call_tool("mine.tool_000", {})) == "mine:tool_000"
+        assert len(children(manifold.process.pid, "--name mine")) == 2  # the shared one and its own
+        slow: list[BaseException | str] = []
+
+        async def call_slow() -> None:
+            try:
+                slow.append(text_of(await client.call_tool("mine.slow", {"seconds": 120})))
+            except MCPError as exc:
+                slow.append(exc)
+
+        tg.start_soon(call_slow)
+        await until(lambda: _in_flight(manifold))
+        write_config(config_path(tmp_path), config({"steady": steady}))
+        manifold.process.send_signal(signal.SIGHUP)
+        await until(lambda: _has(slow))
+        failure = slow[0]
+        assert isinstance(failure, MCPError), failure
+        assert failure.error.code == -32000
+        assert "'mine'" in failure.error.message
+        assert "removed from the config" in failure.error.message
+
+        async def stopped() -> bool:
+            return not children(manifold.process.pid, "--name mine")
+
+        await until(stopped)
+        assert not any(name.startswith("mine.") for name in await tool_names(client))
+        assert text_of(await client.call_tool("steady.tool_000", {})) == "steady:tool_000"
 
 
 async def _in_flight(manifold: RunningManifold) -> bool:
