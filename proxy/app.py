@@ -134,9 +134,9 @@ class Gateway:
                 notices.own_list_changed,
             )
             self.connections.own_lists_to(self.own_catalogs, notices)
-        logs = ServerLogs(self.sessions, self.catalogs, access, self.connections, config.endpoints)
+        self.logs = ServerLogs(self.sessions, self.catalogs, access, self.connections, config.endpoints)
         health = ServerHealth(metrics, [s.id for s in servers])
-        heard.wire(self.catalogs, health, notices, logs, self.own_catalogs)
+        heard.wire(self.catalogs, health, notices, self.logs, self.own_catalogs)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
@@ -156,7 +156,7 @@ class Gateway:
             connections=self.connections,
             interest=self.interest,
             listens=self.listens,
-            logs=logs,
+            logs=self.logs,
             forward=pipeline,
             boundary=self.boundary,
             metrics=metrics,
@@ -176,14 +176,10 @@ class Gateway:
             self.approvals,
         )
         # Each named endpoint: a view of the one merge, its own router, and its own inbound.
-        self.views = Views()  # each endpoint's view, replaceable by a reload
+        self.views = Views()  # each endpoint's view, replaceable by a reload (as are the endpoints)
+        made = functools.partial(endpoint_inbounds, inbound=self.inbound, router=router, wrap=self.views.wrap)
         self.make_endpoints = functools.partial(
-            endpoint_inbounds,
-            catalogs=self.catalogs,
-            inbound=self.inbound,
-            router=router,
-            list_changed=notices.list_changed,
-            wrap=self.views.wrap,
+            made, catalogs=self.catalogs, list_changed=notices.list_changed
         )
         self.endpoints = self.make_endpoints(config)
 

@@ -160,6 +160,7 @@ class Reloader:
             if name not in anew:
                 gateway.views.replace(name, views[name][2])
         gateway.config = config
+        gateway.logs.endpoints_changed(config.endpoints)
         gateway.catalogs.servers_changed(force=("tools",) if plan.restart else ())
         if gateway.own_catalogs is not None:
             gateway.own_catalogs.servers_changed()
