@@ -105,6 +105,8 @@ class Catalogs:
 
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         """One server's whole list of ``kind`` as it drained it: merge, and say if it changed."""
+        if server_id not in self._prefixes:  # removed by a reload as its connection stopped
+            return
         slices = replace_slice(self._slices[kind], ServerSlice(server_id, self._prefixes[server_id], items))
         self._slices[kind] = slices
         if kind == "tools" and self._measured:
