@@ -90,7 +90,11 @@ class Reloader:
         and the config in force stays whole."""
         async with self._lock:
             self._seen = stamps([self._path])
-            outcome = await self._reload(why)
+            try:
+                outcome = await self._reload(why)
+            except Exception as exc:  # a surprise of ours: logged and counted; it must not end Manifold
+                self._gateway.boundary.caught(exc, "task", "config reload")
+                outcome = "refused"
         self._gateway.metrics.config_reload(outcome)
         return outcome
 
