@@ -177,6 +177,15 @@ class Access:
         logger.info("policy reloaded from %s (version %d)", ", ".join(self.settings.files), self.version)
         return True
 
+    def servers_changed(self, servers: Mapping[str, ServerConfig]) -> None:
+        """The servers changed (a config reload): their trust and tool overrides are these now."""
+        self._trust = {
+            sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
+        }
+        self._shapes = tool_shapes(servers)
+        self.version += 1
+        self._views.clear()
+
     async def watch(self, on_change: Any) -> None:
         """Reload when a policy file changes (polled: inotify is not portable)."""
         while True:

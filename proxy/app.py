@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -34,28 +34,27 @@ from proxy.catalogs import Catalogs
 from proxy.config import Config
 from proxy.confirm.approvals import make_approvals
 from proxy.connections import Connections, ServerHealth, WaitFor
-from proxy.endpoints import endpoint_inbounds, make_discovery
+from proxy.discovery.service import Discovery
+from proxy.endpoints import Views, endpoint_inbounds, make_discovery
 from proxy.forward import Forward
 from proxy.heard import Heard
-from proxy.inbound.contract import Inbound
+from proxy.inbound.contract import Endpoint, Inbound
 from proxy.inbound.listen import Listens
 from proxy.inbound.tokens import SessionTokens
 from proxy.interest import Interest
 from proxy.keys import derive_key
 from proxy.metrics import Metrics
-from proxy.middleware.authorize import AuditLog
 from proxy.notices import Notices
 from proxy.outbound.transport import Transport
 from proxy.own_catalogs import OwnCatalogs
 from proxy.pins_writer import PinsWriter
 from proxy.pipeline import Middleware, compose
 from proxy.policy.model import MAX_CONFIRM_TIMEOUT
-from proxy.ratelimit import LimitBackend, make_backend
 from proxy.revocations import revocations_for
 from proxy.router import Router
 from proxy.server_logs import ServerLogs
 from proxy.sessions import Sessions
-from proxy.stages import Parts, stages
+from proxy.stages import Parts, audit_log, limiter, stages
 
 __all__ = ["Gateway"]
 
@@ -83,8 +82,8 @@ class Gateway:
         access.load()
         self.auth = Authenticator.from_settings(config.auth, os.environ)
         self.auth.on_sign_in = metrics.sign_in
-        self._audit = self._audit_log()
-        self.limiter = self._limiter()
+        self._audit = audit_log(config, metrics)
+        self.limiter = limiter(config, metrics)
         self.boundary = Boundary(metrics)
         self.revocations = revocations_for(config, on_error=metrics.session_revocation_error)
         self.sessions = Sessions(
@@ -106,10 +105,13 @@ class Gateway:
             boundary=self.boundary,
             transports=transports,
         )
-        notices = Notices(self.sessions, self.listens, self.connections, access)
+        self.notices = notices = Notices(self.sessions, self.listens, self.connections, access)
+        # Changed in place by a config reload (proxy.reloader): every catalog reads these.
+        self.prefixes = {s.id: s.prefix for s in servers}
+        self.renames = renames({s.id: s for s in servers})
         catalogs = functools.partial(
             Catalogs,
-            {s.id: s.prefix for s in servers},
+            self.prefixes,
             codec=NamingCodec(config.naming.separator, config.naming.max_length),
             cursors=CursorCodec(cursor_key or derive_key(secret, "cursor")),
             access=access,
@@ -118,7 +120,7 @@ class Gateway:
             hints=self.connections.shared,
             private=bool(config.policy.files),
             on_change=notices.list_changed,
-            renames=renames({s.id: s for s in servers}),
+            renames=self.renames,
         )
         self.catalogs = catalogs()
         # With per_client servers, each client sees what its own connections list (proxy.own_catalogs).
@@ -130,9 +132,9 @@ class Gateway:
                 notices.own_list_changed,
             )
             self.connections.own_lists_to(self.own_catalogs, notices)
-        logs = ServerLogs(self.sessions, self.catalogs, access, self.connections, config.endpoints)
+        self.logs = ServerLogs(self.sessions, self.catalogs, access, self.connections, config.endpoints)
         health = ServerHealth(metrics, [s.id for s in servers])
-        heard.wire(self.catalogs, health, notices, logs, self.own_catalogs)
+        heard.wire(self.catalogs, health, notices, self.logs, self.own_catalogs)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
@@ -142,8 +144,8 @@ class Gateway:
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
         # Progressive discovery, per endpoint ("": /mcp): its own meta-tools, views and promotions.
-        discover = functools.partial(
-            make_discovery, config, access=access, sessions=self.sessions, metrics=metrics
+        discovering = functools.partial(
+            make_discovery, access=access, sessions=self.sessions, metrics=metrics
         )
         pipeline = compose(self._stages(), forward)
         router = functools.partial(
@@ -152,14 +154,14 @@ class Gateway:
             connections=self.connections,
             interest=self.interest,
             listens=self.listens,
-            logs=logs,
+            logs=self.logs,
             forward=pipeline,
             boundary=self.boundary,
             metrics=metrics,
             limits=config.limits,
             own=self.own_catalogs,
         )
-        self.router = router(catalogs=self.catalogs, discovery=discover(""))
+        self.router = router(catalogs=self.catalogs, discovery=discovering(config, ""))
         self.inbound = Inbound(
             config,
             self.router,
@@ -171,24 +173,24 @@ class Gateway:
             self.approvals,
         )
         # Each named endpoint: a view of the one merge, its own router, and its own inbound.
-        self.endpoints = endpoint_inbounds(
-            config, self.catalogs, self.inbound, router, notices.list_changed, discover=discover
+        self.views = Views()  # each endpoint's view, replaceable by a reload (as are the endpoints)
+        self.make_endpoints = functools.partial(
+            self._endpoints, router=router, list_changed=notices.list_changed, discovering=discovering
         )
+        self.endpoints = self.make_endpoints(config)
 
-    def _audit_log(self) -> AuditLog | None:
-        if not self.config.policy.audit.path:
-            return None
-        refused = functools.partial(self.metrics.limit_refused, "audit_buffer_bytes")  # a stalled disk
-        buffer_bytes = self.config.limits.audit_buffer_bytes
-        return AuditLog(self.config.policy.audit, buffer_bytes=buffer_bytes, on_dropped=refused)
-
-    def _limiter(self) -> LimitBackend | None:
-        # Limits live in the policy files, so without files there is nothing to count.
-        if not self.config.policy.files:
-            return None
-        backend = self.config.rate_limits.backend
-        return make_backend(
-            self.config.rate_limits, on_backend_error=lambda _: self.metrics.rate_limit_backend_error(backend)
+    def _endpoints(
+        self,
+        config: Config,
+        *,
+        router: Callable[..., Endpoint],
+        list_changed: Callable[..., None],
+        discovering: Callable[..., Discovery | None],
+    ) -> dict[str, Inbound]:
+        """The named endpoints ``config`` has (at start, and those a reload changes)."""
+        discover = functools.partial(discovering, config)
+        return endpoint_inbounds(
+            config, self.catalogs, self.inbound, router, list_changed, wrap=self.views.wrap, discover=discover
         )
 
     def _stages(self) -> list[Middleware]:

@@ -105,6 +105,8 @@ class Catalogs:
 
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         """One server's whole list of ``kind`` as it drained it: merge, and say if it changed."""
+        if server_id not in self._prefixes:  # removed by a reload as its connection stopped
+            return
         slices = replace_slice(self._slices[kind], ServerSlice(server_id, self._prefixes[server_id], items))
         self._slices[kind] = slices
         if kind == "tools" and self._measured:
@@ -146,6 +148,28 @@ class Catalogs:
             before.generation,
             before.templates_generation,
         )
+
+    def servers_changed(self, *, force: Sequence[str] = ()) -> None:
+        """The servers changed (a config reload): the prefixes and renames this was given (the
+        caller changed them in place) are read again, the lists of a server no longer among them
+        drop out, and each kind is merged anew. ``on_change`` hears once of each kind that
+        changed, and of each kind in ``force`` (a restarted server's overrides may have changed
+        what it lists without changing what it sent)."""
+        for kind in LIST_KINDS:
+            self._slices[kind] = tuple(
+                ServerSlice(piece.server_id, self._prefixes[piece.server_id], piece.items)
+                for piece in self._slices[kind]
+                if piece.server_id in self._prefixes
+            )
+        changed = {kind for kind in ("tools", "prompts") if self._merge_named(kind, self._slices[kind])}
+        if self._merge_resources():
+            changed.add("resources")
+        self._pages.clear()
+        for kind in ("tools", "prompts", "resources"):
+            if kind in changed or kind in force:
+                self._on_change(kind)
+        for follower in self._followers:
+            follower(False)
 
     def policy_changed(self) -> None:
         """The policy was reloaded: what each identity may see may have changed."""

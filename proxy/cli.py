@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import anyio
+import anyio.abc
 
 from proxy import __version__
 from proxy.app import Gateway
@@ -23,6 +24,7 @@ from proxy.errors import ConfigError
 from proxy.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.redaction import url_secrets
+from proxy.reloader import Reloader
 
 __all__ = ["main"]
 
@@ -104,11 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(
         args.log_level or config.log_level, config.logging.format, access_log=config.logging.access_log
     )
-    if args.command == "serve":
-        listen = config.listen.model_copy(
-            update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-        )
-        config = config.model_copy(update={"listen": listen})
+    config = _with_flags(config, args)
     if args.command in ("serve", "stdio"):
         _raise_open_files_limit()
     from proxy import inspect
@@ -125,6 +123,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _with_flags(config: Config, args: argparse.Namespace) -> Config:
+    """``config`` with what the command line overrides (``serve --host/--port``)."""
+    if args.command != "serve":
+        return config
+    listen = config.listen.model_copy(
+        update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    )
+    return config.model_copy(update={"listen": listen})
+
+
+def _reloads(config: Config, args: argparse.Namespace) -> Callable[[], Config]:
+    """What a config reload reads: the file again (bounded), with the command line's overrides;
+    the secrets of every config read stay redacted (a removed server's may still be in a log)."""
+    secrets = set(_configured_secrets(config))
+
+    def load() -> Config:
+        from proxy.reloader import MAX_CONFIG_BYTES
+
+        fresh = _with_flags(load_config(args.config, max_bytes=MAX_CONFIG_BYTES), args)
+        secrets.update(_configured_secrets(fresh))
+        remember_secrets(secrets)
+        return fresh
+
+    return load
 
 
 def _configured_secrets(config: Config) -> list[str]:
@@ -201,21 +225,40 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _until_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
-    """SIGINT/SIGTERM stop; SIGHUP re-reads the policy files and pins."""
+async def _until_signal(
+    scope: anyio.CancelScope, gateway: Gateway | None = None, reloader: Reloader | None = None
+) -> None:
+    """SIGINT/SIGTERM stop; SIGHUP re-reads the config file, the policy files and pins."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
-            if signum == signal.SIGHUP:
-                if gateway is not None:
-                    logger.info("received SIGHUP; reloading the policy")
+            if signum == signal.SIGHUP and gateway is not None:
+                # One list_changed per kind for the config and the policy together.
+                with gateway.notices.held():
+                    if reloader is not None:
+                        logger.info("received SIGHUP; reloading the config")
+                        await reloader.reload("SIGHUP")
+                    logger.info("received SIGHUP; reloading the policy and pins")
                     gateway.reload_policy()
+                continue
+            if signum == signal.SIGHUP:
                 continue
             logger.info("received %s; shutting down", signal.Signals(signum).name)
             scope.cancel()
             return
 
 
-async def _serve(config: Config, _: argparse.Namespace) -> int:
+def _reloader(
+    gateway: Gateway, config: Config, args: argparse.Namespace, tg: anyio.abc.TaskGroup
+) -> Reloader:
+    """The config's reloader (SIGHUP), and its watcher of the file started in ``tg``."""
+    from proxy.boundary import supervised
+
+    reloader = Reloader(gateway, _reloads(config, args), args.config)
+    tg.start_soon(supervised, gateway.boundary, "config watcher", reloader.watch)
+    return reloader
+
+
+async def _serve(config: Config, args: argparse.Namespace) -> int:
     from proxy.inbound.observers import warnings
     from proxy.inbound.server import bind, serve
 
@@ -232,7 +275,8 @@ async def _serve(config: Config, _: argparse.Namespace) -> int:
     # Listening at once: /healthz answers while servers connect, /readyz waits for the required
     # ones, and a server that connects later joins the catalog (clients hear list_changed).
     async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="none") as gateway:
-        tg.start_soon(_until_signal, tg.cancel_scope, gateway)
+        reloader = _reloader(gateway, config, args, tg)
+        tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
         await tg.start(
             functools.partial(serve, endpoints=gateway.endpoints), gateway.inbound, sock, metrics_sock
         )
@@ -286,7 +330,8 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
     # no /readyz to ask, lists tools as soon as it has initialized, and not every one re-lists on
     # list_changed. Its start-up is paid once per launch, not by other clients.
     async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="all") as gateway:
-        tg.start_soon(_until_signal, tg.cancel_scope, gateway)
+        reloader = _reloader(gateway, config, args, tg)
+        tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
         inbound = gateway.endpoints[name] if name else gateway.inbound
         if not inbound.admits(gateway.auth.stdio_identity):
             logger.error("the stdio identity may not use endpoint %r (its roles)", name)

@@ -719,7 +719,12 @@ def _separator_problems(
 _NOT_OVERRIDABLE: Final = frozenset({"servers", "endpoints"})
 
 
-def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    max_bytes: int | None = None,  # refuse a bigger file, or one that is not a regular file
+) -> Config:
     """Read, interpolate, override from ``MANIFOLD_*`` variables, and validate a config file.
 
     ``environ`` (default ``os.environ``) supplies both ``${VAR}`` values and overrides.
@@ -729,7 +734,7 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
             the message has one line per problem, naming file, field and value.
     """
     source = os.fspath(path)
-    data = parse_document(read_text(source), source)
+    data = parse_document(read_text(source, max_bytes=max_bytes), source)
     if not isinstance(data, Mapping):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: the top level must be a mapping of settings (got {got})")

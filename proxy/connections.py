@@ -54,7 +54,8 @@ class Sharing:
     def shares(self, caller: Client | Caller, server_id: str) -> bool:
         """Whether ``caller`` reaches the server on its shared connection (else on its own: its
         session's, or a 2026-07-28 caller's identity's)."""
-        return self._servers[server_id].session_mode == "shared"
+        server = self._servers.get(server_id)  # gone: removed by a reload while asked about
+        return server is None or server.session_mode == "shared"
 
     def own(self) -> tuple[str, ...]:
         """The servers each client reaches on a connection of its own."""
@@ -72,28 +73,20 @@ class Connections:
         boundary: Boundary,
         transports: Mapping[str, Transport] | None = None,  # by server id (tests), else the config's
     ) -> None:
+        # One dict, changed in place by a reload: Sharing and the per_client connections read it.
         self._servers = {s.id: s for s in servers}
         self._boundary = boundary
+        self._listener = listener
+        self._max_pages = max_pages
+        self._limits = limits
         self._sharing = Sharing(self._servers)
         self._own = self._sharing.own()
         given = transports or {}
         self.shared: dict[str, ServerConnection] = {
-            server.id: ServerConnection(
-                server.id,
-                given.get(server.id) or transport_for(server, limits=limits),
-                listener,
-                connect_timeout=server.connect_timeout,
-                request_timeout=server.request_timeout,
-                max_pages=max_pages,
-                era=Era.of(server.era),
-                answer_error=wire_error,
-                on_internal_error=self._caught,
-                max_items=limits.max_server_items,
-                failures_until_unready=limits.failures_until_unready,
-                on_limit=boundary.refused,
-            )
-            for server in servers
+            server.id: self._connection(server, given.get(server.id)) for server in servers
         }
+        self._scopes: dict[str, anyio.CancelScope] = {}  # server id -> its shared connection's run
+        self._tg: anyio.abc.TaskGroup | None = None
         self._per_client = ClientConnections(
             self._servers,
             max_pages=max_pages,
@@ -102,6 +95,61 @@ class Connections:
             answer_error=wire_error,
             on_internal_error=self._caught,
         )
+
+    def _connection(self, server: ServerConfig, transport: Transport | None = None) -> ServerConnection:
+        limits = self._limits
+        return ServerConnection(
+            server.id,
+            transport or transport_for(server, limits=limits),
+            self._listener,
+            connect_timeout=server.connect_timeout,
+            request_timeout=server.request_timeout,
+            max_pages=self._max_pages,
+            era=Era.of(server.era),
+            answer_error=wire_error,
+            on_internal_error=self._caught,
+            max_items=limits.max_server_items,
+            failures_until_unready=limits.failures_until_unready,
+            on_limit=self._boundary.refused,
+        )
+
+    def _start(self, tg: anyio.abc.TaskGroup, connection: ServerConnection) -> None:
+        scope = self._scopes[connection.server_id] = anyio.CancelScope()
+        tg.start_soon(_run_in, scope, connection, name=f"server {connection.server_id}")
+
+    # ---- a reload (proxy.reloader) ----------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether :meth:`run` runs (so :meth:`add` can start a connection)."""
+        return self._tg is not None
+
+    def prepare(self, server: ServerConfig) -> ServerConnection:
+        """A connection to ``server``, not started: what :meth:`add` starts."""
+        return self._connection(server)
+
+    def add(self, server: ServerConfig, connection: ServerConnection) -> None:
+        """Start ``connection`` (:meth:`prepare`) to ``server``, added by a reload or replacing
+        a removed one: it joins the catalogs once it lists, as a server that connects late does.
+        Not running (:attr:`running`), it is only kept, never started."""
+        self._servers[server.id] = server
+        self._own = self._sharing.own()
+        self.shared[server.id] = connection
+        if self._tg is not None:
+            self._start(self._tg, connection)
+
+    def remove(self, server_id: str, reason: str) -> None:
+        """Stop every connection to ``server_id`` (its shared one and each client's own), failing
+        the requests in flight on them with ``reason`` (which the error names with the server)."""
+        self._per_client.close_server(server_id, reason)
+        connection = self.shared.pop(server_id, None)
+        scope = self._scopes.pop(server_id, None)
+        self._servers.pop(server_id, None)
+        self._own = self._sharing.own()
+        if scope is not None:
+            scope.cancel()
+        if connection is not None:
+            connection.retire(reason)
 
     def _caught(self, where: str, exc: BaseException) -> None:
         """A connection caught a failure of ours (and logged it): count it."""
@@ -119,12 +167,18 @@ class Connections:
         async with anyio.create_task_group() as tg:
             await tg.start(self._per_client.run)
             for connection in self.shared.values():
-                tg.start_soon(connection.run, name=f"server {connection.server_id}")
-            for sid, connection in self.shared.items():
-                if wait_for == "all" or (wait_for == "required" and self._servers[sid].required):
-                    with anyio.move_on_after(connection.connect_timeout + _FIRST_ATTEMPT_SLACK):
-                        await connection.first_attempt_done.wait()
-            task_status.started()
+                self._start(tg, connection)
+            self._tg = tg
+            try:
+                for connection in list(self.shared.values()):  # a reload may change them meanwhile
+                    server = connection.server_id
+                    if wait_for == "all" or (wait_for == "required" and self._servers[server].required):
+                        with anyio.move_on_after(connection.connect_timeout + _FIRST_ATTEMPT_SLACK):
+                            await connection.first_attempt_done.wait()
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                self._tg = None
 
     def shares(self, caller: Client | Caller, server_id: str) -> bool:
         """Whether ``caller`` reaches the server on its shared connection (else on its own)."""
@@ -137,6 +191,8 @@ class Connections:
             LimitExceeded: a ``per_client`` connection would have to start, and as many run as
                 ``limits.max_per_client_connections`` allows.
         """
+        if server_id not in self._servers:  # removed by a reload after the call was routed
+            raise ServerUnavailable(server_id, "it was removed from the config")
         if self.shares(caller, server_id):
             return self.shared[server_id]
         # Only a client's own request gets here: its session or its identity owns the connection.
@@ -236,6 +292,11 @@ class Connections:
             if c.instructions and (servers is None or sid in servers)
         ]
         return "\n\n".join(notes) if notes else None
+
+
+async def _run_in(scope: anyio.CancelScope, connection: ServerConnection) -> None:
+    with scope:
+        await connection.run()
 
 
 class ServerHealth:

@@ -45,6 +45,7 @@ from proxy.sessions import Sessions
 
 __all__ = [
     "ViewFunction",
+    "Views",
     "admits",
     "codec_of",
     "discovery_of",
@@ -187,6 +188,40 @@ def endpoint_inbounds(
             admits=functools.partial(admits, settings),
         )
     return found
+
+
+class Views:
+    """Each endpoint's view, replaceable by a config reload (:mod:`proxy.reloader`); give
+    :meth:`wrap` as ``endpoint_inbounds(..., wrap=)``."""
+
+    def __init__(self) -> None:
+        self._slots: dict[str, _Slot] = {}
+
+    def wrap(self, name: str, settings: EndpointConfig, view: ViewFunction) -> ViewFunction:
+        slot = self._slots[name] = _Slot(view)
+        return slot
+
+    def replace(self, name: str, view: ViewFunction) -> None:
+        """Endpoint ``name`` shows ``view`` from the next merge on (the servers changed)."""
+        self._slots[name].view = view
+
+    def retire(self, name: str) -> None:
+        """Endpoint ``name`` was removed or is served anew: its old view shows what it showed
+        last, forever, so it never tells a client of a change again."""
+        slot = self._slots.pop(name, None)
+        if slot is not None and slot.last is not None:
+            last = slot.last
+            slot.view = lambda _: last
+
+
+class _Slot:
+    def __init__(self, view: ViewFunction) -> None:
+        self.view = view
+        self.last: Snapshot | None = None
+
+    def __call__(self, snapshot: Snapshot) -> Snapshot:
+        self.last = self.view(snapshot)
+        return self.last
 
 
 def views_of(config: Config) -> dict[str, tuple[EndpointConfig, NamingCodec, ViewFunction]]:

@@ -9,6 +9,7 @@ wrote or pointed it at, so fixing it is theirs.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,13 +23,18 @@ __all__ = ["Stamp", "read_bytes", "read_text", "stamps", "write_atomically"]
 Stamp: TypeAlias = tuple[float, int] | None
 
 
-def read_text(source: str) -> str:
-    """A document's text.
+def read_text(source: str, *, max_bytes: int | None = None) -> str:
+    """A document's text; with ``max_bytes``, only from a regular file of at most that many
+    bytes (a file swapped for a link to ``/dev/zero``, a pipe or a huge file is refused, and
+    never read whole).
 
     Raises:
-        ConfigError: the file is missing, unreadable or not UTF-8, naming it.
+        ConfigError: the file is missing, unreadable, not UTF-8, or (``max_bytes``) not a
+            regular file or larger than that, naming it.
     """
     try:
+        if max_bytes is not None:
+            return _read_bounded(source, max_bytes).decode("utf-8")
         return Path(source).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{source}: file not found") from None
@@ -36,6 +42,18 @@ def read_text(source: str) -> str:
         raise ConfigError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read the file ({exc.strerror or exc})") from None
+
+
+def _read_bounded(source: str, max_bytes: int) -> bytes:
+    # Non-blocking open: opening a FIFO for reading would otherwise wait for a writer.
+    descriptor = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise ConfigError(f"{source}: not a regular file (a device, a pipe or a directory)")
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ConfigError(f"{source}: larger than {max_bytes} bytes; refused")
+    return data
 
 
 def read_bytes(source: str, *, what: str = "the file") -> bytes | None:

@@ -24,6 +24,7 @@ Families (``manifold_`` prefix, base units, ``_total`` on counters)::
     manifold_listen_streams_open{transport}                     gauge
     manifold_tool_pin_drift_total{server}                       counter
     manifold_confirmations_total{outcome}                       counter
+    manifold_config_reloads_total{outcome}                      counter
     manifold_received_bytes_total{transport}                    counter
     manifold_sent_bytes_total{transport}                        counter
     manifold_build_info{version}                                gauge, always 1
@@ -300,6 +301,11 @@ class Metrics:
         self._pin_drift = counter(
             "manifold_tool_pin_drift", "Tool definitions that differ from their pinned version.", "server"
         )
+        self._reloads = counter(
+            "manifold_config_reloads",
+            "Config reloads (a changed file, SIGHUP) by outcome: applied, unchanged or refused.",
+            "outcome",
+        )
         self._confirmations = counter(
             "manifold_confirmations",
             "Tool calls a confirm rule asked a person about, by how it ended.",
@@ -451,6 +457,10 @@ class Metrics:
 
     def pin_drift(self, server: str) -> None:
         self._pin_drift.get(server).inc()
+
+    def config_reload(self, outcome: str) -> None:
+        """Count one config reload (``applied``, ``unchanged`` or ``refused``: a fixed set)."""
+        self._reloads.get(outcome).inc()
 
     def confirmation(self, outcome: str) -> None:
         """Count one question about a call (``proxy.confirm.question.Outcome``: a fixed set)."""

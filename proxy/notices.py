@@ -11,6 +11,8 @@ business: the policy decides who hears it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Final
 
 from proxy.access import Access
@@ -38,10 +40,30 @@ class Notices:
         self._listens = listens
         self._connections = connections
         self._access = access
+        self._held: dict[tuple[str, str], None] | None = None  # (kind, endpoint), in order
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold list changes (a config reload's, which changes many servers at once) and tell
+        each (kind, endpoint) once, when done. Held already: held until the outer hold ends."""
+        if self._held is not None:
+            yield
+            return
+        held: dict[tuple[str, str], None] = {}
+        self._held = held
+        try:
+            yield
+        finally:
+            self._held = None
+            for kind, endpoint in held:
+                self.list_changed(kind, endpoint)
 
     def list_changed(self, kind: str, endpoint: str = "") -> None:
         """The list ``kind`` of ``endpoint``'s view changed (or what someone may see of it): its
         clients re-list; those of other endpoints are not told."""
+        if self._held is not None:
+            self._held[(kind, endpoint)] = None
+            return
         message = _CHANGED[kind]
         self._sessions.broadcast(message, endpoint)
         self._listens.publish(message, lambda listening: listening.endpoint == endpoint)

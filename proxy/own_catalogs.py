@@ -91,6 +91,15 @@ class OwnCatalogs:
                 finally:
                     self._quiet.discard(owner)
 
+    def servers_changed(self) -> None:
+        """A reload changed the servers (every client is told by the shared catalog's change)."""
+        for owner, catalog in self._own.items():
+            self._quiet.add(owner)
+            try:
+                catalog.servers_changed()
+            finally:
+                self._quiet.discard(owner)
+
     def policy_changed(self) -> None:
         """The policy was reloaded (every client is told by the shared catalog's change)."""
         for owner, catalog in self._own.items():

@@ -310,6 +310,13 @@ class ClientConnections:
         for running_key in [k for k in self._running if k[0] == key]:
             self._stop(running_key)
 
+    def close_server(self, server_id: str, reason: str) -> None:
+        """Stop every connection to ``server_id`` (removed or replaced by a reload), failing
+        the requests in flight on them with ``reason``."""
+        for running_key in [k for k in self._running if k[1] == server_id]:
+            self._running[running_key].connection.retire(reason)
+            self._stop(running_key)
+
     def _stop(self, key: _Key) -> None:
         running = self._running.pop(key)
         del self._by_connection[running.connection]

@@ -60,15 +60,19 @@ class ServerLogs:
         connections: Connections,
         endpoints: Mapping[str, EndpointConfig] | None = None,
     ) -> None:
-        # A session on a named endpoint hears only the servers that endpoint selects.
-        self._endpoint_servers = {
-            name: frozenset(e.servers) for name, e in (endpoints or {}).items() if e.servers is not None
-        }
+        self.endpoints_changed(endpoints or {})
         self._sessions = sessions
         self._catalogs = catalogs
         self._access = access
         self._connections = connections
         self._seen: LRUCache[tuple[object, ...], frozenset[str]] = LRUCache(maxsize=_IDENTITIES_KEPT)
+
+    def endpoints_changed(self, endpoints: Mapping[str, EndpointConfig]) -> None:
+        """The endpoints are these (at start, and after a config reload)."""
+        # A session on a named endpoint hears only the servers that endpoint selects.
+        self._endpoint_servers = {
+            name: frozenset(e.servers) for name, e in endpoints.items() if e.servers is not None
+        }
 
     # ---- who hears a line ----------------------------------------------------------------
 

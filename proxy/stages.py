@@ -8,6 +8,7 @@ last: nobody is asked to approve a call that a later check would refuse.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from proxy.access import Access
@@ -24,9 +25,9 @@ from proxy.middleware.shape import Shape
 from proxy.middleware.validate import Validate
 from proxy.pipeline import Middleware
 from proxy.policy import SchemaValidators
-from proxy.ratelimit import LimitBackend
+from proxy.ratelimit import LimitBackend, make_backend
 
-__all__ = ["Parts", "stages"]
+__all__ = ["Parts", "audit_log", "limiter", "stages"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +68,21 @@ def stages(config: Config, parts: Parts) -> list[Middleware]:
             Confirm(parts.access, parts.questions, Memory(), parts.metrics, parts.audit, parts.approvals)
         )
     return built
+
+
+def audit_log(config: Config, metrics: Metrics) -> AuditLog | None:
+    """The audit log ``policy.audit`` asks for, if any (its writer runs with the gateway)."""
+    if not config.policy.audit.path:
+        return None
+    refused = functools.partial(metrics.limit_refused, "audit_buffer_bytes")  # a stalled disk
+    return AuditLog(config.policy.audit, buffer_bytes=config.limits.audit_buffer_bytes, on_dropped=refused)
+
+
+def limiter(config: Config, metrics: Metrics) -> LimitBackend | None:
+    """Where rate-limit buckets live; None without policy files (limits are written in them)."""
+    if not config.policy.files:
+        return None
+    backend = config.rate_limits.backend
+    return make_backend(
+        config.rate_limits, on_backend_error=lambda _: metrics.rate_limit_backend_error(backend)
+    )

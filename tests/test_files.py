@@ -82,3 +82,26 @@ def test_stamps_change_when_a_file_changes_appears_or_goes(tmp_path: Path) -> No
 
     path.unlink()
     assert stamps(paths) == absent
+
+
+def test_a_bounded_read_refuses_a_link_to_a_device_without_reading_it(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match=r"a\.yaml: not a regular file"):
+        read_text(str(path), max_bytes=1024)
+
+
+def test_a_bounded_read_refuses_a_pipe_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    os.mkfifo(path)
+    with pytest.raises(ConfigError, match=r"a\.yaml: not a regular file"):
+        read_text(str(path), max_bytes=1024)
+
+
+def test_a_bounded_read_refuses_a_file_one_byte_too_big_and_reads_one_that_fits(tmp_path: Path) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_bytes(b"x" * 1025)
+    with pytest.raises(ConfigError, match=r"a\.yaml: larger than 1024 bytes"):
+        read_text(str(path), max_bytes=1024)
+    path.write_bytes(b"x" * 1024)
+    assert read_text(str(path), max_bytes=1024) == "x" * 1024

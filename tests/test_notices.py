@@ -84,3 +84,20 @@ def _initialized(sessions: Sessions, identity: Identity) -> ClientSession:
     session.protocol_version = "2025-11-25"
     session.initialized = True
     return session
+
+
+async def test_list_changes_held_by_a_reload_reach_each_stream_once_per_kind_when_it_ends() -> None:
+    built, listens, _ = notices()
+    stream = listens.open(1, ALICE, Filter(tools=True, prompts=True))
+    with built.held():
+        for _ in range(3):  # three servers removed, say
+            built.list_changed("tools")
+        with built.held():  # the policy reloaded within the same SIGHUP
+            built.list_changed("tools")
+            built.list_changed("prompts")
+        built.list_changed("tools", endpoint="narrow")  # another endpoint's: not this stream's
+    assert await pending(stream) == [
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+    ]
+    listens.close(stream)

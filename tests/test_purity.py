@@ -58,6 +58,7 @@ PURE_MODULES = (
     "keys.py",
     "overrides.py",
     "quota.py",
+    "reload_plan.py",
     # The leaves the cores lean on: the exception tree, the version, the document parsers.
     "errors.py",
     "redaction.py",

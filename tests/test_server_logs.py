@@ -126,3 +126,15 @@ def test_a_session_on_an_endpoint_hears_only_the_servers_that_endpoint_selects(t
     assert (narrow.standalone.pending, wide.standalone.pending) == (False, True)
     logs.line("b", jsonrpc.notification("notifications/message", {"level": "error", "data": "y"}))
     assert narrow.standalone.pending
+
+
+def test_an_endpoint_added_by_a_reload_hears_only_the_servers_it_selects(tmp_path: Path) -> None:
+    logs, _ = gateway(tmp_path, policy=None)
+    registry = logs._sessions
+    narrow = registry.open("stdio", ANN)
+    narrow.endpoint, narrow.log_level = "b-only", "debug"
+    logs.endpoints_changed({"b-only": EndpointConfig(servers=("b",))})
+    logs.line("a", jsonrpc.notification("notifications/message", {"level": "error", "data": "x"}))
+    assert not narrow.standalone.pending
+    logs.line("b", jsonrpc.notification("notifications/message", {"level": "error", "data": "y"}))
+    assert narrow.standalone.pending

@@ -167,16 +167,38 @@ def endpoint_paths(endpoints: Mapping[str, Inbound]) -> dict[str, str]:
     return {"/mcp": "", **{f"/mcp/{name}": name for name in endpoints}}
 
 
+class _Named(Mapping[str, "McpEndpoint"]):
+    """``/mcp/NAME`` -> the app of endpoint NAME, read from ``endpoints`` as it is now (a config
+    reload adds, replaces and removes endpoints in it), each app made once per :class:`Inbound`."""
+
+    def __init__(self, endpoints: Mapping[str, Inbound], origins: OriginPolicy) -> None:
+        self._endpoints = endpoints
+        self._origins = origins
+        self._apps: dict[str, tuple[Inbound, McpEndpoint]] = {}
+
+    def __getitem__(self, path: str) -> McpEndpoint:
+        if not path.startswith("/mcp/"):
+            raise KeyError(path)
+        name = path[len("/mcp/") :]
+        inbound = self._endpoints[name]
+        made = self._apps.get(name)
+        if made is None or made[0] is not inbound:
+            made = self._apps[name] = (inbound, McpEndpoint(inbound, self._origins))
+        return made[1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([f"/mcp/{name}" for name in self._endpoints])
+
+    def __len__(self) -> int:
+        return len(self._endpoints)
+
+
 def build_app(inbound: Inbound, endpoints: Mapping[str, Inbound] | None = None) -> Any:
     """The HTTP app: ``/mcp`` serves ``inbound``; ``/mcp/NAME`` serves ``endpoints[NAME]``."""
     listen = inbound.config.listen
     origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
     endpoint = McpEndpoint(inbound, origins)
-    named = {
-        path: McpEndpoint((endpoints or {})[name], origins)
-        for path, name in endpoint_paths(endpoints or {}).items()
-        if name
-    }
+    named = _Named(endpoints or {}, origins)
     observers = _observers(inbound)
     routes = [Route("/mcp", endpoint), *_probe_routes(inbound, observers)]
     oauth = inbound.config.auth.oauth

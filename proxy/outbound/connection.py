@@ -677,6 +677,11 @@ class ServerConnection:
                 jsonrpc.notification("notifications/cancelled", {"requestId": request_id, "reason": reason})
             )
 
+    def retire(self, reason: str) -> None:
+        """Its server was removed or replaced (a config reload): fail every request in flight
+        with ``reason``, naming the server. Its owner cancels :meth:`run` besides."""
+        self._fail_pending(ServerUnavailable(self.server_id, reason))
+
     def _fail_pending(self, failure: ServerUnavailable) -> None:
         """Fail every request in flight that is still waiting with ``failure``: each with its own
         instance, since each waiter raises it (a shared one would gather every waiter's frames)."""

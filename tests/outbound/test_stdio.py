@@ -120,8 +120,19 @@ async def test_garbage_and_deep_notifications_are_dropped_and_the_call_still_ans
     assert sum("nested deeper than 64 levels (limits.max_depth)" in line for line in dropped) == 3
 
 
+class SlowClient(ClientRequest):
+    """A client that takes its time to answer: the server's second request under the same id
+    arrives while the first is still unanswered, however slowly the machine reads the pipe (a
+    checkpoint alone was not enough on a loaded machine: the first could be answered first)."""
+
+    async def request(self, method: str, params: dict[str, Any] | None) -> Any:
+        self.asked.append(method)
+        await anyio.sleep(0.5)
+        return {"roots": []}
+
+
 async def test_a_second_server_request_under_an_id_in_flight_is_refused_and_the_first_answered() -> None:
-    client = ClientRequest()
+    client = SlowClient()
     async with hostile() as (connection, _):
         with anyio.fail_after(10):
             result = await connection.request("tools/call", {"name": "roots_twice"}, relay=client)
