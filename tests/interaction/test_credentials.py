@@ -283,6 +283,7 @@ async def _redis_values(url: str) -> list[bytes]:
 
     client = Redis.from_url(url)
     try:
-        return [await client.get(key) or b"" async for key in client.scan_iter()]
+        values = [await client.get(key) async for key in client.scan_iter()]
+        return [value.encode() if isinstance(value, str) else value or b"" for value in values]
     finally:
         await client.aclose()
