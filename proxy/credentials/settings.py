@@ -161,9 +161,7 @@ class CredentialStoreSettings(_Model):
     # None: rate_limits.redis_url. May carry a password: kept out of repr, never echoed.
     redis_url: str | None = Field(default=None, repr=False)
     key_prefix: str = Field(default="manifold:credentials:", min_length=1, max_length=200)
-    env_prefix: str = Field(
-        default="MANIFOLD_SECRET__", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_]+$"
-    )
+    env_prefix: str = Field(default="MCP_SECRET__", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_]+$")
     # Bounds on what the store holds and Manifold reads.
     max_secret_bytes: int = Field(default=16 * 1024, ge=16, le=1024 * 1024)
     max_entries: int = Field(default=100_000, ge=1)
@@ -175,6 +173,15 @@ class CredentialStoreSettings(_Model):
         if key is not None:
             decode_key(key.get_secret_value())
         return key
+
+    @field_validator("env_prefix")
+    @classmethod
+    def _not_a_setting(cls, prefix: str) -> str:
+        if prefix.upper().startswith("MANIFOLD_"):
+            raise ValueError(
+                f"must not start with MANIFOLD_: those variables set Manifold's settings (got {prefix!r})"
+            )
+        return prefix
 
     @field_validator("redis_url")
     @classmethod

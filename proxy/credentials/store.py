@@ -251,7 +251,7 @@ def _parse(raw: bytes, where: str, max_entries: int) -> dict[tuple[str, str, str
 
 class EnvStore:
     """Plaintext secrets in environment variables, for small setups: ``<prefix><server>__<subject>``
-    (e.g. ``MANIFOLD_SECRET__github__alice``), for holders Manifold's own config vouches for
+    (e.g. ``MCP_SECRET__github__alice``), for holders Manifold's own config vouches for
     (API keys and the stdio identity: no issuer). Neither the server id nor the subject may hold
     ``__``, so one variable names exactly one entry. Read-only."""
 

@@ -132,3 +132,12 @@ def test_the_store_file_is_found_next_to_the_config_file(tmp_path: Any) -> None:
     path = tmp_path / "manifold.yaml"
     path.write_text("credentials: {path: creds/c.json}\n")
     assert load_config(path, environ={}).credentials.path == str(tmp_path / "creds" / "c.json")
+
+
+def test_the_env_stores_variables_are_no_settings_of_manifolds() -> None:
+    assert config(HTTP, credentials={"store": "env"}).credentials.env_prefix == "MCP_SECRET__"
+    message = refused(HTTP, credentials={"store": "env", "env_prefix": "MANIFOLD_S__"})
+    assert "credentials.env_prefix: must not start with MANIFOLD_" in message
+    # The default prefix's variables pass the MANIFOLD_ override reader by.
+    environ = {"MCP_SECRET__s__alice": "alice-env-token"}
+    assert config_from_mapping({"credentials": {"store": "env"}}, environ=environ).credentials.store == "env"

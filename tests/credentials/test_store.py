@@ -131,11 +131,11 @@ async def test_entries_are_listed_without_values(tmp_path: Path) -> None:
 
 async def test_the_environment_names_one_entry_per_variable_for_config_vouched_holders_only() -> None:
     environ = {
-        "MANIFOLD_SECRET__gh__alice": "alice-env-token",
-        "MANIFOLD_SECRET__gh__a__b": "ambiguous-token",
-        "MANIFOLD_SECRET__gh__bad": "line\nbreak",
+        "MCP_SECRET__gh__alice": "alice-env-token",
+        "MCP_SECRET__gh__a__b": "ambiguous-token",
+        "MCP_SECRET__gh__bad": "line\nbreak",
     }
-    store = EnvStore("MANIFOLD_SECRET__", environ)
+    store = EnvStore("MCP_SECRET__", environ)
     assert await store.get("secret", "gh", ALICE) == "alice-env-token"
     assert await store.get("secret", "gh", ("stdio", "", "alice")) == "alice-env-token"
     # A token's alice is not the config's alice; "__" would make one variable name two entries.
