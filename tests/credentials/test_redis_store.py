@@ -23,7 +23,7 @@ BOB = ("api_key", "", "bob")
 
 def store(url: str, key: str | None = None) -> RedisStore:
     key = key or new_key()
-    settings = CredentialStoreSettings(store="redis", key=key, timeout=0.5)  # type: ignore[arg-type]
+    settings = CredentialStoreSettings.model_validate({"store": "redis", "key": key, "timeout": 0.5})
     return RedisStore(url, Sealer(decode_key(key)), settings)
 
 
