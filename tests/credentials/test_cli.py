@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,8 +12,20 @@ import yaml
 
 from proxy.cli import main
 from proxy.credentials.sealing import new_key
+from proxy.redaction import remember_secrets
 
 SECRET = "ghp_cli-secret-token-9999"
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """``main`` sets up Manifold's logging, as a process does; the next test gets pytest's back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    remember_secrets(())
 
 
 @pytest.fixture
