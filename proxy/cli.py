@@ -183,9 +183,11 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
     """
     from proxy.access import Access
     from proxy.auth.authenticator import Authenticator
+    from proxy.credentials.wiring import check_modes
 
     Access(config.policy, {s.id: s for s in config.enabled_servers()}).load()
     Authenticator.from_settings(config.auth, os.environ)
+    check_modes(config)
     from proxy.inbound.observers import warnings
 
     for warning in [*config.auth.warnings(config.listen.host), *warnings(config)]:

@@ -13,7 +13,7 @@ from proxy.credentials.secret import SecretSource
 from proxy.credentials.store import SecretStore, StoreError, open_store
 from proxy.errors import ConfigError
 
-__all__ = ["BUILDERS", "Builder", "open_credential_store", "sources_for"]
+__all__ = ["BUILDERS", "Builder", "check_modes", "open_credential_store", "sources_for"]
 
 # (the config, the servers of this mode by id, the credential store) -> the mode's source.
 Builder = Callable[[Config, Mapping[str, ServerConfig], SecretStore], CredentialSource]
@@ -21,6 +21,18 @@ Builder = Callable[[Config, Mapping[str, ServerConfig], SecretStore], Credential
 BUILDERS: dict[str, Builder] = {
     "secret": lambda config, servers, store: SecretSource(servers, store),
 }
+
+
+def check_modes(config: Config) -> None:
+    """What :func:`sources_for` would refuse, without building anything (``manifold check``).
+
+    Raises:
+        ConfigError: an enabled server's mode has no builder in this build of Manifold.
+    """
+    for server in config.enabled_servers():
+        mode = server.credentials.mode
+        if mode != "shared" and mode not in BUILDERS:
+            raise ConfigError(f"servers.{server.id}.credentials.mode: {mode!r} is not available yet")
 
 
 def open_credential_store(config: Config, environ: Mapping[str, str] | None = None) -> SecretStore | None:
