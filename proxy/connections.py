@@ -20,6 +20,7 @@ import anyio.abc
 
 from proxy.boundary import Boundary, wire_error
 from proxy.config import LimitsConfig, ServerConfig
+from proxy.credentials import Sources
 from proxy.doorway import Doorstep
 from proxy.errors import LimitExceeded, ServerUnavailable
 from proxy.inbound.session import Client, ClientSession, InboundRequest
@@ -72,6 +73,7 @@ class Connections:
         limits: LimitsConfig,
         boundary: Boundary,
         transports: Mapping[str, Transport] | None = None,  # by server id (tests), else the config's
+        credentials: Sources | None = None,  # each identity's own, for servers not in shared mode
     ) -> None:
         # One dict, changed in place by a reload: Sharing and the per_client connections read it.
         self._servers = {s.id: s for s in servers}
@@ -94,6 +96,7 @@ class Connections:
             on_limit=boundary.refused,
             answer_error=wire_error,
             on_internal_error=self._caught,
+            credentials=credentials,
         )
 
     def _connection(self, server: ServerConfig, transport: Transport | None = None) -> ServerConnection:

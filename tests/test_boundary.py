@@ -58,3 +58,17 @@ def test_the_refusal_counter_is_exposed_per_limit() -> None:
     metrics.limit_refused("max_sessions")
     body, _ = metrics.render()
     assert b'manifold_limit_refusals_total{limit="max_sessions"} 2.0' in body
+
+
+def test_a_sign_in_needed_names_the_server_what_to_do_and_where() -> None:
+    from proxy.boundary import wire_error
+    from proxy.errors import SignInNeeded
+
+    response = wire_error(SignInNeeded("gh", "https://gw.example/signin/abc", "sign in at the link"), 7)
+    assert response["error"] == {
+        "code": -32000,
+        "message": "server 'gh' needs your own credentials: sign in at the link",
+        "data": {"server": "gh", "reason": "sign_in_needed", "url": "https://gw.example/signin/abc"},
+    }
+    bare = wire_error(SignInNeeded("gh", None, "ask an operator"), 8)["error"]["data"]
+    assert bare == {"server": "gh", "reason": "sign_in_needed"}

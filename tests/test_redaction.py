@@ -128,3 +128,22 @@ def test_a_logged_exception_quoting_a_url_is_redacted_in_message_and_traceback()
     assert written.count(R) >= 4  # message and traceback, userinfo and query each
     assert "pw999" not in written
     assert "sig999" not in written
+
+
+def test_secrets_learned_at_run_time_are_redacted_and_outlive_a_new_configured_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import proxy.redaction as redaction
+
+    monkeypatch.setattr(redaction, "_learned", {})
+    monkeypatch.setattr(redaction, "_LEARNED_AT_MOST", 2)
+    remember_secrets(["configured-value-1"])
+    redaction.remember_more(["alice-pat-000001", "short"])
+    remember_secrets(["configured-value-2"])  # replaces the configured set, not the learned one
+    assert redact_text("alice-pat-000001 configured-value-1 configured-value-2 short") == (
+        f"{R} configured-value-1 {R} short"
+    )
+    redaction.remember_more(["bob-pat-0000002", "carol-pat-000003"])  # past the bound: oldest forgotten
+    assert redact_text("alice-pat-000001 bob-pat-0000002 carol-pat-000003") == f"alice-pat-000001 {R} {R}"
+    monkeypatch.setattr(redaction, "_learned", {})
+    remember_secrets(())
