@@ -23,7 +23,6 @@ checks what RFC 9207 and the phishing section of the elicitation spec ask:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import secrets
@@ -44,7 +43,7 @@ from proxy.credentials.oauth_client import (
     subject_of_id_token,
     token_audiences,
 )
-from proxy.credentials.tokens import TokenSet, TokenStore
+from proxy.credentials.tokens import Pending, TokenSet, TokenStore
 from proxy.errors import ManifoldError
 from proxy.policy.model import Identity
 
@@ -98,15 +97,12 @@ class _Known:
     client: Registered
 
 
-def _state_name(state: str) -> str:
-    return "state:" + hashlib.sha256(state.encode()).hexdigest()
-
-
 class OnBehalf:
     def __init__(
         self,
         servers: Mapping[str, OAuthServer],
         store: TokenStore,
+        pending: Pending,
         *,
         callback_url: str,
         http: OAuthHttp | None = None,
@@ -115,6 +111,7 @@ class OnBehalf:
     ) -> None:
         self.servers = dict(servers)
         self.store = store
+        self._pending = pending
         self.callback_url = callback_url
         self._http = http or OAuthHttp()
         self._ttl = signin_ttl
@@ -224,9 +221,7 @@ class OnBehalf:
         pending = _Pending(
             identity.key, identity.source, identity.issuer, identity.subject, server_id, verifier, expires
         )
-        name = _state_name(state)
-        plain = json.dumps(dataclasses.asdict(pending)).encode()
-        await self.store.vault.put(name, self.store.sealer.seal(plain, name), self._ttl)
+        await self._pending.put(state, json.dumps(dataclasses.asdict(pending)).encode(), self._ttl)
         url = authorize_url(
             known.server,
             known.client,
@@ -246,9 +241,7 @@ class OnBehalf:
                 server; a wrong ``iss``; a refused code; a token for another audience or subject.
         """
         state = query.get("state", "")
-        name = _state_name(state)
-        sealed = await self.store.vault.take(name) if state else None  # single use, whatever follows
-        plain = self.store.sealer.open(sealed, name) if sealed is not None else None
+        plain = await self._pending.take(state) if state else None  # single use, whatever follows
         if plain is None:
             raise CallbackRefused(
                 "this sign-in link is unknown, already used or expired: start again from your client"

@@ -202,7 +202,41 @@ def slot(identity_key: Sequence[str], server_id: str) -> str:
     return f"token:{server_id}:{digest}"
 
 
-class TokenStore:
+class TokenStore(Protocol):
+    """Token sets by (identity key, server id)."""
+
+    async def get(self, identity_key: Sequence[str], server_id: str) -> TokenSet | None: ...
+
+    async def put(self, identity_key: Sequence[str], server_id: str, tokens: TokenSet) -> None: ...
+
+    async def revoke(self, identity_key: Sequence[str], server_id: str) -> TokenSet | None:
+        """Forget the identity's tokens for the server; what was kept (to revoke at its issuer)."""
+        ...
+
+
+class Pending:
+    """Short-lived values by a secret name (a sign-in's ``state``), sealed, each taken once."""
+
+    def __init__(self, vault: Vault, sealer: Sealer) -> None:
+        self.vault = vault
+        self.sealer = sealer
+
+    @staticmethod
+    def _name(secret: str) -> str:
+        return "state:" + hashlib.sha256(secret.encode()).hexdigest()
+
+    async def put(self, secret: str, value: bytes, ttl: float) -> None:
+        name = self._name(secret)
+        await self.vault.put(name, self.sealer.seal(value, name), ttl)
+
+    async def take(self, secret: str) -> bytes | None:
+        """The value, once: a second take (a replay, on any replica) finds nothing."""
+        name = self._name(secret)
+        sealed = await self.vault.take(name)
+        return self.sealer.open(sealed, name) if sealed is not None else None
+
+
+class VaultTokens:
     """Token sets by (identity key, server id), sealed in a vault."""
 
     def __init__(self, vault: Vault, sealer: Sealer, *, clock: Callable[[], float] = time.time) -> None:

@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from proxy.credentials.exchange import Exchanger, ExchangeServer
 from proxy.credentials.oauth_client import OAuthClientError
 from proxy.credentials.on_behalf import CallbackRefused, OAuthServer, OnBehalf
-from proxy.credentials.tokens import MemoryVault, Sealer, TokenStore
+from proxy.credentials.tokens import MemoryVault, Pending, Sealer, VaultTokens
 from proxy.policy.model import Identity
 from tests.credentials.world import CLIENT_SECRET, Browser, World, world
 
@@ -52,7 +52,13 @@ def on_behalf(live: World) -> OnBehalf:
         )
         for name in ("guarded", "short", "liar")
     }
-    return OnBehalf(configured, TokenStore(MemoryVault(), Sealer(os.urandom(32))), callback_url=CALLBACK)
+    key = os.urandom(32)
+    return OnBehalf(
+        configured,
+        VaultTokens(MemoryVault(), Sealer(key)),
+        Pending(MemoryVault(), Sealer(key)),
+        callback_url=CALLBACK,
+    )
 
 
 async def whoami(url: str, token: str) -> dict[str, object]:
@@ -179,14 +185,16 @@ async def test_a_sealed_token_moved_to_another_identity_opens_as_nothing(live: W
     flow = on_behalf(live)
     alice, mallory = person("alice"), person("mallory")
     await sign_in(flow, alice, "guarded", "alice")
-    stolen = await flow.store.vault.get(slot(alice.key, "guarded"))
+    store = flow.store
+    assert isinstance(store, VaultTokens)
+    stolen = await store.vault.get(slot(alice.key, "guarded"))
     assert stolen is not None
-    await flow.store.vault.put(slot(mallory.key, "guarded"), stolen, 60)
+    await store.vault.put(slot(mallory.key, "guarded"), stolen, 60)
     assert await flow.access_token(mallory, "guarded") is None
 
 
 async def test_token_exchange_gives_a_token_for_the_server_as_the_caller(live: World) -> None:
-    store = TokenStore(MemoryVault(), Sealer(os.urandom(32)))
+    store = VaultTokens(MemoryVault(), Sealer(os.urandom(32)))
     url = live.servers["guarded"]
     exchanger = Exchanger(
         {"guarded": ExchangeServer("guarded", url, live.issuer, "manifold", CLIENT_SECRET)}, store
@@ -204,7 +212,7 @@ async def test_token_exchange_gives_a_token_for_the_server_as_the_caller(live: W
 
 
 async def test_an_exchange_granting_another_audience_is_refused(live: World) -> None:
-    store = TokenStore(MemoryVault(), Sealer(os.urandom(32)))
+    store = VaultTokens(MemoryVault(), Sealer(os.urandom(32)))
     url = live.servers["guarded"]
     exchanger = Exchanger(
         {"guarded": ExchangeServer("guarded", url, live.issuer, "manifold-hostile-exchange", CLIENT_SECRET)},
@@ -216,7 +224,7 @@ async def test_an_exchange_granting_another_audience_is_refused(live: World) -> 
 
 
 async def test_an_exchange_of_a_token_not_issued_for_manifold_is_refused(live: World) -> None:
-    store = TokenStore(MemoryVault(), Sealer(os.urandom(32)))
+    store = VaultTokens(MemoryVault(), Sealer(os.urandom(32)))
     url = live.servers["guarded"]
     exchanger = Exchanger(
         {"guarded": ExchangeServer("guarded", url, live.issuer, "manifold", CLIENT_SECRET)}, store

@@ -11,10 +11,11 @@ from redis.asyncio import Redis
 
 from proxy.credentials.tokens import (
     MemoryVault,
+    Pending,
     RedisVault,
     Sealer,
     TokenSet,
-    TokenStore,
+    VaultTokens,
     sealer_from_key,
     slot,
 )
@@ -66,7 +67,7 @@ def test_slots_do_not_show_who_and_differ_by_identity_and_server() -> None:
 
 
 async def test_tokens_are_kept_per_identity_and_server_and_revoked() -> None:
-    store = TokenStore(MemoryVault(), Sealer(os.urandom(32)))
+    store = VaultTokens(MemoryVault(), Sealer(os.urandom(32)))
     await store.put(ALICE, "gh", TokenSet("a"))
     assert (await store.get(ALICE, "gh")) == TokenSet("a")
     assert await store.get(MALLORY, "gh") is None
@@ -77,7 +78,7 @@ async def test_tokens_are_kept_per_identity_and_server_and_revoked() -> None:
 
 async def test_a_token_without_a_refresh_token_is_dropped_when_it_expires() -> None:
     clock = Clock()
-    store = TokenStore(MemoryVault(clock=clock), Sealer(os.urandom(32)), clock=clock)
+    store = VaultTokens(MemoryVault(clock=clock), Sealer(os.urandom(32)), clock=clock)
     await store.put(ALICE, "gh", TokenSet("a", expires_at=clock.now + 60))
     clock.now += 61
     assert await store.get(ALICE, "gh") is None
@@ -109,7 +110,7 @@ async def test_the_redis_vault_is_shared_sealed_and_takes_once(redis_url: str) -
 
 
 async def _shared(redis_url: str, key: bytes, first: RedisVault, second: RedisVault) -> None:
-    one, two = TokenStore(first, Sealer(key)), TokenStore(second, Sealer(key))
+    one, two = VaultTokens(first, Sealer(key)), VaultTokens(second, Sealer(key))
     await one.put(ALICE, "gh", TokenSet("a", refresh_token="r"))
     assert await two.get(ALICE, "gh") == TokenSet("a", refresh_token="r")  # another replica
     reader = Redis.from_url(redis_url)
@@ -117,8 +118,9 @@ async def _shared(redis_url: str, key: bytes, first: RedisVault, second: RedisVa
     await reader.aclose()
     assert raw is not None
     assert b'"refresh_token"' not in raw  # sealed at rest
-    await one.vault.put("state:s", b"1", 60)
-    assert await two.vault.take("state:s") == b"1"
-    assert await one.vault.take("state:s") is None
+    sign_in_one, sign_in_two = Pending(first, Sealer(key)), Pending(second, Sealer(key))
+    await sign_in_one.put("s", b"1", 60)
+    assert await sign_in_two.take("s") == b"1"  # the callback landed on another replica
+    assert await sign_in_one.take("s") is None
     assert await two.revoke(ALICE, "gh") is not None
     assert await one.get(ALICE, "gh") is None
