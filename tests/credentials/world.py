@@ -105,6 +105,7 @@ async def world(
         "clients": [
             _client("manifold", redirect_uri),
             _client("manifold-hostile-exchange", redirect_uri),
+            _client("manifold-liar", redirect_uri),  # its tokens name another audience
             {  # users' clients, signing in to Manifold (client credentials stand in for them here)
                 "client_id": "users-app",
                 "client_secret": CLIENT_SECRET,
@@ -121,6 +122,7 @@ async def world(
                 "response_types": [],
             },
         ],
+        "by_client": {"manifold-liar": {"audience": "http://127.0.0.1:1/elsewhere"}},
         "exchange": {
             "manifold": {"subject_audience": manifold_resource},
             "manifold-hostile-exchange": {
