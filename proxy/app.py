@@ -34,6 +34,7 @@ from proxy.catalogs import Catalogs
 from proxy.config import Config
 from proxy.confirm.approvals import make_approvals
 from proxy.connections import Connections, ServerHealth, WaitFor
+from proxy.credentials.wiring import open_credential_store, sources_for
 from proxy.discovery.service import Discovery
 from proxy.endpoints import endpoint_inbounds
 from proxy.forward import Forward
@@ -99,6 +100,7 @@ class Gateway:
         )
         self.listens = Listens()  # open subscriptions/listen streams
         heard = Heard()
+        self.credential_store = open_credential_store(config)
         self.connections = Connections(
             servers,
             heard,
@@ -106,6 +108,7 @@ class Gateway:
             limits=config.limits,
             boundary=self.boundary,
             transports=transports,
+            credentials=sources_for(config, self.credential_store),
         )
         notices = Notices(self.sessions, self.listens, self.connections, access)
         catalogs = functools.partial(
@@ -234,3 +237,5 @@ class Gateway:
                     await self.approvals.store.aclose()
                     if self.limiter is not None:
                         await self.limiter.aclose()
+                    if self.credential_store is not None:
+                        await self.credential_store.aclose()

@@ -33,6 +33,7 @@ from proxy.errors import (
     ProtocolError,
     RemoteError,
     ServerUnavailable,
+    SignInNeeded,
 )
 from proxy.metrics import Where
 from proxy.protocol import jsonrpc
@@ -75,6 +76,11 @@ def wire_error(exc: Exception, request_id: RequestId | None, *, stateless: bool 
         response = jsonrpc.error_response(
             request_id, _era_code(error["code"], stateless), error["message"], error.get("data")
         )
+    elif isinstance(exc, SignInNeeded):
+        data = {"server": exc.server_id, "reason": "sign_in_needed"}
+        if exc.url is not None:
+            data["url"] = exc.url
+        response = jsonrpc.error_response(request_id, exc.code, str(exc), data)
     elif isinstance(exc, ServerUnavailable):
         response = jsonrpc.error_response(request_id, exc.code, str(exc), {"server": exc.server_id})
     else:

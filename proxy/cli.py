@@ -1,4 +1,4 @@
-"""``manifold``: serve, stdio, check, tools.
+"""``manifold``: serve, stdio, check, tools, explain, pins, keygen, credentials.
 
 Exit codes: 0 success; 1 a server is not ready (``tools``); 2 bad usage or bad config.
 """
@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
     pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
+    from proxy.credentials.cli import add_parser as add_credentials
+
+    add_credentials(commands)
     keygen = commands.add_parser("keygen", help="Generate an API key and the form to store in auth.api_keys.")
     keygen.add_argument("--name", default="client", help="the identity name for the config snippet")
     keygen.add_argument("--role", action="append", help="a role for the config snippet (repeatable)")
@@ -93,6 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "keygen":
         return _keygen(args)
+    if args.command == "credentials" and args.action == "keygen":
+        from proxy.credentials.cli import keygen
+
+        return keygen()
     try:
         config = load_config(args.config)
         remember_secrets(_configured_secrets(config))
@@ -112,8 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("serve", "stdio"):
         _raise_open_files_limit()
     from proxy import inspect
+    from proxy.credentials.cli import run as credentials
 
     runners = {
+        "credentials": credentials,
         "serve": _serve,
         "stdio": _stdio,
         "tools": inspect.tools,
@@ -141,6 +150,10 @@ def _configured_secrets(config: Config) -> list[str]:
     values += url_secrets(config.rate_limits.redis_url)
     if config.sessions.secret is not None:
         values.append(config.sessions.secret.get_secret_value())
+    if config.credentials.key is not None:
+        values.append(config.credentials.key.get_secret_value())
+    if config.credentials.redis_url is not None:
+        values += url_secrets(config.credentials.redis_url)
     return values
 
 

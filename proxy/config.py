@@ -38,12 +38,17 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         request_timeout: 60    # seconds for each request
         session_mode: shared   # shared (one connection for all clients) | per_client
         era: auto              # auto (server/discover, else initialize) | handshake | stateless
+        credentials: {mode: secret, env: GITHUB_TOKEN}  # whose: shared (default) | secret |
+                               # oauth | exchange (README "Credentials to servers")
       search:
         url: http://127.0.0.1:9000/mcp       # ... or an HTTP server
         headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
         transport: auto        # auto (Streamable HTTP, falling back to SSE) | streamable-http | sse
         tools:                 # per tool, by the server's own name (proxy.catalog.shaping)
           query: {name: find, description: "...", arguments: {index: {fixed: web}}}
+    credentials:               # where per-identity secrets are kept (proxy.credentials.settings)
+      store: file              # file | redis | env
+      key: ${MANIFOLD_CREDENTIALS_KEY}
     endpoints:                 # named views at /mcp/<name> (proxy.endpoints)
       code: {servers: [github], tools: ["gh.*"], naming: {separator: "__", max_length: 64}}
 
@@ -90,6 +95,7 @@ from pydantic_core import ErrorDetails
 
 from proxy.auth.settings import AuthSettings
 from proxy.catalog.naming import RESERVED_PREFIX
+from proxy.credentials.settings import CredentialStoreSettings, ServerCredentials, SharedCredentials
 from proxy.discovery.settings import DiscoverySettings
 from proxy.documents import parse_document, show_value
 from proxy.editor_files import Variables, declared_inputs, workspace_of
@@ -397,6 +403,34 @@ class ServerConfig(_Model):
     # error or silence. handshake skips the probe (a server that ignores unknown requests, or one
     # whose tools ask clients things the handshake way only); stateless never falls back.
     era: Literal["auto", "handshake", "stateless"] = "auto"
+    # Whose credentials its requests carry (proxy.credentials): shared (the headers/env above, for
+    # everybody) or each identity's own; any mode but shared implies session_mode: per_client.
+    credentials: ServerCredentials = SharedCredentials()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_credentials_own_connection(cls, data: Any) -> Any:
+        """A server reached with each identity's own credentials is reached on each client's own
+        connection: ``session_mode: per_client`` is implied, and ``shared`` is a contradiction."""
+        if not isinstance(data, Mapping):
+            return data
+        credentials = data.get("credentials")
+        mode = credentials.get("mode", "shared") if isinstance(credentials, Mapping) else "shared"
+        if mode == "shared":
+            return data
+        given = data.get("session_mode")
+        if given == "shared":
+            raise _Problems(
+                [
+                    (
+                        ("session_mode",),
+                        f"must be per_client (or left out) with credentials.mode {mode!r}: each "
+                        "client reaches the server on a connection of its own, built with its "
+                        "identity's credentials",
+                    )
+                ]
+            )
+        return {**data, "session_mode": given if given is not None else "per_client"}
 
     @field_validator("session_mode", mode="before")
     @classmethod
@@ -526,9 +560,34 @@ class ServerConfig(_Model):
                     problems.append(((name,), "only applies to command servers; this server has a 'url'"))
         if self.command is not None and self.headers:
             problems.append((("headers",), "only applies to url servers; this server has a 'command'"))
+        problems += self._credential_problems()
         if problems:
             raise _Problems(problems)
         return self
+
+    def _credential_problems(self) -> list[tuple[Loc, str]]:
+        credentials = self.credentials
+        if credentials.mode == "secret":
+            if self.command is not None and credentials.env is None:
+                return [
+                    (
+                        ("credentials", "env"),
+                        "required for a command server: the variable its process finds the "
+                        "identity's secret in",
+                    )
+                ]
+            if self.url is not None and credentials.env is not None:
+                return [
+                    (
+                        ("credentials", "env"),
+                        "only applies to command servers; this server has a 'url' (use 'header')",
+                    )
+                ]
+        if credentials.mode == "oauth" and self.command is not None:
+            return [
+                (("credentials", "mode"), "'oauth' only applies to url servers; this server has a 'command'")
+            ]
+        return []
 
 
 class Config(_Model):
@@ -546,6 +605,7 @@ class Config(_Model):
     metrics: MetricsSettings = MetricsSettings()
     logging: LogSettings = LogSettings()
     discovery: DiscoverySettings = DiscoverySettings()
+    credentials: CredentialStoreSettings = CredentialStoreSettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
 
@@ -637,6 +697,23 @@ class Config(_Model):
         return self
 
     @model_validator(mode="after")
+    def _credential_store_sealed(self) -> Config:
+        store = self.credentials
+        users = [key for key, server in self.servers.items() if server.credentials.mode == "secret"]
+        if users and store.store != "env" and store.key is None:
+            raise _Problems(
+                [
+                    (
+                        ("credentials", "key"),
+                        f"required: server {users[0]!r} has credentials.mode 'secret' and "
+                        f"credentials.store is {store.store!r}, whose entries are sealed with this key "
+                        "(make one with `manifold credentials keygen`; give it with ${VAR})",
+                    )
+                ]
+            )
+        return self
+
+    @model_validator(mode="after")
     def _endpoints_name_servers(self) -> Config:
         problems: list[tuple[Loc, str]] = []
         for name, endpoint in self.endpoints.items():
@@ -722,9 +799,11 @@ def _relative_to(config: Config, base: Path) -> Config:
         key: server.model_copy(update={"cwd": resolve(server.cwd)}) if server.cwd else server
         for key, server in config.servers.items()
     }
+    credentials = config.credentials
     return config.model_copy(
         update={
             "servers": servers,
+            "credentials": credentials.model_copy(update={"path": resolve(credentials.path)}),
             "policy": policy.model_copy(
                 update={
                     "files": tuple(resolve(f) for f in policy.files),
@@ -819,7 +898,7 @@ def _merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, A
 def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Overrides) -> list[str]:
     lines = []
     for error in exc.errors(include_url=False):
-        loc: Loc = tuple(error["loc"])
+        loc: Loc = _untagged(tuple(error["loc"]))
         cause = error.get("ctx", {}).get("error")
         if isinstance(cause, _Problems):
             found = [((*loc, *relative), message) for relative, message in cause.items]
@@ -835,10 +914,24 @@ def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Ov
     return lines
 
 
+_CREDENTIAL_MODES: Final = ("shared", "secret", "oauth", "exchange")
+
+
+def _untagged(loc: Loc) -> Loc:
+    """``loc`` without the mode pydantic puts after ``credentials`` (a discriminated union)."""
+    if len(loc) > 4 and loc[0] == "servers" and loc[2] == "credentials" and loc[3] in _CREDENTIAL_MODES:
+        return (*loc[:3], *loc[4:])
+    return loc
+
+
 def _message(error: ErrorDetails, loc: Loc) -> str:
     kind, input_value = error["type"], error["input"]
     if kind == "missing":
         return "required field is missing"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        got = input_value.get("mode") if isinstance(input_value, Mapping) else None
+        shown = f"got {redact_text(show_value(got))}" if got is not None else "it is missing"
+        return f"'mode' must be one of {', '.join(map(repr, _CREDENTIAL_MODES))} ({shown})"
     if kind == "extra_forbidden":
         close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc[:-1]), n=1)
         return "unknown field" + (f" (did you mean {close[0]!r}?)" if close else "")

@@ -20,6 +20,7 @@ import anyio.abc
 
 from proxy.boundary import Boundary, wire_error
 from proxy.config import LimitsConfig, ServerConfig
+from proxy.credentials import Sources
 from proxy.doorway import Doorstep
 from proxy.errors import LimitExceeded, ServerUnavailable
 from proxy.inbound.session import Client, ClientSession, InboundRequest
@@ -71,6 +72,7 @@ class Connections:
         limits: LimitsConfig,
         boundary: Boundary,
         transports: Mapping[str, Transport] | None = None,  # by server id (tests), else the config's
+        credentials: Sources | None = None,  # each identity's own, for servers not in shared mode
     ) -> None:
         self._servers = {s.id: s for s in servers}
         self._boundary = boundary
@@ -101,6 +103,7 @@ class Connections:
             on_limit=boundary.refused,
             answer_error=wire_error,
             on_internal_error=self._caught,
+            credentials=credentials,
         )
 
     def _caught(self, where: str, exc: BaseException) -> None:

@@ -25,6 +25,7 @@ operator is paged for::
     ├── Unencodable                 a message Manifold built cannot be written as JSON (our bug)
     ├── RemoteError                 a server answered a request with a JSON-RPC error
     └── ServerUnavailable           a server cannot answer (not started, crashed, gone)
+        ├── SignInNeeded            -32000: the caller has no credentials to this server yet
         ├── ServerTimeout           a server did not answer in time
         └── ServerProtocolError     -32603: a server sent what JSON-RPC / MCP does not allow
                                     (undecodable, past a limit, not an answer)
@@ -78,6 +79,7 @@ __all__ = [
     "ServerProtocolError",
     "ServerTimeout",
     "ServerUnavailable",
+    "SignInNeeded",
     "UNSUPPORTED_VERSION",
     "Unencodable",
     "UnsupportedVersion",
@@ -293,6 +295,22 @@ class ServerUnavailable(ManifoldError):
         super().__init__(f"server {server_id!r} is unavailable: {reason}")
         self.server_id = server_id
         self.reason = reason
+
+
+class SignInNeeded(ServerUnavailable):
+    """The caller has no credentials of its own to a server whose ``credentials.mode`` needs
+    them (no secret stored for it, no token yet, or they were revoked). Not the server's fault
+    and not a malformed request: the user must act. ``message`` says what to do; ``url`` is
+    where to sign in, when Manifold has such a page."""
+
+    code = CONNECTION_CLOSED
+
+    def __init__(self, server_id: str, url: str | None, message: str) -> None:
+        message = redact_text(message)
+        ManifoldError.__init__(self, f"server {server_id!r} needs your own credentials: {message}")
+        self.server_id = server_id
+        self.url = url
+        self.reason = message
 
 
 class ServerTimeout(ServerUnavailable):

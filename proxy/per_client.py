@@ -17,6 +17,14 @@ request outside any call (``roots/list`` after initialize) still finds its way: 
 asked on its standalone stream; an identity's question waits at its :class:`Doorway` for the
 identity's next call, which asks it (``input_required``) before its own request goes out.
 What each lists is its owner's (:attr:`ClientConnections.lists`: :mod:`proxy.own_catalogs`).
+
+A server whose ``credentials.mode`` is not ``shared`` is reached this way too (the mode implies
+``per_client``), each connection built with its owner's identity's credentials
+(:mod:`proxy.credentials`). They are looked up on every request that goes to the server: when
+they changed since the connection started (replaced, refreshed) it is stopped and started again
+with the new ones; when there are none any more (revoked) it is stopped and the request fails
+with :class:`~proxy.errors.SignInNeeded`. Sessions of one identity do not share a connection:
+each carries its own session's capabilities, roots and questions, as for any per_client server.
 A session's connection logs at its session's level (``logging/setLevel``, told when it starts
 and whenever the session sets one), and its log lines go to that session alone.
 """
@@ -33,8 +41,9 @@ import anyio
 import anyio.abc
 
 from proxy.config import LimitsConfig, ServerConfig
+from proxy.credentials import Credentials, Sources
 from proxy.doorway import Doorstep, Doorway
-from proxy.errors import LimitExceeded, ServerUnavailable
+from proxy.errors import LimitExceeded, ServerUnavailable, SignInNeeded
 from proxy.inbound.session import ClientSession, InboundRequest, StatelessCaller
 from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection, ServerState
 from proxy.outbound.era import RELAYED, Era
@@ -130,6 +139,7 @@ class _Running:
     scope: anyio.CancelScope
     used: float  # when a request last went out on it, or was last seen in flight
     doorway: Doorway  # where the server's questions outside a call go
+    credentials: Credentials  # what it was built with (its owner's identity's; empty: shared)
     waiting: int = 0  # requests waiting for it to connect (a slow start is no idleness)
     held: int = 0  # resource subscriptions its identity's listen streams hold on it
 
@@ -155,8 +165,10 @@ class ClientConnections:
         on_internal_error: InternalErrorHook | None = None,
         on_limit: Callable[[LimitExceeded], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        credentials: Sources | None = None,
     ) -> None:
         self._servers = servers
+        self._credentials = credentials or Sources({})
         self._max_pages = max_pages
         self._limits = limits
         self._answer_error = answer_error
@@ -197,13 +209,21 @@ class ClientConnections:
 
         Raises:
             LimitExceeded: it would start one more than ``limits.max_per_client_connections``.
-            ServerUnavailable: Manifold is shutting down.
+            SignInNeeded: the server takes each identity's own credentials, and this one has none.
+            ServerUnavailable: Manifold is shutting down, or the credentials cannot be read now.
         """
         key = (owner(client), server_id)
+        own = await self._own_credentials(key, client, server_id)
         running = self._running.get(key)
+        if running is not None and running.credentials != own:
+            logger.info(
+                "per_client connection to %s restarted: its identity's credentials changed", server_id
+            )
+            self._stop(key)
+            running = None
         fresh = running is None
         if running is None:
-            running = self._start(key, client, server_id)
+            running = self._start(key, client, server_id, own)
         connection = running.connection
         running.waiting += 1
         try:
@@ -221,6 +241,23 @@ class ClientConnections:
             running.waiting -= 1
             running.used = self._clock()
         return connection
+
+    async def _own_credentials(
+        self, key: _Key, client: ClientSession | StatelessCaller, server_id: str
+    ) -> Credentials:
+        """The credentials ``client``'s connection to ``server_id`` is built with (empty for a
+        shared-credentials server); none any more stops the one running."""
+        if server_id not in self._credentials:
+            return Credentials()
+        try:
+            return await self._credentials.credentials(client.identity, server_id)
+        except SignInNeeded:
+            if key in self._running:
+                logger.info(
+                    "per_client connection to %s stopped: its identity's credentials are gone", server_id
+                )
+                self._stop(key)
+            raise
 
     def find(self, client: ClientSession | StatelessCaller, server_id: str) -> ServerConnection | None:
         """``client``'s connection to ``server_id`` if it runs (none is started)."""
@@ -241,7 +278,9 @@ class ClientConnections:
             return connection
         return Doorstep(connection, running.doorway)
 
-    def _start(self, key: _Key, client: ClientSession | StatelessCaller, server_id: str) -> _Running:
+    def _start(
+        self, key: _Key, client: ClientSession | StatelessCaller, server_id: str, own: Credentials
+    ) -> _Running:
         if self._tg is None:
             raise ServerUnavailable(server_id, "Manifold is shutting down")
         whose = "session" if isinstance(client, ClientSession) else "identity"
@@ -261,7 +300,7 @@ class ClientConnections:
         doorway = Doorway(name, capabilities, hold=server.request_timeout, standing=standing)
         connection = ServerConnection(
             server_id,
-            transport_for(server, limits=self._limits),
+            transport_for(server, limits=self._limits, headers=own.headers, env=own.env),
             _OwnerListener(key[0], session, lambda: self.lists, lambda: self.notices),
             connect_timeout=server.connect_timeout,
             request_timeout=server.request_timeout,
@@ -275,7 +314,7 @@ class ClientConnections:
             failures_until_unready=self._limits.failures_until_unready,
             on_limit=self._on_limit,
         )
-        running = _Running(session, connection, anyio.CancelScope(), self._clock(), doorway)
+        running = _Running(session, connection, anyio.CancelScope(), self._clock(), doorway, own)
         self._running[key] = self._by_connection[connection] = running
         label = key[0][:8] if isinstance(key[0], str) else f"{whose} {client.identity.name}"
         self._tg.start_soon(_run_in, running.scope, connection, name=f"server {server_id} for {label}")

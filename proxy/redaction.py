@@ -12,7 +12,8 @@ Pure: strings in, strings out. :func:`redact_text` is the entry point (re-export
   secret (``authorization``, ``cookie``, ``token``, ``secret``, ``password``, ``api_key``,
   ``credential``);
 * the configured secrets Manifold was told about (:func:`remember_secrets`: server header and
-  env values, the credentials in server URLs), wherever they appear verbatim.
+  env values, the credentials in server URLs) and those it loaded since (:func:`remember_more`:
+  per-identity credentials to servers), wherever they appear verbatim.
 
 Every pattern is linear in the text: a name or a scheme starts only where a run of its
 characters starts, and is matched atomically.
@@ -25,7 +26,15 @@ from collections.abc import Iterable
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["MIN_SECRET_LENGTH", "REDACTED", "redact_text", "redact_url", "remember_secrets", "url_secrets"]
+__all__ = [
+    "MIN_SECRET_LENGTH",
+    "REDACTED",
+    "redact_text",
+    "redact_url",
+    "remember_more",
+    "remember_secrets",
+    "url_secrets",
+]
 
 REDACTED: Final = "[REDACTED]"
 # A configured value shorter than this is not searched for verbatim: "1", "on" or "dev" would
@@ -52,6 +61,9 @@ _URL: Final = re.compile(
 _AUTHORITY_END: Final = re.compile(r"[/?#]")
 
 _known: re.Pattern[str] | None = None
+_configured: frozenset[str] = frozenset()  # remember_secrets: replaced as a whole
+_learned: dict[str, None] = {}  # remember_more: added to while Manifold runs, oldest first
+_LEARNED_AT_MOST: Final = 10_000  # past it the oldest learned are forgotten (rotated secrets)
 
 
 def redact_url(url: str) -> str:
@@ -112,7 +124,25 @@ def url_secrets(url: str) -> list[str]:
 
 def remember_secrets(values: Iterable[str]) -> None:
     """Redact these values verbatim from now on, wherever :func:`redact_text` runs (replacing any
-    remembered before). Values shorter than :data:`MIN_SECRET_LENGTH` are left out."""
+    remembered before by this function; those of :func:`remember_more` stay). Values shorter than
+    :data:`MIN_SECRET_LENGTH` are left out."""
+    global _configured
+    _configured = frozenset(value for value in values if len(value) >= MIN_SECRET_LENGTH)
+    _compile()
+
+
+def remember_more(values: Iterable[str]) -> None:
+    """Redact these values too, from now on: secrets loaded while Manifold runs (an identity's
+    credential to a server, as it is looked up). Cheap when they are known already."""
+    new = {value for value in values if len(value) >= MIN_SECRET_LENGTH} - _learned.keys() - _configured
+    if new:
+        _learned.update(dict.fromkeys(new))
+        for oldest in list(_learned)[: max(0, len(_learned) - _LEARNED_AT_MOST)]:
+            del _learned[oldest]
+        _compile()
+
+
+def _compile() -> None:
     global _known
-    kept = sorted({value for value in values if len(value) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+    kept = sorted(_configured | _learned.keys(), key=len, reverse=True)
     _known = re.compile("|".join(map(re.escape, kept))) if kept else None

@@ -48,7 +48,10 @@ def stages(config: Config, parts: Parts) -> list[Middleware]:
     if config.metrics.enabled:
         built.append(Measure(parts.metrics))
     if policy.files or parts.audit is not None:
-        built.append(Authorize(parts.access, parts.audit, parts.metrics))
+        modes = {
+            sid: s.credentials.mode for sid, s in config.servers.items() if s.credentials.mode != "shared"
+        }
+        built.append(Authorize(parts.access, parts.audit, parts.metrics, credential_modes=modes))
     if (shape := Shape.of(config.servers)) is not None:
         built.append(shape)  # after authorize (audited), before validate (the shaped call)
     if policy.validate_arguments or policy.validate_results:

@@ -470,6 +470,16 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_DISCOVERY__MAX_DESCRIBE": "5",
     "MANIFOLD_DISCOVERY__MAX_QUERY_CHARS": "200",
     "MANIFOLD_DISCOVERY__MAX_PROMOTED": "4",
+    "MANIFOLD_CREDENTIALS": '{"store": "redis"}',
+    "MANIFOLD_CREDENTIALS__STORE": "env",
+    "MANIFOLD_CREDENTIALS__PATH": "/var/lib/manifold/credentials.json",
+    "MANIFOLD_CREDENTIALS__KEY": "A" * 43 + "=",
+    "MANIFOLD_CREDENTIALS__REDIS_URL": "redis://cache:6379/3",
+    "MANIFOLD_CREDENTIALS__KEY_PREFIX": "mf:cred:",
+    "MANIFOLD_CREDENTIALS__ENV_PREFIX": "GW_SECRET__",
+    "MANIFOLD_CREDENTIALS__MAX_SECRET_BYTES": "4096",
+    "MANIFOLD_CREDENTIALS__MAX_ENTRIES": "500",
+    "MANIFOLD_CREDENTIALS__TIMEOUT": "1.5",
 }
 # What a few samples need from the file to be valid on their own.
 _OAUTH = {

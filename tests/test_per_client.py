@@ -11,11 +11,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from proxy.boundary import wire_error
 from proxy.config import LimitsConfig, config_from_mapping
-from proxy.errors import LimitExceeded
+from proxy.credentials import Credentials, Sources
+from proxy.credentials.sealing import new_key
+from proxy.errors import LimitExceeded, SignInNeeded
 from proxy.inbound.session import ClientSession, InboundRequest, StatelessCaller
 from proxy.outbound.connection import ServerState
 from proxy.per_client import ClientConnections, owner, owner_of
@@ -202,3 +205,88 @@ async def test_identity_connections_count_against_the_same_limit_and_go_idle_ali
         assert len(connections) == 0
         await connections.connection(stateless(BOB), "pc")
         assert len(connections) == 1
+
+
+# ---- each identity's own credentials (proxy.credentials) ----------------------------------------
+
+
+class Kept:
+    """A credential source: what each identity has now (absent: it must sign in)."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[tuple[str, ...], str] = {}
+
+    async def credentials(self, identity: Identity, server_id: str) -> Credentials:
+        token = self.tokens.get(identity.key)
+        if token is None:
+            raise SignInNeeded(server_id, None, "keep a secret for it")
+        return Credentials(env={"TOKEN": token}, label="secret")
+
+
+@asynccontextmanager
+async def with_credentials(kept: Kept) -> AsyncIterator[ClientConnections]:
+    server = fixture_server("pc-unit", tools=1)
+    server["args"] += ["--report-env", "TOKEN"]
+    config = config_from_mapping(
+        {
+            "credentials": {"key": new_key()},
+            "servers": {
+                "pc": {
+                    **server,
+                    "env": {"TOKEN": "configured"},
+                    "credentials": {"mode": "secret", "env": "TOKEN"},
+                }
+            },
+        },
+        environ={},
+    )
+    connections = ClientConnections(
+        config.servers,
+        max_pages=10,
+        limits=LimitsConfig(),
+        answer_error=wire_error,
+        credentials=Sources({"pc": kept}),
+    )
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            await tg.start(connections.run)
+            try:
+                yield connections
+            finally:
+                tg.cancel_scope.cancel()
+
+
+async def token_seen(connections: ClientConnections, client: ClientSession | StatelessCaller) -> str | None:
+    connection = await connections.connection(client, "pc")
+    result = await connection.request("tools/call", {"name": "report", "arguments": {}})
+    token: str | None = orjson.loads(result["content"][0]["text"])["env"]["TOKEN"]
+    return token
+
+
+async def test_each_identitys_process_is_started_with_its_own_credentials_and_sessions_keep_their_own() -> (
+    None
+):
+    kept = Kept()
+    kept.tokens = {ALICE.key: "alice-token", BOB.key: "bob-token"}
+    async with with_credentials(kept) as connections:
+        assert await token_seen(connections, stateless(ALICE)) == "alice-token"
+        assert await token_seen(connections, stateless(BOB)) == "bob-token"
+        alices_session = ClientSession(id="s1", transport="http", identity=ALICE)
+        assert await token_seen(connections, alices_session) == "alice-token"
+        assert len(connections) == 3  # alice's stateless identity, bob's, and alice's session
+
+
+async def test_changed_credentials_restart_the_connection_and_gone_ones_stop_it() -> None:
+    kept = Kept()
+    kept.tokens = {ALICE.key: "first-token"}
+    async with with_credentials(kept) as connections:
+        first = await connections.connection(stateless(ALICE), "pc")
+        assert await connections.connection(stateless(ALICE), "pc") is first
+        kept.tokens[ALICE.key] = "second-token"
+        assert await token_seen(connections, stateless(ALICE)) == "second-token"
+        assert connections.find(stateless(ALICE), "pc") is not first
+        del kept.tokens[ALICE.key]
+        with pytest.raises(SignInNeeded):
+            await connections.connection(stateless(ALICE), "pc")
+        assert connections.find(stateless(ALICE), "pc") is None
+        assert len(connections) == 0

@@ -4,6 +4,9 @@ One stage does both because an audit record needs the decision *and* how the cal
 Denied tool calls become a tool result with ``isError: true`` and a message a model can act
 on; a denied prompt or resource looks like one that does not exist (leaking nothing).
 In ``dry_run`` a would-be denial is logged and audited, and the call goes ahead.
+A record names the caller's identity and, under ``credentials``, which of its own credentials
+the server was reached with (the server's ``credentials.mode``; left out: the shared ones),
+never a value.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Final
 
@@ -80,7 +83,9 @@ class Authorize:
         metrics: Metrics,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        credential_modes: Mapping[str, str] | None = None,  # server id -> credentials.mode
     ) -> None:
+        self._credential_modes = credential_modes or {}
         self._access = access
         self._audit = audit
         self._metrics = metrics
@@ -146,6 +151,8 @@ class Authorize:
             "outcome": outcome,
             "latency_ms": round((self._clock() - started) * 1000, 3),
         }
+        if (mode := self._credential_modes.get(ctx.server_id, "shared")) != "shared":
+            record["credentials"] = mode  # the identity's own credentials reached the server
         if ctx.endpoint:  # a configured endpoint's name, not the whole catalog's /mcp
             record["endpoint"] = ctx.endpoint
         if ctx.subject.name != ctx.name:  # a shortened or derived spelling: what the policy matched

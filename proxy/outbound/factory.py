@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from proxy.config import LimitsConfig, ServerConfig
 from proxy.outbound.stdio import StdioTransport
 from proxy.outbound.transport import Transport
@@ -9,11 +11,18 @@ from proxy.outbound.transport import Transport
 __all__ = ["transport_for"]
 
 
-def transport_for(server: ServerConfig, *, limits: LimitsConfig | None = None) -> Transport:
+def transport_for(
+    server: ServerConfig,
+    *,
+    limits: LimitsConfig | None = None,
+    headers: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Transport:
     """The transport that reaches ``server``, bounded by ``limits`` (the defaults where not given):
     ``max_depth`` and ``max_server_message_bytes`` for every message it decodes (a stdio line, an
     HTTP JSON body, an SSE event), and for a stdio server how much of its stderr is kept and
-    logged."""
+    logged. ``headers`` (an HTTP server) and ``env`` (a stdio server's process) are one identity's
+    credentials (:mod:`proxy.credentials`), merged over the configured ones."""
     limits = limits or LimitsConfig()
     if server.kind == "stdio":
         assert server.command is not None
@@ -21,7 +30,7 @@ def transport_for(server: ServerConfig, *, limits: LimitsConfig | None = None) -
             server.id,
             server.command,
             server.args,
-            env=server.resolved_env(),
+            env={**server.resolved_env(), **(env or {})},
             cwd=server.cwd,
             max_depth=limits.max_depth,
             max_line=limits.max_server_message_bytes,
@@ -35,9 +44,15 @@ def transport_for(server: ServerConfig, *, limits: LimitsConfig | None = None) -
     return http_transport(
         server.id,
         server.url,
-        server.resolved_headers(),
+        _merged_headers(server.resolved_headers(), headers or {}),
         server.transport,
         connect_timeout=server.connect_timeout,
         max_depth=limits.max_depth,
         max_message_bytes=limits.max_server_message_bytes,
     )
+
+
+def _merged_headers(configured: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:
+    """``own`` over ``configured``, header names compared without case (one Authorization)."""
+    replaced = {name.lower() for name in own}
+    return {**{k: v for k, v in configured.items() if k.lower() not in replaced}, **own}

@@ -1,0 +1,62 @@
+"""From the config to each server's :class:`~proxy.credentials.CredentialSource` (composition).
+
+:data:`BUILDERS` maps a mode to what builds its source; a mode's module adds itself here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from proxy.config import Config, ServerConfig
+from proxy.credentials import CredentialSource, Sources
+from proxy.credentials.secret import SecretSource
+from proxy.credentials.store import SecretStore, StoreError, open_store
+from proxy.errors import ConfigError
+
+__all__ = ["BUILDERS", "Builder", "open_credential_store", "sources_for"]
+
+# (the config, the servers of this mode by id, the credential store) -> the mode's source.
+Builder = Callable[[Config, Mapping[str, ServerConfig], SecretStore], CredentialSource]
+
+BUILDERS: dict[str, Builder] = {
+    "secret": lambda config, servers, store: SecretSource(servers, store),
+}
+
+
+def open_credential_store(config: Config, environ: Mapping[str, str] | None = None) -> SecretStore | None:
+    """The credential store, when some enabled server needs one (no I/O: Redis connects lazily).
+
+    Raises:
+        ConfigError: the store cannot be opened as configured.
+    """
+    if all(server.credentials.mode == "shared" for server in config.enabled_servers()):
+        return None
+    try:
+        return open_store(config.credentials, redis_url=config.rate_limits.redis_url, environ=environ)
+    except StoreError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def sources_for(config: Config, store: SecretStore | None) -> Sources:
+    """Each enabled server's source, by its mode (none for ``shared``).
+
+    Raises:
+        ConfigError: a mode has no builder in this build of Manifold.
+    """
+    by_mode: dict[str, dict[str, ServerConfig]] = {}
+    for server in config.enabled_servers():
+        if server.credentials.mode != "shared":
+            by_mode.setdefault(server.credentials.mode, {})[server.id] = server
+    if not by_mode:
+        return Sources({})
+    assert store is not None
+    by_server: dict[str, CredentialSource] = {}
+    for mode, servers in by_mode.items():
+        builder = BUILDERS.get(mode)
+        if builder is None:
+            raise ConfigError(
+                f"servers.{next(iter(servers))}.credentials.mode: {mode!r} is not available yet"
+            )
+        source = builder(config, servers, store)
+        by_server.update(dict.fromkeys(servers, source))
+    return Sources(by_server)
