@@ -52,7 +52,8 @@ __all__ = ["CallbackRefused", "OAuthServer", "OnBehalf", "SignIn"]
 logger = logging.getLogger("proxy.credentials.on_behalf")
 
 _REFRESH_MARGIN: Final = 30.0
-_POLL: Final = 0.25  # how often a waiter looks for a sign-in completed on another replica
+_POLL: Final = 0.25
+_FAILED_AT_MOST: Final = 10_000  # how often a waiter looks for a sign-in completed on another replica
 
 
 class CallbackRefused(ManifoldError):
@@ -119,6 +120,7 @@ class OnBehalf:
         self._known: dict[str, _Known] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._done: dict[tuple[tuple[str, ...], str], anyio.Event] = {}
+        self._failed: set[str] = set()  # states whose callback was refused, until waited on
 
     def _lock(self, name: str) -> anyio.Lock:
         return self._locks.setdefault(name, anyio.Lock())
@@ -248,6 +250,16 @@ class OnBehalf:
             )
         data: Any = json.loads(plain)
         pending = _Pending(**{**data, "identity_key": tuple(data["identity_key"])})
+        try:
+            await self._exchange_code(pending, query)
+        except CallbackRefused:
+            self._finish(pending, state, failed=True)  # the call waiting for it stops waiting
+            raise
+        self._finish(pending, state, failed=False)
+        logger.info("an identity signed in for %s", pending.server_id)
+        return pending.identity_key, pending.server_id
+
+    async def _exchange_code(self, pending: _Pending, query: Mapping[str, str]) -> None:
         if self._clock() > pending.expires_at:
             raise CallbackRefused("this sign-in link has expired: start again from your client")
         known = await self.known(pending.server_id)
@@ -283,16 +295,27 @@ class OnBehalf:
                     "you signed in as somebody else than the user who asked: the link is for that user alone"
                 )
         await self.store.put(pending.identity_key, pending.server_id, tokens)
-        self._done.pop((pending.identity_key, pending.server_id), anyio.Event()).set()
-        logger.info("an identity signed in for %s", pending.server_id)
-        return pending.identity_key, pending.server_id
 
-    async def wait(self, identity: Identity, server_id: str, timeout: float) -> bool:
+    def _finish(self, pending: _Pending, state: str, *, failed: bool) -> None:
+        if failed:
+            if len(self._failed) >= _FAILED_AT_MOST:
+                self._failed.clear()  # only a waiter's shortcut: it would time out instead
+            self._failed.add(state)
+        self._done.pop((pending.identity_key, pending.server_id), anyio.Event()).set()
+
+    async def wait(
+        self, identity: Identity, server_id: str, timeout: float, state: str | None = None
+    ) -> bool:
         """Wait (at most ``timeout`` s) until the identity has a token for the server: a sign-in
-        completed here, or on another replica (looked for every 250 ms)."""
+        completed here, or on another replica (looked for every 250 ms). False at once when the
+        callback of sign-in ``state`` was refused here."""
+        key = (identity.key, server_id)
         with anyio.move_on_after(timeout):
             while await self.store.get(identity.key, server_id) is None:
-                event = self._done.setdefault((identity.key, server_id), anyio.Event())
+                if state is not None and state in self._failed:
+                    self._failed.discard(state)
+                    return False
+                event = self._done.setdefault(key, anyio.Event())
                 with anyio.move_on_after(_POLL):
                     await event.wait()
             return True

@@ -10,8 +10,8 @@ refused). How the user is asked depends on their client:
   sign-in's lifetime) until Manifold's callback has the token, tells the client
   ``notifications/elicitation/complete``, and goes on;
 * 2026-07-28: the call is answered ``input_required`` with that elicitation and a
-  ``requestState`` sealed for this call and caller; the retry goes on if the user has signed in
-  by then, and is asked again if not;
+  ``requestState`` sealed for this call and caller; the retry waits (bounded) for the sign-in to
+  complete and goes on, and is refused if the user declined or the sign-in failed;
 * a client that cannot be asked gets an ``isError`` result with the link
   (``_meta["dev.manifold/outcome"] = "sign_in_required"``, ``dev.manifold/sign_in`` the URL).
 
@@ -71,8 +71,7 @@ class SignInStage:
             else:
                 if sealed.kind != "signin":
                     raise InvalidRequestState()
-                params = {k: v for k, v in ctx.params.items() if k not in ("inputResponses", "requestState")}
-                ctx = dataclasses.replace(ctx, params=params)
+                return await self._retried(ctx, call_next, sealed.payload)
         identity = ctx.caller.identity
         try:
             if await self._flow.access_token(identity, ctx.server_id) is not None:
@@ -95,7 +94,7 @@ class SignInStage:
         if not ctx.caller.supports(_ELICIT, params):
             return self._link(ctx, sign_in.url)
         if ctx.caller.stateless:
-            state = self._states.seal(boundary_of(ctx), "signin", elicitation_id)
+            state = self._states.seal(boundary_of(ctx), "signin", sign_in.state)
             return {
                 "resultType": "input_required",
                 "inputRequests": {SIGN_IN_KEY: {"method": _ELICIT, "params": params}},
@@ -113,12 +112,33 @@ class SignInStage:
                 outcome="sign_in_required",
                 meta={_META_LINK: sign_in.url},
             )
-        if not await self._flow.wait(identity, ctx.server_id, max(0.0, sign_in.expires_at - self._clock())):
+        left = max(0.0, sign_in.expires_at - self._clock())
+        if not await self._flow.wait(identity, ctx.server_id, left, sign_in.state):
             return self._link(ctx, sign_in.url, waited=True)
         ctx.caller.notify(
             jsonrpc.notification("notifications/elicitation/complete", {"elicitationId": elicitation_id})
         )
         return await call_next(ctx)
+
+    async def _retried(self, ctx: CallContext, call_next: Handler, state: str) -> Any:
+        """The retry of a call answered ``input_required``: declined, it is not made; accepted, it
+        waits (bounded) for the sign-in to complete, and is asked again if it did not."""
+        responses = ctx.params.get("inputResponses")
+        answer = responses.get(SIGN_IN_KEY) if isinstance(responses, dict) else None
+        params = {k: v for k, v in ctx.params.items() if k not in ("inputResponses", "requestState")}
+        ctx = dataclasses.replace(ctx, params=params)
+        if not isinstance(answer, dict) or answer.get("action") != "accept":
+            return tool_error(
+                f"You did not sign in to {ctx.server_id}, so the call was not made.",
+                outcome="sign_in_required",
+            )
+        if await self._flow.wait(ctx.caller.identity, ctx.server_id, self._ask_timeout, state):
+            return await call_next(ctx)
+        return tool_error(
+            f"The sign-in to {ctx.server_id} did not complete, so the call was not made; call the tool "
+            "again for a new sign-in link.",
+            outcome="sign_in_required",
+        )
 
     def _link(self, ctx: CallContext, url: str, *, waited: bool = False) -> Any:
         first = "The sign-in was not completed in time. " if waited else ""

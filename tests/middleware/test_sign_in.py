@@ -39,7 +39,9 @@ class Flow:
         self.begun += 1
         return SignIn(f"https://as.example/auth?state=s{self.begun}", f"s{self.begun}", 1e12)
 
-    async def wait(self, identity: Identity, server_id: str, timeout: float) -> bool:
+    async def wait(
+        self, identity: Identity, server_id: str, timeout: float, state: str | None = None
+    ) -> bool:
         return identity.key in self.holders
 
 
@@ -112,9 +114,10 @@ async def test_a_stateless_caller_without_a_token_is_asked_and_its_retry_goes_on
         "requestState": first["requestState"],
         "inputResponses": {SIGN_IN_KEY: {"action": "accept"}},
     }
-    # Retried before signing in: asked again, nothing forwarded.
+    # Retried before signing in (it did not complete): refused, nothing forwarded.
     again = await signin(context(caller, retry), forward)
-    assert again["resultType"] == "input_required"
+    assert again["isError"] is True
+    assert again["_meta"]["dev.manifold/outcome"] == "sign_in_required"
     assert forward.calls == []
     flow.holders.add(ALICE.key)
     await signin(context(caller, retry), forward)
@@ -129,10 +132,13 @@ async def test_a_forged_or_borrowed_request_state_does_not_skip_the_sign_in() ->
     flow.holders.add(ALICE.key)
     bob = Caller(BOB, stateless=True, capabilities=URL_ELICITATION)
     asked = await signin(context(bob), forward)
-    for state in (asked["requestState"] + "x", "forged", asked["requestState"]):
-        # Bob's own state, altered; made up; and replayed as Alice... none is a token for Bob.
+    for state in (asked["requestState"] + "x", "forged"):
+        # Bob's own state, altered; made up: neither is a token for Bob.
         result = await signin(context(bob, {"name": "whoami", "requestState": state}), forward)
         assert result["resultType"] == "input_required"
+    # His real one, without having signed in: refused.
+    result = await signin(context(bob, {"name": "whoami", "requestState": asked["requestState"]}), forward)
+    assert result["isError"] is True
     assert forward.calls == []
     # Bob's state on Alice's request is not Manifold's for her: passed on as it is, to be refused
     # where server states are checked; she has a token, so the call may go on.
