@@ -66,3 +66,18 @@ def sources_for(
         source = builder(config, servers, store)
         by_server.update(dict.fromkeys(servers, source))
     return Sources(by_server)
+
+
+def _made_elsewhere(
+    config: Config, servers: Mapping[str, ServerConfig], store: SecretStore
+) -> CredentialSource:
+    raise ConfigError(
+        f"servers.{next(iter(servers))}.credentials: built with the gateway's shared parts "
+        "(proxy.credentials.token_modes), not here"
+    )
+
+
+# oauth and exchange share gateway-wide parts (sign-ins, the callback, inbound tokens): built by
+# proxy.credentials.token_modes and handed to sources_for ready-made. Listed here, they are modes
+# this build serves.
+BUILDERS.update({"oauth": _made_elsewhere, "exchange": _made_elsewhere})

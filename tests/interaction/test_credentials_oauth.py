@@ -32,6 +32,7 @@ from proxy.protocol import versions
 from tests.credentials.world import CLIENT_SECRET, INTROSPECTION_SECRET, Browser, World, world
 from tests.fixtures.spawn import free_port
 from tests.interaction.harness import MANIFOLD, REPO, RunningManifold, running_manifold, write_config
+from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
 pytestmark = pytest.mark.anyio
 
@@ -349,3 +350,68 @@ async def test_an_api_key_caller_has_nothing_to_exchange(served: Served) -> None
         with pytest.raises(Exception) as refused:  # noqa: PT011 (the SDK's MCPError)
             await session.call_tool("swapped.whoami", {})
     assert "exchanged" in str(refused.value)
+
+
+# ---- Redis: two replicas, the callback on the other one ------------------------------------------
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+async def test_a_sign_in_started_on_one_replica_completes_on_the_other_and_both_use_it(
+    tmp_path: Path,
+) -> None:
+    one_port, other_port = free_port(), free_port()
+    for directory in ("one", "other"):
+        (tmp_path / directory).mkdir()
+    callback = f"http://127.0.0.1:{other_port}/oauth/callback"  # where the browser lands: the other
+    async with (
+        running_redis(tmp_path) as redis,
+        world(tmp_path, redirect_uri=callback, servers=("guarded",)) as running,
+    ):
+        url = running.servers["guarded"]
+        listing = await running.client_credentials("users-app", CLIENT_SECRET, url)
+        config: dict[str, Any] = {
+            "auth": {
+                "api_keys": [
+                    {"name": "alice", "key": f"sha256:{hashlib.sha256(KEYS['alice'].encode()).hexdigest()}"}
+                ]
+            },
+            "credentials": {
+                "store": "redis",
+                "redis_url": redis.url,
+                "key": new_key(),
+                "callback_url": callback,
+            },
+            "servers": {
+                "guarded": {
+                    "url": url,
+                    "headers": {"Authorization": f"Bearer {listing}"},
+                    "credentials": _oauth(),
+                }
+            },
+        }
+        async with (
+            running_manifold(tmp_path / "one", config, port=one_port) as one,
+            running_manifold(tmp_path / "other", config, port=other_port) as other,
+        ):
+            person = Person("alice")
+            async with client(one.url, "alice", "legacy", person) as session:
+                assert (await whoami(session, "guarded"))["subject"] == "alice"
+            status, page = person.pages[0]
+            assert status == 200, page  # the other replica took the state the first one made
+            async with client(other.url, "alice", V) as session:  # no elicitation: none needed
+                assert (await whoami(session, "guarded"))["subject"] == "alice"
+        stored = await _redis_dump(redis.url)
+    assert stored
+    assert not any(b"access_token" in value or b"eyJ" in value for value in stored)  # sealed
+
+
+async def _redis_dump(url: str) -> list[bytes]:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter()]
+        values = [await client.get(key) for key in keys]
+        return [value for value in values if isinstance(value, bytes)]
+    finally:
+        await client.aclose()
