@@ -327,6 +327,12 @@ class OnBehalf:
         tokens = await self.store.revoke(identity_key, server_id)
         if tokens is None:
             return False
+        await self.revoke_at_issuer(server_id, tokens)
+        return True
+
+    async def revoke_at_issuer(self, server_id: str, tokens: TokenSet) -> None:
+        """RFC 7009 at the server's authorization server: the refresh token (which ends the grant
+        at most providers), then the access token. Best effort: a failure is logged."""
         try:
             known = await self.known(server_id)
             if tokens.refresh_token is not None:
@@ -336,4 +342,3 @@ class OnBehalf:
             logger.warning(
                 "revoking at %s's authorization server failed (forgotten here): %s", server_id, exc
             )
-        return True

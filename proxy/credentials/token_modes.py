@@ -37,7 +37,7 @@ from proxy.errors import ConfigError, ServerUnavailable, SignInNeeded
 from proxy.policy.model import Identity
 from proxy.redaction import remember_more
 
-__all__ = ["ExchangeSource", "OAuthSource", "StoreTokens", "TokenModes", "token_modes"]
+__all__ = ["ExchangeSource", "OAuthSource", "StoreTokens", "TokenModes", "revoke_at_issuer", "token_modes"]
 
 logger = logging.getLogger("proxy.credentials.token_modes")
 
@@ -253,3 +253,18 @@ def _exchange_server(config: Config, server: ServerConfig, settings: ExchangeCre
     return ExchangeServer(
         server.id, audience, issuer, settings.client_id, secret, " ".join(settings.scopes) or None
     )
+
+
+async def revoke_at_issuer(
+    config: Config, store: SecretStore, server_id: str, holder: tuple[str, str, str]
+) -> None:
+    """``manifold credentials revoke`` of an ``oauth`` server: the kept tokens are revoked at the
+    authorization server too (best effort), before the store forgets them."""
+    tokens = await StoreTokens(store).get(holder, server_id)
+    modes = token_modes(config, store)
+    if tokens is None or modes.on_behalf is None:
+        return
+    try:
+        await modes.on_behalf.revoke_at_issuer(server_id, tokens)
+    finally:
+        await modes.aclose()

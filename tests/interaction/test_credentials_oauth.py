@@ -27,7 +27,9 @@ from mcp.client.context import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
 
+from proxy.config import load_config
 from proxy.credentials.sealing import new_key
+from proxy.credentials.store import open_store
 from proxy.protocol import versions
 from tests.credentials.world import CLIENT_SECRET, INTROSPECTION_SECRET, Browser, World, world
 from tests.fixtures.spawn import free_port
@@ -260,13 +262,37 @@ async def test_a_revoked_sign_in_is_asked_for_again(served: Served) -> None:
     person = Person("bob")
     async with client(served.manifold.url, "bob", V, person) as session:
         await whoami(session, "guarded")
+        kept = await _kept_tokens(served, "guarded", "bob")
         code, said = await credentials_cli(
             served.config, "revoke", "--server", "guarded", "--identity", "bob"
         )
         assert code == 0, said
+        assert await _refresh(served, kept["refresh_token"]) == 400  # revoked at the provider too
         asked = len(person.asked)
         assert (await whoami(session, "guarded"))["subject"] == "bob"
         assert len(person.asked) == asked + 1  # a new sign-in, not the revoked token
+
+
+async def _kept_tokens(served: Served, server: str, name: str) -> dict[str, Any]:
+    config = load_config(served.config, environ={})
+    store = open_store(config.credentials, redis_url=config.rate_limits.redis_url)
+    try:
+        raw = await store.get("oauth", server, ("api_key", "", name))
+    finally:
+        await store.aclose()
+    assert raw is not None
+    kept: dict[str, Any] = orjson.loads(raw)
+    return kept
+
+
+async def _refresh(served: Served, refresh_token: str) -> int:
+    form = {"grant_type": "refresh_token", "refresh_token": refresh_token}
+    auth = {"Authorization": aiohttp.encode_basic_auth("manifold", CLIENT_SECRET)}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{served.world.issuer}/token", data=form, headers=auth) as got,
+    ):
+        return got.status
 
 
 # ---- the callback, attacked --------------------------------------------------------------------------
