@@ -210,6 +210,10 @@ async def test_each_user_signs_in_once_and_the_server_sees_each_of_them(served: 
         # Signed in once: the next calls are not asked again.
         assert (await whoami(a, "guarded"))["subject"] == first
         assert len(one.asked) == 1
+    kept = await _kept_tokens(served, "guarded", first)
+    log = served.manifold.log_path.read_text()
+    assert kept["access_token"] not in log
+    assert kept["refresh_token"] not in log
     records = [orjson.loads(line) for line in served.audit.read_bytes().splitlines()]
     mine = [r for r in records if r.get("identity") == first and r.get("server") == "guarded"]
     assert mine
