@@ -232,3 +232,24 @@ async def test_an_exchange_of_a_token_not_issued_for_manifold_is_refused(live: W
     other = await live.client_credentials("users-app", CLIENT_SECRET, live.servers["short"])
     with pytest.raises(OAuthClientError, match="invalid_grant"):
         await exchanger.access_token(person("svc"), "guarded", other, None)
+
+
+async def test_without_a_client_id_manifold_registers_itself_and_finds_the_server_from_its_401(
+    live: World,
+) -> None:
+    # Nothing configured but the server's URL: PRM from the 401, the AS metadata, registration.
+    key = os.urandom(32)
+    flow = OnBehalf(
+        {"guarded": OAuthServer("guarded", live.servers["guarded"], scope="mcp:tools")},
+        VaultTokens(MemoryVault(), Sealer(key)),
+        Pending(MemoryVault(), Sealer(key)),
+        callback_url=CALLBACK,
+    )
+    known = await flow.known("guarded")
+    assert known.server.issuer == live.issuer
+    assert known.resource == live.servers["guarded"]
+    assert known.client.client_id != "manifold"  # its own, just registered
+    await sign_in(flow, person("alice"), "guarded", "alice")
+    token = await flow.access_token(person("alice"), "guarded")
+    assert token is not None
+    assert (await whoami(live.servers["guarded"], token))["subject"] == "alice"
