@@ -34,6 +34,7 @@ from proxy.catalogs import Catalogs
 from proxy.config import Config
 from proxy.confirm.approvals import make_approvals
 from proxy.connections import Connections, ServerHealth, WaitFor
+from proxy.credentials.token_modes import token_modes
 from proxy.credentials.wiring import open_credential_store, sources_for
 from proxy.discovery.service import Discovery
 from proxy.endpoints import Views, endpoint_inbounds, make_discovery
@@ -99,6 +100,8 @@ class Gateway:
         self.listens = Listens()  # open subscriptions/listen streams
         heard = Heard()
         self.credential_store = open_credential_store(config)
+        self.token_modes = token_modes(config, self.credential_store)  # credentials.mode oauth, exchange
+        self.auth.on_bearer = self.token_modes.inbound.keep
         self.connections = Connections(
             servers,
             heard,
@@ -106,7 +109,7 @@ class Gateway:
             limits=config.limits,
             boundary=self.boundary,
             transports=transports,
-            credentials=sources_for(config, self.credential_store),
+            credentials=sources_for(config, self.credential_store, self.token_modes.sources(config)),
         )
         self.notices = notices = Notices(self.sessions, self.listens, self.connections, access)
         # Changed in place by a config reload (proxy.reloader): every catalog reads these.
@@ -143,6 +146,7 @@ class Gateway:
         self.sessions.on_end(self.interest.release)
         states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
         self._questions = RequestStates(derive_key(secret, "confirm-state"), ttl=MAX_CONFIRM_TIMEOUT)
+        self._sign_ins = RequestStates(derive_key(secret, "sign-in"), ttl=config.credentials.signin_timeout)
         self.approvals = make_approvals(config, derive_key(secret, "approval-form"))
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
@@ -174,6 +178,7 @@ class Gateway:
             self.connections,
             self.boundary,
             self.approvals,
+            self.token_modes.on_behalf,
         )
         # Each named endpoint: a view of the one merge, its own router, and its own inbound.
         self.views = Views()  # each endpoint's view, replaceable by a reload (as are the endpoints)
@@ -198,7 +203,10 @@ class Gateway:
 
     def _stages(self) -> list[Middleware]:
         """The call pipeline between the router and the forwarding stage (:mod:`proxy.stages`)."""
-        parts = Parts(self.access, self.metrics, self._audit, self.limiter, self._questions, self.approvals)
+        own = (self.token_modes.on_behalf, self._sign_ins)  # credentials.mode oauth: users' sign-ins
+        parts = Parts(
+            self.access, self.metrics, self._audit, self.limiter, self._questions, self.approvals, *own
+        )
         return stages(self.config, parts)
 
     def reload_policy(self) -> None:
@@ -241,3 +249,4 @@ class Gateway:
                         await self.limiter.aclose()
                     if self.credential_store is not None:
                         await self.credential_store.aclose()
+                    await self.token_modes.aclose()

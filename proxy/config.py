@@ -714,6 +714,18 @@ class Config(_Model):
                     )
                 ]
             )
+        oauth = [key for key, server in self.servers.items() if server.credentials.mode == "oauth"]
+        if oauth and (store.store == "env" or store.key is None):
+            raise _Problems(
+                [
+                    (
+                        ("credentials", "store" if store.store == "env" else "key"),
+                        f"server {oauth[0]!r} has credentials.mode 'oauth': each user's tokens are kept "
+                        "sealed in the credential store, so it must be file or redis, with a key "
+                        "(make one with `manifold credentials keygen`)",
+                    )
+                ]
+            )
         return self
 
     @model_validator(mode="after")

@@ -1,9 +1,10 @@
 """The call pipeline's stages, outermost first: the order is declared here once (a test pins it).
 
-    Measure → Authorize (+ audit) → Shape → Validate → RateLimit → Confirm → (forward)
+    Measure → Authorize (+ audit) → Shape → Validate → RateLimit → Confirm → SignIn → (forward)
 
 A stage that has nothing to do is left out, so switched-off features cost nothing. Confirm is
-last: nobody is asked to approve a call that a later check would refuse.
+last but one: nobody is asked to approve a call that a later check would refuse. SignIn (servers
+in ``credentials.mode: oauth``) is last: nobody signs in for a call that would be refused.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from proxy.bridge.state import RequestStates
 from proxy.config import Config
 from proxy.confirm.approvals import Approvals
 from proxy.confirm.memory import Memory
+from proxy.credentials.on_behalf import OnBehalf
 from proxy.metrics import Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.confirm import Confirm
 from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.shape import Shape
+from proxy.middleware.sign_in import SignInStage
 from proxy.middleware.validate import Validate
 from proxy.pipeline import Middleware
 from proxy.policy import SchemaValidators
@@ -40,6 +43,8 @@ class Parts:
     limiter: LimitBackend | None
     questions: RequestStates
     approvals: Approvals
+    on_behalf: OnBehalf | None = None  # credentials.mode oauth: users' sign-ins
+    sign_ins: RequestStates | None = None  # the sign-in stage's input_required states
 
 
 def stages(config: Config, parts: Parts) -> list[Middleware]:
@@ -70,6 +75,8 @@ def stages(config: Config, parts: Parts) -> list[Middleware]:
         built.append(
             Confirm(parts.access, parts.questions, Memory(), parts.metrics, parts.audit, parts.approvals)
         )
+    if parts.on_behalf is not None and parts.sign_ins is not None:
+        built.append(SignInStage(parts.on_behalf, parts.sign_ins))
     return built
 
 

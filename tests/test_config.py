@@ -480,6 +480,8 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_CREDENTIALS__MAX_SECRET_BYTES": "4096",
     "MANIFOLD_CREDENTIALS__MAX_ENTRIES": "500",
     "MANIFOLD_CREDENTIALS__TIMEOUT": "1.5",
+    "MANIFOLD_CREDENTIALS__CALLBACK_URL": "https://gw.example.com/oauth/callback",
+    "MANIFOLD_CREDENTIALS__SIGNIN_TIMEOUT": "300",
 }
 # What a few samples need from the file to be valid on their own.
 _OAUTH = {

@@ -117,6 +117,7 @@ class Rejected:
 AuthResult: TypeAlias = Authenticated | Rejected
 # (method, outcome) of each token verified (not of a cached one): for manifold_sign_ins_total.
 SignInHook: TypeAlias = Callable[[str, str], None]
+BearerHook: TypeAlias = Callable[[Identity, str, float], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +153,9 @@ class Authenticator:
         if oauth is not None:
             self._scope = " ".join(oauth.settings.required_scopes or oauth.settings.scopes_supported) or None
         self.on_sign_in: SignInHook = lambda method, outcome: None
+        # Each request's bearer token that proved an identity, with its expiry: for the
+        # ``exchange`` credentials mode (proxy.credentials.inbound), which never forwards it.
+        self.on_bearer: BearerHook = lambda identity, token, until: None
         self._no_credential: AuthResult = (
             Authenticated(anonymous)
             if anonymous is not None
@@ -251,16 +255,19 @@ class Authenticator:
             return self._no(FailureReason.INVALID, "the API key is not valid")
         cached = self._tokens.get(key_digest)
         if cached is not None:
+            self.on_bearer(cached.result.identity, credential, cached.until)
             return cached.result
         if credential.count(".") != 2:
             if self._oauth is None or not self._oauth.introspects:
                 return self._no(FailureReason.INVALID, "the API key is not valid")
             return await self._signed_in(
-                "introspection", self._oauth.verify_opaque(credential, key_digest), key_digest
+                "introspection", self._oauth.verify_opaque(credential, key_digest), key_digest, credential
             )
         iss = _unverified_issuer(credential)
         if self._oauth is not None and self._oauth.issues(iss):
-            return await self._signed_in("oauth", self._oauth.verify_jwt(credential, iss), key_digest)
+            return await self._signed_in(
+                "oauth", self._oauth.verify_jwt(credential, iss), key_digest, credential
+            )
         if self._jwt is None:
             return self._no(
                 FailureReason.INVALID,
@@ -274,9 +281,11 @@ class Authenticator:
             self.on_sign_in("jwt", exc.outcome)
             return self._no(FailureReason(exc.reason), exc.message)
         self.on_sign_in("jwt", "ok")
-        return self._remember(Authenticated(verified.identity), verified.expires_at, key_digest)
+        return self._remember(Authenticated(verified.identity), verified.expires_at, key_digest, credential)
 
-    async def _signed_in(self, method: str, verifying: Awaitable[SignedIn], key_digest: bytes) -> AuthResult:
+    async def _signed_in(
+        self, method: str, verifying: Awaitable[SignedIn], key_digest: bytes, credential: str
+    ) -> AuthResult:
         """The verdict on an OAuth access token, counted; remembered when it lets the caller in."""
         assert self._oauth is not None
         try:
@@ -294,9 +303,12 @@ class Authenticator:
                 " ".join(self._oauth.settings.required_scopes),
             )
         self.on_sign_in(method, "ok")
-        return self._remember(Authenticated(signed_in.identity), signed_in.expires_at, key_digest)
+        return self._remember(Authenticated(signed_in.identity), signed_in.expires_at, key_digest, credential)
 
-    def _remember(self, result: Authenticated, expires_at: float, key_digest: bytes) -> Authenticated:
+    def _remember(
+        self, result: Authenticated, expires_at: float, key_digest: bytes, credential: str
+    ) -> Authenticated:
+        self.on_bearer(result.identity, credential, expires_at)
         until = min(expires_at, self._clock() + MAX_CACHED_SECONDS)
         if until > self._clock():
             self._tokens[key_digest] = _Cached(result, until)

@@ -39,7 +39,7 @@ from proxy.policy.model import Identity
 __all__ = ["Boundary", "RequestStates", "Sealed", "arguments_digest"]
 
 # a server's own state, wrapped | a call Manifold parked | Manifold's own question (proxy.confirm)
-Kind = Literal["server", "parked", "confirm"]
+Kind = Literal["server", "parked", "confirm", "signin"]
 
 _MAC_BYTES: Final = 16
 _MAX_STATE: Final = 64 * 1024  # a retry's state larger than this was not issued here
@@ -117,7 +117,7 @@ class RequestStates:
             raise InvalidRequestState()
         kind, payload, round_, expiry = claims.get("k"), claims.get("p"), claims.get("r"), claims.get("e")
         if (
-            kind not in ("server", "parked", "confirm")
+            kind not in ("server", "parked", "confirm", "signin")
             or not isinstance(payload, str)
             or not isinstance(round_, int)
             or not isinstance(expiry, int)

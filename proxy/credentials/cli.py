@@ -112,6 +112,10 @@ async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> 
         await store.put(KIND, args.server, holder, secret)
         print(f"stored a secret for {holder[2]} ({holder[0]}) to server {args.server}")
         return 0
+    if config.servers[args.server].credentials.mode == "oauth":
+        from proxy.credentials.token_modes import revoke_at_issuer
+
+        await revoke_at_issuer(config, store, args.server, holder)
     removed = [
         e.kind
         for e in await store.entries()

@@ -103,19 +103,33 @@ class SecretCredentials(_Model):
 
 
 class OAuthCredentials(_Model):
-    """Manifold signs the user in at the server's own authorization server (OAuth client on the
-    user's behalf). Placeholder: completed by the OAuth mode."""
+    """Manifold signs each user in at the server's own authorization server and calls the server
+    with that user's token (OAuth client on the user's behalf: :mod:`proxy.credentials.on_behalf`).
+
+    The authorization server is found from the server's 401 (Protected Resource Metadata) unless
+    ``issuer`` names it; Manifold's client there is ``client_id``/``client_secret``, or registers
+    itself (dynamic client registration) when none is given."""
 
     mode: Literal["oauth"]
-    scopes: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()  # asked for at sign-in (add offline_access for refresh tokens)
+    issuer: str | None = Field(default=None, pattern=r"^https?://")
+    client_id: str | None = Field(default=None, min_length=1, max_length=512)
+    client_secret: SecretStr | None = None
+    # The ID token's sub must be the caller's (a link opened by somebody else binds nothing).
+    # None: when the caller signed in to Manifold at this same authorization server.
+    same_subject: bool | None = None
 
 
 class ExchangeCredentials(_Model):
-    """The caller's inbound token exchanged (RFC 8693) for one whose audience is the server.
-    Placeholder: completed by the token-exchange mode."""
+    """The caller's inbound token exchanged (RFC 8693) for one whose audience is the server
+    (:mod:`proxy.credentials.exchange`); the caller's own token is never sent on."""
 
     mode: Literal["exchange"]
-    audience: str | None = None
+    audience: str | None = Field(default=None, min_length=1)  # None: the server's url
+    issuer: str | None = Field(default=None, pattern=r"^https?://")  # None: auth.oauth's only one
+    client_id: str = Field(min_length=1, max_length=512)  # Manifold's client at the issuer
+    client_secret: SecretStr
+    scopes: tuple[str, ...] = ()
 
 
 ServerCredentials: TypeAlias = Annotated[
@@ -166,6 +180,10 @@ class CredentialStoreSettings(_Model):
     max_secret_bytes: int = Field(default=16 * 1024, ge=16, le=1024 * 1024)
     max_entries: int = Field(default=100_000, ge=1)
     timeout: float = Field(default=2.0, gt=0, le=30, allow_inf_nan=False)  # seconds per Redis call
+    # oauth mode: where authorization servers send users back (Manifold's /oauth/callback as the
+    # users' browsers reach it; None: the listener's), and how long a sign-in link stays good.
+    callback_url: str | None = Field(default=None, pattern=r"^https?://[^?#]+/oauth/callback$")
+    signin_timeout: float = Field(default=600.0, ge=10, le=3600, allow_inf_nan=False)
 
     @field_validator("key")
     @classmethod

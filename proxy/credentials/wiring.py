@@ -41,7 +41,8 @@ def open_credential_store(config: Config, environ: Mapping[str, str] | None = No
     Raises:
         ConfigError: the store cannot be opened as configured.
     """
-    if all(server.credentials.mode == "shared" for server in config.enabled_servers()):
+    # exchange keeps nothing in the store (its tokens are a cache in memory).
+    if all(server.credentials.mode in ("shared", "exchange") for server in config.enabled_servers()):
         return None
     try:
         return open_store(config.credentials, redis_url=config.rate_limits.redis_url, environ=environ)
@@ -49,20 +50,25 @@ def open_credential_store(config: Config, environ: Mapping[str, str] | None = No
         raise ConfigError(str(exc)) from None
 
 
-def sources_for(config: Config, store: SecretStore | None) -> Sources:
-    """Each enabled server's source, by its mode (none for ``shared``).
+def sources_for(
+    config: Config, store: SecretStore | None, built: Mapping[str, CredentialSource] | None = None
+) -> Sources:
+    """Each enabled server's source, by its mode (none for ``shared``); ``built`` holds the
+    sources made elsewhere, by server id (the oauth and exchange modes share gateway-wide parts:
+    :mod:`proxy.credentials.token_modes`).
 
     Raises:
         ConfigError: a mode has no builder in this build of Manifold.
     """
     by_mode: dict[str, dict[str, ServerConfig]] = {}
+    built = built or {}
     for server in config.enabled_servers():
-        if server.credentials.mode != "shared":
+        if server.credentials.mode != "shared" and server.id not in built:
             by_mode.setdefault(server.credentials.mode, {})[server.id] = server
     if not by_mode:
-        return Sources({})
+        return Sources(built)
     assert store is not None
-    by_server: dict[str, CredentialSource] = {}
+    by_server: dict[str, CredentialSource] = dict(built)
     for mode, servers in by_mode.items():
         builder = BUILDERS.get(mode)
         if builder is None:
@@ -72,3 +78,18 @@ def sources_for(config: Config, store: SecretStore | None) -> Sources:
         source = builder(config, servers, store)
         by_server.update(dict.fromkeys(servers, source))
     return Sources(by_server)
+
+
+def _made_elsewhere(
+    config: Config, servers: Mapping[str, ServerConfig], store: SecretStore
+) -> CredentialSource:
+    raise ConfigError(
+        f"servers.{next(iter(servers))}.credentials: built with the gateway's shared parts "
+        "(proxy.credentials.token_modes), not here"
+    )
+
+
+# oauth and exchange share gateway-wide parts (sign-ins, the callback, inbound tokens): built by
+# proxy.credentials.token_modes and handed to sources_for ready-made. Listed here, they are modes
+# this build serves.
+BUILDERS.update({"oauth": _made_elsewhere, "exchange": _made_elsewhere})

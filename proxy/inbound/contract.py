@@ -17,6 +17,7 @@ from proxy.auth.authenticator import Authenticator
 from proxy.boundary import Boundary
 from proxy.config import Config
 from proxy.confirm.approvals import Approvals
+from proxy.credentials.on_behalf import OnBehalf
 from proxy.inbound.listen import Subscription
 from proxy.inbound.session import ClientSession, Deliver, StatelessCaller
 from proxy.metrics import Metrics
@@ -90,5 +91,6 @@ class Inbound:
     health: Health
     boundary: Boundary  # where a transport's own failures end (proxy.boundary)
     approvals: Approvals | None = None  # the approval page's requests (proxy.confirm.approvals)
+    sign_in: OnBehalf | None = None  # /oauth/callback's sign-ins (credentials.mode: oauth)
     endpoint_name: str = ""  # the named endpoint this serves ("": the whole catalog, /mcp)
     admits: Callable[[Identity], bool] = _everyone  # who may use it (the endpoint's roles)

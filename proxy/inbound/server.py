@@ -8,6 +8,7 @@
     /metrics   Prometheus text (here, or on ``metrics.port`` when that is set)
     /.well-known/oauth-protected-resource[/mcp]   with ``auth.oauth``: how to sign in (RFC 9728)
     /approvals/{id}  the approval page of a call waiting for an approver (proxy.inbound.approval_page)
+    /oauth/callback  where users land after signing in to a server (proxy.inbound.signin_page)
 
 What each caller may see of the last three, and the Host and Origin they are served to, is
 :mod:`proxy.inbound.observers`' business.
@@ -48,6 +49,7 @@ from proxy.inbound.observers import (
     metrics_require_auth,
     public_health,
 )
+from proxy.inbound.signin_page import signin_routes
 from proxy.logs import log_access
 from proxy.metrics import Metrics
 
@@ -214,6 +216,9 @@ def build_app(inbound: Inbound, endpoints: Mapping[str, Inbound] | None = None) 
     if inbound.approvals is not None:
         origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
         routes += approval_routes(inbound.approvals, inbound.auth, origins)
+    if inbound.sign_in is not None:
+        origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
+        routes += signin_routes(inbound.sign_in, origins)
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
         routes.append(_metrics_route(inbound, observers))
     return _Observed(Starlette(routes=routes), endpoint, inbound.metrics, named)

@@ -1,0 +1,344 @@
+"""The ``oauth`` credentials mode: each user signs in to a server's authorization server once,
+and Manifold calls the server with that user's own access token.
+
+Per (identity key, server): the token set is kept sealed (:class:`~proxy.credentials.tokens.TokenStore`),
+refreshed with its refresh token when it is within 30 s of expiry, and forgotten (and revoked at
+its issuer) on ``manifold credentials revoke``. With none, :meth:`OnBehalf.begin` makes a
+sign-in: a fresh ``state`` (256 bits) and PKCE verifier, kept sealed under a digest of the state
+for ``signin_ttl`` seconds and taken once by the callback (:meth:`OnBehalf.complete`), which
+checks what RFC 9207 and the phishing section of the elicitation spec ask:
+
+* the ``state`` is one Manifold issued, unused, not expired; the code is exchanged with *that*
+  sign-in's verifier, so a code obtained for another sign-in (another identity's) is refused by
+  the authorization server;
+* the ``iss`` of the callback is the authorization server the sign-in went to (a mix-up attack
+  otherwise), required when the server says it sends one;
+* the token granted is for this server: a JWT whose ``aud`` does not name the server's resource
+  is refused and not kept;
+* when the caller signed in to Manifold at the same authorization server (``same_subject``), the
+  ID token's ``sub`` must be the caller's: a link forwarded to somebody else cannot bind their
+  account to the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+
+from proxy.credentials.oauth_client import (
+    AuthServer,
+    OAuthClientError,
+    OAuthHttp,
+    Registered,
+    authorize_url,
+    pkce_pair,
+    subject_of_id_token,
+    token_audiences,
+)
+from proxy.credentials.tokens import Pending, TokenSet, TokenStore
+from proxy.errors import ManifoldError
+from proxy.policy.model import Identity
+
+__all__ = ["CallbackRefused", "OAuthServer", "OnBehalf", "SignIn"]
+
+logger = logging.getLogger("proxy.credentials.on_behalf")
+
+_REFRESH_MARGIN: Final = 30.0
+_POLL: Final = 0.25
+_FAILED_AT_MOST: Final = 10_000  # how often a waiter looks for a sign-in completed on another replica
+
+
+class CallbackRefused(ManifoldError):
+    """A callback that does not complete a sign-in Manifold started (the page says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthServer:
+    """One server in ``oauth`` mode."""
+
+    server_id: str
+    url: str  # the server's MCP endpoint
+    issuer: str | None = None  # its authorization server; None: discovered from the server's 401
+    client_id: str | None = None  # None: dynamic registration
+    client_secret: str | None = None
+    scope: str | None = None
+    same_subject: bool | None = None  # None: when the caller's issuer is this server's
+
+
+@dataclass(frozen=True, slots=True)
+class SignIn:
+    url: str  # the authorization server's authorize URL, for the user's browser
+    state: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    identity_key: tuple[str, ...]
+    source: str
+    issuer: str
+    subject: str
+    server_id: str
+    verifier: str
+    expires_at: float
+
+
+@dataclass(slots=True)
+class _Known:
+    resource: str
+    server: AuthServer
+    client: Registered
+
+
+class OnBehalf:
+    def __init__(
+        self,
+        servers: Mapping[str, OAuthServer],
+        store: TokenStore,
+        pending: Pending,
+        *,
+        callback_url: str,
+        http: OAuthHttp | None = None,
+        signin_ttl: float = 600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.servers = dict(servers)
+        self.store = store
+        self._pending = pending
+        self.callback_url = callback_url
+        self._http = http or OAuthHttp()
+        self._ttl = signin_ttl
+        self._clock = clock
+        self._known: dict[str, _Known] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._done: dict[tuple[tuple[str, ...], str], anyio.Event] = {}
+        self._failed: set[str] = set()  # states whose callback was refused, until waited on
+
+    def _lock(self, name: str) -> anyio.Lock:
+        return self._locks.setdefault(name, anyio.Lock())
+
+    async def known(self, server_id: str) -> _Known:
+        """The server's resource, authorization server and Manifold's client there (found once).
+
+        Raises:
+            OAuthClientError: discovery or registration failed.
+        """
+        async with self._lock("discover:" + server_id):
+            known = self._known.get(server_id)
+            if known is None:
+                settings = self.servers[server_id]
+                resource, server = await self._http.discover(settings.url, settings.issuer)
+                if settings.client_id is not None:
+                    client = Registered(settings.client_id, settings.client_secret)
+                else:
+                    client = await self._http.register(server, self.callback_url, self._scope(settings, None))
+                known = self._known[server_id] = _Known(resource, server, client)
+            return known
+
+    def _same_subject(self, settings: OAuthServer, identity_issuer: str, server: AuthServer) -> bool:
+        if settings.same_subject is not None:
+            return settings.same_subject
+        return identity_issuer == server.issuer
+
+    def _scope(self, settings: OAuthServer, same_subject: bool | None) -> str | None:
+        words = (settings.scope or "").split()
+        if same_subject and "openid" not in words:
+            words.insert(0, "openid")
+        return " ".join(words) or None
+
+    # ---- a call's token ---------------------------------------------------------------------
+
+    async def access_token(self, identity: Identity, server_id: str) -> str | None:
+        """The identity's access token for the server, refreshed if due; None: sign in first.
+
+        Raises:
+            OAuthClientError: the authorization server cannot be reached to refresh.
+        """
+        key = identity.key
+        tokens = await self.store.get(key, server_id)
+        if tokens is None:
+            return None
+        if not tokens.expired(self._clock(), margin=_REFRESH_MARGIN):
+            return tokens.access_token
+        async with self._lock(f"refresh:{server_id}:{json.dumps(list(key))}"):
+            tokens = await self.store.get(key, server_id)  # another call may have refreshed it
+            if tokens is None:
+                return None
+            if not tokens.expired(self._clock(), margin=_REFRESH_MARGIN):
+                return tokens.access_token
+            if tokens.refresh_token is None:
+                await self.store.revoke(key, server_id)
+                return None
+            known = await self.known(server_id)
+            form = {
+                "grant_type": "refresh_token",
+                "refresh_token": tokens.refresh_token,
+                "resource": known.resource,
+            }
+            try:
+                fresh, _ = await self._http.token(known.server, known.client, form, self._clock())
+            except OAuthClientError as exc:
+                # Refused (revoked, expired): the user signs in again. Unreachable: the same.
+                logger.info("refreshing a token for %s failed: %s", server_id, exc)
+                await self.store.revoke(key, server_id)
+                return None
+            self._check_audience(fresh, known)
+            if fresh.refresh_token is None:  # RFC 6749 §6: the old one stays valid
+                fresh = TokenSet(
+                    fresh.access_token, fresh.expires_at, tokens.refresh_token, fresh.scope, fresh.issuer
+                )
+            await self.store.put(key, server_id, fresh)
+            logger.info("refreshed the token of an identity for %s", server_id)
+            return fresh.access_token
+
+    def _check_audience(self, tokens: TokenSet, known: _Known) -> None:
+        audiences = token_audiences(tokens.access_token)
+        if audiences is not None and known.resource not in audiences:
+            raise CallbackRefused(
+                f"the authorization server granted a token for {sorted(audiences)}, not for {known.resource}"
+            )
+
+    # ---- signing in ---------------------------------------------------------------------------
+
+    async def begin(self, identity: Identity, server_id: str) -> SignIn:
+        """A new sign-in for the identity at the server: the URL to open, bound to both.
+
+        Raises:
+            OAuthClientError: the server's authorization server cannot be found or used.
+        """
+        known = await self.known(server_id)
+        settings = self.servers[server_id]
+        same = self._same_subject(settings, identity.issuer, known.server)
+        state = secrets.token_urlsafe(32)
+        verifier, challenge = pkce_pair()
+        expires = self._clock() + self._ttl
+        pending = _Pending(
+            identity.key, identity.source, identity.issuer, identity.subject, server_id, verifier, expires
+        )
+        await self._pending.put(state, json.dumps(dataclasses.asdict(pending)).encode(), self._ttl)
+        url = authorize_url(
+            known.server,
+            known.client,
+            redirect_uri=self.callback_url,
+            state=state,
+            challenge=challenge,
+            resource=known.resource,
+            scope=self._scope(settings, same),
+        )
+        return SignIn(url, state, expires)
+
+    async def complete(self, query: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
+        """The callback: the sign-in its ``state`` names, completed; (identity key, server id).
+
+        Raises:
+            CallbackRefused: unknown, used or expired state; an error from the authorization
+                server; a wrong ``iss``; a refused code; a token for another audience or subject.
+        """
+        state = query.get("state", "")
+        plain = await self._pending.take(state) if state else None  # single use, whatever follows
+        if plain is None:
+            raise CallbackRefused(
+                "this sign-in link is unknown, already used or expired: start again from your client"
+            )
+        data: Any = json.loads(plain)
+        pending = _Pending(**{**data, "identity_key": tuple(data["identity_key"])})
+        try:
+            await self._exchange_code(pending, query)
+        except CallbackRefused:
+            self._finish(pending, state, failed=True)  # the call waiting for it stops waiting
+            raise
+        self._finish(pending, state, failed=False)
+        logger.info("an identity signed in for %s", pending.server_id)
+        return pending.identity_key, pending.server_id
+
+    async def _exchange_code(self, pending: _Pending, query: Mapping[str, str]) -> None:
+        if self._clock() > pending.expires_at:
+            raise CallbackRefused("this sign-in link has expired: start again from your client")
+        known = await self.known(pending.server_id)
+        iss = query.get("iss")
+        if (iss is not None or known.server.iss_parameter_supported) and iss != known.server.issuer:
+            raise CallbackRefused(
+                "the answer comes from another authorization server than the one asked (iss)"
+            )
+        if "error" in query:
+            raise CallbackRefused(
+                f"the authorization server answered {query['error']!r}: {query.get('error_description', '')}"
+            )
+        code = query.get("code")
+        if not code:
+            raise CallbackRefused("the answer carries no authorization code")
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": self.callback_url,
+            "code_verifier": pending.verifier,
+            "resource": known.resource,
+        }
+        try:
+            tokens, answer = await self._http.token(known.server, known.client, form, self._clock())
+        except OAuthClientError as exc:
+            raise CallbackRefused(f"the authorization code was refused: {exc}") from None
+        self._check_audience(tokens, known)
+        if self._same_subject(self.servers[pending.server_id], pending.issuer, known.server):
+            id_token = answer.get("id_token")
+            signed_in_as = subject_of_id_token(id_token) if isinstance(id_token, str) else None
+            if signed_in_as != pending.subject:
+                raise CallbackRefused(
+                    "you signed in as somebody else than the user who asked: the link is for that user alone"
+                )
+        await self.store.put(pending.identity_key, pending.server_id, tokens)
+
+    def _finish(self, pending: _Pending, state: str, *, failed: bool) -> None:
+        if failed:
+            if len(self._failed) >= _FAILED_AT_MOST:
+                self._failed.clear()  # only a waiter's shortcut: it would time out instead
+            self._failed.add(state)
+        self._done.pop((pending.identity_key, pending.server_id), anyio.Event()).set()
+
+    async def wait(
+        self, identity: Identity, server_id: str, timeout: float, state: str | None = None
+    ) -> bool:
+        """Wait (at most ``timeout`` s) until the identity has a token for the server: a sign-in
+        completed here, or on another replica (looked for every 250 ms). False at once when the
+        callback of sign-in ``state`` was refused here."""
+        key = (identity.key, server_id)
+        with anyio.move_on_after(timeout):
+            while await self.store.get(identity.key, server_id) is None:
+                if state is not None and state in self._failed:
+                    self._failed.discard(state)
+                    return False
+                event = self._done.setdefault(key, anyio.Event())
+                with anyio.move_on_after(_POLL):
+                    await event.wait()
+            return True
+        return False
+
+    async def revoke(self, identity_key: tuple[str, ...], server_id: str) -> bool:
+        """Forget the identity's tokens for the server, and revoke them at the issuer (best
+        effort); whether there were any."""
+        tokens = await self.store.revoke(identity_key, server_id)
+        if tokens is None:
+            return False
+        await self.revoke_at_issuer(server_id, tokens)
+        return True
+
+    async def revoke_at_issuer(self, server_id: str, tokens: TokenSet) -> None:
+        """RFC 7009 at the server's authorization server: the refresh token (which ends the grant
+        at most providers), then the access token. Best effort: a failure is logged."""
+        try:
+            known = await self.known(server_id)
+            if tokens.refresh_token is not None:
+                await self._http.revoke(known.server, known.client, tokens.refresh_token, "refresh_token")
+            await self._http.revoke(known.server, known.client, tokens.access_token, "access_token")
+        except OAuthClientError as exc:
+            logger.warning(
+                "revoking at %s's authorization server failed (forgotten here): %s", server_id, exc
+            )

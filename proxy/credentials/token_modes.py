@@ -1,0 +1,270 @@
+"""``credentials.mode: oauth`` and ``exchange`` as credential sources, and what they are built from.
+
+* :class:`OAuthSource`: the identity's own access token at the server, from its sign-in
+  (:mod:`proxy.credentials.on_behalf`), refreshed when due. Kept in the credential store under
+  kind ``oauth`` (sealed, in the file or Redis: ``manifold credentials revoke`` forgets it, and
+  every replica sees it); the pending sign-ins are kept in Redis when the store is, else in
+  memory (a callback must then land on the replica that made the link).
+* :class:`ExchangeSource`: the caller's own bearer token to Manifold, exchanged (RFC 8693,
+  :mod:`proxy.credentials.exchange`) for one whose audience is the server; the exchanged token
+  is cached in memory per identity and inbound token, until the first of the two expires.
+
+Either way the header is ``Authorization: Bearer <the server's own token>``; the caller's token
+never leaves Manifold. A source with nothing for the identity raises
+:class:`~proxy.errors.SignInNeeded`; the sign-in stage (:mod:`proxy.middleware.sign_in`) asks
+the user before a tool call gets that far.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from proxy.config import Config, ServerConfig
+from proxy.credentials import Credentials, CredentialSource
+from proxy.credentials.exchange import Exchanger, ExchangeServer
+from proxy.credentials.inbound import InboundTokens
+from proxy.credentials.oauth_client import OAuthClientError
+from proxy.credentials.on_behalf import OAuthServer, OnBehalf
+from proxy.credentials.settings import ExchangeCredentials, OAuthCredentials
+from proxy.credentials.store import SecretStore, StoreError
+from proxy.credentials.tokens import MemoryVault, Pending, RedisVault, Sealer, TokenSet, Vault, VaultTokens
+from proxy.errors import ConfigError, ServerUnavailable, SignInNeeded
+from proxy.policy.model import Identity
+from proxy.redaction import remember_more
+
+__all__ = ["ExchangeSource", "OAuthSource", "StoreTokens", "TokenModes", "revoke_at_issuer", "token_modes"]
+
+logger = logging.getLogger("proxy.credentials.token_modes")
+
+OAUTH_KIND = "oauth"  # the credential store's kind for kept token sets
+
+
+class StoreTokens:
+    """Token sets in the credential store (sealed there, bound to kind, server and identity)."""
+
+    def __init__(self, store: SecretStore) -> None:
+        self._store = store
+
+    async def get(self, identity_key: Sequence[str], server_id: str) -> TokenSet | None:
+        holder = _holder(identity_key)
+        raw = await self._store.get(OAUTH_KIND, server_id, holder)
+        return TokenSet.decode(raw.encode()) if raw is not None else None
+
+    async def put(self, identity_key: Sequence[str], server_id: str, tokens: TokenSet) -> None:
+        await self._store.put(OAUTH_KIND, server_id, _holder(identity_key), tokens.encode().decode())
+
+    async def revoke(self, identity_key: Sequence[str], server_id: str) -> TokenSet | None:
+        kept = await self.get(identity_key, server_id)
+        await self._store.delete(OAUTH_KIND, server_id, _holder(identity_key))
+        return kept
+
+
+def _holder(identity_key: Sequence[str]) -> tuple[str, str, str]:
+    source, issuer, subject = identity_key
+    return (source, issuer, subject)
+
+
+def _bearer(server_id: str, token: str, label: str) -> Credentials:
+    remember_more([token])  # never in a log line, whatever prints it
+    return Credentials(headers={"Authorization": f"Bearer {token}"}, label=label)
+
+
+class OAuthSource:
+    def __init__(self, flow: OnBehalf) -> None:
+        self._flow = flow
+
+    async def credentials(self, identity: Identity, server_id: str) -> Credentials:
+        """The identity's own token to the server.
+
+        Raises:
+            SignInNeeded: it has not signed in (or its token was revoked or stopped working).
+            ServerUnavailable: the store or the authorization server cannot be reached now.
+        """
+        if not identity.authenticated:
+            raise SignInNeeded(
+                server_id, None, "each caller signs in to it as themself; authenticate to Manifold first"
+            )
+        try:
+            token = await self._flow.access_token(identity, server_id)
+        except OAuthClientError as exc:
+            logger.warning("%s: %s", server_id, exc)
+            raise ServerUnavailable(server_id, "its authorization server cannot be reached now") from None
+        except StoreError as exc:
+            logger.error("credential store: %s", exc)
+            raise ServerUnavailable(server_id, "the credential store cannot be read now") from None
+        if token is None:
+            raise SignInNeeded(
+                server_id,
+                None,
+                "you have not signed in to it yet: call one of its tools from a client that can open "
+                "a sign-in link, and follow the link",
+            )
+        return _bearer(server_id, token, "oauth")
+
+
+class ExchangeSource:
+    def __init__(self, exchanger: Exchanger, inbound: InboundTokens) -> None:
+        self._exchanger = exchanger
+        self._inbound = inbound
+
+    async def credentials(self, identity: Identity, server_id: str) -> Credentials:
+        """A token for the server, exchanged for the caller's own token to Manifold.
+
+        Raises:
+            SignInNeeded: the caller did not present a bearer token (an API key has nothing to
+                exchange), or the exchange was refused.
+        """
+        current = self._inbound.current(identity)
+        if current is None:
+            raise SignInNeeded(
+                server_id,
+                None,
+                "it is reached with your own sign-in to Manifold, exchanged: sign in with an OAuth "
+                "access token (an API key cannot be exchanged)",
+            )
+        token, expires_at = current
+        try:
+            exchanged = await self._exchanger.access_token(identity, server_id, token, expires_at)
+        except OAuthClientError as exc:
+            logger.warning("token exchange for %s refused: %s", server_id, exc)
+            raise SignInNeeded(
+                server_id, None, "the authorization server refused to exchange your token for it"
+            ) from None
+        return _bearer(server_id, exchanged, "exchange")
+
+
+@dataclass
+class TokenModes:
+    """What the ``oauth`` and ``exchange`` modes share across a gateway."""
+
+    on_behalf: OnBehalf | None
+    exchanger: Exchanger | None
+    inbound: InboundTokens
+    pending_vault: Vault | None = None
+
+    def sources(self, config: Config) -> dict[str, CredentialSource]:
+        found: dict[str, CredentialSource] = {}
+        for server in config.enabled_servers():
+            mode = server.credentials.mode
+            if mode == "oauth" and self.on_behalf is not None:
+                found[server.id] = OAuthSource(self.on_behalf)
+            elif mode == "exchange" and self.exchanger is not None:
+                found[server.id] = ExchangeSource(self.exchanger, self.inbound)
+        return found
+
+    async def aclose(self) -> None:
+        if isinstance(self.pending_vault, RedisVault):
+            await self.pending_vault.aclose()
+
+
+def callback_url(config: Config) -> str:
+    """Where the authorization servers send users back: ``credentials.callback_url``, else the
+    listener's ``/oauth/callback``."""
+    if config.credentials.callback_url is not None:
+        return config.credentials.callback_url
+    host = config.listen.host
+    host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{host}:{config.listen.port}/oauth/callback"
+
+
+def _inbound_issuer(config: Config) -> str | None:
+    oauth = config.auth.oauth
+    if oauth is None or len(oauth.authorization_servers) != 1:
+        return None
+    return oauth.authorization_servers[0].issuer
+
+
+def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
+    """The oauth and exchange modes' shared parts, for the servers configured with them.
+
+    Raises:
+        ConfigError: an ``oauth`` server without a writable store and its key, or an
+            ``exchange`` server whose authorization server cannot be told.
+    """
+    oauth: dict[str, OAuthServer] = {}
+    exchange: dict[str, ExchangeServer] = {}
+    for server in config.enabled_servers():
+        settings = server.credentials
+        if isinstance(settings, OAuthCredentials):
+            oauth[server.id] = _oauth_server(server, settings)
+        elif isinstance(settings, ExchangeCredentials):
+            exchange[server.id] = _exchange_server(config, server, settings)
+    inbound = InboundTokens()
+    modes = TokenModes(None, None, inbound)
+    if exchange:
+        # A cache only: its own random key, in memory (a restart exchanges anew).
+        modes.exchanger = Exchanger(exchange, VaultTokens(MemoryVault(), Sealer(os.urandom(32))))
+    if oauth:
+        key = config.credentials.key_bytes()
+        if store is None or key is None or config.credentials.store == "env":
+            raise ConfigError(
+                "credentials: servers in mode 'oauth' keep each user's tokens in the credential store: "
+                "set credentials.store to file or redis, and credentials.key"
+            )
+        vault: Vault = MemoryVault()
+        if config.credentials.store == "redis":
+            url = config.credentials.redis_url or config.rate_limits.redis_url
+            client = Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+            vault = RedisVault(client, key_prefix=config.credentials.key_prefix)
+        modes.pending_vault = vault
+        modes.on_behalf = OnBehalf(
+            oauth,
+            StoreTokens(store),
+            Pending(vault, Sealer(key)),
+            callback_url=callback_url(config),
+            signin_ttl=config.credentials.signin_timeout,
+        )
+    return modes
+
+
+def _oauth_server(server: ServerConfig, settings: OAuthCredentials) -> OAuthServer:
+    assert server.url is not None
+    secret = settings.client_secret.get_secret_value() if settings.client_secret is not None else None
+    if secret is not None:
+        remember_more([secret])
+    return OAuthServer(
+        server.id,
+        server.url,
+        issuer=settings.issuer,
+        client_id=settings.client_id,
+        client_secret=secret,
+        scope=" ".join(settings.scopes) or None,
+        same_subject=settings.same_subject,
+    )
+
+
+def _exchange_server(config: Config, server: ServerConfig, settings: ExchangeCredentials) -> ExchangeServer:
+    issuer = settings.issuer or _inbound_issuer(config)
+    audience = settings.audience or server.url
+    if issuer is None or audience is None:
+        raise ConfigError(
+            f"servers.{server.id}.credentials: 'exchange' needs the authorization server that exchanges "
+            "(issuer; the one of auth.oauth when there is exactly one) and the audience (audience; "
+            "the server's url by default)"
+        )
+    secret = settings.client_secret.get_secret_value()
+    remember_more([secret])
+    return ExchangeServer(
+        server.id, audience, issuer, settings.client_id, secret, " ".join(settings.scopes) or None
+    )
+
+
+async def revoke_at_issuer(
+    config: Config, store: SecretStore, server_id: str, holder: tuple[str, str, str]
+) -> None:
+    """``manifold credentials revoke`` of an ``oauth`` server: the kept tokens are revoked at the
+    authorization server too (best effort), before the store forgets them."""
+    tokens = await StoreTokens(store).get(holder, server_id)
+    modes = token_modes(config, store)
+    if tokens is None or modes.on_behalf is None:
+        return
+    try:
+        await modes.on_behalf.revoke_at_issuer(server_id, tokens)
+    finally:
+        await modes.aclose()

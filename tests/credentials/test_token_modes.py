@@ -1,0 +1,95 @@
+"""What the oauth and exchange modes are built from, and the configs they refuse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.config import Config, config_from_mapping
+from proxy.credentials.inbound import InboundTokens
+from proxy.credentials.sealing import new_key
+from proxy.credentials.token_modes import ExchangeSource, OAuthSource, callback_url, token_modes
+from proxy.credentials.wiring import BUILDERS, open_credential_store, sources_for
+from proxy.errors import ConfigError, SignInNeeded
+from proxy.policy.model import ANONYMOUS, Identity
+
+pytestmark = pytest.mark.anyio
+
+OAUTH = {"mode": "oauth", "client_id": "manifold", "client_secret": "s3cret-client-0123456789"}
+EXCHANGE = {"mode": "exchange", "client_id": "manifold", "client_secret": "s3cret-client-0123456789"}
+
+
+def config(servers: dict[str, Any], **top: Any) -> Config:
+    return config_from_mapping({"servers": servers, **top}, environ={})
+
+
+def refused(servers: dict[str, Any], **top: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        config(servers, **top)
+    return str(caught.value)
+
+
+def test_oauth_needs_a_url_server_and_a_sealed_store() -> None:
+    assert "'oauth' only applies to url servers" in refused({"s": {"command": "x", "credentials": OAUTH}})
+    said = refused({"s": {"url": "http://127.0.0.1:9/mcp", "credentials": OAUTH}})
+    assert "credentials.key" in said
+    assert "'oauth'" in said
+    said = refused(
+        {"s": {"url": "http://127.0.0.1:9/mcp", "credentials": OAUTH}}, credentials={"store": "env"}
+    )
+    assert "file or redis" in said
+
+
+def test_exchange_needs_its_client_and_an_authorization_server() -> None:
+    said = refused({"s": {"url": "http://127.0.0.1:9/mcp", "credentials": {"mode": "exchange"}}})
+    assert "client_id" in said
+    built = config({"s": {"url": "http://127.0.0.1:9/mcp", "credentials": EXCHANGE}})
+    with pytest.raises(ConfigError, match="issuer"):
+        token_modes(built, None)  # no auth.oauth to take the issuer from
+
+
+def test_the_callback_defaults_to_the_listener_and_must_be_the_callback_path() -> None:
+    built = config({}, listen={"host": "0.0.0.0", "port": 8123})
+    assert callback_url(built) == "http://127.0.0.1:8123/oauth/callback"
+    assert "callback_url" in refused({}, credentials={"callback_url": "https://gw.example/elsewhere"})
+
+
+async def test_the_sources_are_built_and_served(tmp_path: Any) -> None:
+    built = config(
+        {
+            "o": {"url": "http://127.0.0.1:9/mcp", "credentials": OAUTH},
+            "x": {
+                "url": "http://127.0.0.1:9/mcp",
+                "credentials": {**EXCHANGE, "issuer": "http://127.0.0.1:8"},
+            },
+        },
+        credentials={"store": "file", "path": str(tmp_path / "c.json"), "key": new_key()},
+    )
+    assert {"oauth", "exchange"} <= set(BUILDERS)  # manifold check: modes this build serves
+    store = open_credential_store(built)
+    modes = token_modes(built, store)
+    sources = modes.sources(built)
+    assert isinstance(sources["o"], OAuthSource)
+    assert isinstance(sources["x"], ExchangeSource)
+    assert "o" in sources_for(built, store, sources)
+    alice = Identity("alice", frozenset(), "api_key")
+    with pytest.raises(SignInNeeded, match="not signed in"):
+        await sources["o"].credentials(alice, "o")
+    with pytest.raises(SignInNeeded, match="authenticate"):
+        await sources["o"].credentials(ANONYMOUS, "o")
+    with pytest.raises(SignInNeeded, match="API key cannot be exchanged"):
+        await sources["x"].credentials(alice, "x")
+
+
+def test_inbound_tokens_are_kept_per_identity_until_they_expire() -> None:
+    now = [100.0]
+    kept = InboundTokens(clock=lambda: now[0])
+    alice = Identity("alice", frozenset(), "oauth", "https://idp", "alice")
+    bob = Identity("bob", frozenset(), "oauth", "https://idp", "bob")
+    kept.keep(alice, "alice-token", 110.0)
+    kept.keep(bob, "bob-token", 90.0)  # already expired: not kept
+    assert kept.current(alice) == ("alice-token", 110.0)
+    assert kept.current(bob) is None
+    now[0] = 111.0
+    assert kept.current(alice) is None
