@@ -243,10 +243,7 @@ class Gateway:
             finally:
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                    await self.revocations.aclose()
-                    await self.approvals.store.aclose()
-                    if self.limiter is not None:
-                        await self.limiter.aclose()
-                    if self.credential_store is not None:
-                        await self.credential_store.aclose()
-                    await self.token_modes.aclose()
+                    stores = (self.revocations, self.approvals.store, self.limiter, self.credential_store)
+                    for store in (*stores, self.token_modes):
+                        if store is not None:
+                            await store.aclose()
