@@ -137,7 +137,7 @@ class Gateway:
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
-        states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
+        states = self._states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
         self._questions = RequestStates(derive_key(secret, "confirm-state"), ttl=MAX_CONFIRM_TIMEOUT)
         self.approvals = make_approvals(config, derive_key(secret, "approval-form"))
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
@@ -193,7 +193,15 @@ class Gateway:
 
     def _stages(self) -> list[Middleware]:
         """The call pipeline between the router and the forwarding stage (:mod:`proxy.stages`)."""
-        parts = Parts(self.access, self.metrics, self._audit, self.limiter, self._questions, self.approvals)
+        parts = Parts(
+            self.access,
+            self.metrics,
+            self._audit,
+            self.limiter,
+            self._questions,
+            self.approvals,
+            self._states,
+        )
         return stages(self.config, parts)
 
     def reload_policy(self) -> None:

@@ -39,6 +39,7 @@ class Parts:
     limiter: LimitBackend | None
     questions: RequestStates
     approvals: Approvals
+    states: RequestStates | None = None  # the forwarded calls' states (proxy.bridge), to check marks
 
 
 def stages(config: Config, parts: Parts) -> list[Middleware]:
@@ -64,6 +65,14 @@ def stages(config: Config, parts: Parts) -> list[Middleware]:
         built.append(RateLimit(parts.access, parts.limiter, parts.metrics))
     if policy.files or policy.pins.mode == "confirm":
         built.append(
-            Confirm(parts.access, parts.questions, Memory(), parts.metrics, parts.audit, parts.approvals)
+            Confirm(
+                parts.access,
+                parts.questions,
+                Memory(),
+                parts.metrics,
+                parts.audit,
+                parts.approvals,
+                forwarded=parts.states,
+            )
         )
     return built

@@ -32,6 +32,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from proxy.config import Config
+from proxy.confirm.memory import spend_once
 
 __all__ = [
     "Approval",
@@ -145,10 +146,7 @@ class MemoryApprovals:
         return self._records.get(approval_id)
 
     async def spend(self, approval_id: str) -> bool:
-        if approval_id in self._spent:
-            return False
-        self._spent[approval_id] = True
-        return True
+        return spend_once(self._spent, approval_id)
 
     async def aclose(self) -> None:
         return None

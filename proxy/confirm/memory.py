@@ -23,7 +23,7 @@ from cachetools import TTLCache
 
 from proxy.policy.model import IdentityKey
 
-__all__ = ["Memory", "RememberKey"]
+__all__ = ["Memory", "RememberKey", "spend_once"]
 
 RememberKey = tuple[IdentityKey, str, str, str, tuple[str, ...], str]
 
@@ -60,7 +60,17 @@ class Memory:
 
     def spend(self, question_id: str) -> bool:
         """Mark a question answered; False when it was answered already (a replayed answer)."""
-        if question_id in self._spent:
+        return spend_once(self._spent, question_id)
+
+
+def spend_once(spent: TTLCache[str, bool], key: str) -> bool:
+    """Mark ``key`` spent; False when it was spent already, or when ``spent`` is full of keys
+    still live: forgetting one would let its answer be replayed, so nothing is let through."""
+    if key in spent:
+        return False
+    if len(spent) >= spent.maxsize:
+        spent.expire()
+        if len(spent) >= spent.maxsize:
             return False
-        self._spent[question_id] = True
-        return True
+    spent[key] = True
+    return True

@@ -9,8 +9,12 @@ last before the call is forwarded. How the calling user is asked depends on thei
 * 2026-07-28: the call is answered ``input_required`` with that question and a ``requestState``
   sealed for this call and caller (:mod:`proxy.bridge.state`, under its own key); the retry's
   answer is read once (a replayed answer is refused) and the call goes on without Manifold's
-  state and answers. A retry carrying a state Manifold issued *after* forwarding (a server's
-  or a parked call's) continues a call already approved, and is passed on to be checked there;
+  state and answers. A server's ``input_required`` state for an approved call is sealed again
+  with the approval's mark (:func:`approval_mark`: the deciding rules and their options); a
+  retry carrying a server's state goes on only with that mark, and only once (its digest is
+  spent), so an approved call is not run again by replaying the server's state, nor is a state
+  issued before a confirm rule applied (or was changed) good for skipping the question. A
+  parked call's state names a call already running, approved when it started: passed on;
 * a client that cannot be asked, and every refusal, get an ``isError`` result saying why
   (``_meta["dev.manifold/outcome"] = "not_confirmed"``, ``dev.manifold/confirmation`` = how).
 
@@ -20,6 +24,8 @@ Every question and answer is audited (who, what, how, when) and counted by outco
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import logging
 import secrets
 import time
@@ -29,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import anyio
+import orjson
 
 from proxy.access import Access, PinChange
 from proxy.bridge.mrtr import boundary_of
@@ -50,6 +57,7 @@ from proxy.middleware.authorize import AuditLog
 from proxy.pipeline import CallContext, Handler, tool_error
 from proxy.policy.model import DEFAULT_CONFIRM_TIMEOUT, Confirmation
 from proxy.protocol import jsonrpc
+from proxy.protocol.results import is_input_required
 
 __all__ = ["QUESTION_KEY", "Confirm"]
 
@@ -75,6 +83,24 @@ class Need:
     change: PinChange | None = None
 
 
+def approval_mark(need: Need) -> str:
+    """A digest of what decided to ask: the rules, their combined options, the pin change. An
+    approval given under one policy is not good under another (a rule edited to ask an approver,
+    to stop remembering, …)."""
+    confirm = need.confirm
+    facts = [
+        list(need.rule_ids),
+        list(confirm.reasons),
+        confirm.timeout,
+        confirm.remember,
+        confirm.remember_minutes,
+        confirm.remember_any_arguments,
+        sorted(confirm.approver_roles),
+        need.change.drift.new_hash if need.change is not None else None,
+    ]
+    return hashlib.sha256(orjson.dumps(facts)).hexdigest()[:32]
+
+
 def _pin_key(ctx: CallContext, change: PinChange) -> RememberKey:
     """An identity approved this new definition of the tool: asked once, whatever the arguments."""
     drift = change.drift
@@ -91,6 +117,7 @@ class Confirm:
         audit: AuditLog | None,
         approvals: Approvals | None = None,
         *,
+        forwarded: RequestStates | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._access = access
@@ -99,6 +126,7 @@ class Confirm:
         self._metrics = metrics
         self._audit = audit
         self._approvals = approvals  # calls waiting for somebody else (approver: {role: r})
+        self._forwarded = forwarded  # the states proxy.bridge issues: a server's carries our mark
         self._clock = clock  # wall clock: a deadline sealed here may be checked by another replica
 
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
@@ -111,7 +139,7 @@ class Confirm:
             return await self._retried(ctx, decision, call_next)
         if self._remembered(ctx, decision, decision.confirm):
             self._settled(ctx, decision, "remembered", how="remembered")
-            return await call_next(ctx)
+            return await self._run(ctx, decision, call_next, ctx)
         if decision.confirm.approver_roles and self._approvals is not None:
             return await self._by_approver(ctx, decision, self._approvals, call_next)
         asked = self._asked(ctx, decision)
@@ -165,10 +193,7 @@ class Confirm:
         try:
             sealed = self._states.open(ctx.params["requestState"], boundary_of(ctx))
         except InvalidRequestState:
-            # Not Manifold's question: a server's or a parked call's state, checked (and bound to
-            # this call and caller) where it is opened. Such a state exists only for a call
-            # Manifold forwarded, so after it was approved. Anything else is refused there.
-            return await call_next(ctx)
+            return await self._continued(ctx, decision, call_next)
         if sealed.kind != "confirm":
             raise InvalidRequestState()
         if not await self._spend(sealed.payload):
@@ -194,6 +219,41 @@ class Confirm:
         else:
             answer = read_answer(responses[QUESTION_KEY], decision.confirm, stateless=True)
         return await self._answered(ctx, decision, answer, "input_required", call_next, forwarded=forwarded)
+
+    async def _continued(self, ctx: CallContext, need: Need, call_next: Handler) -> Any:
+        """A retry with a state Manifold issued after forwarding: a parked call's (the call runs
+        already, started once approved) goes on; a server's only when sealed after an approval
+        under the same rules (the mark), and once.
+
+        Raises:
+            InvalidRequestState: any other state, or a server's state used before.
+        """
+        if self._forwarded is None:
+            raise InvalidRequestState()
+        state = ctx.params["requestState"]
+        sealed = self._forwarded.open(state, boundary_of(ctx))
+        if sealed.kind == "parked":
+            return await call_next(ctx)
+        if sealed.kind != "server" or not hmac.compare_digest(sealed.approval, approval_mark(need)):
+            raise InvalidRequestState()
+        assert isinstance(state, str)
+        if not await self._spend("s:" + hashlib.sha256(state.encode()).hexdigest()):
+            raise InvalidRequestState()  # the same round replayed: the server would run it again
+        return await self._run(ctx, need, call_next, ctx)
+
+    async def _run(self, ctx: CallContext, need: Need, call_next: Handler, forwarded: CallContext) -> Any:
+        """Forward an approved call; a server's state in its answer gets the approval's mark."""
+        result = await call_next(forwarded)
+        if self._forwarded is None or not ctx.caller.stateless or not is_input_required(result):
+            return result
+        state = result.get("requestState")
+        if not isinstance(state, str):
+            return result
+        try:
+            marked = self._forwarded.approved(state, boundary_of(ctx), approval_mark(need))
+        except InvalidRequestState:
+            return result  # not one of ours: the retry will be refused
+        return {**result, "requestState": marked}
 
     async def _spend(self, question_id: str) -> bool:
         # With approvals in Redis, spent questions are too: a replay on another replica is seen.
@@ -263,7 +323,7 @@ class Confirm:
             text = f"{_refusal(ctx, need, 'rejected')} ({decided.decided_by} rejected it.)"
             return tool_error(text, outcome="not_confirmed", meta={CONFIRMATION_KEY: "rejected"})
         self._settled(ctx, need, "approved", how="approval_page", approver=decided.decided_by)
-        return await call_next(forwarded)
+        return await self._run(ctx, need, call_next, forwarded)
 
     # ---- after the answer -------------------------------------------------------------
 
@@ -286,7 +346,7 @@ class Confirm:
             minutes = decision.confirm.remember_minutes if answer.remember == "minutes" else None
             self._memory.remember(key, minutes=minutes)
         self._settled(ctx, decision, "accepted", how=how, remember=answer.remember)
-        return await call_next(forwarded or ctx)
+        return await self._run(ctx, decision, call_next, forwarded or ctx)
 
     def _refused(self, ctx: CallContext, decision: Need, outcome: Outcome, *, how: str) -> Any:
         self._settled(ctx, decision, outcome, how=how)

@@ -1,0 +1,117 @@
+"""End to end, the confirm effect against callers who try to get more out of one approval than
+one call: a real ``manifold serve`` in front of the 2026-07-28 conformance fixture (a stateless
+server that answers ``input_required`` with its own sealed state) and the stdio fixture server.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from proxy.protocol import stateless, versions
+from tests.interaction.harness import REPO, RunningManifold, fixture_server, post, running_manifold
+
+pytestmark = pytest.mark.anyio
+
+V = versions.LATEST_STATELESS
+STATEFUL_TOOL = "m.test_input_required_result_request_state"
+POLICY = """\
+version: 1
+default: allow
+rules:
+  - id: ask-state
+    effect: confirm
+    match: {tools: ["m.test_input_required_result_*"]}
+    confirm: {reason: "it asks the server's own question too", timeout: 60}
+"""
+ACCEPT = {"manifold-confirm": {"action": "accept", "content": {"approve": True}}}
+SERVER_ANSWER = {"confirm": {"action": "accept", "content": {"ok": True}}}
+
+
+def modern_fixture() -> dict[str, Any]:
+    return {
+        "command": sys.executable,
+        "args": ["-m", "tests.conformance_modern.fixture_server", "--era", "dual", "--transport", "stdio"],
+        "cwd": str(REPO),
+    }
+
+
+@pytest.fixture(scope="module")
+async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
+    tmp = tmp_path_factory.mktemp("confirm-review")
+    (tmp / "policy.yaml").write_text(POLICY)
+    config = {
+        "auth": {"anonymous": {"enabled": True}},
+        "servers": {"m": modern_fixture(), "fx": fixture_server("fx", tools=2)},
+        "policy": {"files": [str(tmp / "policy.yaml")], "pins": {"mode": "off"}},
+    }
+    async with running_manifold(tmp, config) as running:
+        yield running
+
+
+def call(
+    name: str,
+    arguments: dict[str, Any],
+    responses: dict[str, Any] | None = None,
+    state: str | None = None,
+    *,
+    request_id: int = 1,
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "name": name,
+        "arguments": arguments,
+        "_meta": {
+            stateless.PROTOCOL_VERSION_KEY: V,
+            stateless.CLIENT_CAPABILITIES_KEY: {"elicitation": {"form": {}, "url": {}}},
+            stateless.CLIENT_INFO_KEY: {"name": "raw", "version": "0"},
+            **(meta or {}),
+        },
+    }
+    if responses is not None:
+        params["inputResponses"] = responses
+    if state is not None:
+        params["requestState"] = state
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+async def send(
+    http: aiohttp.ClientSession,
+    manifold: RunningManifold,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any]:
+    all_headers = {"MCP-Protocol-Version": V, "Mcp-Method": "tools/call", "Mcp-Name": body["params"]["name"]}
+    status, _, answer = await post(http, manifold.url, body, {**all_headers, **(headers or {})})
+    return status, answer
+
+
+async def approved_server_state(http: aiohttp.ClientSession, manifold: RunningManifold) -> str:
+    """Ask, approve, and return the server's own ``input_required`` state (as Manifold sealed it)."""
+    status, asked = await send(http, manifold, call(STATEFUL_TOOL, {}))
+    assert (status, asked["result"]["resultType"]) == (200, "input_required")
+    assert set(asked["result"]["inputRequests"]) == {"manifold-confirm"}
+    status, approved = await send(
+        http, manifold, call(STATEFUL_TOOL, {}, ACCEPT, asked["result"]["requestState"])
+    )
+    assert (status, approved["result"]["resultType"]) == (200, "input_required"), approved
+    assert set(approved["result"]["inputRequests"]) == {"confirm"}  # now the server's own question
+    state = approved["result"]["requestState"]
+    assert isinstance(state, str)
+    return state
+
+
+async def test_a_retry_with_the_servers_state_runs_once_and_its_replay_is_refused(
+    manifold: RunningManifold,
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        state = await approved_server_state(http, manifold)
+        status, done = await send(http, manifold, call(STATEFUL_TOOL, {}, SERVER_ANSWER, state))
+        assert (status, done["result"]["content"][0]["text"]) == (200, "state-ok: confirmed=True")
+        for _ in range(3):  # the stateless server would run the tool again each time
+            status, again = await send(http, manifold, call(STATEFUL_TOOL, {}, SERVER_ANSWER, state))
+            assert (status, again["error"]["code"]) == (400, -32602), again
