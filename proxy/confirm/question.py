@@ -43,6 +43,7 @@ Outcome = Literal[
     "unavailable",  # the client cannot be asked
     "approved",  # an approver approved it on the approval page
     "rejected",  # an approver rejected it there
+    "spent",  # the approval was used already, by the same call asked twice
 ]
 
 MAX_ANSWER_BYTES: Final = 4096

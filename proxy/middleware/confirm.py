@@ -268,6 +268,17 @@ class Confirm:
     ) -> Any:
         confirmation = need.confirm
         identity = ctx.caller.identity
+        # The same call asked again (a client that retries after its connection dropped) waits
+        # on the approval already pending, rather than asking the approvers twice.
+        call = orjson.dumps(
+            [
+                list(identity.key),
+                ctx.server_id,
+                ctx.name,
+                arguments_digest(ctx.arguments),
+                approval_mark(need),
+            ]
+        )
         approval = Approval.new(
             tool=ctx.name,
             server=ctx.server_id,
@@ -277,11 +288,13 @@ class Confirm:
             reason=confirmation.reason,
             summary=summarise_arguments(ctx.arguments),
             deadline=self._clock() + confirmation.timeout,
+            call=hashlib.sha256(call).hexdigest()[:32],
         )
         params = approval_question(approval, approvals.link(approval.id), confirmation.timeout)
         if not ctx.caller.supports(_ELICIT, params):
             return self._refused(ctx, need, "unavailable", how="none")
-        await approvals.store.put(approval)
+        approval = await approvals.store.put(approval)  # raises LimitExceeded
+        params = approval_question(approval, approvals.link(approval.id), confirmation.timeout)
         self._audit_line(ctx, need, "asked", how="approval_page")
         if ctx.caller.stateless:
             payload = f"a:{approval.id}:{int(approval.deadline)}"
@@ -322,6 +335,10 @@ class Confirm:
             self._settled(ctx, need, "rejected", how="approval_page", approver=decided.decided_by)
             text = f"{_refusal(ctx, need, 'rejected')} ({decided.decided_by} rejected it.)"
             return tool_error(text, outcome="not_confirmed", meta={CONFIRMATION_KEY: "rejected"})
+        # One approval runs one call: the same call asked twice while pending waited on one
+        # approval, and only the first to get here runs (a stateless retry spent it already).
+        if not ctx.caller.stateless and not await self._spend(f"a:{approval_id}:{int(deadline)}"):
+            return self._refused(ctx, need, "spent", how="approval_page")
         self._settled(ctx, need, "approved", how="approval_page", approver=decided.decided_by)
         return await self._run(ctx, need, call_next, forwarded)
 
@@ -436,6 +453,7 @@ _WHY: Final[dict[str, str]] = {
     "cancelled": "the user dismissed the question without answering",
     "timeout": "nobody answered in time",
     "invalid": "the client's answer did not fit Manifold's question",
+    "spent": "its approval was used by another call of the same request; call it again to ask anew",
 }
 
 
