@@ -48,7 +48,8 @@ body{font:16px/1.5 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1b1f2
 main{max-width:46rem;margin:2rem auto;padding:1.5rem 2rem;background:#fff;border-radius:8px;
 box-shadow:0 1px 3px #0002}
 h1{font-size:1.5rem;margin-top:0}dt{font-weight:600;margin-top:.5rem}dd{margin:0 0 0 1rem}
-pre{background:#f0f2f5;padding:.75rem;border-radius:6px;white-space:pre-wrap;word-break:break-word}
+pre{background:#f0f2f5;padding:.75rem;border-radius:6px;white-space:pre-wrap;word-break:break-word;
+max-height:28rem;overflow:auto}
 label{display:block;font-weight:600;margin:1rem 0 .25rem}
 input{font:inherit;width:100%;box-sizing:border-box;padding:.5rem;border:1px solid #8a94a0;border-radius:6px}
 .actions{margin-top:1rem;display:flex;gap:1rem}
@@ -91,7 +92,8 @@ def render(approval: Approval | None, *, token: str, now: float, message: str | 
         f"<dt>Answer needed by</dt><dd>{_when(approval.deadline)}</dd>",
         "</dl>",
         '<h2 id="arguments">Arguments</h2>',
-        f'<pre aria-labelledby="arguments">{e(approval.summary)}</pre>',
+        # Whole, never cut (proxy.confirm.question): scrolls when long; focusable to scroll by keyboard.
+        f'<pre aria-labelledby="arguments" tabindex="0">{e(approval.summary)}</pre>',
     ]
     if message:
         parts.append(f'<p class="status" role="alert">{e(message)}</p>')

@@ -43,6 +43,7 @@ from proxy.bridge.state import RequestStates, arguments_digest
 from proxy.confirm.approvals import Approval, Approvals
 from proxy.confirm.memory import Memory, RememberKey
 from proxy.confirm.question import (
+    MAX_SUMMARY_CHARS,
     Answer,
     Asked,
     Outcome,
@@ -50,6 +51,7 @@ from proxy.confirm.question import (
     question,
     read_answer,
     summarise_arguments,
+    summary_of,
 )
 from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
 from proxy.metrics import Metrics
@@ -140,6 +142,8 @@ class Confirm:
         if self._remembered(ctx, decision, decision.confirm):
             self._settled(ctx, decision, "remembered", how="remembered")
             return await self._run(ctx, decision, call_next, ctx)
+        if not summary_of(ctx.arguments).complete:  # nobody approves what they cannot see
+            return self._refused(ctx, decision, "too_large", how="none")
         if decision.confirm.approver_roles and self._approvals is not None:
             return await self._by_approver(ctx, decision, self._approvals, call_next)
         asked = self._asked(ctx, decision)
@@ -470,6 +474,13 @@ def _refusal(ctx: CallContext, decision: Need, outcome: Outcome) -> str:
             "it (tool pins), but this client cannot be asked: it did not declare the elicitation "
             "capability (form mode). Call it from a client that supports elicitation, or ask an "
             "operator to review and accept the change (manifold pins accept)."
+        )
+    if outcome == "too_large":
+        return (
+            f"Manifold did not run {ctx.name!r}: the policy (rule {rules}) asks before it runs, and its "
+            f"arguments are too large to show whole in the question (more than {MAX_SUMMARY_CHARS} "
+            "characters); nobody is asked to approve what they cannot see. Call it with smaller "
+            "arguments (split the work), or ask an operator to change the policy."
         )
     if outcome == "unavailable":
         return (
