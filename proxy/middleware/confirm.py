@@ -106,7 +106,7 @@ def approval_mark(need: Need) -> str:
 def _pin_key(ctx: CallContext, change: PinChange) -> RememberKey:
     """An identity approved this new definition of the tool: asked once, whatever the arguments."""
     drift = change.drift
-    return (ctx.caller.identity.key, "pin", drift.server, drift.original_name, (drift.new_hash,), "*")
+    return (ctx.caller.identity.key, "pin", drift.server, drift.original_name, (drift.new_hash,), "*", "")
 
 
 class Confirm:
@@ -184,7 +184,7 @@ class Confirm:
 
     def _input_required(self, ctx: CallContext, decision: Need, params: dict[str, Any]) -> Any:
         deadline = int(self._clock() + decision.confirm.timeout)
-        question_id = f"{secrets.token_urlsafe(12)}:{deadline}"
+        question_id = f"{secrets.token_urlsafe(12)}:{approval_mark(decision)}:{deadline}"
         state = self._states.seal(boundary_of(ctx), "confirm", question_id)
         self._audit_line(ctx, decision, "asked", how="input_required")
         return {
@@ -198,16 +198,25 @@ class Confirm:
             sealed = self._states.open(ctx.params["requestState"], boundary_of(ctx))
         except InvalidRequestState:
             return await self._continued(ctx, decision, call_next)
-        if sealed.kind != "confirm":
+        parts = sealed.payload.split(":")  # [a, approval id | question id], rules' mark, deadline
+        if (
+            sealed.kind != "confirm"
+            or len(parts) < 3
+            or not hmac.compare_digest(parts[-2], approval_mark(decision))
+        ):
+            raise InvalidRequestState()  # not ours, or asked under rules since edited: ask again
+        by_approver = parts[0] == "a" and len(parts) == 4
+        if by_approver and self._approvals is None:
             raise InvalidRequestState()
-        if not await self._spend(sealed.payload):
+        # An approval is spent by its id, whichever era's call uses it; a question by its id.
+        if not await self._spend(f"a:{parts[1]}" if by_approver else sealed.payload):
             raise InvalidRequestState()  # an answer replayed: each question is answered once
-        deadline = int(sealed.payload.rpartition(":")[2])
+        deadline = int(parts[-1])
         responses = ctx.params.get("inputResponses")
         params = {k: v for k, v in ctx.params.items() if k not in ("inputResponses", "requestState")}
         forwarded = dataclasses.replace(ctx, params=params)
-        if sealed.payload.startswith("a:") and self._approvals is not None:
-            approval_id = sealed.payload.split(":")[1]
+        if by_approver and self._approvals is not None:
+            approval_id = parts[1]
             only_ours = isinstance(responses, dict) and set(responses) == {QUESTION_KEY}
             answer = responses.get(QUESTION_KEY) if only_ours and isinstance(responses, dict) else None
             if not isinstance(answer, dict) or answer.get("action") != "accept":
@@ -301,7 +310,7 @@ class Confirm:
         params = approval_question(approval, approvals.link(approval.id), confirmation.timeout)
         self._audit_line(ctx, need, "asked", how="approval_page")
         if ctx.caller.stateless:
-            payload = f"a:{approval.id}:{int(approval.deadline)}"
+            payload = f"a:{approval.id}:{approval_mark(need)}:{int(approval.deadline)}"
             return {
                 "resultType": "input_required",
                 "inputRequests": {QUESTION_KEY: {"method": _ELICIT, "params": params}},
@@ -341,7 +350,7 @@ class Confirm:
             return tool_error(text, outcome="not_confirmed", meta={CONFIRMATION_KEY: "rejected"})
         # One approval runs one call: the same call asked twice while pending waited on one
         # approval, and only the first to get here runs (a stateless retry spent it already).
-        if not ctx.caller.stateless and not await self._spend(f"a:{approval_id}:{int(deadline)}"):
+        if not ctx.caller.stateless and not await self._spend(f"a:{approval_id}"):
             return self._refused(ctx, need, "spent", how="approval_page")
         self._settled(ctx, need, "approved", how="approval_page", approver=decided.decided_by)
         return await self._run(ctx, need, call_next, forwarded)
@@ -398,6 +407,10 @@ class Confirm:
         return Asked(ctx.name, ctx.server_id, identity.name, need.confirm, ctx.caller.stateless, change)
 
     def _remembered(self, ctx: CallContext, decision: Need, confirmation: Confirmation) -> bool:
+        # An approver's decision is never remembered, and a caller's own remembered "yes" must
+        # not stand in for the approver a rule now asks for.
+        if confirmation.approver_roles:
+            return False
         return any(
             self._memory.approved(self._remember_key(ctx, decision, confirmation, session=session))
             for session in (False, True)
@@ -409,7 +422,8 @@ class Confirm:
         assert ctx.subject is not None
         arguments = "*" if confirmation.remember_any_arguments else arguments_digest(ctx.arguments)
         scope = ctx.caller.session_id if session else ""
-        return (ctx.caller.identity.key, scope, ctx.server_id, ctx.subject.name, decision.rule_ids, arguments)
+        rules, mark = decision.rule_ids, approval_mark(decision)  # an edited rule asks again
+        return (ctx.caller.identity.key, scope, ctx.server_id, ctx.subject.name, rules, arguments, mark)
 
     def _audit_line(
         self,

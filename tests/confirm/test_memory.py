@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from proxy.confirm.memory import Memory, RememberKey
 
-KEY: RememberKey = (("jwt", "https://a", "alice"), "", "web", "web.delete", ("ask",), "digest")
+KEY: RememberKey = (("jwt", "https://a", "alice"), "", "web", "web.delete", ("ask",), "digest", "mark")
 
 
 class Clock:

@@ -5,8 +5,10 @@ server that answers ``input_required`` with its own sealed state) and the stdio 
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -162,3 +164,76 @@ async def test_arguments_too_large_to_show_whole_are_refused_without_asking(
     assert meta["dev.manifold/confirmation"] == "too_large"
     assert "too large to show whole" in result.content[0].text  # type: ignore[union-attr]
     assert person.asked == []
+
+
+# ---- an edited rule asks again: remembered answers and open questions are tied to the rules ----
+
+EDITABLE = """\
+version: 1
+default: allow
+rules:
+  - id: ask-add
+    effect: confirm
+    match: {{tools: ["fx.add"]}}
+    confirm: {{reason: "{reason}", remember: session, timeout: 60}}
+"""
+
+
+async def reloaded(manifold: RunningManifold, policy: Path, reason: str) -> None:
+    """Rewrite the rule's reason and SIGHUP; returns once the log says the policy was re-read."""
+    before = manifold.log().count("policy reloaded")
+    await anyio.Path(policy).write_text(EDITABLE.format(reason=reason))
+    manifold.process.send_signal(signal.SIGHUP)
+    with anyio.fail_after(15):
+        while manifold.log().count("policy reloaded") == before:  # noqa: ASYNC110
+            await anyio.sleep(0.05)  # the log is the only thing that tells
+
+
+@pytest.fixture
+async def editable(tmp_path: Path) -> AsyncIterator[tuple[RunningManifold, Path]]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(EDITABLE.format(reason="adding is serious"))
+    config = {
+        "auth": {"anonymous": {"enabled": True}},
+        "servers": {"fx": fixture_server("fx", tools=1)},
+        "policy": {"files": [str(policy)], "pins": {"mode": "off"}, "reload": False},
+    }
+    async with running_manifold(tmp_path, config) as running:
+        yield running, policy
+
+
+class Remembering(Person):
+    async def __call__(self, context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        self.asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": True, "remember": "for this session"})
+
+
+async def test_a_remembered_approval_does_not_survive_an_edit_of_its_rule(
+    editable: tuple[RunningManifold, Path],
+) -> None:
+    manifold, policy = editable
+    person = Remembering()
+    async with Client(manifold.url, mode="legacy", elicitation_callback=person) as client:
+        with anyio.fail_after(30):
+            assert not (await client.call_tool("fx.add", {"a": 1, "b": 2})).is_error
+            assert not (await client.call_tool("fx.add", {"a": 1, "b": 2})).is_error
+            assert len(person.asked) == 1  # remembered for this session
+            await reloaded(manifold, policy, "it now moves money")
+            assert not (await client.call_tool("fx.add", {"a": 1, "b": 2})).is_error
+    assert len(person.asked) == 2
+    assert "it now moves money" in person.asked[1]
+
+
+async def test_an_answer_to_a_question_asked_under_an_edited_rule_is_refused(
+    editable: tuple[RunningManifold, Path],
+) -> None:
+    manifold, policy = editable
+    arguments = {"a": 1, "b": 2}
+    async with aiohttp.ClientSession() as http:
+        status, asked = await send(http, manifold, call("fx.add", arguments))
+        assert asked["result"]["resultType"] == "input_required"
+        await reloaded(manifold, policy, "it now moves money")
+        status, answer = await send(
+            http, manifold, call("fx.add", arguments, ACCEPT, asked["result"]["requestState"])
+        )
+    assert (status, answer["error"]["code"]) == (400, -32602), answer
