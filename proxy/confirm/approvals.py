@@ -42,6 +42,7 @@ from redis.exceptions import RedisError
 from proxy.config import Config
 from proxy.confirm.memory import spend_once
 from proxy.errors import LimitExceeded
+from proxy.policy.model import Policy, RoleApprover
 
 __all__ = [
     "Approval",
@@ -50,6 +51,7 @@ __all__ = [
     "MemoryApprovals",
     "RedisApprovals",
     "State",
+    "approver_rules",
     "make_approvals",
 ]
 
@@ -353,16 +355,46 @@ def make_approvals(config: Config, key: bytes) -> Approvals:
         host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
         host = f"[{host}]" if ":" in host and not host.startswith("[") else host
         base = f"http://{host}:{config.listen.port}"
-    return Approvals(store, base_url=base, key=key)
+    # Another replica may serve the page only if they share the records and the link says where.
+    elsewhere = limits.backend == "redis" and config.policy.approvals_url is not None
+    return Approvals(store, base_url=base, key=key, served_elsewhere=elsewhere)
+
+
+def approver_rules(policy: Policy | None) -> list[str]:
+    """The ids of the confirm rules that ask somebody else (``approver: {role: r}``)."""
+    if policy is None:
+        return []
+    return [
+        rule.id
+        for rule in policy.rules
+        if rule.confirm is not None and isinstance(rule.confirm.approver, RoleApprover)
+    ]
 
 
 class Approvals:
-    """The store, the page's address, and the page's anti-forgery tokens."""
+    """The store, the page's address, and the page's anti-forgery tokens.
 
-    def __init__(self, store: ApprovalStore, *, base_url: str, key: bytes) -> None:
+    ``reachable``: whether somebody can open the page at all: this process serves it (``manifold
+    serve``: :func:`proxy.inbound.approval_page.approval_routes` says so), or another replica
+    shares the records and ``policy.approvals_url`` points there. Under ``manifold stdio`` alone
+    nothing serves it, and a call waiting for an approver would only wait out its timeout.
+    """
+
+    def __init__(
+        self, store: ApprovalStore, *, base_url: str, key: bytes, served_elsewhere: bool = False
+    ) -> None:
         self.store = store
         self._base = base_url.rstrip("/")
         self._key = key
+        self._served = served_elsewhere
+
+    @property
+    def reachable(self) -> bool:
+        return self._served
+
+    def serving(self) -> None:
+        """This process serves the page (its HTTP routes were built)."""
+        self._served = True
 
     def link(self, approval_id: str) -> str:
         return f"{self._base}/approvals/{approval_id}"

@@ -54,6 +54,7 @@ Outcome = Literal[
     "rejected",  # an approver rejected it there
     "spent",  # the approval was used already, by the same call asked twice
     "too_large",  # the arguments do not fit a question whole: nobody is asked
+    "no_approval_page",  # an approver must decide, but nothing serves the approval page
 ]
 
 MAX_ANSWER_BYTES: Final = 4096

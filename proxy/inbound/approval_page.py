@@ -131,6 +131,8 @@ def approval_routes(
     *,
     clock: Callable[[], float] = time.time,
 ) -> list[Route]:
+    approvals.serving()  # calls may now wait for an approver here
+
     def page(
         approval: Approval | None, approval_id: str, status: int = 200, message: str | None = None
     ) -> Response:

@@ -303,6 +303,8 @@ class Confirm:
             deadline=self._clock() + confirmation.timeout,
             call=hashlib.sha256(call).hexdigest()[:32],
         )
+        if not approvals.reachable:  # manifold stdio: nobody could open the link; say so now
+            return self._refused(ctx, need, "no_approval_page", how="none")
         params = approval_question(approval, approvals.link(approval.id), confirmation.timeout)
         if not ctx.caller.supports(_ELICIT, params):
             return self._refused(ctx, need, "unavailable", how="none")
@@ -495,6 +497,16 @@ def _refusal(ctx: CallContext, decision: Need, outcome: Outcome) -> str:
             f"arguments are too large to show whole in the question (more than {MAX_SUMMARY_CHARS} "
             "characters); nobody is asked to approve what they cannot see. Call it with smaller "
             "arguments (split the work), or ask an operator to change the policy."
+        )
+    if outcome == "no_approval_page":
+        roles = " or ".join(sorted(decision.confirm.approver_roles))
+        return (
+            f"Manifold did not run {ctx.name!r}: the policy (rule {rules}) needs someone with the role "
+            f"{roles} to approve it on Manifold's approval page, but this Manifold serves no approval "
+            "page (it runs as `manifold stdio`) and shares its approvals with no replica that does. "
+            "Call it through a Manifold run with `manifold serve` (or give this one "
+            "`rate_limits.backend: redis` and `policy.approvals_url` of a replica that serves the page), "
+            "or ask an operator to change the policy."
         )
     if outcome == "unavailable":
         return (

@@ -14,12 +14,20 @@ from typing import Any
 import aiohttp
 import anyio
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.context import ClientRequestContext
+from mcp.client.stdio import stdio_client
 from mcp.types import ElicitRequestParams, ElicitResult
 
 from proxy.protocol import stateless, versions
-from tests.interaction.harness import REPO, RunningManifold, fixture_server, post, running_manifold
+from tests.interaction.harness import (
+    REPO,
+    RunningManifold,
+    fixture_server,
+    post,
+    running_manifold,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -237,3 +245,44 @@ async def test_an_answer_to_a_question_asked_under_an_edited_rule_is_refused(
             http, manifold, call("fx.add", arguments, ACCEPT, asked["result"]["requestState"])
         )
     assert (status, answer["error"]["code"]) == (400, -32602), answer
+
+
+# ---- manifold stdio serves no approval page: an approver rule is refused at once, saying why ----
+
+APPROVER_POLICY = """\
+version: 1
+default: allow
+rules:
+  - id: needs-a-manager
+    effect: confirm
+    match: {tools: ["fx.add"]}
+    confirm: {approver: {role: managers}, timeout: 600}
+"""
+
+
+async def test_under_manifold_stdio_an_approver_rule_is_refused_at_once_and_warned_of(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(APPROVER_POLICY)
+    config = write_config(
+        tmp_path / "m.yaml",
+        {
+            "servers": {"fx": fixture_server("fx", tools=1)},
+            "policy": {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}},
+        },
+    )
+    log = tmp_path / "stderr.log"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
+    )
+    person = Person()
+    with log.open("w") as errors, anyio.fail_after(30):  # the rule's timeout is 600 s
+        async with Client(
+            stdio_client(params, errlog=errors), mode="legacy", elicitation_callback=person
+        ) as client:
+            result = await client.call_tool("fx.add", {"a": 1, "b": 2})
+    assert result.is_error
+    assert result.model_dump(by_alias=True)["_meta"]["dev.manifold/confirmation"] == "no_approval_page"
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "serves no approval page" in text
+    assert "managers" in text
+    assert person.asked == []  # no link to a page nobody serves
+    assert "needs-a-manager need an approver on the approval page" in log.read_text()
