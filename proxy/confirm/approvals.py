@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Final, Literal, Protocol
+from urllib.parse import urlsplit
 
 import anyio
 import orjson
@@ -387,6 +388,12 @@ class Approvals:
         self._base = base_url.rstrip("/")
         self._key = key
         self._served = served_elsewhere
+
+    @property
+    def origin(self) -> str:
+        """``scheme://host[:port]`` of the page's links: where approvers' browsers post from."""
+        parts = urlsplit(self._base)
+        return f"{parts.scheme}://{parts.netloc}".lower()
 
     @property
     def reachable(self) -> bool:

@@ -7,9 +7,11 @@ or token, as they would send to ``/mcp``; nothing is stored and no cookie is set
 authenticate, hold one of the approver roles, and not be the caller's own. Then the page shows
 the decision, as it does for anybody who opens it afterwards.
 
-Served under the same Host and Origin checks as ``/mcp`` (:class:`~proxy.inbound.http.OriginPolicy`).
-A POST must also come from a browser page of an allowed origin (``Origin`` present and allowed,
-``Sec-Fetch-Site`` not cross-site) and carry the page's form token (bound to the request id),
+Served under the same Host and Origin checks as ``/mcp`` (:class:`~proxy.inbound.http.OriginPolicy`),
+and also to the host and origin of ``policy.approvals_url`` (where the links point), and to an
+``Origin`` naming the Host asked (the page's own form, same-origin). A POST must also come from
+a browser page of an allowed origin (``Origin`` present and allowed, ``Sec-Fetch-Site`` not
+cross-site) and carry the page's form token (bound to the request id),
 so another site cannot make a visitor's browser decide. The page loads nothing from anywhere
 (``Content-Security-Policy: default-src 'none'``) and may not be framed.
 """
@@ -21,7 +23,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -63,6 +65,11 @@ button:focus-visible,input:focus-visible{outline:3px solid #1f6feb;outline-offse
 
 def _when(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
 
 
 def render(approval: Approval | None, *, token: str, now: float, message: str | None = None) -> str:
@@ -141,8 +148,18 @@ def approval_routes(
 
     def refused(request: Request, *, post: bool) -> Response | None:
         headers = request.headers
-        origin = headers.get("origin")
-        if not origins.origin_ok(origin) or not origins.host_ok(headers.get("host")):
+        origin, host = headers.get("origin"), headers.get("host")
+        # Where the links point (policy.approvals_url) is where approvers' browsers come from: its
+        # origin and host are the page's own, as is an Origin naming the very Host asked (a
+        # same-origin form post), once that Host passed the DNS-rebinding check.
+        linked = urlsplit(approvals.origin).netloc
+        host_ok = origins.host_ok(host) or (host is not None and host.lower() == linked)
+        origin_ok = (
+            origins.origin_ok(origin)
+            or (origin is not None and origin.rstrip("/").lower() == approvals.origin)
+            or (origin is not None and host is not None and _same_origin(origin, host))
+        )
+        if not origin_ok or not host_ok:
             return Response("Forbidden: Origin or Host not allowed\n", status_code=403)
         if post and (origin is None or headers.get("sec-fetch-site") == "cross-site"):
             return Response("Forbidden: a decision must come from the approval page\n", status_code=403)

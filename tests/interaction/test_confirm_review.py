@@ -5,6 +5,8 @@ server that answers ``input_required`` with its own sealed state) and the stdio 
 
 from __future__ import annotations
 
+import hashlib
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +22,7 @@ from mcp.client.stdio import stdio_client
 from mcp.types import ElicitRequestParams, ElicitResult
 
 from proxy.protocol import stateless, versions
+from tests.fixtures.spawn import free_port
 from tests.interaction.harness import (
     REPO,
     RunningManifold,
@@ -32,6 +35,10 @@ from tests.interaction.harness import (
 pytestmark = pytest.mark.anyio
 
 V = versions.LATEST_STATELESS
+KEYS = {
+    "alice": ("mfd_alice-review-key-0123456789abcdefghijklmn", ["staff"]),
+    "mona": ("mfd_mona-review-key-0123456789abcdefghijklmno", ["managers"]),
+}
 STATEFUL_TOOL = "m.test_input_required_result_request_state"
 POLICY = """\
 version: 1
@@ -48,6 +55,10 @@ rules:
 """
 ACCEPT = {"manifold-confirm": {"action": "accept", "content": {"approve": True}}}
 SERVER_ANSWER = {"confirm": {"action": "accept", "content": {"ok": True}}}
+
+
+def stored(key: str) -> str:
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def modern_fixture() -> dict[str, Any]:
@@ -286,3 +297,77 @@ async def test_under_manifold_stdio_an_approver_rule_is_refused_at_once_and_warn
     assert "managers" in text
     assert person.asked == []  # no link to a page nobody serves
     assert "needs-a-manager need an approver on the approval page" in log.read_text()
+
+
+# ---- the approval page accepts its own form where people reach it ------------------------------
+
+
+@pytest.fixture(scope="module")
+async def behind_a_proxy(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
+    tmp = tmp_path_factory.mktemp("approvals-url")
+    (tmp / "policy.yaml").write_text(APPROVER_POLICY)
+    port = free_port()
+    config = {
+        "auth": {"api_keys": [{"name": n, "key": stored(k), "roles": r} for n, (k, r) in KEYS.items()]},
+        "listen": {"allowed_hosts": [f"127.0.0.1:{port}", f"manifold.internal:{port}"]},
+        "servers": {"fx": fixture_server("fx", tools=1)},
+        "policy": {
+            "files": [str(tmp / "policy.yaml")],
+            "pins": {"mode": "off"},
+            "approvals_url": "https://gw.example.com",
+        },
+    }
+    async with running_manifold(tmp, config, port=port) as running:
+        yield running
+
+
+async def pending_approval(http: aiohttp.ClientSession, manifold: RunningManifold) -> str:
+    """A stateless call by alice that needs a manager: its approval's id."""
+    body = call("fx.add", {"a": 1, "b": 2})
+    _, asked = await send(http, manifold, body, {"Authorization": f"Bearer {KEYS['alice'][0]}"})
+    url = asked["result"]["inputRequests"]["manifold-confirm"]["params"]["url"]
+    assert url.startswith("https://gw.example.com/approvals/")
+    return str(url.rsplit("/", 1)[1])
+
+
+async def post_decision(
+    http: aiohttp.ClientSession, manifold: RunningManifold, approval_id: str, *, host: str, origin: str
+) -> tuple[int, str]:
+    url = manifold.url.removesuffix("/mcp") + f"/approvals/{approval_id}"
+    async with http.get(url, headers={"Host": host}) as response:
+        page = await response.text()
+        assert response.status == 200, page
+    found = re.search(r'name="token" value="([0-9a-f]+)"', page)
+    assert found is not None
+    form = {"token": found[1], "decision": "approve", "credential": KEYS["mona"][0]}
+    async with http.post(url, data=form, headers={"Host": host, "Origin": origin}) as response:
+        return response.status, await response.text()
+
+
+@pytest.mark.parametrize(
+    ("host", "origin"),
+    [
+        pytest.param("gw.example.com", "https://gw.example.com", id="the-approvals-url"),
+        pytest.param("manifold.internal:{port}", "http://manifold.internal:{port}", id="same-origin"),
+    ],
+)
+async def test_an_approver_can_post_the_page_where_people_reach_it(
+    behind_a_proxy: RunningManifold, host: str, origin: str
+) -> None:
+    port = behind_a_proxy.url.split(":")[2].split("/")[0]
+    async with aiohttp.ClientSession() as http:
+        approval_id = await pending_approval(http, behind_a_proxy)
+        status, page = await post_decision(
+            http, behind_a_proxy, approval_id, host=host.format(port=port), origin=origin.format(port=port)
+        )
+    assert status == 200, page
+    assert "Approved by mona" in page
+
+
+async def test_another_site_still_cannot_post_the_page(behind_a_proxy: RunningManifold) -> None:
+    async with aiohttp.ClientSession() as http:
+        approval_id = await pending_approval(http, behind_a_proxy)
+        status, page = await post_decision(
+            http, behind_a_proxy, approval_id, host="gw.example.com", origin="https://evil.example.com"
+        )
+    assert (status, "Origin or Host not allowed" in page) == (403, True)
