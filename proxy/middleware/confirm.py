@@ -26,13 +26,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 import orjson
@@ -67,6 +68,9 @@ logger = logging.getLogger("proxy.middleware.confirm")
 
 QUESTION_KEY: Final = "manifold-confirm"  # the inputRequests key of Manifold's own question
 CONFIRMATION_KEY: Final = "dev.manifold/confirmation"
+RETRY_WAIT: Final = 10.0  # seconds a stateless retry waits for an approver before "come back"
+PROGRESS_EVERY: Final = 10.0  # seconds between progress notifications while a call waits
+_T = TypeVar("_T")
 _ELICIT: Final = "elicitation/create"
 # pins.mode confirm, for a tool no confirm rule asks about: the change is the reason.
 PIN_QUESTION: Final = Confirmation(
@@ -152,7 +156,9 @@ class Confirm:
             return self._refused(ctx, decision, "unavailable", how="none")
         if ctx.caller.stateless:
             return self._input_required(ctx, decision, params)
-        answer = await self._ask(ctx, decision.confirm, params)
+        answer = await self._ticking(
+            ctx, "waiting for the user to approve", lambda: self._ask(ctx, decision.confirm, params)
+        )
         return await self._answered(ctx, decision, answer, "elicitation", call_next)
 
     def _need(self, ctx: CallContext) -> Need | None:
@@ -205,11 +211,12 @@ class Confirm:
             or not hmac.compare_digest(parts[-2], approval_mark(decision))
         ):
             raise InvalidRequestState()  # not ours, or asked under rules since edited: ask again
-        by_approver = parts[0] == "a" and len(parts) == 4
+        # "a": the caller's answer to the approval link; "w": a retry while the approver has not
+        # decided yet. Neither spends anything: the approval is spent once decided (_decided).
+        by_approver = parts[0] in ("a", "w") and len(parts) == 4
         if by_approver and self._approvals is None:
             raise InvalidRequestState()
-        # An approval is spent by its id, whichever era's call uses it; a question by its id.
-        if not await self._spend(f"a:{parts[1]}" if by_approver else sealed.payload):
+        if not by_approver and not await self._spend(sealed.payload):
             raise InvalidRequestState()  # an answer replayed: each question is answered once
         deadline = int(parts[-1])
         responses = ctx.params.get("inputResponses")
@@ -217,14 +224,23 @@ class Confirm:
         forwarded = dataclasses.replace(ctx, params=params)
         if by_approver and self._approvals is not None:
             approval_id = parts[1]
-            only_ours = isinstance(responses, dict) and set(responses) == {QUESTION_KEY}
-            answer = responses.get(QUESTION_KEY) if only_ours and isinstance(responses, dict) else None
-            if not isinstance(answer, dict) or answer.get("action") != "accept":
-                outcome = _outcome_of_action(answer)
-                return self._refused(ctx, decision, outcome, how="approval_page")
-            return await self._decided(
-                ctx, decision, self._approvals, approval_id, float(deadline), call_next, forwarded
-            )
+            if parts[0] == "a":
+                only_ours = isinstance(responses, dict) and set(responses) == {QUESTION_KEY}
+                answer = responses.get(QUESTION_KEY) if only_ours and isinstance(responses, dict) else None
+                if not isinstance(answer, dict) or answer.get("action") != "accept":
+                    outcome = _outcome_of_action(answer)
+                    return self._refused(ctx, decision, outcome, how="approval_page")
+            # Wait a while, not until the deadline: a client's request timeout (60 s in the SDKs)
+            # or a dropped connection must not lose the decision. Still pending: come back.
+            until = min(float(deadline), self._clock() + RETRY_WAIT)
+            decided = await self._approvals.store.wait(approval_id, until)
+            if decided is not None and decided.state == "pending" and self._clock() < deadline:
+                waiting = f"w:{approval_id}:{approval_mark(decision)}:{deadline}"
+                return {
+                    "resultType": "input_required",
+                    "requestState": self._states.seal(boundary_of(ctx), "confirm", waiting),
+                }
+            return await self._decided(ctx, decision, approval_id, decided, call_next, forwarded)
         if self._clock() > deadline:
             answer = Answer("timeout")
         elif not isinstance(responses, dict) or set(responses) != {QUESTION_KEY}:
@@ -310,6 +326,7 @@ class Confirm:
             return self._refused(ctx, need, "unavailable", how="none")
         approval = await approvals.store.put(approval)  # raises LimitExceeded
         params = approval_question(approval, approvals.link(approval.id), confirmation.timeout)
+        roles = " or ".join(approval.roles)
         self._audit_line(ctx, need, "asked", how="approval_page")
         if ctx.caller.stateless:
             payload = f"a:{approval.id}:{approval_mark(need)}:{int(approval.deadline)}"
@@ -318,44 +335,78 @@ class Confirm:
                 "inputRequests": {QUESTION_KEY: {"method": _ELICIT, "params": params}},
                 "requestState": self._states.seal(boundary_of(ctx), "confirm", payload),
             }
-        try:
-            with anyio.fail_after(confirmation.timeout):
-                result = await ctx.caller.request(_ELICIT, params)
-        except TimeoutError:
-            return self._refused(ctx, need, "timeout", how="approval_page")
-        except (RemoteError, MethodNotFound):
-            return self._refused(ctx, need, "cancelled", how="approval_page")
-        if not isinstance(result, dict) or result.get("action") != "accept":
-            return self._refused(ctx, need, _outcome_of_action(result), how="approval_page")
-        return await self._decided(ctx, need, approvals, approval.id, approval.deadline, call_next, ctx)
+
+        async def waited() -> Approval | Outcome:
+            try:
+                with anyio.fail_after(confirmation.timeout):
+                    result = await ctx.caller.request(_ELICIT, params)
+            except TimeoutError:
+                return "timeout"
+            except (RemoteError, MethodNotFound):
+                return "cancelled"
+            if not isinstance(result, dict) or result.get("action") != "accept":
+                return _outcome_of_action(result)
+            decided = await approvals.store.wait(approval.id, approval.deadline)
+            complete = {"elicitationId": approval.id}  # the out-of-band interaction is over
+            ctx.caller.notify(jsonrpc.notification("notifications/elicitation/complete", complete))
+            return decided if decided is not None else "timeout"
+
+        waited_for = await self._ticking(ctx, f"waiting for someone with the role {roles} to approve", waited)
+        if isinstance(waited_for, str):
+            return self._refused(ctx, need, waited_for, how="approval_page")
+        return await self._decided(ctx, need, approval.id, waited_for, call_next, ctx)
 
     async def _decided(
         self,
         ctx: CallContext,
         need: Need,
-        approvals: Approvals,
         approval_id: str,
-        deadline: float,
+        decided: Approval | None,
         call_next: Handler,
         forwarded: CallContext,
     ) -> Any:
-        """Wait (until ``deadline``) for the approver's decision, then run or refuse the call."""
-        decided = await approvals.store.wait(approval_id, deadline)
-        if not ctx.caller.stateless:  # the out-of-band interaction is over (URL mode)
-            complete = {"elicitationId": approval_id}
-            ctx.caller.notify(jsonrpc.notification("notifications/elicitation/complete", complete))
+        """Run or refuse the call as the approver decided (``decided``: the record at the end of
+        the wait). One approval runs one call: it is spent here, by its id, whichever era's call
+        uses it; a stateless retry replayed after that is refused with -32602, a second
+        handshake-era call waiting on the same approval is told it was used.
+
+        Raises:
+            InvalidRequestState: a stateless retry of an approval already used.
+        """
         if decided is None or decided.state == "pending":
             return self._refused(ctx, need, "timeout", how="approval_page")
         if decided.state == "rejected":
             self._settled(ctx, need, "rejected", how="approval_page", approver=decided.decided_by)
             text = f"{_refusal(ctx, need, 'rejected')} ({decided.decided_by} rejected it.)"
             return tool_error(text, outcome="not_confirmed", meta={CONFIRMATION_KEY: "rejected"})
-        # One approval runs one call: the same call asked twice while pending waited on one
-        # approval, and only the first to get here runs (a stateless retry spent it already).
-        if not ctx.caller.stateless and not await self._spend(f"a:{approval_id}"):
+        if not await self._spend(f"a:{approval_id}"):
+            if ctx.caller.stateless:
+                raise InvalidRequestState()  # a retry replayed: its approval ran a call already
             return self._refused(ctx, need, "spent", how="approval_page")
         self._settled(ctx, need, "approved", how="approval_page", approver=decided.decided_by)
         return await self._run(ctx, need, call_next, forwarded)
+
+    async def _ticking(self, ctx: CallContext, what: str, wait: Callable[[], Awaitable[_T]]) -> _T:
+        """``wait()``, telling a handshake-era caller that gave a ``progressToken`` every
+        ``PROGRESS_EVERY`` seconds that the call is still waiting (so that a client's request
+        timeout that resets on progress does not end it). ``wait`` must not raise."""
+        meta = ctx.params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        if token is None or ctx.caller.stateless:
+            return await wait()
+        done: list[_T] = []
+
+        async def tick() -> None:
+            for step in itertools.count():
+                progress = {"progressToken": token, "progress": step, "message": what}
+                ctx.caller.notify(jsonrpc.notification("notifications/progress", progress))
+                await anyio.sleep(PROGRESS_EVERY)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            done.append(await wait())
+            tg.cancel_scope.cancel()
+        return done[0]
 
     # ---- after the answer -------------------------------------------------------------
 

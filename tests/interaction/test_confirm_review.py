@@ -15,10 +15,12 @@ from typing import Any
 
 import aiohttp
 import anyio
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.context import ClientRequestContext
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult
 
 from proxy.protocol import stateless, versions
@@ -371,3 +373,97 @@ async def test_another_site_still_cannot_post_the_page(behind_a_proxy: RunningMa
             http, behind_a_proxy, approval_id, host="gw.example.com", origin="https://evil.example.com"
         )
     assert (status, "Origin or Host not allowed" in page) == (403, True)
+
+
+# ---- long waits for an approver survive client timeouts and dropped connections ---------------
+
+OPENED = {"manifold-confirm": {"action": "accept"}}
+ALICE = {"Authorization": f"Bearer {KEYS['alice'][0]}"}
+
+
+async def approve(http: aiohttp.ClientSession, manifold: RunningManifold, approval_id: str) -> None:
+    status, page = await post_decision(
+        http, manifold, approval_id, host="gw.example.com", origin="https://gw.example.com"
+    )
+    assert (status, "Approved by mona" in page) == (200, True)
+
+
+async def test_a_retry_whose_connection_dropped_keeps_its_approval(behind_a_proxy: RunningManifold) -> None:
+    arguments = {"a": 3, "b": 4}
+    async with aiohttp.ClientSession() as http:
+        _, asked = await send(http, behind_a_proxy, call("fx.add", arguments), ALICE)
+        state = asked["result"]["requestState"]
+        approval_id = asked["result"]["inputRequests"]["manifold-confirm"]["params"]["url"].rsplit("/", 1)[1]
+        with anyio.move_on_after(1) as gave_up:  # the client's timeout: nobody has decided yet
+            await send(http, behind_a_proxy, call("fx.add", arguments, OPENED, state), ALICE)
+        assert gave_up.cancelled_caught
+        await approve(http, behind_a_proxy, approval_id)
+        with anyio.fail_after(30):
+            status, done = await send(http, behind_a_proxy, call("fx.add", arguments, OPENED, state), ALICE)
+        assert (status, done["result"]["content"][0]["text"]) == (200, "7"), done
+        status, again = await send(http, behind_a_proxy, call("fx.add", arguments, OPENED, state), ALICE)
+    assert (status, again["error"]["code"]) == (400, -32602)  # one approval, one run
+
+
+async def test_a_retry_while_nobody_has_decided_is_told_to_come_back(behind_a_proxy: RunningManifold) -> None:
+    arguments = {"a": 5, "b": 6}
+    async with aiohttp.ClientSession() as http:
+        _, asked = await send(http, behind_a_proxy, call("fx.add", arguments), ALICE)
+        approval_id = asked["result"]["inputRequests"]["manifold-confirm"]["params"]["url"].rsplit("/", 1)[1]
+        with anyio.fail_after(30):  # the rule waits 600 s; a retry waits 10 s at most
+            _, waiting = await send(
+                http,
+                behind_a_proxy,
+                call("fx.add", arguments, OPENED, asked["result"]["requestState"]),
+                ALICE,
+            )
+        result = waiting["result"]
+        assert (result["resultType"], "inputRequests" in result) == ("input_required", False), result
+        await approve(http, behind_a_proxy, approval_id)
+        status, done = await send(
+            http, behind_a_proxy, call("fx.add", arguments, None, result["requestState"]), ALICE
+        )
+    assert (status, done["result"]["content"][0]["text"]) == (200, "11"), done
+
+
+class OpensTheLink:
+    def __init__(self) -> None:
+        self.url = ""
+
+    async def __call__(self, context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        self.url = str(getattr(params, "url", ""))
+        return ElicitResult(action="accept")
+
+
+async def test_a_handshake_era_wait_for_an_approver_sends_progress(behind_a_proxy: RunningManifold) -> None:
+    caller = OpensTheLink()
+    heard: list[str | None] = []
+    progressed = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(message)
+        progressed.set()
+
+    outcome: dict[str, Any] = {}
+    async with (
+        httpx2.AsyncClient(headers=ALICE, timeout=httpx2.Timeout(30, read=300)) as transport,
+        Client(
+            streamable_http_client(behind_a_proxy.url, http_client=transport),
+            mode="legacy",
+            elicitation_callback=caller,
+        ) as client,
+        aiohttp.ClientSession() as http,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def run() -> None:
+            outcome["result"] = await client.call_tool(
+                "fx.add", {"a": 1, "b": 2}, progress_callback=on_progress
+            )
+
+        tg.start_soon(run)
+        with anyio.fail_after(30):
+            await progressed.wait()
+        await approve(http, behind_a_proxy, caller.url.rsplit("/", 1)[1])
+    assert outcome["result"].content[0].text == "3"
+    assert "waiting for someone with the role managers to approve" in heard
