@@ -44,6 +44,7 @@ from proxy.config import Config
 from proxy.confirm.memory import spend_once
 from proxy.errors import LimitExceeded
 from proxy.policy.model import Policy, RoleApprover
+from proxy.ratelimit import HttpFloodLimit
 
 __all__ = [
     "Approval",
@@ -358,7 +359,7 @@ def make_approvals(config: Config, key: bytes) -> Approvals:
         base = f"http://{host}:{config.listen.port}"
     # Another replica may serve the page only if they share the records and the link says where.
     elsewhere = limits.backend == "redis" and config.policy.approvals_url is not None
-    return Approvals(store, base_url=base, key=key, served_elsewhere=elsewhere)
+    return Approvals(store, base_url=base, key=key, served_elsewhere=elsewhere, flood=limits.http)
 
 
 def approver_rules(policy: Policy | None) -> list[str]:
@@ -382,12 +383,19 @@ class Approvals:
     """
 
     def __init__(
-        self, store: ApprovalStore, *, base_url: str, key: bytes, served_elsewhere: bool = False
+        self,
+        store: ApprovalStore,
+        *,
+        base_url: str,
+        key: bytes,
+        served_elsewhere: bool = False,
+        flood: HttpFloodLimit | None = None,
     ) -> None:
         self.store = store
         self._base = base_url.rstrip("/")
         self._key = key
         self._served = served_elsewhere
+        self.flood = flood  # rate_limits.http: also bounds the page's decisions (credential guesses)
 
     @property
     def origin(self) -> str:

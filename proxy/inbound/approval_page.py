@@ -19,6 +19,7 @@ so another site cannot make a visitor's browser decide. The page loads nothing f
 from __future__ import annotations
 
 import html
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -32,10 +33,12 @@ from starlette.routing import Route
 from proxy.auth.authenticator import Authenticated, Authenticator
 from proxy.confirm.approvals import Approval, Approvals, State
 from proxy.inbound.http import OriginPolicy
+from proxy.ratelimit import LimitCheck, MemoryBackend
 
 __all__ = ["approval_routes", "render"]
 
 _MAX_FORM: Final = 16 * 1024
+_MAX_ID: Final = 64
 _HEADERS: Final = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'",
@@ -139,6 +142,25 @@ def approval_routes(
     clock: Callable[[], float] = time.time,
 ) -> list[Route]:
     approvals.serving()  # calls may now wait for an approver here
+    # Each decision checks a credential: bounded per address and per approval, with the
+    # rate_limits.http bucket when configured, else one decision every 2 s after a burst of 30.
+    flood = approvals.flood
+    interval, burst = (flood.rate.interval, flood.burst) if flood is not None else (2.0, 30)
+    buckets = MemoryBackend()
+
+    def flooded(request: Request, approval_id: str) -> Response | None:
+        address = request.client.host if request.client is not None else "unknown"
+        checks = [
+            LimitCheck(f"approval-post:{address}", interval, burst, "http"),
+            LimitCheck(f"approval-post-to:{approval_id[:_MAX_ID]}", interval, burst, "http"),
+        ]
+        outcome = buckets.hit_now(checks)
+        if outcome.allowed:
+            return None
+        wait = str(max(1, math.ceil(outcome.retry_after)))
+        return Response(
+            f"Too Many Requests: try again in {wait} s\n", status_code=429, headers={"retry-after": wait}
+        )
 
     def page(
         approval: Approval | None, approval_id: str, status: int = 200, message: str | None = None
@@ -175,6 +197,8 @@ def approval_routes(
         if (refusal := refused(request, post=True)) is not None:
             return refusal
         approval_id = request.path_params["approval_id"]
+        if (refusal := flooded(request, approval_id)) is not None:
+            return refusal
         body = b""
         async for chunk in request.stream():
             body += chunk

@@ -467,3 +467,37 @@ async def test_a_handshake_era_wait_for_an_approver_sends_progress(behind_a_prox
         await approve(http, behind_a_proxy, caller.url.rsplit("/", 1)[1])
     assert outcome["result"].content[0].text == "3"
     assert "waiting for someone with the role managers to approve" in heard
+
+
+# ---- the approval page is no free credential oracle ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+async def flood_limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
+    tmp = tmp_path_factory.mktemp("approvals-flood")
+    (tmp / "policy.yaml").write_text(APPROVER_POLICY)
+    config = {
+        "auth": {"api_keys": [{"name": n, "key": stored(k), "roles": r} for n, (k, r) in KEYS.items()]},
+        "rate_limits": {"http": {"rate": "1/minute", "burst": 5}},
+        "servers": {"fx": fixture_server("fx", tools=1)},
+        "policy": {"files": [str(tmp / "policy.yaml")], "pins": {"mode": "off"}},
+    }
+    async with running_manifold(tmp, config) as running:
+        yield running
+
+
+async def test_guessing_credentials_on_the_page_is_rate_limited(flood_limited: RunningManifold) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, asked = await send(http, flood_limited, call("fx.add", {"a": 1, "b": 2}), ALICE)
+        url = asked["result"]["inputRequests"]["manifold-confirm"]["params"]["url"]
+        async with http.get(url) as response:
+            found = re.search(r'name="token" value="([0-9a-f]+)"', await response.text())
+        assert found is not None
+        origin = url.split("/approvals/")[0]
+        statuses = []
+        for guess in range(7):
+            form = {"token": found[1], "decision": "approve", "credential": f"mfd_guess-{guess}"}
+            async with http.post(url, data=form, headers={"Origin": origin}) as response:
+                statuses.append((response.status, response.headers.get("retry-after")))
+    assert [status for status, _ in statuses] == [401] * 5 + [429] * 2
+    assert all(int(wait or 0) >= 1 for _, wait in statuses[5:])
