@@ -62,7 +62,7 @@ from proxy.policy.model import DEFAULT_CONFIRM_TIMEOUT, Confirmation
 from proxy.protocol import jsonrpc
 from proxy.protocol.results import is_input_required
 
-__all__ = ["QUESTION_KEY", "Confirm"]
+__all__ = ["QUESTION_KEY", "Confirm", "Need", "approval_mark"]
 
 logger = logging.getLogger("proxy.middleware.confirm")
 
