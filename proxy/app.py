@@ -144,7 +144,7 @@ class Gateway:
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
-        states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
+        states = self._states = RequestStates(derive_key(secret, "request-state"), ttl=_STATE_TTL)
         self._questions = RequestStates(derive_key(secret, "confirm-state"), ttl=MAX_CONFIRM_TIMEOUT)
         self._sign_ins = RequestStates(derive_key(secret, "sign-in"), ttl=config.credentials.signin_timeout)
         self.approvals = make_approvals(config, derive_key(secret, "approval-form"))
@@ -203,7 +203,7 @@ class Gateway:
 
     def _stages(self) -> list[Middleware]:
         """The call pipeline between the router and the forwarding stage (:mod:`proxy.stages`)."""
-        own = (self.token_modes.on_behalf, self._sign_ins)  # credentials.mode oauth: users' sign-ins
+        own = (self.token_modes.on_behalf, self._sign_ins, self._states)  # sign-ins; approval marks
         parts = Parts(
             self.access, self.metrics, self._audit, self.limiter, self._questions, self.approvals, *own
         )

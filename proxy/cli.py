@@ -327,6 +327,7 @@ async def bounded_lines(
 
 
 async def _stdio(config: Config, args: argparse.Namespace) -> int:
+    from proxy.confirm.approvals import approver_rules
     from proxy.inbound.stdio import serve_stdio
 
     name = args.endpoint or ""
@@ -348,6 +349,15 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
         reloader = _reloader(gateway, config, args, tg)
         tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
         inbound = gateway.endpoints[name] if name else gateway.inbound
+        if not gateway.approvals.reachable and (
+            asking := approver_rules(gateway.access.engine.policy if gateway.access.engine else None)
+        ):
+            logger.warning(
+                "confirm rules %s need an approver on the approval page, which manifold stdio does not "
+                "serve (and no replica shares approvals: rate_limits.backend redis + policy.approvals_url): "
+                "their calls are refused at once",
+                ", ".join(asking),
+            )
         if not inbound.admits(gateway.auth.stdio_identity):
             logger.error("the stdio identity may not use endpoint %r (its roles)", name)
             tg.cancel_scope.cancel()

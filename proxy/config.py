@@ -292,6 +292,9 @@ class LimitsConfig(_Model):
     replay_buffer_bytes: int = Field(default=1 * _MIB, ge=0)
     # 2026-07-28 calls parked while their client answers a question (bridged input_required).
     max_parked_calls: int = Field(default=1_000, ge=1)
+    # Calls waiting for an approver's decision (confirm rules with ``approver``), kept until a
+    # minute after their deadline; at most 16 per caller.
+    max_pending_approvals: int = Field(default=1_000, ge=1)
     # per_client servers: processes/connections in all, and seconds an unused one is kept.
     max_per_client_connections: int = Field(default=100, ge=1)
     per_client_idle_timeout: float = Field(default=300.0, gt=0, allow_inf_nan=False)

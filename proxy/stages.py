@@ -45,6 +45,7 @@ class Parts:
     approvals: Approvals
     on_behalf: OnBehalf | None = None  # credentials.mode oauth: users' sign-ins
     sign_ins: RequestStates | None = None  # the sign-in stage's input_required states
+    states: RequestStates | None = None  # the forwarded calls' states (proxy.bridge), to check marks
 
 
 def stages(config: Config, parts: Parts) -> list[Middleware]:
@@ -73,7 +74,15 @@ def stages(config: Config, parts: Parts) -> list[Middleware]:
         built.append(RateLimit(parts.access, parts.limiter, parts.metrics))
     if policy.files or policy.pins.mode == "confirm":
         built.append(
-            Confirm(parts.access, parts.questions, Memory(), parts.metrics, parts.audit, parts.approvals)
+            Confirm(
+                parts.access,
+                parts.questions,
+                Memory(),
+                parts.metrics,
+                parts.audit,
+                parts.approvals,
+                forwarded=parts.states,
+            )
         )
     if parts.on_behalf is not None and parts.sign_ins is not None:
         built.append(SignInStage(parts.on_behalf, parts.sign_ins))

@@ -14,6 +14,9 @@ So every state a client sees is ``<payload>.<mac>``: base64url JSON claims, HMAC
 derived from the shared session secret (so any replica can check it). The claims bind it to the
 server, method, target (namespaced name or URI), a digest of the arguments, a fingerprint of the
 caller's identity, and an expiry; ``payload`` is the server's own state or the parked call's id.
+A server's state issued for a call a person approved also carries the approval's mark (``c``:
+a digest of the confirm rules that asked, :mod:`proxy.middleware.confirm`), so that a retry of a
+call that needs approval is let through only with a state issued after such an approval.
 Signed, not encrypted: the client could read a server's state anyway had Manifold passed it on.
 
 Nothing here does I/O; the clock is injected.
@@ -78,6 +81,7 @@ class Sealed:
     kind: Kind
     payload: str
     round: int
+    approval: str = ""  # the approval mark, for a server's state issued after an approval
 
 
 class RequestStates:
@@ -86,14 +90,18 @@ class RequestStates:
         self._ttl = ttl
         self._clock = clock  # wall clock: another replica may check what this one issued
 
-    def seal(self, boundary: Boundary, kind: Kind, payload: str, round: int = 0) -> str:
-        claims = {
+    def seal(
+        self, boundary: Boundary, kind: Kind, payload: str, round: int = 0, *, approval: str = ""
+    ) -> str:
+        claims: dict[str, Any] = {
             **boundary.claims(),
             "k": kind,
             "p": payload,
             "r": round,
             "e": int(self._clock() + self._ttl),
         }
+        if approval:
+            claims["c"] = approval
         body = base64.urlsafe_b64encode(orjson.dumps(claims)).rstrip(b"=").decode()
         return f"{body}.{self._mac(body)}"
 
@@ -116,15 +124,29 @@ class RequestStates:
         if not isinstance(claims, dict) or any(claims.get(k) != v for k, v in boundary.claims().items()):
             raise InvalidRequestState()
         kind, payload, round_, expiry = claims.get("k"), claims.get("p"), claims.get("r"), claims.get("e")
+        approval = claims.get("c", "")
         if (
             kind not in ("server", "parked", "confirm", "signin")
             or not isinstance(payload, str)
             or not isinstance(round_, int)
             or not isinstance(expiry, int)
+            or not isinstance(approval, str)
             or expiry < self._clock()
         ):
             raise InvalidRequestState()
-        return Sealed(kind, payload, round_)
+        return Sealed(kind, payload, round_, approval)
+
+    def approved(self, state: str, boundary: Boundary, approval: str) -> str:
+        """``state`` (a server's, sealed here for ``boundary``) sealed again with ``approval``'s
+        mark; any other state is returned as it is.
+
+        Raises:
+            InvalidRequestState: ``state`` is not one this key sealed for ``boundary``.
+        """
+        sealed = self.open(state, boundary)
+        if sealed.kind != "server":
+            return state
+        return self.seal(boundary, "server", sealed.payload, sealed.round, approval=approval)
 
     def _mac(self, body: str) -> str:
         digest = hmac.new(self._key, body.encode(), hashlib.sha256).digest()[:_MAC_BYTES]

@@ -2,12 +2,13 @@
 questions already answered through ``input_required`` (each answer counts once).
 
 An approval is remembered under ``(identity key, session or "", server id, canonical tool name,
-deciding rule ids, arguments digest or "*")``:
+deciding rule ids, arguments digest or "*", options digest)``:
 
 * the identity's *key* (source, issuer, subject), never its name, which two issuers may share;
 * the session for "for this session" (so another session of the same person is asked again),
   none for "for N minutes";
-* the rule ids, so a new or changed confirm rule asks again;
+* the rule ids and a digest of their options (:func:`proxy.middleware.confirm.approval_mark`), so
+  a new confirm rule, or one edited (its reason, timeout, remembering, approver), asks again;
 * the arguments digest unless the rule says ``remember_any_arguments: true``.
 
 Kept in this process, bounded in entries; the clock is injected (monotonic seconds).
@@ -23,9 +24,9 @@ from cachetools import TTLCache
 
 from proxy.policy.model import IdentityKey
 
-__all__ = ["Memory", "RememberKey"]
+__all__ = ["Memory", "RememberKey", "spend_once"]
 
-RememberKey = tuple[IdentityKey, str, str, str, tuple[str, ...], str]
+RememberKey = tuple[IdentityKey, str, str, str, tuple[str, ...], str, str]
 
 _MAX_REMEMBERED: Final = 65536
 _MAX_SPENT: Final = 65536
@@ -60,7 +61,17 @@ class Memory:
 
     def spend(self, question_id: str) -> bool:
         """Mark a question answered; False when it was answered already (a replayed answer)."""
-        if question_id in self._spent:
+        return spend_once(self._spent, question_id)
+
+
+def spend_once(spent: TTLCache[str, bool], key: str) -> bool:
+    """Mark ``key`` spent; False when it was spent already, or when ``spent`` is full of keys
+    still live: forgetting one would let its answer be replayed, so nothing is let through."""
+    if key in spent:
+        return False
+    if len(spent) >= spent.maxsize:
+        spent.expire()
+        if len(spent) >= spent.maxsize:
             return False
-        self._spent[question_id] = True
-        return True
+    spent[key] = True
+    return True

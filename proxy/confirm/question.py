@@ -1,9 +1,14 @@
 """The question Manifold asks before a ``confirm`` tool call runs, and how an answer is read. Pure.
 
 The question is a form-mode ``elicitation/create``: its message says which tool on which server,
-why the policy asks (the rules' reasons), and the arguments, summarised: every value passes the
-log redaction (:func:`proxy.logs.redact_value`: secret-looking field names masked, credentials in
-text masked) before it is cut to size, so the summary never shows what a log line would hide.
+why the policy asks (the rules' reasons), and the arguments: every value passes the log
+redaction (:func:`proxy.logs.redact_value`: secret-looking field names masked, credentials in
+text masked), so the summary never shows what a log line would hide, and a line whose value was
+masked says so. Nothing else is left out: no value is cut, line breaks and control characters
+become spaces (a value cannot forge a line of the question), and a run of four or more blanks is
+shown as its count (``⟨250 blanks⟩``), so padding cannot push a command out of sight. A call
+whose summary would not fit ``MAX_SUMMARY_CHARS`` is not offered for approval at all
+(:attr:`Summary.complete` is false): nobody is asked to approve what they cannot see.
 The form has one required boolean, ``approve``, and (when the rule lets an answer be remembered)
 a ``remember`` choice. An answer counts as approval only when it is exactly that shape with
 ``approve: true``; anything else (another shape, extra fields, a huge body) is a refusal.
@@ -11,6 +16,7 @@ a ``remember`` choice. An answer counts as approval only when it is exactly that
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -23,6 +29,7 @@ from proxy.policy.model import Confirmation
 
 __all__ = [
     "MAX_ANSWER_BYTES",
+    "MAX_SUMMARY_CHARS",
     "Answer",
     "Asked",
     "Outcome",
@@ -30,7 +37,9 @@ __all__ = [
     "read_answer",
     "remember_choices",
     "summarise_arguments",
+    "summary_of",
     "question",
+    "Summary",
 ]
 
 Outcome = Literal[
@@ -43,12 +52,15 @@ Outcome = Literal[
     "unavailable",  # the client cannot be asked
     "approved",  # an approver approved it on the approval page
     "rejected",  # an approver rejected it there
+    "spent",  # the approval was used already, by the same call asked twice
+    "too_large",  # the arguments do not fit a question whole: nobody is asked
+    "no_approval_page",  # an approver must decide, but nothing serves the approval page
 ]
 
 MAX_ANSWER_BYTES: Final = 4096
-_MAX_VALUE_CHARS: Final = 200
-_MAX_FIELDS: Final = 20
-_MAX_SUMMARY_CHARS: Final = 2000
+MAX_SUMMARY_CHARS: Final = 8000
+_BLANKS: Final = re.compile(r" {4,}")
+_MASKED: Final = " (masked: Manifold does not show secrets)"
 _NO: Final = "no"
 _SESSION: Final = "for this session"
 
@@ -71,28 +83,48 @@ class Answer:
     remember: Literal["none", "session", "minutes"] = "none"
 
 
-def summarise_arguments(arguments: Mapping[str, Any]) -> str:
-    """One line per argument, ``name: value``, redacted as logs are, then bounded in size."""
+@dataclass(frozen=True, slots=True)
+class Summary:
+    text: str
+    complete: bool  # every argument shown whole; False: too large to ask about
+    size: int  # characters the whole summary takes
+
+
+def summary_of(arguments: Mapping[str, Any]) -> Summary:
+    """One line per argument, ``name: value``, redacted as logs are, never cut: when the whole
+    does not fit :data:`MAX_SUMMARY_CHARS`, ``complete`` is false and the text says so."""
     lines: list[str] = []
-    for index, (name, value) in enumerate(arguments.items()):
-        if index == _MAX_FIELDS:
-            lines.append(f"… and {len(arguments) - _MAX_FIELDS} more")
-            break
+    size = 0
+    for name, value in arguments.items():
         shown = redact_value(str(name), value)
         text = shown if isinstance(shown, str) else orjson.dumps(shown, default=str).decode()
-        if len(text) > _MAX_VALUE_CHARS:
-            text = text[:_MAX_VALUE_CHARS] + f"… ({len(text)} characters)"
-        lines.append(f"{_printable(str(name))[:64]}: {_printable(text)}")
-    summary = "\n".join(lines) if lines else "(none)"
-    if len(summary) > _MAX_SUMMARY_CHARS:
-        summary = summary[:_MAX_SUMMARY_CHARS] + "… (cut)"
-    return summary
+        line = f"{_visible(str(name))}: {_visible(text)}"
+        if shown != value:
+            line += _MASKED
+        lines.append(line)
+        size += len(line) + 1
+        if size > MAX_SUMMARY_CHARS:
+            break
+    if size > MAX_SUMMARY_CHARS:
+        text = (
+            f"(too large to show whole: more than {MAX_SUMMARY_CHARS} characters in "
+            f"{len(arguments)} arguments; not offered for approval)"
+        )
+        return Summary(text, False, size)
+    return Summary("\n".join(lines) if lines else "(none)", True, size)
 
 
-def _printable(text: str) -> str:
+def summarise_arguments(arguments: Mapping[str, Any]) -> str:
+    """The text of :func:`summary_of`."""
+    return summary_of(arguments).text
+
+
+def _visible(text: str) -> str:
     # One line per argument: a value's own line breaks and control characters must not forge
-    # another line of the question ("approved by the administrator", say).
-    return "".join(ch if ch.isprintable() else " " for ch in text)
+    # another line of the question ("approved by the administrator", say). Long runs of blanks
+    # are counted, not shown: they would push the rest of a value out of view.
+    printable = "".join(ch if ch.isprintable() else " " for ch in text)
+    return _BLANKS.sub(lambda run: f" ⟨{len(run[0])} blanks⟩ ", printable)
 
 
 def remember_choices(confirmation: Confirmation, *, stateless: bool) -> tuple[str, ...]:

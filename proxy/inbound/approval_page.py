@@ -7,9 +7,11 @@ or token, as they would send to ``/mcp``; nothing is stored and no cookie is set
 authenticate, hold one of the approver roles, and not be the caller's own. Then the page shows
 the decision, as it does for anybody who opens it afterwards.
 
-Served under the same Host and Origin checks as ``/mcp`` (:class:`~proxy.inbound.http.OriginPolicy`).
-A POST must also come from a browser page of an allowed origin (``Origin`` present and allowed,
-``Sec-Fetch-Site`` not cross-site) and carry the page's form token (bound to the request id),
+Served under the same Host and Origin checks as ``/mcp`` (:class:`~proxy.inbound.http.OriginPolicy`),
+and also to the host and origin of ``policy.approvals_url`` (where the links point), and to an
+``Origin`` naming the Host asked (the page's own form, same-origin). A POST must also come from
+a browser page of an allowed origin (``Origin`` present and allowed, ``Sec-Fetch-Site`` not
+cross-site) and carry the page's form token (bound to the request id),
 so another site cannot make a visitor's browser decide. The page loads nothing from anywhere
 (``Content-Security-Policy: default-src 'none'``) and may not be framed.
 """
@@ -17,11 +19,12 @@ so another site cannot make a visitor's browser decide. The page loads nothing f
 from __future__ import annotations
 
 import html
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -30,10 +33,12 @@ from starlette.routing import Route
 from proxy.auth.authenticator import Authenticated, Authenticator
 from proxy.confirm.approvals import Approval, Approvals, State
 from proxy.inbound.http import OriginPolicy
+from proxy.ratelimit import LimitCheck, MemoryBackend
 
 __all__ = ["approval_routes", "render"]
 
 _MAX_FORM: Final = 16 * 1024
+_MAX_ID: Final = 64
 _HEADERS: Final = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'",
@@ -48,7 +53,8 @@ body{font:16px/1.5 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1b1f2
 main{max-width:46rem;margin:2rem auto;padding:1.5rem 2rem;background:#fff;border-radius:8px;
 box-shadow:0 1px 3px #0002}
 h1{font-size:1.5rem;margin-top:0}dt{font-weight:600;margin-top:.5rem}dd{margin:0 0 0 1rem}
-pre{background:#f0f2f5;padding:.75rem;border-radius:6px;white-space:pre-wrap;word-break:break-word}
+pre{background:#f0f2f5;padding:.75rem;border-radius:6px;white-space:pre-wrap;word-break:break-word;
+max-height:28rem;overflow:auto}
 label{display:block;font-weight:600;margin:1rem 0 .25rem}
 input{font:inherit;width:100%;box-sizing:border-box;padding:.5rem;border:1px solid #8a94a0;border-radius:6px}
 .actions{margin-top:1rem;display:flex;gap:1rem}
@@ -62,6 +68,11 @@ button:focus-visible,input:focus-visible{outline:3px solid #1f6feb;outline-offse
 
 def _when(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
 
 
 def render(approval: Approval | None, *, token: str, now: float, message: str | None = None) -> str:
@@ -91,7 +102,8 @@ def render(approval: Approval | None, *, token: str, now: float, message: str | 
         f"<dt>Answer needed by</dt><dd>{_when(approval.deadline)}</dd>",
         "</dl>",
         '<h2 id="arguments">Arguments</h2>',
-        f'<pre aria-labelledby="arguments">{e(approval.summary)}</pre>',
+        # Whole, never cut (proxy.confirm.question): scrolls when long; focusable to scroll by keyboard.
+        f'<pre aria-labelledby="arguments" tabindex="0">{e(approval.summary)}</pre>',
     ]
     if message:
         parts.append(f'<p class="status" role="alert">{e(message)}</p>')
@@ -129,6 +141,27 @@ def approval_routes(
     *,
     clock: Callable[[], float] = time.time,
 ) -> list[Route]:
+    approvals.serving()  # calls may now wait for an approver here
+    # Each decision checks a credential: bounded per address and per approval, with the
+    # rate_limits.http bucket when configured, else one decision every 2 s after a burst of 30.
+    flood = approvals.flood
+    interval, burst = (flood.rate.interval, flood.burst) if flood is not None else (2.0, 30)
+    buckets = MemoryBackend()
+
+    def flooded(request: Request, approval_id: str) -> Response | None:
+        address = request.client.host if request.client is not None else "unknown"
+        checks = [
+            LimitCheck(f"approval-post:{address}", interval, burst, "http"),
+            LimitCheck(f"approval-post-to:{approval_id[:_MAX_ID]}", interval, burst, "http"),
+        ]
+        outcome = buckets.hit_now(checks)
+        if outcome.allowed:
+            return None
+        wait = str(max(1, math.ceil(outcome.retry_after)))
+        return Response(
+            f"Too Many Requests: try again in {wait} s\n", status_code=429, headers={"retry-after": wait}
+        )
+
     def page(
         approval: Approval | None, approval_id: str, status: int = 200, message: str | None = None
     ) -> Response:
@@ -137,8 +170,18 @@ def approval_routes(
 
     def refused(request: Request, *, post: bool) -> Response | None:
         headers = request.headers
-        origin = headers.get("origin")
-        if not origins.origin_ok(origin) or not origins.host_ok(headers.get("host")):
+        origin, host = headers.get("origin"), headers.get("host")
+        # Where the links point (policy.approvals_url) is where approvers' browsers come from: its
+        # origin and host are the page's own, as is an Origin naming the very Host asked (a
+        # same-origin form post), once that Host passed the DNS-rebinding check.
+        linked = urlsplit(approvals.origin).netloc
+        host_ok = origins.host_ok(host) or (host is not None and host.lower() == linked)
+        origin_ok = (
+            origins.origin_ok(origin)
+            or (origin is not None and origin.rstrip("/").lower() == approvals.origin)
+            or (origin is not None and host is not None and _same_origin(origin, host))
+        )
+        if not origin_ok or not host_ok:
             return Response("Forbidden: Origin or Host not allowed\n", status_code=403)
         if post and (origin is None or headers.get("sec-fetch-site") == "cross-site"):
             return Response("Forbidden: a decision must come from the approval page\n", status_code=403)
@@ -154,6 +197,8 @@ def approval_routes(
         if (refusal := refused(request, post=True)) is not None:
             return refusal
         approval_id = request.path_params["approval_id"]
+        if (refusal := flooded(request, approval_id)) is not None:
+            return refusal
         body = b""
         async for chunk in request.stream():
             body += chunk

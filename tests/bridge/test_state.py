@@ -113,3 +113,21 @@ def test_another_key_cannot_open_it(states: RequestStates, clock: Clock) -> None
     token = states.seal(boundary(), "server", "s")
     with pytest.raises(InvalidRequestState):
         RequestStates(b"q" * 32, ttl=60, clock=clock).open(token, boundary())
+
+
+def test_a_servers_state_carries_an_approval_mark_only_once_marked_and_a_forged_mark_fails(
+    states: RequestStates,
+) -> None:
+    plain = states.seal(boundary(), "server", "their-state")
+    assert states.open(plain, boundary()).approval == ""
+    marked = states.approved(plain, boundary(), "mark-1")
+    opened = states.open(marked, boundary())
+    assert (opened.kind, opened.payload, opened.approval) == ("server", "their-state", "mark-1")
+    _, _, mac = marked.partition(".")
+    assert states.approved(marked, boundary(), "mark-2") != marked
+    with pytest.raises(InvalidRequestState):  # the mark is under the MAC like every claim
+        states.open(plain.partition(".")[0] + "." + mac, boundary())
+    with pytest.raises(InvalidRequestState):  # marking checks the state first
+        states.approved(plain, boundary(BOB), "mark-1")
+    parked = states.seal(boundary(), "parked", "call-id")
+    assert states.approved(parked, boundary(), "mark-1") == parked  # a running call: not marked

