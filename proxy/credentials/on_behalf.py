@@ -15,6 +15,13 @@ checks what RFC 9207 and the phishing section of the elicitation spec ask:
   otherwise), required when the server says it sends one;
 * the token granted is for this server: a JWT whose ``aud`` does not name the server's resource
   is refused and not kept;
+* the browser that lands on the callback is the one the user who asked used to start the
+  sign-in: the link in the elicitation is Manifold's own start page (:meth:`OnBehalf.start`),
+  where the user presents their Manifold credential; it must be the identity the sign-in is
+  for, and only then does that browser get a cookie bound to the ``state`` (an HMAC of it) and go
+  on to the authorization server. The callback requires that cookie: a link Mallory sends to
+  Alice cannot bind Alice's account at the server to Mallory's identity, even when Alice's
+  authorization server redirects at once (consent given before);
 * when the caller signed in to Manifold at the same authorization server (``same_subject``), the
   ID token's ``sub`` must be the caller's: a link forwarded to somebody else cannot bind their
   account to the caller.
@@ -23,13 +30,17 @@ checks what RFC 9207 and the phishing section of the elicitation spec ask:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlencode
 
 import anyio
 
@@ -75,9 +86,10 @@ class OAuthServer:
 
 @dataclass(frozen=True, slots=True)
 class SignIn:
-    url: str  # the authorization server's authorize URL, for the user's browser
+    url: str  # Manifold's start page for this sign-in (the link the user is given)
     state: str
     expires_at: float
+    authorize: str = ""  # the authorization server's authorize URL, where the start page sends on
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +101,7 @@ class _Pending:
     server_id: str
     verifier: str
     expires_at: float
+    authorize: str = ""
 
 
 @dataclass(slots=True)
@@ -108,14 +121,19 @@ class OnBehalf:
         callback_url: str,
         http: OAuthHttp | None = None,
         signin_ttl: float = 600.0,
+        cookie_key: bytes | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.servers = dict(servers)
         self.store = store
         self._pending = pending
         self.callback_url = callback_url
+        # The start page sits beside the callback (behind the same prefix, if any).
+        self.start_url = callback_url.rsplit("/", 1)[0] + "/start"
+        # Binds the browser cookie to the state: the same on every replica that shares the key.
+        self._cookie_key = cookie_key if cookie_key is not None else os.urandom(32)
         self._http = http or OAuthHttp()
-        self._ttl = signin_ttl
+        self._ttl = self.signin_ttl = signin_ttl
         self._clock = clock
         self._known: dict[str, _Known] = {}
         self._locks: dict[str, anyio.Lock] = {}
@@ -220,11 +238,7 @@ class OnBehalf:
         state = secrets.token_urlsafe(32)
         verifier, challenge = pkce_pair()
         expires = self._clock() + self._ttl
-        pending = _Pending(
-            identity.key, identity.source, identity.issuer, identity.subject, server_id, verifier, expires
-        )
-        await self._pending.put(state, json.dumps(dataclasses.asdict(pending)).encode(), self._ttl)
-        url = authorize_url(
+        authorize = authorize_url(
             known.server,
             known.client,
             redirect_uri=self.callback_url,
@@ -233,9 +247,44 @@ class OnBehalf:
             resource=known.resource,
             scope=self._scope(settings, same),
         )
-        return SignIn(url, state, expires)
+        pending = _Pending(
+            identity.key,
+            identity.source,
+            identity.issuer,
+            identity.subject,
+            server_id,
+            verifier,
+            expires,
+            authorize,
+        )
+        await self._pending.put(state, json.dumps(dataclasses.asdict(pending)).encode(), self._ttl)
+        return SignIn(f"{self.start_url}?{urlencode({'state': state})}", state, expires, authorize)
 
-    async def complete(self, query: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
+    def cookie(self, state: str) -> tuple[str, str]:
+        """The name and value of the cookie that binds a browser to sign-in ``state``."""
+        digest = hashlib.sha256(state.encode()).hexdigest()[:16]
+        value = hmac.new(self._cookie_key, b"sign-in:" + state.encode(), hashlib.sha256).hexdigest()
+        return f"manifold_signin_{digest}", value
+
+    async def start(self, state: str, identity: Identity) -> str:
+        """The start page: the authorize URL of sign-in ``state``, when ``identity`` (who opened
+        the link, authenticated) is the one it was made for.
+
+        Raises:
+            CallbackRefused: unknown, used or expired state, or made for another identity (the
+                same answer: a link for somebody else is as good as none).
+        """
+        plain = await self._pending.get(state) if state else None
+        pending = _decode(plain) if plain is not None else None
+        if pending is None or pending.identity_key != identity.key or self._clock() > pending.expires_at:
+            raise CallbackRefused(
+                "this sign-in link is unknown, expired, or for another user: start again from your client"
+            )
+        return pending.authorize
+
+    async def complete(
+        self, query: Mapping[str, str], cookies: Mapping[str, str]
+    ) -> tuple[tuple[str, ...], str]:
         """The callback: the sign-in its ``state`` names, completed; (identity key, server id).
 
         Raises:
@@ -243,13 +292,20 @@ class OnBehalf:
                 server; a wrong ``iss``; a refused code; a token for another audience or subject.
         """
         state = query.get("state", "")
+        if state:
+            name, value = self.cookie(state)
+            if not hmac.compare_digest(cookies.get(name, "").encode(), value.encode()):
+                # Not taken: a browser that did not start this sign-in cannot spend it either.
+                raise CallbackRefused(
+                    "this browser did not start this sign-in: open the link from your client, in "
+                    "the browser you sign in with"
+                )
         plain = await self._pending.take(state) if state else None  # single use, whatever follows
         if plain is None:
             raise CallbackRefused(
                 "this sign-in link is unknown, already used or expired: start again from your client"
             )
-        data: Any = json.loads(plain)
-        pending = _Pending(**{**data, "identity_key": tuple(data["identity_key"])})
+        pending = _decode(plain)
         try:
             await self._exchange_code(pending, query)
         except CallbackRefused:
@@ -342,3 +398,8 @@ class OnBehalf:
             logger.warning(
                 "revoking at %s's authorization server failed (forgotten here): %s", server_id, exc
             )
+
+
+def _decode(plain: bytes) -> _Pending:
+    data: Any = json.loads(plain)
+    return _Pending(**{**data, "identity_key": tuple(data["identity_key"])})

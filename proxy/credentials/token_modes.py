@@ -17,6 +17,8 @@ the user before a tool call gets that far.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 from collections.abc import Sequence
@@ -219,6 +221,7 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
             Pending(vault, Sealer(key)),
             callback_url=callback_url(config),
             signin_ttl=config.credentials.signin_timeout,
+            cookie_key=hmac.new(key, b"manifold sign-in cookie", hashlib.sha256).digest(),
         )
     return modes
 

@@ -229,6 +229,12 @@ class Pending:
         name = self._name(secret)
         await self.vault.put(name, self.sealer.seal(value, name), ttl)
 
+    async def get(self, secret: str) -> bytes | None:
+        """The value, left in place (the sign-in's start page reads it; the callback takes it)."""
+        name = self._name(secret)
+        sealed = await self.vault.get(name)
+        return self.sealer.open(sealed, name) if sealed is not None else None
+
     async def take(self, secret: str) -> bytes | None:
         """The value, once: a second take (a replay, on any replica) finds nothing."""
         name = self._name(secret)
