@@ -22,11 +22,11 @@ import anyio
 import httpx2
 import orjson
 import pytest
-from yarl import URL
 from mcp import Client
 from mcp.client.context import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
+from yarl import URL
 
 from proxy.config import load_config
 from proxy.credentials.sealing import new_key
