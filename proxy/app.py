@@ -101,7 +101,8 @@ class Gateway:
         heard = Heard()
         self.credential_store = open_credential_store(config)
         self.token_modes = token_modes(config, self.credential_store)  # credentials.mode oauth, exchange
-        self.auth.on_bearer = self.token_modes.inbound.keep
+        if self.token_modes.exchanger is not None:  # only exchange reads the request's bearer
+            self.auth.on_bearer = self.token_modes.inbound.keep
         self.connections = Connections(
             servers,
             heard,

@@ -5,7 +5,9 @@
   kind ``oauth`` (sealed, in the file or Redis: ``manifold credentials revoke`` forgets it, and
   every replica sees it); the pending sign-ins are kept in Redis when the store is, else in
   memory (a callback must then land on the replica that made the link).
-* :class:`ExchangeSource`: the caller's own bearer token to Manifold, exchanged (RFC 8693,
+* :class:`ExchangeSource`: the bearer token the current request presented to Manifold (an
+  OAuth access token, ``identity.source == "oauth"``, issued by the exchange's own authorization
+  server; any other is never sent there), exchanged (RFC 8693,
   :mod:`proxy.credentials.exchange`) for one whose audience is the server; the exchanged token
   is cached in memory per identity and inbound token, until the first of the two expires.
 
@@ -122,6 +124,18 @@ class ExchangeSource:
                 exchange), or the exchange was refused.
         """
         current = self._inbound.current(identity)
+        issuer = self._exchanger.servers[server_id].issuer
+        if current is not None and (
+            identity.source != "oauth" or identity.issuer.rstrip("/") != issuer.rstrip("/")
+        ):
+            # Only an OAuth access token from the exchange's own authorization server goes there:
+            # any other bearer (a JWT from another issuer) is not that server's to see.
+            raise SignInNeeded(
+                server_id,
+                None,
+                "it is reached with your own sign-in to Manifold, exchanged at its authorization "
+                "server: sign in to Manifold with an access token from that server",
+            )
         if current is None:
             raise SignInNeeded(
                 server_id,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 from proxy.config import Config, config_from_mapping
@@ -82,14 +83,48 @@ async def test_the_sources_are_built_and_served(tmp_path: Any) -> None:
         await sources["x"].credentials(alice, "x")
 
 
-def test_inbound_tokens_are_kept_per_identity_until_they_expire() -> None:
+async def test_the_inbound_token_is_this_requests_own_not_the_identitys_latest() -> None:
     now = [100.0]
     kept = InboundTokens(clock=lambda: now[0])
     alice = Identity("alice", frozenset(), "oauth", "https://idp", "alice")
     bob = Identity("bob", frozenset(), "oauth", "https://idp", "bob")
-    kept.keep(alice, "alice-token", 110.0)
+    seen: dict[str, tuple[str, float] | None] = {}
+
+    async def request(name: str, token: str, until: float, go: anyio.Event, done: anyio.Event) -> None:
+        kept.keep(alice, token, until)
+        await go.wait()  # another request of alice's authenticates meanwhile
+        seen[name] = kept.current(alice)
+        done.set()
+
+    first_go, first_done, second_done = anyio.Event(), anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(request, "first", "alice-token-1", 110.0, first_go, first_done)
+        go_now = anyio.Event()
+        go_now.set()
+        tg.start_soon(request, "second", "alice-token-2", 120.0, go_now, second_done)
+        with anyio.fail_after(5):
+            await second_done.wait()
+        first_go.set()
+    assert seen == {"first": ("alice-token-1", 110.0), "second": ("alice-token-2", 120.0)}
+    assert kept.current(alice) is None  # nothing outlives the request that presented it
     kept.keep(bob, "bob-token", 90.0)  # already expired: not kept
-    assert kept.current(alice) == ("alice-token", 110.0)
     assert kept.current(bob) is None
+    kept.keep(alice, "alice-token", 110.0)
+    assert kept.current(bob) is None  # another identity's token is not bob's
     now[0] = 111.0
     assert kept.current(alice) is None
+
+
+async def test_only_an_oauth_token_of_the_exchanges_own_issuer_is_sent_to_it() -> None:
+    built = config(
+        {"x": {"url": "http://127.0.0.1:9/mcp", "credentials": {**EXCHANGE, "issuer": "http://127.0.0.1:8"}}}
+    )
+    modes = token_modes(built, None)
+    source = modes.sources(built)["x"]
+    for hostile in (
+        Identity("eve", frozenset(), "jwt", "http://127.0.0.1:8", "eve"),  # not an OAuth token
+        Identity("eve", frozenset(), "oauth", "https://other-idp.example", "eve"),  # another issuer
+    ):
+        modes.inbound.keep(hostile, "eves-token-for-elsewhere", 1e12)
+        with pytest.raises(SignInNeeded, match="access token from that server"):
+            await source.credentials(hostile, "x")
