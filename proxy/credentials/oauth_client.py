@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -37,6 +37,8 @@ __all__ = [
     "OAuthHttp",
     "Registered",
     "authorize_url",
+    "canonical_resource",
+    "check_resource",
     "pkce_pair",
     "parse_auth_server",
     "parse_protected_resource",
@@ -120,6 +122,38 @@ def parse_protected_resource(data: bytes, where: str) -> tuple[str | None, list[
         raise OAuthClientError(f"{where}: no authorization_servers")
     resource = document.get("resource")
     return (resource if isinstance(resource, str) else None), list(servers)
+
+
+def canonical_resource(url: str) -> str:
+    """``url`` compared as a resource identifier: scheme and host lower-cased, a default port
+    and a fragment dropped, an empty path read as ``/``; nothing else is forgiven."""
+    parts = urlsplit(url.strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    default = {"http": 80, "https": 443}.get(scheme)
+    netloc = host if port is None or port == default else f"{host}:{port}"
+    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+def check_resource(named: str | None, server_url: str, where: str) -> str:
+    """The resource a server's Protected Resource Metadata names, when it is the server's own
+    URL (RFC 9728 §3.3: identical to the URL the metadata was asked for; compared strictly,
+    after :func:`canonical_resource`, rather than as a prefix). Otherwise a server could have
+    Manifold ask for, and then send it, tokens meant for another resource.
+
+    Raises:
+        OAuthClientError: no ``resource``, or another one.
+    """
+    if named is None:
+        raise OAuthClientError(f"{where}: no resource (RFC 9728 requires it)")
+    if canonical_resource(named) != canonical_resource(server_url):
+        raise OAuthClientError(f"{where}: resource {named!r} is not the server's URL {server_url!r}")
+    return named
 
 
 def parse_auth_server(data: bytes, issuer: str, where: str) -> AuthServer:
@@ -317,7 +351,7 @@ class OAuthHttp:
             if status != 200:
                 raise OAuthClientError(f"{where}: HTTP {status} (no Protected Resource Metadata)")
             named, servers = parse_protected_resource(body, where)
-            resource = named or server_url
+            resource = check_resource(named, server_url, where)
             issuer = servers[0]
         problems: list[str] = []
         for url in metadata_urls(issuer):

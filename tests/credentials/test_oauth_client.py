@@ -14,6 +14,7 @@ from proxy.credentials.oauth_client import (
     OAuthClientError,
     Registered,
     authorize_url,
+    check_resource,
     parse_auth_server,
     parse_protected_resource,
     parse_token_response,
@@ -54,6 +55,25 @@ def test_protected_resource_metadata_must_name_an_authorization_server() -> None
     for bad in (b"[]", b"{}", b'{"authorization_servers": []}', b'{"authorization_servers": [1]}', b"nope"):
         with pytest.raises(OAuthClientError):
             parse_protected_resource(bad, "prm")
+
+
+def test_a_server_naming_another_resource_is_refused() -> None:
+    # RFC 9728 §3.3: the metadata's resource is the server's own URL, or nothing is asked for.
+    assert check_resource("HTTPS://S.example:443/mcp", "https://s.example/mcp", "prm") == (
+        "HTTPS://S.example:443/mcp"
+    )
+    assert check_resource("https://s.example", "https://s.example/", "prm") == "https://s.example"
+    for hostile in (
+        "https://bank.example/mcp",  # another server's tokens, asked for on its behalf
+        "https://s.example/",  # a prefix: strict equality
+        "https://s.example/mcp/other",
+        "https://s.example:8443/mcp",
+        "http://s.example/mcp",
+    ):
+        with pytest.raises(OAuthClientError, match="is not the server's URL"):
+            check_resource(hostile, "https://s.example/mcp", "prm")
+    with pytest.raises(OAuthClientError, match="no resource"):
+        check_resource(None, "https://s.example/mcp", "prm")
 
 
 def test_metadata_for_another_issuer_is_refused() -> None:
