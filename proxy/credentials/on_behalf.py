@@ -39,7 +39,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import urlencode
 
 import anyio
@@ -58,7 +58,7 @@ from proxy.credentials.tokens import Pending, TokenSet, TokenStore
 from proxy.errors import ManifoldError
 from proxy.policy.model import Identity
 
-__all__ = ["CallbackRefused", "OAuthServer", "OnBehalf", "SignIn"]
+__all__ = ["CallbackRefused", "Clients", "OAuthServer", "OnBehalf", "SignIn"]
 
 logger = logging.getLogger("proxy.credentials.on_behalf")
 
@@ -104,6 +104,16 @@ class _Pending:
     authorize: str = ""
 
 
+class Clients(Protocol):
+    """Manifold's dynamically registered clients, kept (sealed) where every replica and the next
+    start find them: one registration per authorization server and callback, not one per
+    process."""
+
+    async def get(self, server_id: str, issuer: str, redirect_uri: str) -> Registered | None: ...
+
+    async def put(self, server_id: str, issuer: str, redirect_uri: str, client: Registered) -> None: ...
+
+
 @dataclass(slots=True)
 class _Known:
     resource: str
@@ -122,6 +132,7 @@ class OnBehalf:
         http: OAuthHttp | None = None,
         signin_ttl: float = 600.0,
         cookie_key: bytes | None = None,
+        clients: Clients | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.servers = dict(servers)
@@ -135,6 +146,7 @@ class OnBehalf:
         self._http = http or OAuthHttp()
         self._ttl = self.signin_ttl = signin_ttl
         self._clock = clock
+        self._clients = clients
         self._known: dict[str, _Known] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._done: dict[tuple[tuple[str, ...], str], anyio.Event] = {}
@@ -157,9 +169,21 @@ class OnBehalf:
                 if settings.client_id is not None:
                     client = Registered(settings.client_id, settings.client_secret)
                 else:
-                    client = await self._http.register(server, self.callback_url, self._scope(settings, None))
+                    client = await self._registered(server_id, server, settings)
                 known = self._known[server_id] = _Known(resource, server, client)
             return known
+
+    async def _registered(self, server_id: str, server: AuthServer, settings: OAuthServer) -> Registered:
+        """Manifold's client at ``server``: the one registered before (by any replica), else a new
+        registration, kept."""
+        if self._clients is not None:
+            kept = await self._clients.get(server_id, server.issuer, self.callback_url)
+            if kept is not None:
+                return kept
+        client = await self._http.register(server, self.callback_url, self._scope(settings, None))
+        if self._clients is not None:
+            await self._clients.put(server_id, server.issuer, self.callback_url, client)
+        return client
 
     def _same_subject(self, settings: OAuthServer, identity_issuer: str, server: AuthServer) -> bool:
         if settings.same_subject is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ from proxy.config import Config, ServerConfig
 from proxy.credentials import Credentials, CredentialSource
 from proxy.credentials.exchange import Exchanger, ExchangeServer
 from proxy.credentials.inbound import InboundTokens
-from proxy.credentials.oauth_client import OAuthClientError
+from proxy.credentials.oauth_client import OAuthClientError, Registered
 from proxy.credentials.on_behalf import OAuthServer, OnBehalf
 from proxy.credentials.settings import ExchangeCredentials, OAuthCredentials
 from proxy.credentials.store import SecretStore, StoreError
@@ -41,11 +42,20 @@ from proxy.errors import ConfigError, ServerUnavailable, SignInNeeded
 from proxy.policy.model import Identity
 from proxy.redaction import remember_more
 
-__all__ = ["ExchangeSource", "OAuthSource", "StoreTokens", "TokenModes", "revoke_at_issuer", "token_modes"]
+__all__ = [
+    "ExchangeSource",
+    "OAuthSource",
+    "StoreClients",
+    "StoreTokens",
+    "TokenModes",
+    "revoke_at_issuer",
+    "token_modes",
+]
 
 logger = logging.getLogger("proxy.credentials.token_modes")
 
 OAUTH_KIND = "oauth"  # the credential store's kind for kept token sets
+CLIENT_KIND = "oauth-client"  # ... and for Manifold's dynamically registered clients
 
 
 class StoreTokens:
@@ -66,6 +76,28 @@ class StoreTokens:
         kept = await self.get(identity_key, server_id)
         await self._store.delete(OAUTH_KIND, server_id, _holder(identity_key))
         return kept
+
+
+class StoreClients:
+    """Dynamically registered clients in the credential store (kind ``oauth-client``, sealed
+    there), so that replicas and restarts reuse one registration."""
+
+    def __init__(self, store: SecretStore) -> None:
+        self._store = store
+
+    async def get(self, server_id: str, issuer: str, redirect_uri: str) -> Registered | None:
+        raw = await self._store.get(CLIENT_KIND, server_id, ("manifold", issuer, redirect_uri))
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            return Registered(str(data["client_id"]), data.get("client_secret"))
+        except (ValueError, KeyError, TypeError):
+            return None  # unreadable: registered anew
+
+    async def put(self, server_id: str, issuer: str, redirect_uri: str, client: Registered) -> None:
+        value = json.dumps({"client_id": client.client_id, "client_secret": client.client_secret})
+        await self._store.put(CLIENT_KIND, server_id, ("manifold", issuer, redirect_uri), value)
 
 
 def _holder(identity_key: Sequence[str]) -> tuple[str, str, str]:
@@ -235,6 +267,7 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
             Pending(vault, Sealer(key)),
             callback_url=callback_url(config),
             signin_ttl=config.credentials.signin_timeout,
+            clients=StoreClients(store),
             cookie_key=hmac.new(key, b"manifold sign-in cookie", hashlib.sha256).digest(),
         )
     return modes

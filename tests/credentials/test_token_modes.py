@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import anyio
@@ -9,8 +10,18 @@ import pytest
 
 from proxy.config import Config, config_from_mapping
 from proxy.credentials.inbound import InboundTokens
+from proxy.credentials.oauth_client import AuthServer, Registered
+from proxy.credentials.on_behalf import OAuthServer, OnBehalf
 from proxy.credentials.sealing import new_key
-from proxy.credentials.token_modes import ExchangeSource, OAuthSource, callback_url, token_modes
+from proxy.credentials.token_modes import (
+    ExchangeSource,
+    OAuthSource,
+    StoreClients,
+    StoreTokens,
+    callback_url,
+    token_modes,
+)
+from proxy.credentials.tokens import MemoryVault, Pending, Sealer
 from proxy.credentials.wiring import BUILDERS, open_credential_store, sources_for
 from proxy.errors import ConfigError, SignInNeeded
 from proxy.policy.model import ANONYMOUS, Identity
@@ -128,3 +139,44 @@ async def test_only_an_oauth_token_of_the_exchanges_own_issuer_is_sent_to_it() -
         modes.inbound.keep(hostile, "eves-token-for-elsewhere", 1e12)
         with pytest.raises(SignInNeeded, match="access token from that server"):
             await source.credentials(hostile, "x")
+
+
+class _Registering:
+    """An authorization server's discovery and registration, counted."""
+
+    def __init__(self) -> None:
+        self.registered = 0
+
+    async def discover(self, server_url: str, issuer: str | None = None) -> tuple[str, AuthServer]:
+        return server_url, AuthServer("https://as.example", "https://as.example/a", "https://as.example/t")
+
+    async def register(self, server: AuthServer, redirect_uri: str, scope: str | None) -> Registered:
+        self.registered += 1
+        return Registered(f"client-{self.registered}", f"secret-{self.registered}-0123456789")
+
+
+async def test_a_dynamic_registration_is_kept_sealed_and_reused_by_the_next_replica(tmp_path: Any) -> None:
+    built = config(
+        {"o": {"url": "http://127.0.0.1:9/mcp", "credentials": {"mode": "oauth"}}},
+        credentials={"store": "file", "path": str(tmp_path / "c.json"), "key": new_key()},
+    )
+    store = open_credential_store(built)
+    assert store is not None
+    http = _Registering()
+
+    def replica() -> OnBehalf:
+        return OnBehalf(
+            {"o": OAuthServer("o", "http://127.0.0.1:9/mcp")},
+            StoreTokens(store),
+            Pending(MemoryVault(), Sealer(os.urandom(32))),
+            callback_url="http://127.0.0.1:1/oauth/callback",
+            http=http,  # type: ignore[arg-type]
+            clients=StoreClients(store),
+        )
+
+    first = await replica().known("o")
+    again = await replica().known("o")  # another replica, or after a restart
+    assert http.registered == 1
+    assert again.client == first.client
+    assert again.client.client_secret == "secret-1-0123456789"
+    assert b"secret-1" not in (tmp_path / "c.json").read_bytes()  # sealed at rest
