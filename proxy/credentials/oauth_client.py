@@ -35,6 +35,7 @@ __all__ = [
     "AuthServer",
     "OAuthClientError",
     "OAuthHttp",
+    "OAuthRefused",
     "Registered",
     "authorize_url",
     "canonical_resource",
@@ -53,6 +54,14 @@ _CHALLENGE_PARAM: Final = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 class OAuthClientError(ManifoldError):
     """An authorization server or the server's metadata did not give what the flow needs."""
+
+
+class OAuthRefused(OAuthClientError):
+    """The token endpoint answered with an OAuth error (``error``: its code, e.g. ``invalid_grant``)."""
+
+    def __init__(self, message: str, error: str) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,8 +239,8 @@ def parse_token_response(status: int, data: bytes, now: float, issuer: str) -> T
     if status != 200 or "error" in document:
         code = document.get("error", f"HTTP {status}")
         described = document.get("error_description")
-        raise OAuthClientError(
-            f"the token endpoint refused: {code}" + (f" ({described})" if described else "")
+        raise OAuthRefused(
+            f"the token endpoint refused: {code}" + (f" ({described})" if described else ""), str(code)
         )
     access = document.get("access_token")
     kind = document.get("token_type")

@@ -48,6 +48,7 @@ from proxy.credentials.oauth_client import (
     AuthServer,
     OAuthClientError,
     OAuthHttp,
+    OAuthRefused,
     Registered,
     authorize_url,
     pkce_pair,
@@ -201,8 +202,13 @@ class OnBehalf:
     async def access_token(self, identity: Identity, server_id: str) -> str | None:
         """The identity's access token for the server, refreshed if due; None: sign in first.
 
+        A refresh the authorization server cannot answer now (unreachable, a server error) keeps
+        the tokens; only ``invalid_grant`` forgets them, and only when the refresh token kept is
+        still the one refused (another replica may have just refreshed, rotating it).
+
         Raises:
-            OAuthClientError: the authorization server cannot be reached to refresh.
+            OAuthClientError: the authorization server cannot be reached, or refused otherwise.
+            CallbackRefused: the refresh granted a token for another audience.
         """
         key = identity.key
         tokens = await self.store.get(key, server_id)
@@ -227,10 +233,17 @@ class OnBehalf:
             }
             try:
                 fresh, _ = await self._http.token(known.server, known.client, form, self._clock())
-            except OAuthClientError as exc:
-                # Refused (revoked, expired): the user signs in again. Unreachable: the same.
-                logger.info("refreshing a token for %s failed: %s", server_id, exc)
-                await self.store.revoke(key, server_id)
+            except OAuthRefused as exc:
+                if exc.error != "invalid_grant":
+                    raise
+                # The grant ended (revoked, expired): the user signs in again, unless another
+                # replica refreshed meanwhile (then its tokens are the ones to use).
+                logger.info("refreshing a token for %s was refused: %s", server_id, exc)
+                now_kept = await self.store.get(key, server_id)
+                if now_kept is not None and now_kept.refresh_token != tokens.refresh_token:
+                    return None if now_kept.expired(self._clock()) else now_kept.access_token
+                if now_kept is not None:
+                    await self.store.revoke(key, server_id)
                 return None
             self._check_audience(fresh, known)
             if fresh.refresh_token is None:  # RFC 6749 §6: the old one stays valid
