@@ -106,7 +106,8 @@ def _holder(identity_key: Sequence[str]) -> tuple[str, str, str]:
 
 
 def _bearer(server_id: str, token: str, label: str) -> Credentials:
-    remember_more([token])  # never in a log line, whatever prints it
+    # Not remembered verbatim (short-lived, many: proxy.redaction): a log line shows it only in an
+    # Authorization header, after "Bearer" or as a JWT, and those are redacted by pattern.
     return Credentials(headers={"Authorization": f"Bearer {token}"}, label=label)
 
 

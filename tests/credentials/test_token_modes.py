@@ -180,3 +180,23 @@ async def test_a_dynamic_registration_is_kept_sealed_and_reused_by_the_next_repl
     assert again.client == first.client
     assert again.client.client_secret == "secret-1-0123456789"
     assert b"secret-1" not in (tmp_path / "c.json").read_bytes()  # sealed at rest
+
+
+class _Signed:
+    async def access_token(self, identity: Identity, server_id: str) -> str:
+        return f"short-lived-token-of-{identity.name}"
+
+
+async def test_a_users_token_is_not_added_to_the_verbatim_redaction_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Thousands of short-lived tokens would each recompile the pattern on the event loop.
+    import proxy.redaction as redaction
+
+    monkeypatch.setattr(redaction, "_learned", {})
+    source = OAuthSource(_Signed())  # type: ignore[arg-type]
+    for n in range(50):
+        identity = Identity(f"user{n}", frozenset(), "api_key")
+        headers = (await source.credentials(identity, "o")).headers
+        assert headers == {"Authorization": f"Bearer short-lived-token-of-user{n}"}
+    assert redaction._learned == {}
