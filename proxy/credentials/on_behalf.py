@@ -43,6 +43,7 @@ from typing import Any, Final, Protocol
 from urllib.parse import urlencode
 
 import anyio
+from cachetools import TTLCache
 
 from proxy.credentials.oauth_client import (
     AuthServer,
@@ -65,6 +66,7 @@ logger = logging.getLogger("proxy.credentials.on_behalf")
 
 _REFRESH_MARGIN: Final = 30.0
 _POLL: Final = 0.25
+_LOCKS_AT_MOST: Final = 10_000  # refresh locks, and sign-ins waited on, kept at once
 _FAILED_AT_MOST: Final = 10_000  # how often a waiter looks for a sign-in completed on another replica
 
 
@@ -149,8 +151,13 @@ class OnBehalf:
         self._clock = clock
         self._clients = clients
         self._known: dict[str, _Known] = {}
-        self._locks: dict[str, anyio.Lock] = {}
-        self._done: dict[tuple[tuple[str, ...], str], anyio.Event] = {}
+        # Bounded, with a time to live: one entry per identity and server touched, never kept for
+        # ever. A lock dropped while held costs at most a second refresh (it is safe:
+        # access_token); an event dropped, a waiter's shortcut (it finds the token by polling).
+        self._locks: TTLCache[str, anyio.Lock] = TTLCache(maxsize=_LOCKS_AT_MOST, ttl=600.0)
+        self._done: TTLCache[tuple[tuple[str, ...], str], anyio.Event] = TTLCache(
+            maxsize=_LOCKS_AT_MOST, ttl=max(1.0, signin_ttl)
+        )
         self._failed: set[str] = set()  # states whose callback was refused, until waited on
 
     def _lock(self, name: str) -> anyio.Lock:

@@ -55,6 +55,10 @@ __all__ = [
 logger = logging.getLogger("proxy.credentials.token_modes")
 
 OAUTH_KIND = "oauth"  # the credential store's kind for kept token sets
+# Memory bounds (the soonest to expire go first past them): exchanged tokens cached (one per
+# inbound token and server), and pending sign-ins when they are not in Redis.
+EXCHANGED_AT_MOST = 10_000
+PENDING_AT_MOST = 10_000
 CLIENT_KIND = "oauth-client"  # ... and for Manifold's dynamically registered clients
 
 
@@ -248,7 +252,8 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
     modes = TokenModes(None, None, inbound)
     if exchange:
         # A cache only: its own random key, in memory (a restart exchanges anew).
-        modes.exchanger = Exchanger(exchange, VaultTokens(MemoryVault(), Sealer(os.urandom(32))))
+        cache = MemoryVault(size=EXCHANGED_AT_MOST)
+        modes.exchanger = Exchanger(exchange, VaultTokens(cache, Sealer(os.urandom(32))))
     if oauth:
         key = config.credentials.key_bytes()
         if store is None or key is None or config.credentials.store == "env":
@@ -256,7 +261,7 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
                 "credentials: servers in mode 'oauth' keep each user's tokens in the credential store: "
                 "set credentials.store to file or redis, and credentials.key"
             )
-        vault: Vault = MemoryVault()
+        vault: Vault = MemoryVault(size=PENDING_AT_MOST)
         if config.credentials.store == "redis":
             url = config.credentials.redis_url or config.rate_limits.redis_url
             client = Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)

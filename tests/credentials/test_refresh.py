@@ -82,3 +82,13 @@ async def test_invalid_grant_forgets_the_tokens_only_if_nobody_refreshed_meanwhi
     flow = await _flow(raced)
     assert await flow.access_token(ALICE, "s") == "new-access"
     assert await flow.store.get(ALICE.key, "s") == fresh
+
+
+async def test_the_refresh_locks_and_sign_in_waits_are_bounded() -> None:
+    async def fine() -> TokenSet:
+        return TokenSet("new-access", NOW + 3600, "new-refresh")
+
+    flow = await _flow(fine)
+    for n in range(12_000):
+        flow._lock(f"refresh:s:{n}")
+    assert len(flow._locks) <= 10_000
