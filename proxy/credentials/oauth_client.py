@@ -165,11 +165,13 @@ def check_resource(named: str | None, server_url: str, where: str) -> str:
     return named
 
 
-def parse_auth_server(data: bytes, issuer: str, where: str) -> AuthServer:
+def parse_auth_server(data: bytes, issuer: str, where: str, *, pkce: bool = True) -> AuthServer:
     """An authorization server's metadata, if it is ``issuer``'s (RFC 8414 §3.3).
 
     Raises:
-        OAuthClientError: another issuer's, or no authorization or token endpoint.
+        OAuthClientError: another issuer's, or no authorization or token endpoint, or (``pkce``:
+            for the authorization code flow) ``code_challenge_methods_supported`` does not list
+            ``S256``, missing included: the MCP authorization spec says a client MUST refuse then.
     """
     document = _object(data, where)
     if document.get("issuer") != issuer:
@@ -183,8 +185,10 @@ def parse_auth_server(data: bytes, issuer: str, where: str) -> AuthServer:
     if authorize is None or token is None:
         raise OAuthClientError(f"{where}: no authorization_endpoint or token_endpoint")
     methods = document.get("code_challenge_methods_supported")
-    if isinstance(methods, list) and "S256" not in methods:
-        raise OAuthClientError(f"{where}: PKCE with S256 is not supported")
+    if pkce and (not isinstance(methods, list) or "S256" not in methods):
+        raise OAuthClientError(
+            f"{where}: PKCE with S256 is not supported (code_challenge_methods_supported must list it)"
+        )
     return AuthServer(
         issuer,
         authorize,
@@ -337,7 +341,9 @@ class OAuthHttp:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise OAuthClientError(f"{url}: {type(exc).__name__}: {exc}") from None
 
-    async def discover(self, server_url: str, issuer: str | None = None) -> tuple[str, AuthServer]:
+    async def discover(
+        self, server_url: str, issuer: str | None = None, *, pkce: bool = True
+    ) -> tuple[str, AuthServer]:
         """The resource a server is (for ``resource=``) and its authorization server's metadata.
 
         The server is asked without a token: its 401 names its metadata. ``issuer`` (configured)
@@ -369,7 +375,7 @@ class OAuthHttp:
                 problems.append(f"{url}: HTTP {status}")
                 continue
             try:
-                return resource, parse_auth_server(body, issuer, url)
+                return resource, parse_auth_server(body, issuer, url, pkce=pkce)
             except OAuthClientError as exc:
                 problems.append(str(exc))
         raise OAuthClientError(f"authorization server {issuer}: no usable metadata ({'; '.join(problems)})")

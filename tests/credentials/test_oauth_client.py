@@ -81,6 +81,7 @@ def test_metadata_for_another_issuer_is_refused() -> None:
         "issuer": "https://as",
         "authorization_endpoint": "https://as/a",
         "token_endpoint": "https://as/t",
+        "code_challenge_methods_supported": ["S256"],
     }
     assert parse_auth_server(json.dumps(good).encode(), "https://as", "m").token_endpoint == "https://as/t"
     with pytest.raises(OAuthClientError, match="is not"):
@@ -148,3 +149,17 @@ def test_audiences_and_subjects_are_read_from_jwts_only() -> None:
     assert token_audiences("opaque-token") is None
     assert subject_of_id_token(_jwt({"sub": "alice"})) == "alice"
     assert subject_of_id_token("x.y") is None
+
+
+def test_an_authorization_server_that_does_not_list_s256_is_refused_for_the_code_flow() -> None:
+    # The MCP authorization spec: a client MUST refuse when code_challenge_methods_supported is
+    # absent (the server may not do PKCE at all, and a stolen code would then be usable).
+    bare = {
+        "issuer": "https://as",
+        "authorization_endpoint": "https://as/a",
+        "token_endpoint": "https://as/t",
+    }
+    with pytest.raises(OAuthClientError, match="S256"):
+        parse_auth_server(json.dumps(bare).encode(), "https://as", "m")
+    # Token exchange alone uses no code flow: nothing to refuse there.
+    assert parse_auth_server(json.dumps(bare).encode(), "https://as", "m", pkce=False).issuer == "https://as"
