@@ -334,6 +334,8 @@ class OnBehalf:
         Raises:
             CallbackRefused: unknown, used or expired state; an error from the authorization
                 server; a wrong ``iss``; a refused code; a token for another audience or subject.
+            OAuthClientError: the authorization server cannot be reached.
+            StoreError, RedisError, ValueError: the tokens or the sign-in cannot be kept or read.
         """
         state = query.get("state", "")
         if state:
@@ -349,13 +351,18 @@ class OnBehalf:
             raise CallbackRefused(
                 "this sign-in link is unknown, already used or expired: start again from your client"
             )
-        pending = _decode(plain)
+        try:
+            pending = _decode(plain)
+        except (ValueError, TypeError, KeyError):
+            raise CallbackRefused("this sign-in could not be read: start again from your client") from None
+        done = False
         try:
             await self._exchange_code(pending, query)
-        except CallbackRefused:
-            self._finish(pending, state, failed=True)  # the call waiting for it stops waiting
-            raise
-        self._finish(pending, state, failed=False)
+            done = True
+        finally:
+            # Whatever happened (refused, unreachable, the store failing), the call waiting for
+            # it stops waiting at once.
+            self._finish(pending, state, failed=not done)
         logger.info("an identity signed in for %s", pending.server_id)
         return pending.identity_key, pending.server_id
 

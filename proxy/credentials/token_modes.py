@@ -34,7 +34,7 @@ from proxy.credentials import Credentials, CredentialSource
 from proxy.credentials.exchange import Exchanger, ExchangeServer
 from proxy.credentials.inbound import InboundTokens
 from proxy.credentials.oauth_client import OAuthClientError, Registered
-from proxy.credentials.on_behalf import OAuthServer, OnBehalf
+from proxy.credentials.on_behalf import CallbackRefused, OAuthServer, OnBehalf
 from proxy.credentials.settings import ExchangeCredentials, OAuthCredentials
 from proxy.credentials.store import SecretStore, StoreError
 from proxy.credentials.tokens import MemoryVault, Pending, RedisVault, Sealer, TokenSet, Vault, VaultTokens
@@ -138,6 +138,11 @@ class OAuthSource:
         except StoreError as exc:
             logger.error("credential store: %s", exc)
             raise ServerUnavailable(server_id, "the credential store cannot be read now") from None
+        except CallbackRefused as exc:  # a refresh granted a token for another audience
+            logger.warning("%s: %s", server_id, exc)
+            raise ServerUnavailable(
+                server_id, "its authorization server granted a token for another server on refresh"
+            ) from None
         if token is None:
             raise SignInNeeded(
                 server_id,

@@ -26,6 +26,7 @@ import logging
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -33,6 +34,7 @@ from starlette.routing import Route
 from proxy.auth.authenticator import Authenticated, Authenticator
 from proxy.credentials.oauth_client import OAuthClientError
 from proxy.credentials.on_behalf import CallbackRefused, OnBehalf
+from proxy.credentials.store import StoreError
 from proxy.inbound.http import OriginPolicy
 
 __all__ = ["CALLBACK_PATH", "START_PATH", "signin_routes"]
@@ -43,6 +45,9 @@ CALLBACK_PATH: Final = "/oauth/callback"
 START_PATH: Final = "/oauth/start"
 _MAX_QUERY: Final = 8 * 1024
 _MAX_FORM: Final = 16 * 1024
+# What keeping or reading a sign-in may raise besides a refusal: answered with a page, never a 500.
+_STORE_FAILED: Final = (StoreError, RedisError, OSError, ValueError)
+_UNAVAILABLE: Final = "Manifold cannot keep your sign-in right now. Try again in a moment from your client."
 _HEADERS: Final = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'",
@@ -137,6 +142,9 @@ def signin_routes(on_behalf: OnBehalf, auth: Authenticator, origins: OriginPolic
         except CallbackRefused as exc:
             logger.info("a sign-in start was refused: %s", exc)
             return _page("Sign-in failed", str(exc), 403)
+        except _STORE_FAILED as exc:
+            logger.error("a sign-in could not be read: %s: %s", type(exc).__name__, exc)
+            return _page("Sign-in failed", _UNAVAILABLE, 503)
         name, value = on_behalf.cookie(state)
         response = RedirectResponse(authorize, status_code=303, headers={"cache-control": "no-store"})
         response.set_cookie(
@@ -164,6 +172,9 @@ def signin_routes(on_behalf: OnBehalf, auth: Authenticator, origins: OriginPolic
         except OAuthClientError as exc:
             logger.warning("a sign-in callback could not be completed: %s", exc)
             return _page("Sign-in failed", "The authorization server could not be reached.", 502)
+        except _STORE_FAILED as exc:
+            logger.error("a sign-in callback could not be kept: %s: %s", type(exc).__name__, exc)
+            return _page("Sign-in failed", _UNAVAILABLE, 503)
         response = _page(
             "Signed in",
             f"Manifold can now reach {server_id} as you. Close this page and go back to your client: "
