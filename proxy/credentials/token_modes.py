@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from proxy.auth.authenticator import Authenticator
 from proxy.config import Config, ServerConfig
 from proxy.credentials import Credentials, CredentialSource
 from proxy.credentials.exchange import Exchanger, ExchangeServer
@@ -214,6 +215,12 @@ class TokenModes:
             elif mode == "exchange" and self.exchanger is not None:
                 found[server.id] = ExchangeSource(self.exchanger, self.inbound)
         return found
+
+    def hook(self, auth: Authenticator) -> None:
+        """Have ``auth`` report each request's bearer token, when some server exchanges it (else
+        nothing reads it, and nothing holds it)."""
+        if self.exchanger is not None:
+            auth.on_bearer = self.inbound.keep
 
     async def aclose(self) -> None:
         if isinstance(self.pending_vault, RedisVault):

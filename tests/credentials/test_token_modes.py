@@ -200,3 +200,19 @@ async def test_a_users_token_is_not_added_to_the_verbatim_redaction_list(
         headers = (await source.credentials(identity, "o")).headers
         assert headers == {"Authorization": f"Bearer short-lived-token-of-user{n}"}
     assert redaction._learned == {}
+
+
+def test_the_requests_bearer_is_asked_for_only_when_a_server_exchanges_it() -> None:
+    class _Auth:
+        on_bearer: object = None
+
+    none_exchange = config({"o": {"url": "http://127.0.0.1:9/mcp"}})
+    auth = _Auth()
+    token_modes(none_exchange, None).hook(auth)  # type: ignore[arg-type]
+    assert auth.on_bearer is None
+    exchanging = config(
+        {"x": {"url": "http://127.0.0.1:9/mcp", "credentials": {**EXCHANGE, "issuer": "http://127.0.0.1:8"}}}
+    )
+    modes = token_modes(exchanging, None)
+    modes.hook(auth)  # type: ignore[arg-type]
+    assert auth.on_bearer == modes.inbound.keep
