@@ -9,7 +9,7 @@ which must authenticate as the identity the sign-in was made for
 ``state`` (HttpOnly, SameSite=Lax, Secure when the callback is https, scoped to these pages) and
 is sent on to the authorization server. The POST must come from this page (``Origin`` present
 and allowed, ``Sec-Fetch-Site`` not cross-site): another site cannot make a visitor's browser
-start somebody else's sign-in.
+start somebody else's sign-in. Starts are rate-limited per address (a credential is checked).
 
 The callback requires that cookie, then completes the sign-in the ``state`` names
 (:meth:`~proxy.credentials.on_behalf.OnBehalf.complete`: single use, bound to the identity and
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import logging
+import math
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -36,6 +37,7 @@ from proxy.credentials.oauth_client import OAuthClientError
 from proxy.credentials.on_behalf import CallbackRefused, OnBehalf
 from proxy.credentials.store import StoreError
 from proxy.inbound.http import OriginPolicy
+from proxy.ratelimit import LimitCheck, MemoryBackend
 
 __all__ = ["CALLBACK_PATH", "START_PATH", "signin_routes"]
 
@@ -45,6 +47,9 @@ CALLBACK_PATH: Final = "/oauth/callback"
 START_PATH: Final = "/oauth/start"
 _MAX_QUERY: Final = 8 * 1024
 _MAX_FORM: Final = 16 * 1024
+# Each start checks a credential: one every 2 s per address after a burst of 30 (as the approval page).
+_START_INTERVAL: Final = 2.0
+_START_BURST: Final = 30
 # What keeping or reading a sign-in may raise besides a refusal: answered with a page, never a 500.
 _STORE_FAILED: Final = (StoreError, RedisError, OSError, ValueError)
 _UNAVAILABLE: Final = "Manifold cannot keep your sign-in right now. Try again in a moment from your client."
@@ -94,6 +99,19 @@ def signin_routes(on_behalf: OnBehalf, auth: Authenticator, origins: OriginPolic
     callback_parts = urlsplit(on_behalf.callback_url)
     secure = callback_parts.scheme == "https"
     cookie_path = callback_parts.path.rsplit("/", 1)[0] + "/" if callback_parts.path else "/"
+    buckets = MemoryBackend()
+
+    def flooded(request: Request) -> Response | None:
+        address = request.client.host if request.client is not None else "unknown"
+        outcome = buckets.hit_now(
+            [LimitCheck(f"signin-start:{address}", _START_INTERVAL, _START_BURST, "http")]
+        )
+        if outcome.allowed:
+            return None
+        wait = str(max(1, math.ceil(outcome.retry_after)))
+        return Response(
+            f"Too Many Requests: try again in {wait} s\n", status_code=429, headers={"retry-after": wait}
+        )
 
     def refused(request: Request, *, post: bool) -> Response | None:
         headers = request.headers
@@ -123,6 +141,8 @@ def signin_routes(on_behalf: OnBehalf, auth: Authenticator, origins: OriginPolic
 
     async def start(request: Request) -> Response:
         if (refusal := refused(request, post=True)) is not None:
+            return refusal
+        if (refusal := flooded(request)) is not None:
             return refusal
         body = b""
         async for chunk in request.stream():

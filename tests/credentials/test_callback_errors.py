@@ -48,14 +48,22 @@ class _BrokenStore:
         return None
 
 
-async def _get(app: Starlette, path: str, query: str, cookie: str) -> tuple[int, str]:
+async def _get(
+    app: Starlette, path: str, query: str, cookie: str, *, method: str = "GET", body: bytes = b""
+) -> tuple[int, str]:
+    headers = [(b"host", b"127.0.0.1:1"), (b"cookie", cookie.encode())]
+    if method == "POST":
+        headers += [
+            (b"origin", b"http://127.0.0.1:1"),
+            (b"content-type", b"application/x-www-form-urlencoded"),
+        ]
     scope = {
         "type": "http",
-        "method": "GET",
+        "method": method,
         "path": path,
         "raw_path": path.encode(),
         "query_string": query.encode(),
-        "headers": [(b"host", b"127.0.0.1:1"), (b"cookie", cookie.encode())],
+        "headers": headers,
         "scheme": "http",
         "server": ("127.0.0.1", 1),
         "client": ("127.0.0.1", 5),
@@ -65,7 +73,7 @@ async def _get(app: Starlette, path: str, query: str, cookie: str) -> tuple[int,
     sent: list[MutableMapping[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
+        return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
@@ -113,3 +121,29 @@ async def test_a_refresh_granting_a_token_for_another_server_is_answered_as_unav
 
     with pytest.raises(ServerUnavailable, match="another server"):
         await OAuthSource(_Lying()).credentials(ALICE, "s")  # type: ignore[arg-type]
+
+
+async def test_guessing_credentials_at_the_start_page_is_rate_limited() -> None:
+    flow = OnBehalf(
+        {"s": OAuthServer("s", "http://127.0.0.1:9/mcp", client_id="m")},
+        _BrokenStore(),
+        Pending(MemoryVault(), Sealer(os.urandom(32))),
+        callback_url="http://127.0.0.1:1/oauth/callback",
+        http=_Endpoint(),  # type: ignore[arg-type]
+    )
+
+    class _Refusing:
+        async def authenticate(self, headers: Mapping[str, str]) -> Any:
+            class _No:
+                message = "unknown API key"
+
+            return _No()
+
+    routes = signin_routes(flow, _Refusing(), OriginPolicy("127.0.0.1", [], []))  # type: ignore[arg-type]
+    app = Starlette(routes=routes)
+    statuses = []
+    for n in range(40):
+        form = f"state=s&credential=guess{n}".encode()
+        statuses.append((await _get(app, "/oauth/start", "", "", method="POST", body=form))[0])
+    assert statuses[:30] == [401] * 30
+    assert set(statuses[30:]) == {429}
