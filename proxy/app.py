@@ -101,7 +101,7 @@ class Gateway:
         heard = Heard()
         self.credential_store = open_credential_store(config)
         self.token_modes = token_modes(config, self.credential_store)  # credentials.mode oauth, exchange
-        self.auth.on_bearer = self.token_modes.inbound.keep
+        self.token_modes.hook(self.auth)  # the request's own bearer, when a server exchanges it
         self.connections = Connections(
             servers,
             heard,

@@ -219,6 +219,7 @@ class ClientConnections:
             logger.info(
                 "per_client connection to %s restarted: its identity's credentials changed", server_id
             )
+            running.connection.retire("its connection for this identity restarted: credentials changed")
             self._stop(key)
             running = None
         fresh = running is None
@@ -255,6 +256,9 @@ class ClientConnections:
             if key in self._running:
                 logger.info(
                     "per_client connection to %s stopped: its identity's credentials are gone", server_id
+                )
+                self._running[key].connection.retire(
+                    "its connection for this identity stopped: the identity's credentials are gone"
                 )
                 self._stop(key)
             raise

@@ -8,12 +8,17 @@ Pure: strings in, strings out. :func:`redact_text` is the entry point (re-export
   All query values, not a list of secret-looking names: a secret rides under any name
   (``sig``, ``X-Amz-Signature``, ``code``, ``k``), and a log reader needs which parameters a URL
   had far more often than their values;
-* ``Bearer``/``Basic`` credentials, and ``name=value`` / ``name: value`` pairs whose name looks
+* ``Bearer``/``Basic`` credentials, JWT-shaped strings (``eyJ…​.….…``: access and ID tokens
+  wherever they appear), and ``name=value`` / ``name: value`` pairs whose name looks
   secret (``authorization``, ``cookie``, ``token``, ``secret``, ``password``, ``api_key``,
   ``credential``);
 * the configured secrets Manifold was told about (:func:`remember_secrets`: server header and
   env values, the credentials in server URLs) and those it loaded since (:func:`remember_more`:
-  per-identity credentials to servers), wherever they appear verbatim.
+  long-lived per-identity secrets to servers, at most :data:`LEARNED_AT_MOST`), wherever they
+  appear verbatim. Short-lived tokens (OAuth access tokens, exchanged tokens) are *not* added:
+  each addition recompiles the verbatim pattern, which at thousands of values costs a second
+  of the event loop; they are caught by the patterns above (an ``Authorization`` header,
+  ``Bearer …``, a JWT).
 
 Every pattern is linear in the text: a name or a scheme starts only where a run of its
 characters starts, and is matched atomically.
@@ -27,6 +32,7 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 __all__ = [
+    "LEARNED_AT_MOST",
     "MIN_SECRET_LENGTH",
     "REDACTED",
     "redact_text",
@@ -51,6 +57,7 @@ _TEXT_PAIR: Final = re.compile(
     r"""(?P<value>\[REDACTED\]|"[^"]*"|'[^']*'|(?:(?:bearer|basic|token)\s+)?[^\s"',;&}\]]+)""",
     re.IGNORECASE,
 )
+_JWT: Final = re.compile(r"(?<![A-Za-z0-9_-])eyJ(?>[A-Za-z0-9_-]+)\.(?>[A-Za-z0-9_-]+)\.(?>[A-Za-z0-9_-]*)")
 _SCHEME_CREDENTIAL: Final = re.compile(r"\b(?P<scheme>bearer|basic)\s+[A-Za-z0-9\-._~+/]+=*", re.IGNORECASE)
 # A URL: a scheme (starting where a run of scheme characters starts), "://", then everything up
 # to whitespace, a quote or an angle bracket (how URLs are delimited in prose, reprs and JSON),
@@ -63,7 +70,10 @@ _AUTHORITY_END: Final = re.compile(r"[/?#]")
 _known: re.Pattern[str] | None = None
 _configured: frozenset[str] = frozenset()  # remember_secrets: replaced as a whole
 _learned: dict[str, None] = {}  # remember_more: added to while Manifold runs, oldest first
-_LEARNED_AT_MOST: Final = 10_000  # past it the oldest learned are forgotten (rotated secrets)
+# Past it the oldest learned are forgotten (rotated secrets). Each addition recompiles the pattern
+# (about 0.5 ms per value here): bounded so that costs milliseconds, not seconds.
+LEARNED_AT_MOST: Final = 256
+_LEARNED_AT_MOST = LEARNED_AT_MOST
 
 
 def redact_url(url: str) -> str:
@@ -105,7 +115,8 @@ def redact_text(text: str) -> str:
     if "://" in text:
         text = _URL.sub(lambda match: redact_url(match[0]), text)
     text = _TEXT_PAIR.sub(_redact_pair, text)
-    return _SCHEME_CREDENTIAL.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
+    text = _SCHEME_CREDENTIAL.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
+    return _JWT.sub(REDACTED, text) if "eyJ" in text else text  # last: the pairs take theirs whole
 
 
 def url_secrets(url: str) -> list[str]:

@@ -10,6 +10,13 @@ A server is *added*, *removed* (gone, or ``enabled: false``), or *restarted* (an
 changed: it is stopped and started anew with its new settings); a server that did not change is
 not touched. A ``per_client`` server cannot join a gateway that started without one (each
 client's own catalog is wired at start): such a server is *held back* and needs a restart.
+
+Credentials are wired at start too (each server's credential source, the sign-in pages, the
+token store: :mod:`proxy.credentials`). A change of a server's ``credentials`` (or of the
+top-level ``credentials``, like every other top-level setting) is reported as needing a restart,
+``servers.<id>.credentials``, and the server's old credentials stay in force (its other
+settings apply); a new server that is not ``shared`` is held back. Nothing runs with a credential
+source built for other settings, or with none.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class Plan:
     endpoints_changed: tuple[str, ...] = ()
     needs_restart: tuple[str, ...] = ()  # settings (dotted paths) that changed and are kept as they were
     held_back: tuple[str, ...] = ()  # servers left as they were (see the module docstring)
+    credentials_kept: tuple[str, ...] = ()  # servers whose old credentials stay in force
 
     @property
     def servers_changed(self) -> bool:
@@ -111,6 +119,9 @@ class Plan:
                 servers[sid] = old.servers[sid]
             else:
                 servers.pop(sid, None)
+        for sid in self.credentials_kept:
+            if sid in servers and sid in old.servers:
+                servers[sid] = _with_credentials_of(servers[sid], old.servers[sid])
         kept = {name: getattr(old, name) for name in _fields(old) if name not in LIVE_SETTINGS}
         return new.model_copy(update={**kept, "servers": servers})
 
@@ -123,10 +134,20 @@ def diff(old: Settings, new: Settings, *, per_client_ready: bool) -> Plan:
     """
     before = {s.id: s for s in old.enabled_servers()}
     after = {s.id: s for s in new.enabled_servers()}
+    kept = tuple(
+        sid
+        for sid, server in after.items()
+        if sid in before and _credentials(server) != _credentials(before[sid])
+    )
+    after.update({sid: _with_credentials_of(after[sid], before[sid]) for sid in kept})
+    new_with_credentials = tuple(
+        sid for sid, server in after.items() if sid not in before and _mode(server) != "shared"
+    )
     held = tuple(
         sid
         for sid, server in after.items()
-        if not per_client_ready and server.session_mode == "per_client" and before.get(sid) != server
+        if sid in new_with_credentials
+        or (not per_client_ready and server.session_mode == "per_client" and before.get(sid) != server)
     )
     # A held-back server stays as it was: running with its old settings, or not at all.
     after = {
@@ -143,9 +164,28 @@ def diff(old: Settings, new: Settings, *, per_client_ready: bool) -> Plan:
         endpoints_changed=tuple(
             n for n, e in new.endpoints.items() if n in old.endpoints and old.endpoints[n] != e
         ),
-        needs_restart=tuple(_restart_only_changes(old, new)),
+        needs_restart=(
+            *_restart_only_changes(old, new),
+            *(f"servers.{sid}.credentials" for sid in (*kept, *new_with_credentials)),
+        ),
         held_back=held,
+        credentials_kept=kept,
     )
+
+
+def _credentials(server: object) -> object:
+    return getattr(server, "credentials", None)
+
+
+def _mode(server: object) -> str:
+    return str(getattr(_credentials(server), "mode", "shared"))
+
+
+def _with_credentials_of(server: Any, old: Any) -> Any:
+    """``server`` with ``old``'s credentials (a settings model: copied, not changed)."""
+    if isinstance(server, BaseModel):
+        return server.model_copy(update={"credentials": _credentials(old)})
+    return server
 
 
 def _changed(old: _Server, new: _Server) -> bool:

@@ -290,3 +290,46 @@ async def test_changed_credentials_restart_the_connection_and_gone_ones_stop_it(
             await connections.connection(stateless(ALICE), "pc")
         assert connections.find(stateless(ALICE), "pc") is None
         assert len(connections) == 0
+
+
+async def test_a_credentials_change_fails_the_calls_in_flight_at_once_naming_why() -> None:
+    # A call in flight on the connection built with the old credentials must not hang (or finish
+    # with a generic error) when the connection is stopped for new ones.
+    kept = Kept()
+    kept.tokens = {ALICE.key: "first-token"}
+    async with with_credentials(kept) as connections:
+        first = await connections.connection(stateless(ALICE), "pc")
+        failures: list[BaseException] = []
+        sent = anyio.Event()
+
+        async def in_flight() -> None:
+            try:
+                sent.set()
+                await first.request("tools/call", {"name": "hang", "arguments": {}})
+            except Exception as exc:
+                failures.append(exc)
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(in_flight)
+                await sent.wait()
+                await anyio.wait_all_tasks_blocked()
+                kept.tokens[ALICE.key] = "second-token"
+                await connections.connection(stateless(ALICE), "pc")  # restarted
+        [failure] = failures
+        assert "credentials changed" in str(failure)
+        del kept.tokens[ALICE.key]
+        second = connections.find(stateless(ALICE), "pc")
+        assert second is not None
+        failures.clear()
+        sent = anyio.Event()
+        first = second
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(in_flight)
+                await sent.wait()
+                await anyio.wait_all_tasks_blocked()
+                with pytest.raises(SignInNeeded):
+                    await connections.connection(stateless(ALICE), "pc")  # stopped
+        [failure] = failures
+        assert "credentials are gone" in str(failure)

@@ -147,3 +147,19 @@ def test_secrets_learned_at_run_time_are_redacted_and_outlive_a_new_configured_s
     assert redact_text("alice-pat-000001 bob-pat-0000002 carol-pat-000003") == f"alice-pat-000001 {R} {R}"
     monkeypatch.setattr(redaction, "_learned", {})
     remember_secrets(())
+
+
+def test_bearer_tokens_are_redacted_by_shape_without_being_remembered() -> None:
+    jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLWJ5dGVz"
+    assert redact_text(f"the server said: invalid token {jwt}!") == f"the server said: invalid token {R}!"
+    assert redact_text(f'{{"id_token": "{jwt}"}}') == f'{{"id_token": "{R}"}}'
+    assert redact_text("headers: {'Authorization': 'Bearer opaque-token-123'}") == (
+        f"headers: {{'Authorization': '{R}'}}"
+    )
+    assert redact_text("sent Bearer opaque-token-123 to it") == f"sent Bearer {R} to it"
+    assert redact_text("eyJ alone, or eyJabc.def is not a token") == "eyJ alone, or eyJabc.def is not a token"
+
+
+@pytest.mark.parametrize("text", ["eyJ" + "a" * 200_000 + ".", ("eyJa.b" * 50_000) + ".", "eyJ." * 80_000])
+def test_jwt_redaction_stays_linear_on_adversarial_text(text: str) -> None:
+    redact_text(text)

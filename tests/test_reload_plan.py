@@ -107,3 +107,30 @@ def test_per_client_servers_come_and_go_on_a_gateway_started_with_one() -> None:
     new = config({"p": {**B, "session_mode": "per_client"}})
     plan = diff(old, new, per_client_ready=True)
     assert (plan.add, plan.remove, plan.held_back) == (("p",), ("a",), ())
+
+
+def test_a_servers_credentials_change_needs_a_restart_and_the_old_ones_stay_in_force() -> None:
+    # The credential sources are built at start: a reload that swapped them would leave the
+    # server reached with sources built for other settings (or with none).
+    key = {"key": "A" * 43 + "="}
+    http = {"url": "http://127.0.0.1:9/mcp", "session_mode": "per_client"}
+    old = config({"a": {**http, "credentials": {"mode": "secret", "header": "X-Token"}}}, credentials=key)
+    new = config(
+        {
+            "a": {**http, "timeout": 7, "credentials": {"mode": "secret", "header": "X-Other"}},
+            "b": {**http, "credentials": {"mode": "secret"}},  # a new server with its own credentials
+        },
+        credentials=key,
+    )
+    plan = diff(old, new, per_client_ready=True)
+    assert "servers.a.credentials" in plan.needs_restart
+    assert "servers.b.credentials" in plan.needs_restart
+    assert plan.held_back == ("b",)
+    assert plan.restart == ("a",)  # its other settings apply
+    kept = plan.in_force(old, new)
+    assert kept.servers["a"].credentials == old.servers["a"].credentials
+    assert "b" not in kept.servers
+    # Only the credentials changed: nothing restarts, and the change is reported.
+    only = config({"a": {**http, "credentials": {"mode": "secret", "header": "X-Other"}}}, credentials=key)
+    plan = diff(old, only, per_client_ready=True)
+    assert (plan.restart, plan.needs_restart) == ((), ("servers.a.credentials",))

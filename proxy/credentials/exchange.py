@@ -69,7 +69,7 @@ class Exchanger:
     async def _server(self, issuer: str) -> AuthServer:
         async with self._locks.setdefault("issuer:" + issuer, anyio.Lock()):
             if issuer not in self._metadata:
-                _, self._metadata[issuer] = await self._http.discover("", issuer)
+                _, self._metadata[issuer] = await self._http.discover("", issuer, pkce=False)  # no code flow
             return self._metadata[issuer]
 
     async def access_token(

@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -35,8 +35,11 @@ __all__ = [
     "AuthServer",
     "OAuthClientError",
     "OAuthHttp",
+    "OAuthRefused",
     "Registered",
     "authorize_url",
+    "canonical_resource",
+    "check_resource",
     "pkce_pair",
     "parse_auth_server",
     "parse_protected_resource",
@@ -51,6 +54,14 @@ _CHALLENGE_PARAM: Final = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 class OAuthClientError(ManifoldError):
     """An authorization server or the server's metadata did not give what the flow needs."""
+
+
+class OAuthRefused(OAuthClientError):
+    """The token endpoint answered with an OAuth error (``error``: its code, e.g. ``invalid_grant``)."""
+
+    def __init__(self, message: str, error: str) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,11 +133,45 @@ def parse_protected_resource(data: bytes, where: str) -> tuple[str | None, list[
     return (resource if isinstance(resource, str) else None), list(servers)
 
 
-def parse_auth_server(data: bytes, issuer: str, where: str) -> AuthServer:
+def canonical_resource(url: str) -> str:
+    """``url`` compared as a resource identifier: scheme and host lower-cased, a default port
+    and a fragment dropped, an empty path read as ``/``; nothing else is forgiven."""
+    parts = urlsplit(url.strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    default = {"http": 80, "https": 443}.get(scheme)
+    netloc = host if port is None or port == default else f"{host}:{port}"
+    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+def check_resource(named: str | None, server_url: str, where: str) -> str:
+    """The resource a server's Protected Resource Metadata names, when it is the server's own
+    URL (RFC 9728 §3.3: identical to the URL the metadata was asked for; compared strictly,
+    after :func:`canonical_resource`, rather than as a prefix). Otherwise a server could have
+    Manifold ask for, and then send it, tokens meant for another resource.
+
+    Raises:
+        OAuthClientError: no ``resource``, or another one.
+    """
+    if named is None:
+        raise OAuthClientError(f"{where}: no resource (RFC 9728 requires it)")
+    if canonical_resource(named) != canonical_resource(server_url):
+        raise OAuthClientError(f"{where}: resource {named!r} is not the server's URL {server_url!r}")
+    return named
+
+
+def parse_auth_server(data: bytes, issuer: str, where: str, *, pkce: bool = True) -> AuthServer:
     """An authorization server's metadata, if it is ``issuer``'s (RFC 8414 §3.3).
 
     Raises:
-        OAuthClientError: another issuer's, or no authorization or token endpoint.
+        OAuthClientError: another issuer's, or no authorization or token endpoint, or (``pkce``:
+            for the authorization code flow) ``code_challenge_methods_supported`` does not list
+            ``S256``, missing included: the MCP authorization spec says a client MUST refuse then.
     """
     document = _object(data, where)
     if document.get("issuer") != issuer:
@@ -140,8 +185,10 @@ def parse_auth_server(data: bytes, issuer: str, where: str) -> AuthServer:
     if authorize is None or token is None:
         raise OAuthClientError(f"{where}: no authorization_endpoint or token_endpoint")
     methods = document.get("code_challenge_methods_supported")
-    if isinstance(methods, list) and "S256" not in methods:
-        raise OAuthClientError(f"{where}: PKCE with S256 is not supported")
+    if pkce and (not isinstance(methods, list) or "S256" not in methods):
+        raise OAuthClientError(
+            f"{where}: PKCE with S256 is not supported (code_challenge_methods_supported must list it)"
+        )
     return AuthServer(
         issuer,
         authorize,
@@ -196,8 +243,8 @@ def parse_token_response(status: int, data: bytes, now: float, issuer: str) -> T
     if status != 200 or "error" in document:
         code = document.get("error", f"HTTP {status}")
         described = document.get("error_description")
-        raise OAuthClientError(
-            f"the token endpoint refused: {code}" + (f" ({described})" if described else "")
+        raise OAuthRefused(
+            f"the token endpoint refused: {code}" + (f" ({described})" if described else ""), str(code)
         )
     access = document.get("access_token")
     kind = document.get("token_type")
@@ -294,7 +341,9 @@ class OAuthHttp:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise OAuthClientError(f"{url}: {type(exc).__name__}: {exc}") from None
 
-    async def discover(self, server_url: str, issuer: str | None = None) -> tuple[str, AuthServer]:
+    async def discover(
+        self, server_url: str, issuer: str | None = None, *, pkce: bool = True
+    ) -> tuple[str, AuthServer]:
         """The resource a server is (for ``resource=``) and its authorization server's metadata.
 
         The server is asked without a token: its 401 names its metadata. ``issuer`` (configured)
@@ -317,7 +366,7 @@ class OAuthHttp:
             if status != 200:
                 raise OAuthClientError(f"{where}: HTTP {status} (no Protected Resource Metadata)")
             named, servers = parse_protected_resource(body, where)
-            resource = named or server_url
+            resource = check_resource(named, server_url, where)
             issuer = servers[0]
         problems: list[str] = []
         for url in metadata_urls(issuer):
@@ -326,7 +375,7 @@ class OAuthHttp:
                 problems.append(f"{url}: HTTP {status}")
                 continue
             try:
-                return resource, parse_auth_server(body, issuer, url)
+                return resource, parse_auth_server(body, issuer, url, pkce=pkce)
             except OAuthClientError as exc:
                 problems.append(str(exc))
         raise OAuthClientError(f"authorization server {issuer}: no usable metadata ({'; '.join(problems)})")

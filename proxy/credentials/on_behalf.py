@@ -15,6 +15,13 @@ checks what RFC 9207 and the phishing section of the elicitation spec ask:
   otherwise), required when the server says it sends one;
 * the token granted is for this server: a JWT whose ``aud`` does not name the server's resource
   is refused and not kept;
+* the browser that lands on the callback is the one the user who asked used to start the
+  sign-in: the link in the elicitation is Manifold's own start page (:meth:`OnBehalf.start`),
+  where the user presents their Manifold credential; it must be the identity the sign-in is
+  for, and only then does that browser get a cookie bound to the ``state`` (an HMAC of it) and go
+  on to the authorization server. The callback requires that cookie: a link Mallory sends to
+  Alice cannot bind Alice's account at the server to Mallory's identity, even when Alice's
+  authorization server redirects at once (consent given before);
 * when the caller signed in to Manifold at the same authorization server (``same_subject``), the
   ID token's ``sub`` must be the caller's: a link forwarded to somebody else cannot bind their
   account to the caller.
@@ -23,20 +30,26 @@ checks what RFC 9207 and the phishing section of the elicitation spec ask:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
+from urllib.parse import urlencode
 
 import anyio
+from cachetools import TTLCache
 
 from proxy.credentials.oauth_client import (
     AuthServer,
     OAuthClientError,
     OAuthHttp,
+    OAuthRefused,
     Registered,
     authorize_url,
     pkce_pair,
@@ -47,12 +60,13 @@ from proxy.credentials.tokens import Pending, TokenSet, TokenStore
 from proxy.errors import ManifoldError
 from proxy.policy.model import Identity
 
-__all__ = ["CallbackRefused", "OAuthServer", "OnBehalf", "SignIn"]
+__all__ = ["CallbackRefused", "Clients", "OAuthServer", "OnBehalf", "SignIn"]
 
 logger = logging.getLogger("proxy.credentials.on_behalf")
 
 _REFRESH_MARGIN: Final = 30.0
 _POLL: Final = 0.25
+_LOCKS_AT_MOST: Final = 10_000  # refresh locks, and sign-ins waited on, kept at once
 _FAILED_AT_MOST: Final = 10_000  # how often a waiter looks for a sign-in completed on another replica
 
 
@@ -75,9 +89,10 @@ class OAuthServer:
 
 @dataclass(frozen=True, slots=True)
 class SignIn:
-    url: str  # the authorization server's authorize URL, for the user's browser
+    url: str  # Manifold's start page for this sign-in (the link the user is given)
     state: str
     expires_at: float
+    authorize: str = ""  # the authorization server's authorize URL, where the start page sends on
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,17 @@ class _Pending:
     server_id: str
     verifier: str
     expires_at: float
+    authorize: str = ""
+
+
+class Clients(Protocol):
+    """Manifold's dynamically registered clients, kept (sealed) where every replica and the next
+    start find them: one registration per authorization server and callback, not one per
+    process."""
+
+    async def get(self, server_id: str, issuer: str, redirect_uri: str) -> Registered | None: ...
+
+    async def put(self, server_id: str, issuer: str, redirect_uri: str, client: Registered) -> None: ...
 
 
 @dataclass(slots=True)
@@ -108,18 +134,30 @@ class OnBehalf:
         callback_url: str,
         http: OAuthHttp | None = None,
         signin_ttl: float = 600.0,
+        cookie_key: bytes | None = None,
+        clients: Clients | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.servers = dict(servers)
         self.store = store
         self._pending = pending
         self.callback_url = callback_url
+        # The start page sits beside the callback (behind the same prefix, if any).
+        self.start_url = callback_url.rsplit("/", 1)[0] + "/start"
+        # Binds the browser cookie to the state: the same on every replica that shares the key.
+        self._cookie_key = cookie_key if cookie_key is not None else os.urandom(32)
         self._http = http or OAuthHttp()
-        self._ttl = signin_ttl
+        self._ttl = self.signin_ttl = signin_ttl
         self._clock = clock
+        self._clients = clients
         self._known: dict[str, _Known] = {}
-        self._locks: dict[str, anyio.Lock] = {}
-        self._done: dict[tuple[tuple[str, ...], str], anyio.Event] = {}
+        # Bounded, with a time to live: one entry per identity and server touched, never kept for
+        # ever. A lock dropped while held costs at most a second refresh (it is safe:
+        # access_token); an event dropped, a waiter's shortcut (it finds the token by polling).
+        self._locks: TTLCache[str, anyio.Lock] = TTLCache(maxsize=_LOCKS_AT_MOST, ttl=600.0)
+        self._done: TTLCache[tuple[tuple[str, ...], str], anyio.Event] = TTLCache(
+            maxsize=_LOCKS_AT_MOST, ttl=max(1.0, signin_ttl)
+        )
         self._failed: set[str] = set()  # states whose callback was refused, until waited on
 
     def _lock(self, name: str) -> anyio.Lock:
@@ -139,9 +177,21 @@ class OnBehalf:
                 if settings.client_id is not None:
                     client = Registered(settings.client_id, settings.client_secret)
                 else:
-                    client = await self._http.register(server, self.callback_url, self._scope(settings, None))
+                    client = await self._registered(server_id, server, settings)
                 known = self._known[server_id] = _Known(resource, server, client)
             return known
+
+    async def _registered(self, server_id: str, server: AuthServer, settings: OAuthServer) -> Registered:
+        """Manifold's client at ``server``: the one registered before (by any replica), else a new
+        registration, kept."""
+        if self._clients is not None:
+            kept = await self._clients.get(server_id, server.issuer, self.callback_url)
+            if kept is not None:
+                return kept
+        client = await self._http.register(server, self.callback_url, self._scope(settings, None))
+        if self._clients is not None:
+            await self._clients.put(server_id, server.issuer, self.callback_url, client)
+        return client
 
     def _same_subject(self, settings: OAuthServer, identity_issuer: str, server: AuthServer) -> bool:
         if settings.same_subject is not None:
@@ -159,8 +209,13 @@ class OnBehalf:
     async def access_token(self, identity: Identity, server_id: str) -> str | None:
         """The identity's access token for the server, refreshed if due; None: sign in first.
 
+        A refresh the authorization server cannot answer now (unreachable, a server error) keeps
+        the tokens; only ``invalid_grant`` forgets them, and only when the refresh token kept is
+        still the one refused (another replica may have just refreshed, rotating it).
+
         Raises:
-            OAuthClientError: the authorization server cannot be reached to refresh.
+            OAuthClientError: the authorization server cannot be reached, or refused otherwise.
+            CallbackRefused: the refresh granted a token for another audience.
         """
         key = identity.key
         tokens = await self.store.get(key, server_id)
@@ -185,10 +240,17 @@ class OnBehalf:
             }
             try:
                 fresh, _ = await self._http.token(known.server, known.client, form, self._clock())
-            except OAuthClientError as exc:
-                # Refused (revoked, expired): the user signs in again. Unreachable: the same.
-                logger.info("refreshing a token for %s failed: %s", server_id, exc)
-                await self.store.revoke(key, server_id)
+            except OAuthRefused as exc:
+                if exc.error != "invalid_grant":
+                    raise
+                # The grant ended (revoked, expired): the user signs in again, unless another
+                # replica refreshed meanwhile (then its tokens are the ones to use).
+                logger.info("refreshing a token for %s was refused: %s", server_id, exc)
+                now_kept = await self.store.get(key, server_id)
+                if now_kept is not None and now_kept.refresh_token != tokens.refresh_token:
+                    return None if now_kept.expired(self._clock()) else now_kept.access_token
+                if now_kept is not None:
+                    await self.store.revoke(key, server_id)
                 return None
             self._check_audience(fresh, known)
             if fresh.refresh_token is None:  # RFC 6749 §6: the old one stays valid
@@ -220,11 +282,7 @@ class OnBehalf:
         state = secrets.token_urlsafe(32)
         verifier, challenge = pkce_pair()
         expires = self._clock() + self._ttl
-        pending = _Pending(
-            identity.key, identity.source, identity.issuer, identity.subject, server_id, verifier, expires
-        )
-        await self._pending.put(state, json.dumps(dataclasses.asdict(pending)).encode(), self._ttl)
-        url = authorize_url(
+        authorize = authorize_url(
             known.server,
             known.client,
             redirect_uri=self.callback_url,
@@ -233,29 +291,78 @@ class OnBehalf:
             resource=known.resource,
             scope=self._scope(settings, same),
         )
-        return SignIn(url, state, expires)
+        pending = _Pending(
+            identity.key,
+            identity.source,
+            identity.issuer,
+            identity.subject,
+            server_id,
+            verifier,
+            expires,
+            authorize,
+        )
+        await self._pending.put(state, json.dumps(dataclasses.asdict(pending)).encode(), self._ttl)
+        return SignIn(f"{self.start_url}?{urlencode({'state': state})}", state, expires, authorize)
 
-    async def complete(self, query: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
+    def cookie(self, state: str) -> tuple[str, str]:
+        """The name and value of the cookie that binds a browser to sign-in ``state``."""
+        digest = hashlib.sha256(state.encode()).hexdigest()[:16]
+        value = hmac.new(self._cookie_key, b"sign-in:" + state.encode(), hashlib.sha256).hexdigest()
+        return f"manifold_signin_{digest}", value
+
+    async def start(self, state: str, identity: Identity) -> str:
+        """The start page: the authorize URL of sign-in ``state``, when ``identity`` (who opened
+        the link, authenticated) is the one it was made for.
+
+        Raises:
+            CallbackRefused: unknown, used or expired state, or made for another identity (the
+                same answer: a link for somebody else is as good as none).
+        """
+        plain = await self._pending.get(state) if state else None
+        pending = _decode(plain) if plain is not None else None
+        if pending is None or pending.identity_key != identity.key or self._clock() > pending.expires_at:
+            raise CallbackRefused(
+                "this sign-in link is unknown, expired, or for another user: start again from your client"
+            )
+        return pending.authorize
+
+    async def complete(
+        self, query: Mapping[str, str], cookies: Mapping[str, str]
+    ) -> tuple[tuple[str, ...], str]:
         """The callback: the sign-in its ``state`` names, completed; (identity key, server id).
 
         Raises:
             CallbackRefused: unknown, used or expired state; an error from the authorization
                 server; a wrong ``iss``; a refused code; a token for another audience or subject.
+            OAuthClientError: the authorization server cannot be reached.
+            StoreError, RedisError, ValueError: the tokens or the sign-in cannot be kept or read.
         """
         state = query.get("state", "")
+        if state:
+            name, value = self.cookie(state)
+            if not hmac.compare_digest(cookies.get(name, "").encode(), value.encode()):
+                # Not taken: a browser that did not start this sign-in cannot spend it either.
+                raise CallbackRefused(
+                    "this browser did not start this sign-in: open the link from your client, in "
+                    "the browser you sign in with"
+                )
         plain = await self._pending.take(state) if state else None  # single use, whatever follows
         if plain is None:
             raise CallbackRefused(
                 "this sign-in link is unknown, already used or expired: start again from your client"
             )
-        data: Any = json.loads(plain)
-        pending = _Pending(**{**data, "identity_key": tuple(data["identity_key"])})
+        try:
+            pending = _decode(plain)
+        except (ValueError, TypeError, KeyError):
+            raise CallbackRefused("this sign-in could not be read: start again from your client") from None
+        done = False
         try:
             await self._exchange_code(pending, query)
-        except CallbackRefused:
-            self._finish(pending, state, failed=True)  # the call waiting for it stops waiting
-            raise
-        self._finish(pending, state, failed=False)
+            done = True
+        finally:
+            # Whatever happened (refused, unreachable, the store failing), the call waiting for
+            # it stops waiting at once.
+            self._finish(pending, state, failed=not done)
         logger.info("an identity signed in for %s", pending.server_id)
         return pending.identity_key, pending.server_id
 
@@ -342,3 +449,8 @@ class OnBehalf:
             logger.warning(
                 "revoking at %s's authorization server failed (forgotten here): %s", server_id, exc
             )
+
+
+def _decode(plain: bytes) -> _Pending:
+    data: Any = json.loads(plain)
+    return _Pending(**{**data, "identity_key": tuple(data["identity_key"])})

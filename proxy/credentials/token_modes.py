@@ -5,7 +5,9 @@
   kind ``oauth`` (sealed, in the file or Redis: ``manifold credentials revoke`` forgets it, and
   every replica sees it); the pending sign-ins are kept in Redis when the store is, else in
   memory (a callback must then land on the replica that made the link).
-* :class:`ExchangeSource`: the caller's own bearer token to Manifold, exchanged (RFC 8693,
+* :class:`ExchangeSource`: the bearer token the current request presented to Manifold (an
+  OAuth access token, ``identity.source == "oauth"``, issued by the exchange's own authorization
+  server; any other is never sent there), exchanged (RFC 8693,
   :mod:`proxy.credentials.exchange`) for one whose audience is the server; the exchanged token
   is cached in memory per identity and inbound token, until the first of the two expires.
 
@@ -17,6 +19,9 @@ the user before a tool call gets that far.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -24,12 +29,13 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from proxy.auth.authenticator import Authenticator
 from proxy.config import Config, ServerConfig
 from proxy.credentials import Credentials, CredentialSource
 from proxy.credentials.exchange import Exchanger, ExchangeServer
 from proxy.credentials.inbound import InboundTokens
-from proxy.credentials.oauth_client import OAuthClientError
-from proxy.credentials.on_behalf import OAuthServer, OnBehalf
+from proxy.credentials.oauth_client import OAuthClientError, Registered
+from proxy.credentials.on_behalf import CallbackRefused, OAuthServer, OnBehalf
 from proxy.credentials.settings import ExchangeCredentials, OAuthCredentials
 from proxy.credentials.store import SecretStore, StoreError
 from proxy.credentials.tokens import MemoryVault, Pending, RedisVault, Sealer, TokenSet, Vault, VaultTokens
@@ -37,11 +43,24 @@ from proxy.errors import ConfigError, ServerUnavailable, SignInNeeded
 from proxy.policy.model import Identity
 from proxy.redaction import remember_more
 
-__all__ = ["ExchangeSource", "OAuthSource", "StoreTokens", "TokenModes", "revoke_at_issuer", "token_modes"]
+__all__ = [
+    "ExchangeSource",
+    "OAuthSource",
+    "StoreClients",
+    "StoreTokens",
+    "TokenModes",
+    "revoke_at_issuer",
+    "token_modes",
+]
 
 logger = logging.getLogger("proxy.credentials.token_modes")
 
 OAUTH_KIND = "oauth"  # the credential store's kind for kept token sets
+# Memory bounds (the soonest to expire go first past them): exchanged tokens cached (one per
+# inbound token and server), and pending sign-ins when they are not in Redis.
+EXCHANGED_AT_MOST = 10_000
+PENDING_AT_MOST = 10_000
+CLIENT_KIND = "oauth-client"  # ... and for Manifold's dynamically registered clients
 
 
 class StoreTokens:
@@ -64,13 +83,36 @@ class StoreTokens:
         return kept
 
 
+class StoreClients:
+    """Dynamically registered clients in the credential store (kind ``oauth-client``, sealed
+    there), so that replicas and restarts reuse one registration."""
+
+    def __init__(self, store: SecretStore) -> None:
+        self._store = store
+
+    async def get(self, server_id: str, issuer: str, redirect_uri: str) -> Registered | None:
+        raw = await self._store.get(CLIENT_KIND, server_id, ("manifold", issuer, redirect_uri))
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw)
+            return Registered(str(data["client_id"]), data.get("client_secret"))
+        except (ValueError, KeyError, TypeError):
+            return None  # unreadable: registered anew
+
+    async def put(self, server_id: str, issuer: str, redirect_uri: str, client: Registered) -> None:
+        value = json.dumps({"client_id": client.client_id, "client_secret": client.client_secret})
+        await self._store.put(CLIENT_KIND, server_id, ("manifold", issuer, redirect_uri), value)
+
+
 def _holder(identity_key: Sequence[str]) -> tuple[str, str, str]:
     source, issuer, subject = identity_key
     return (source, issuer, subject)
 
 
 def _bearer(server_id: str, token: str, label: str) -> Credentials:
-    remember_more([token])  # never in a log line, whatever prints it
+    # Not remembered verbatim (short-lived, many: proxy.redaction): a log line shows it only in an
+    # Authorization header, after "Bearer" or as a JWT, and those are redacted by pattern.
     return Credentials(headers={"Authorization": f"Bearer {token}"}, label=label)
 
 
@@ -97,6 +139,11 @@ class OAuthSource:
         except StoreError as exc:
             logger.error("credential store: %s", exc)
             raise ServerUnavailable(server_id, "the credential store cannot be read now") from None
+        except CallbackRefused as exc:  # a refresh granted a token for another audience
+            logger.warning("%s: %s", server_id, exc)
+            raise ServerUnavailable(
+                server_id, "its authorization server granted a token for another server on refresh"
+            ) from None
         if token is None:
             raise SignInNeeded(
                 server_id,
@@ -120,6 +167,18 @@ class ExchangeSource:
                 exchange), or the exchange was refused.
         """
         current = self._inbound.current(identity)
+        issuer = self._exchanger.servers[server_id].issuer
+        if current is not None and (
+            identity.source != "oauth" or identity.issuer.rstrip("/") != issuer.rstrip("/")
+        ):
+            # Only an OAuth access token from the exchange's own authorization server goes there:
+            # any other bearer (a JWT from another issuer) is not that server's to see.
+            raise SignInNeeded(
+                server_id,
+                None,
+                "it is reached with your own sign-in to Manifold, exchanged at its authorization "
+                "server: sign in to Manifold with an access token from that server",
+            )
         if current is None:
             raise SignInNeeded(
                 server_id,
@@ -156,6 +215,12 @@ class TokenModes:
             elif mode == "exchange" and self.exchanger is not None:
                 found[server.id] = ExchangeSource(self.exchanger, self.inbound)
         return found
+
+    def hook(self, auth: Authenticator) -> None:
+        """Have ``auth`` report each request's bearer token, when some server exchanges it (else
+        nothing reads it, and nothing holds it)."""
+        if self.exchanger is not None:
+            auth.on_bearer = self.inbound.keep
 
     async def aclose(self) -> None:
         if isinstance(self.pending_vault, RedisVault):
@@ -199,7 +264,8 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
     modes = TokenModes(None, None, inbound)
     if exchange:
         # A cache only: its own random key, in memory (a restart exchanges anew).
-        modes.exchanger = Exchanger(exchange, VaultTokens(MemoryVault(), Sealer(os.urandom(32))))
+        cache = MemoryVault(size=EXCHANGED_AT_MOST)
+        modes.exchanger = Exchanger(exchange, VaultTokens(cache, Sealer(os.urandom(32))))
     if oauth:
         key = config.credentials.key_bytes()
         if store is None or key is None or config.credentials.store == "env":
@@ -207,7 +273,7 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
                 "credentials: servers in mode 'oauth' keep each user's tokens in the credential store: "
                 "set credentials.store to file or redis, and credentials.key"
             )
-        vault: Vault = MemoryVault()
+        vault: Vault = MemoryVault(size=PENDING_AT_MOST)
         if config.credentials.store == "redis":
             url = config.credentials.redis_url or config.rate_limits.redis_url
             client = Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
@@ -219,6 +285,8 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
             Pending(vault, Sealer(key)),
             callback_url=callback_url(config),
             signin_ttl=config.credentials.signin_timeout,
+            clients=StoreClients(store),
+            cookie_key=hmac.new(key, b"manifold sign-in cookie", hashlib.sha256).digest(),
         )
     return modes
 

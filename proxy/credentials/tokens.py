@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
+from cachetools import TLRUCache
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from redis.asyncio import Redis
@@ -126,24 +127,31 @@ class Vault(Protocol):
     async def names(self, prefix: str) -> Sequence[str]: ...
 
 
+def _until(_name: str, item: tuple[bytes, float], _now: float) -> float:
+    return item[1]
+
+
 class MemoryVault:
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
-        self._items: dict[str, tuple[bytes, float]] = {}
+    """The vault in this process: at most ``size`` values (the soonest to expire go first when
+    full), each dropped when its time is up, read or not."""
+
+    def __init__(self, *, size: int = 10_000, clock: Callable[[], float] = time.time) -> None:
+        self._items: TLRUCache[str, tuple[bytes, float]] = TLRUCache(maxsize=size, ttu=_until, timer=clock)
         self._clock = clock
+
+    def __len__(self) -> int:
+        self._items.expire()
+        return len(self._items)
 
     def _live(self, name: str) -> bytes | None:
         item = self._items.get(name)
-        if item is None:
-            return None
-        if self._clock() >= item[1]:
-            del self._items[name]
-            return None
-        return item[0]
+        return item[0] if item is not None else None
 
     async def get(self, name: str) -> bytes | None:
         return self._live(name)
 
     async def put(self, name: str, value: bytes, ttl: float) -> None:
+        self._items.expire()  # the expired go on every write, not only when read
         self._items[name] = (value, self._clock() + ttl)
 
     async def take(self, name: str) -> bytes | None:
@@ -155,9 +163,8 @@ class MemoryVault:
         self._items.pop(name, None)
 
     async def names(self, prefix: str) -> Sequence[str]:
-        return [
-            name for name in list(self._items) if name.startswith(prefix) and self._live(name) is not None
-        ]
+        self._items.expire()
+        return [name for name in list(self._items) if name.startswith(prefix)]
 
 
 class RedisVault:
@@ -228,6 +235,12 @@ class Pending:
     async def put(self, secret: str, value: bytes, ttl: float) -> None:
         name = self._name(secret)
         await self.vault.put(name, self.sealer.seal(value, name), ttl)
+
+    async def get(self, secret: str) -> bytes | None:
+        """The value, left in place (the sign-in's start page reads it; the callback takes it)."""
+        name = self._name(secret)
+        sealed = await self.vault.get(name)
+        return self.sealer.open(sealed, name) if sealed is not None else None
 
     async def take(self, secret: str) -> bytes | None:
         """The value, once: a second take (a replay, on any replica) finds nothing."""

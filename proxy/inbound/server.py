@@ -218,7 +218,7 @@ def build_app(inbound: Inbound, endpoints: Mapping[str, Inbound] | None = None) 
         routes += approval_routes(inbound.approvals, inbound.auth, origins)
     if inbound.sign_in is not None:
         origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
-        routes += signin_routes(inbound.sign_in, origins)
+        routes += signin_routes(inbound.sign_in, inbound.auth, origins)
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
         routes.append(_metrics_route(inbound, observers))
     return _Observed(Starlette(routes=routes), endpoint, inbound.metrics, named)

@@ -14,6 +14,7 @@ from proxy.credentials.oauth_client import (
     OAuthClientError,
     Registered,
     authorize_url,
+    check_resource,
     parse_auth_server,
     parse_protected_resource,
     parse_token_response,
@@ -56,11 +57,31 @@ def test_protected_resource_metadata_must_name_an_authorization_server() -> None
             parse_protected_resource(bad, "prm")
 
 
+def test_a_server_naming_another_resource_is_refused() -> None:
+    # RFC 9728 §3.3: the metadata's resource is the server's own URL, or nothing is asked for.
+    assert check_resource("HTTPS://S.example:443/mcp", "https://s.example/mcp", "prm") == (
+        "HTTPS://S.example:443/mcp"
+    )
+    assert check_resource("https://s.example", "https://s.example/", "prm") == "https://s.example"
+    for hostile in (
+        "https://bank.example/mcp",  # another server's tokens, asked for on its behalf
+        "https://s.example/",  # a prefix: strict equality
+        "https://s.example/mcp/other",
+        "https://s.example:8443/mcp",
+        "http://s.example/mcp",
+    ):
+        with pytest.raises(OAuthClientError, match="is not the server's URL"):
+            check_resource(hostile, "https://s.example/mcp", "prm")
+    with pytest.raises(OAuthClientError, match="no resource"):
+        check_resource(None, "https://s.example/mcp", "prm")
+
+
 def test_metadata_for_another_issuer_is_refused() -> None:
     good = {
         "issuer": "https://as",
         "authorization_endpoint": "https://as/a",
         "token_endpoint": "https://as/t",
+        "code_challenge_methods_supported": ["S256"],
     }
     assert parse_auth_server(json.dumps(good).encode(), "https://as", "m").token_endpoint == "https://as/t"
     with pytest.raises(OAuthClientError, match="is not"):
@@ -128,3 +149,17 @@ def test_audiences_and_subjects_are_read_from_jwts_only() -> None:
     assert token_audiences("opaque-token") is None
     assert subject_of_id_token(_jwt({"sub": "alice"})) == "alice"
     assert subject_of_id_token("x.y") is None
+
+
+def test_an_authorization_server_that_does_not_list_s256_is_refused_for_the_code_flow() -> None:
+    # The MCP authorization spec: a client MUST refuse when code_challenge_methods_supported is
+    # absent (the server may not do PKCE at all, and a stolen code would then be usable).
+    bare = {
+        "issuer": "https://as",
+        "authorization_endpoint": "https://as/a",
+        "token_endpoint": "https://as/t",
+    }
+    with pytest.raises(OAuthClientError, match="S256"):
+        parse_auth_server(json.dumps(bare).encode(), "https://as", "m")
+    # Token exchange alone uses no code flow: nothing to refuse there.
+    assert parse_auth_server(json.dumps(bare).encode(), "https://as", "m", pkce=False).issuer == "https://as"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import httpx2
 import pytest
@@ -72,12 +72,18 @@ async def whoami(url: str, token: str) -> dict[str, object]:
     return found
 
 
+async def complete(flow: OnBehalf, query: Mapping[str, str]) -> tuple[tuple[str, ...], str]:
+    """The callback, from the browser that started the sign-in (it holds the cookie)."""
+    name, value = flow.cookie(query.get("state", ""))
+    return await flow.complete(query, {name: value})
+
+
 async def sign_in(flow: OnBehalf, identity: Identity, server: str, login: str) -> None:
     started = await flow.begin(identity, server)
     browser = Browser(login)
-    await browser.authorize(started.url, stop_at=CALLBACK)
+    await browser.authorize(started.authorize, stop_at=CALLBACK)
     assert browser.landed.get("state") == started.state, browser.landed
-    await flow.complete(browser.landed)
+    await complete(flow, browser.landed)
 
 
 async def test_each_user_signs_in_and_the_server_sees_each_of_them(live: World) -> None:
@@ -96,12 +102,12 @@ async def test_a_state_is_single_use_and_a_forged_one_opens_nothing(live: World)
     alice = person("alice")
     started = await flow.begin(alice, "guarded")
     browser = Browser("alice")
-    await browser.authorize(started.url, stop_at=CALLBACK)
-    await flow.complete(browser.landed)
+    await browser.authorize(started.authorize, stop_at=CALLBACK)
+    await complete(flow, browser.landed)
     with pytest.raises(CallbackRefused, match="unknown, already used or expired"):
-        await flow.complete(browser.landed)  # replayed
+        await complete(flow, browser.landed)  # replayed
     with pytest.raises(CallbackRefused, match="unknown, already used or expired"):
-        await flow.complete({**browser.landed, "state": started.state[:-2] + "xx"})  # forged
+        await complete(flow, {**browser.landed, "state": started.state[:-2] + "xx"})  # forged
 
 
 async def test_a_code_from_another_users_sign_in_does_not_complete_this_one(live: World) -> None:
@@ -112,10 +118,32 @@ async def test_a_code_from_another_users_sign_in_does_not_complete_this_one(live
     alices = await flow.begin(alice, "guarded")
     mallorys = await flow.begin(mallory, "guarded")
     browser = Browser("mallory")
-    await browser.authorize(mallorys.url, stop_at=CALLBACK)
+    await browser.authorize(mallorys.authorize, stop_at=CALLBACK)
     with pytest.raises(CallbackRefused, match="code was refused"):
-        await flow.complete({**browser.landed, "state": alices.state})
+        await complete(flow, {**browser.landed, "state": alices.state})
     assert await flow.access_token(alice, "guarded") is None
+
+
+async def test_a_link_sent_to_another_user_is_refused_at_the_start_and_at_the_callback(
+    live: World,
+) -> None:
+    # Mallory sends Alice her sign-in link. Alice already consented at the provider, which
+    # redirects at once: without the start page's cookie the callback must not bind Alice's
+    # account to Mallory's identity.
+    flow = on_behalf(live)
+    alice, mallory = person("alice"), person("mallory")
+    mallorys = await flow.begin(mallory, "guarded")
+    with pytest.raises(CallbackRefused, match="for another user"):
+        await flow.start(mallorys.state, alice)  # Alice opens it: not hers
+    assert await flow.start(mallorys.state, mallory) == mallorys.authorize
+    browser = Browser("alice")
+    await browser.authorize(mallorys.authorize, stop_at=CALLBACK)  # straight to the provider
+    with pytest.raises(CallbackRefused, match="did not start this sign-in"):
+        await flow.complete(browser.landed, {})  # Alice's browser holds no cookie for it
+    name, _ = flow.cookie(mallorys.state)
+    with pytest.raises(CallbackRefused, match="did not start this sign-in"):
+        await flow.complete(browser.landed, {name: "0" * 64})  # nor a forged one
+    assert await flow.access_token(mallory, "guarded") is None
 
 
 async def test_a_callback_from_another_authorization_server_is_refused(live: World) -> None:
@@ -123,9 +151,9 @@ async def test_a_callback_from_another_authorization_server_is_refused(live: Wor
     alice = person("alice")
     started = await flow.begin(alice, "guarded")
     browser = Browser("alice")
-    await browser.authorize(started.url, stop_at=CALLBACK)
+    await browser.authorize(started.authorize, stop_at=CALLBACK)
     with pytest.raises(CallbackRefused, match="iss"):
-        await flow.complete({**browser.landed, "iss": "https://attacker.example"})
+        await complete(flow, {**browser.landed, "iss": "https://attacker.example"})
     assert await flow.access_token(alice, "guarded") is None
 
 
@@ -135,9 +163,9 @@ async def test_a_link_opened_by_another_user_of_the_same_provider_is_refused(liv
     alice = person("alice", issuer=live.issuer)
     started = await flow.begin(alice, "guarded")
     browser = Browser("bob")
-    await browser.authorize(started.url, stop_at=CALLBACK)
+    await browser.authorize(started.authorize, stop_at=CALLBACK)
     with pytest.raises(CallbackRefused, match="somebody else"):
-        await flow.complete(browser.landed)
+        await complete(flow, browser.landed)
     assert await flow.access_token(alice, "guarded") is None
     await sign_in(flow, alice, "guarded", "alice")  # as herself, it works
     assert await flow.access_token(alice, "guarded") is not None
@@ -148,9 +176,9 @@ async def test_a_token_for_the_wrong_audience_is_refused_and_not_kept(live: Worl
     alice = person("alice")
     started = await flow.begin(alice, "liar")
     browser = Browser("alice")
-    await browser.authorize(started.url, stop_at=CALLBACK)
+    await browser.authorize(started.authorize, stop_at=CALLBACK)
     with pytest.raises(CallbackRefused, match="not for"):
-        await flow.complete(browser.landed)
+        await complete(flow, browser.landed)
     assert await flow.access_token(alice, "liar") is None
 
 

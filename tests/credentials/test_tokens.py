@@ -124,3 +124,16 @@ async def _shared(redis_url: str, key: bytes, first: RedisVault, second: RedisVa
     assert await sign_in_one.take("s") is None
     assert await two.revoke(ALICE, "gh") is not None
     assert await one.get(ALICE, "gh") is None
+
+
+async def test_the_memory_vault_is_bounded_and_drops_the_expired_unread() -> None:
+    # One entry per inbound token, pending sign-in or identity must not grow without end.
+    now = [100.0]
+    vault = MemoryVault(size=3, clock=lambda: now[0])
+    for n in range(10):
+        await vault.put(f"k{n}", b"v", 60.0 + n)
+    assert len(vault) == 3
+    assert await vault.get("k9") == b"v"  # the latest to expire are kept
+    now[0] = 1_000.0  # all expired, none read
+    await vault.put("fresh", b"v", 5.0)
+    assert len(vault) == 1

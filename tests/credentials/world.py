@@ -168,15 +168,30 @@ class Browser:
     """A person's browser, signed in at the provider as ``login``."""
 
     login: str
+    manifold_key: str | None = None  # what it types into Manifold's sign-in start page
     landed: dict[str, str] = field(default_factory=dict)  # the callback's query, when stopped there
     page: tuple[int, str] = (0, "")  # the last page shown (status, text), when it was followed
+    jar: aiohttp.CookieJar | None = None  # kept across visits, as a browser's
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self.jar is None:
+            self.jar = aiohttp.CookieJar(unsafe=True)
+        return aiohttp.ClientSession(cookie_jar=self.jar)
+
+    async def visit(self, url: str) -> tuple[int, str]:
+        """A GET with this browser's cookies (e.g. the callback, after ``stop_at``)."""
+        async with self._session() as http, http.get(url, allow_redirects=False) as got:
+            return got.status, await got.text()
 
     async def authorize(self, url: str, *, stop_at: str | None = None) -> None:
-        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        async with self._session() as http:
             method, data = "GET", None
+            headers: dict[str, str] = {}
             with anyio.fail_after(20):
-                for _ in range(14):
-                    async with http.request(method, url, data=data, allow_redirects=False) as got:
+                for _ in range(16):
+                    async with http.request(
+                        method, url, data=data, headers=headers, allow_redirects=False
+                    ) as got:
                         text = await got.text()
                         location = got.headers.get("location")
                     if location is not None:
@@ -185,7 +200,7 @@ class Browser:
                             query = parse_qs(urlsplit(url).query)
                             self.landed = {name: values[0] for name, values in query.items()}
                             return
-                        method, data = "GET", None
+                        method, data, headers = "GET", None, {}
                         continue
                     form = _FORM.search(text)
                     if form is None or got.status != 200:
@@ -198,5 +213,9 @@ class Browser:
                             fields[attribute["name"]] = html.unescape(attribute.get("value", ""))
                     if "login" in fields:
                         fields.update(login=self.login, password="any")
+                    if "credential" in fields and self.manifold_key is not None:
+                        fields["credential"] = self.manifold_key
                     method, data, url = "POST", fields, urljoin(url, html.unescape(form.group(1)))
+                    parts = urlsplit(url)
+                    headers = {"Origin": f"{parts.scheme}://{parts.netloc}"}  # as a browser posts a form
         raise AssertionError(f"the authorization flow did not end (last: {url})")

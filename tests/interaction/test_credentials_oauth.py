@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import aiohttp
 import anyio
@@ -26,6 +26,7 @@ from mcp import Client
 from mcp.client.context import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
+from yarl import URL
 
 from proxy.config import load_config
 from proxy.credentials.sealing import new_key
@@ -146,7 +147,7 @@ class Person:
         self.asked.append(params)
         url = getattr(params, "url", None)
         if url is not None and self.open_link:
-            browser = Browser(self.login)
+            browser = Browser(self.login, KEYS.get(self.login))
             await browser.authorize(url)
             self.pages.append(browser.page)
         return ElicitResult(action=self.answer)  # type: ignore[arg-type]
@@ -203,7 +204,9 @@ async def test_each_user_signs_in_once_and_the_server_sees_each_of_them(served: 
         [asked] = one.asked
         assert asked.mode == "url"
         assert "guarded" in asked.message
-        assert urlsplit(asked.url).netloc == urlsplit(served.world.issuer).netloc
+        # Manifold's own start page, which binds the browser to the user before the provider.
+        assert urlsplit(asked.url).netloc == urlsplit(served.manifold.url).netloc
+        assert urlsplit(asked.url).path == "/oauth/start"
         status, page = one.pages[0]
         assert status == 200
         assert "Signed in" in page
@@ -233,7 +236,7 @@ async def test_a_client_that_cannot_be_asked_gets_the_link_and_the_call_works_on
         assert meta["dev.manifold/outcome"] == "sign_in_required"
         link = meta["dev.manifold/sign_in"]
         assert link in _text(result)
-        browser = Browser(name)
+        browser = Browser(name, KEYS[name])
         await browser.authorize(link)
         assert browser.page[0] == 200
         assert (await whoami(session, "short"))["subject"] == name
@@ -325,15 +328,18 @@ async def _link_for(served: Served, name: str, server: str = "guarded") -> str:
 async def test_a_forged_or_replayed_state_is_refused(served: Served) -> None:
     status, page = await _callback(served, "code=abc&state=made-up")
     assert status == 400
-    assert "unknown, already used or expired" in page
+    assert "did not start this sign-in" in page  # no browser started it
     link = await _link_for(served, "mallory")
-    browser = Browser("mallory")
+    browser = Browser("mallory", KEYS["mallory"])
     landed = f"http://127.0.0.1:{urlsplit(served.manifold.url).port}/oauth/callback"
     await browser.authorize(link, stop_at=landed)
-    query = "&".join(f"{k}={v}" for k, v in browser.landed.items())
-    status, _ = await _callback(served, query)
+    callback = served.manifold.url.replace("/mcp", "/oauth/callback?") + urlencode(browser.landed)
+    assert browser.jar is not None
+    kept = {name: morsel.value for name, morsel in browser.jar.filter_cookies(URL(callback)).items()}
+    status, _ = await browser.visit(callback)
     assert status == 200  # the first time
-    status, page = await _callback(served, query)  # replayed
+    async with aiohttp.ClientSession(cookies=kept) as http, http.get(callback) as got:  # replayed,
+        status, page = got.status, await got.text()  # cookie and all
     assert status == 400
     assert "already used" in page
 
@@ -343,12 +349,31 @@ async def test_another_users_code_on_your_state_gets_you_nothing(served: Served)
     # with her own code: the code is bound to Mallory's own PKCE verifier, so nothing is kept.
     landed = f"http://127.0.0.1:{urlsplit(served.manifold.url).port}/oauth/callback"
     carols = parse_qs(urlsplit(await _link_for(served, "dave", "short")).query)["state"][0]
-    browser = Browser("mallory")
+    browser = Browser("mallory", KEYS["mallory"])
     await browser.authorize(await _link_for(served, "mallory", "short"), stop_at=landed)
     query = f"code={browser.landed['code']}&state={carols}&iss={browser.landed.get('iss', '')}"
-    status, page = await _callback(served, query)
+    status, page = await browser.visit(served.manifold.url.replace("/mcp", "/oauth/callback?") + query)
     assert status == 400
-    assert "code was refused" in page
+    assert "did not start this sign-in" in page  # her browser started her own sign-in, not Dave's
+
+
+async def test_a_sign_in_link_sent_to_another_user_binds_nothing(served: Served) -> None:
+    # Mallory sends her link to Alice. Alice, at Manifold's start page, is not Mallory: refused.
+    link = await _link_for(served, "mallory", "short")
+    alice = Browser("alice", KEYS["alice"])
+    await alice.authorize(link)
+    status, page = alice.page
+    assert status == 403
+    assert "for another user" in page
+    # Alice's provider would redirect at once (consent given): the callback without the start
+    # page's cookie binds nothing either.
+    state = parse_qs(urlsplit(link).query)["state"][0]
+    status, page = await _callback(served, f"code=whatever&state={state}")
+    assert status == 400
+    assert "did not start this sign-in" in page
+    async with client(served.manifold.url, "mallory", V) as session:
+        result = await session.call_tool("short.whoami", {})
+    assert result.is_error  # Mallory still has no token
 
 
 async def test_a_token_for_the_wrong_audience_is_refused_and_not_used(served: Served) -> None:
