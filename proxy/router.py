@@ -229,6 +229,9 @@ class Router:
     async def _request(
         self, inbound: InboundRequest, method: str, params: Params, request_id: RequestId
     ) -> Any:
+        if not isinstance(params.get("_meta", {}), dict):
+            # The schema's _meta is an object; Manifold adds its own keys to it on the way out.
+            raise InvalidParams(f"{method}: params._meta must be an object")
         handler = self._methods.get(method)
         if handler is not None:
             return await handler(inbound, params, request_id)

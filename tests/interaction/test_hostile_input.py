@@ -260,6 +260,8 @@ def _assert_answer(status: int, content_type: str, raw: bytes) -> None:
 )
 @example(body=Body(Deep(1025, True).text().encode()), in_session=True, stateless=False)
 @example(body=_sized(MAX_BODY + 1), in_session=True, stateless=False)
+# Found by the search: a _meta that is no object, on a call Manifold forwards with its own _meta.
+@example(body=_message("tools/call", {"name": "notes.echo", "_meta": 1}), in_session=True, stateless=False)
 async def test_whatever_a_client_posts_gets_an_answer_or_a_4xx_and_the_gateway_lives(
     target: Target, body: Body, in_session: bool, stateless: bool
 ) -> None:
