@@ -19,12 +19,11 @@ so another site cannot make a visitor's browser decide. The page loads nothing f
 from __future__ import annotations
 
 import html
-import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -33,21 +32,13 @@ from starlette.routing import Route
 from proxy.auth.authenticator import Authenticated, Authenticator
 from proxy.confirm.approvals import Approval, Approvals, State
 from proxy.inbound.http import OriginPolicy
-from proxy.ratelimit import LimitCheck, MemoryBackend
+from proxy.inbound.pages import PAGE_HEADERS, CredentialFlood, address_of
+from proxy.inbound.pages import refused as refused_here
 
 __all__ = ["approval_routes", "render"]
 
 _MAX_FORM: Final = 16 * 1024
 _MAX_ID: Final = 64
-_HEADERS: Final = {
-    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'",
-    "x-frame-options": "DENY",
-    # Not no-referrer: under it a browser posts the form with "Origin: null", which is refused.
-    "referrer-policy": "same-origin",
-    "cache-control": "no-store",
-    "x-content-type-options": "nosniff",
-}
 _STYLE: Final = """
 body{font:16px/1.5 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1b1f24}
 main{max-width:46rem;margin:2rem auto;padding:1.5rem 2rem;background:#fff;border-radius:8px;
@@ -68,11 +59,6 @@ button:focus-visible,input:focus-visible{outline:3px solid #1f6feb;outline-offse
 
 def _when(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _same_origin(origin: str, host: str) -> bool:
-    parts = urlsplit(origin)
-    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
 
 
 def render(approval: Approval | None, *, token: str, now: float, message: str | None = None) -> str:
@@ -146,46 +132,22 @@ def approval_routes(
     # rate_limits.http bucket when configured, else one decision every 2 s after a burst of 30.
     flood = approvals.flood
     interval, burst = (flood.rate.interval, flood.burst) if flood is not None else (2.0, 30)
-    buckets = MemoryBackend()
+    flood_guard = CredentialFlood(interval, burst)
 
     def flooded(request: Request, approval_id: str) -> Response | None:
-        address = request.client.host if request.client is not None else "unknown"
-        checks = [
-            LimitCheck(f"approval-post:{address}", interval, burst, "http"),
-            LimitCheck(f"approval-post-to:{approval_id[:_MAX_ID]}", interval, burst, "http"),
-        ]
-        outcome = buckets.hit_now(checks)
-        if outcome.allowed:
-            return None
-        wait = str(max(1, math.ceil(outcome.retry_after)))
-        return Response(
-            f"Too Many Requests: try again in {wait} s\n", status_code=429, headers={"retry-after": wait}
-        )
+        keys = [f"approval-post:{address_of(request)}", f"approval-post-to:{approval_id[:_MAX_ID]}"]
+        return flood_guard.refusal(keys)
 
     def page(
         approval: Approval | None, approval_id: str, status: int = 200, message: str | None = None
     ) -> Response:
         body = render(approval, token=approvals.token(approval_id), now=clock(), message=message)
-        return HTMLResponse(body, status_code=status if approval is not None else 404, headers=_HEADERS)
+        return HTMLResponse(body, status_code=status if approval is not None else 404, headers=PAGE_HEADERS)
 
     def refused(request: Request, *, post: bool) -> Response | None:
-        headers = request.headers
-        origin, host = headers.get("origin"), headers.get("host")
-        # Where the links point (policy.approvals_url) is where approvers' browsers come from: its
-        # origin and host are the page's own, as is an Origin naming the very Host asked (a
-        # same-origin form post), once that Host passed the DNS-rebinding check.
-        linked = urlsplit(approvals.origin).netloc
-        host_ok = origins.host_ok(host) or (host is not None and host.lower() == linked)
-        origin_ok = (
-            origins.origin_ok(origin)
-            or (origin is not None and origin.rstrip("/").lower() == approvals.origin)
-            or (origin is not None and host is not None and _same_origin(origin, host))
-        )
-        if not origin_ok or not host_ok:
-            return Response("Forbidden: Origin or Host not allowed\n", status_code=403)
-        if post and (origin is None or headers.get("sec-fetch-site") == "cross-site"):
-            return Response("Forbidden: a decision must come from the approval page\n", status_code=403)
-        return None
+        # Where the links point (policy.approvals_url) is where approvers' browsers come from.
+        what = "a decision must come from the approval page"
+        return refused_here(request, origins, post=post, what=what, public=approvals.origin)
 
     async def show(request: Request) -> Response:
         if (refusal := refused(request, post=False)) is not None:

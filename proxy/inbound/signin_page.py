@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import html
 import logging
-import math
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -37,7 +36,8 @@ from proxy.credentials.oauth_client import OAuthClientError
 from proxy.credentials.on_behalf import CallbackRefused, OnBehalf
 from proxy.credentials.store import StoreError
 from proxy.inbound.http import OriginPolicy
-from proxy.ratelimit import LimitCheck, MemoryBackend
+from proxy.inbound.pages import PAGE_HEADERS, CredentialFlood, address_of
+from proxy.inbound.pages import refused as refused_here
 
 __all__ = ["CALLBACK_PATH", "START_PATH", "signin_routes"]
 
@@ -53,15 +53,6 @@ _START_BURST: Final = 30
 # What keeping or reading a sign-in may raise besides a refusal: answered with a page, never a 500.
 _STORE_FAILED: Final = (StoreError, RedisError, OSError, ValueError)
 _UNAVAILABLE: Final = "Manifold cannot keep your sign-in right now. Try again in a moment from your client."
-_HEADERS: Final = {
-    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'",
-    "x-frame-options": "DENY",
-    # The callback's URL holds a used code: tell nobody. (The start form posts same-origin.)
-    "referrer-policy": "same-origin",
-    "cache-control": "no-store",
-    "x-content-type-options": "nosniff",
-}
 
 
 def _page(title: str, text: str, status: int, form: str = "") -> Response:
@@ -73,7 +64,7 @@ def _page(title: str, text: str, status: int, form: str = "") -> Response:
         "</style></head><body><main>"
         f'<h1>{e(title)}</h1><p id="outcome">{e(text)}</p>{form}</main></body></html>'
     )
-    headers = dict(_HEADERS)
+    headers = dict(PAGE_HEADERS)
     if not form:
         headers["referrer-policy"] = "no-referrer"
     return HTMLResponse(body, status_code=status, headers=headers)
@@ -90,40 +81,17 @@ def _start_form(state: str) -> str:
     )
 
 
-def _same_origin(origin: str, host: str) -> bool:
-    parts = urlsplit(origin)
-    return parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
-
-
 def signin_routes(on_behalf: OnBehalf, auth: Authenticator, origins: OriginPolicy) -> list[Route]:
     callback_parts = urlsplit(on_behalf.callback_url)
     secure = callback_parts.scheme == "https"
     cookie_path = callback_parts.path.rsplit("/", 1)[0] + "/" if callback_parts.path else "/"
-    buckets = MemoryBackend()
+    flood_guard = CredentialFlood(_START_INTERVAL, _START_BURST)
 
     def flooded(request: Request) -> Response | None:
-        address = request.client.host if request.client is not None else "unknown"
-        outcome = buckets.hit_now(
-            [LimitCheck(f"signin-start:{address}", _START_INTERVAL, _START_BURST, "http")]
-        )
-        if outcome.allowed:
-            return None
-        wait = str(max(1, math.ceil(outcome.retry_after)))
-        return Response(
-            f"Too Many Requests: try again in {wait} s\n", status_code=429, headers={"retry-after": wait}
-        )
+        return flood_guard.refusal([f"signin-start:{address_of(request)}"])
 
     def refused(request: Request, *, post: bool) -> Response | None:
-        headers = request.headers
-        origin, host = headers.get("origin"), headers.get("host")
-        origin_ok = origins.origin_ok(origin) or (
-            origin is not None and host is not None and _same_origin(origin, host)
-        )
-        if not origins.host_ok(host) or not origin_ok:
-            return Response("Forbidden: Origin or Host not allowed\n", status_code=403)
-        if post and (origin is None or headers.get("sec-fetch-site") == "cross-site"):
-            return Response("Forbidden: a sign-in must be started from its page\n", status_code=403)
-        return None
+        return refused_here(request, origins, post=post, what="a sign-in must be started from its page")
 
     async def show_start(request: Request) -> Response:
         if (refusal := refused(request, post=False)) is not None:
