@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 import aiohttp
 import anyio
 import orjson
+import pytest
 import yaml
 
 from tests.fixtures.spawn import free_port
@@ -239,3 +241,13 @@ async def refusals(manifold: RunningManifold, limit: str) -> float:
 def names_the_limit(body: Any, limit: str) -> bool:
     """Whether a JSON-RPC error body (or a plain-text refusal) names ``limits.<limit>``."""
     return limit in (body if isinstance(body, str) else orjson.dumps(body).decode())
+
+
+def prometheus_binary() -> str:
+    """The Debian ``prometheus`` binary (``make test`` installs it): a failure in CI, else a skip."""
+    found = shutil.which("prometheus")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("prometheus is not installed (Debian package 'prometheus'); make test installs it")
+        pytest.skip("prometheus is not installed: apt-get install prometheus")
+    return found

@@ -280,27 +280,3 @@ async def test_an_endpoint_limited_to_roles_is_not_found_for_anyone_else(tmp_pat
             assert "alpha.echo" in {tool.name for tool in (await sam.list_tools()).tools}
         async with connect(manifold.url, "carl") as carl:  # the whole catalog is still carl's
             assert "alpha.echo" in {tool.name for tool in (await carl.list_tools()).tools}
-
-
-@pytest.mark.parametrize("mode", MODES)
-async def test_an_endpoint_stays_narrow_when_a_per_client_server_is_configured(
-    tmp_path: Path, mode: str
-) -> None:
-    # Each client's own lists (per_client servers) are the whole catalog's: an endpoint must
-    # still show only what it selects, and call nothing else.
-    config = {
-        "servers": {
-            "alpha": fixture_server("alpha", tools=1),
-            "mine": {**fixture_server("mine", tools=1), "session_mode": "per_client"},
-        },
-        "endpoints": {"code": {"servers": ["alpha"]}},
-    }
-    async with running_manifold(tmp_path, config) as manifold:
-        code = await listed(at(manifold, "code"), mode)
-        assert code
-        assert all(name.startswith("alpha.") for name in code), code
-        async with Client(at(manifold, "code"), mode=mode) as client:
-            with pytest.raises(MCPError) as refused:
-                await client.call_tool("mine.echo", {})
-            assert "unknown tool" in str(refused.value)
-        assert {"alpha.echo", "mine.echo"} <= set(await listed(manifold.url, mode))

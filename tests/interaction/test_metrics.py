@@ -3,8 +3,6 @@ labels stay bounded, and a real Prometheus scrapes it."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,7 +18,13 @@ from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.spawn import free_port
-from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold
+from tests.interaction.harness import (
+    REPO,
+    RunningManifold,
+    fixture_server,
+    prometheus_binary,
+    running_manifold,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -145,11 +149,7 @@ async def test_servers_catalog_sessions_and_restarts_are_reported(manifold: Runn
 async def test_a_real_prometheus_scrapes_manifold_and_answers_a_query(
     manifold: RunningManifold, tmp_path: Path
 ) -> None:
-    prometheus = shutil.which("prometheus")
-    if prometheus is None:
-        if os.environ.get("CI"):
-            pytest.fail("prometheus is not installed (Debian package 'prometheus'); make test installs it")
-        pytest.skip("prometheus is not installed: apt-get install prometheus")
+    prometheus = prometheus_binary()
     target = manifold.url.removeprefix("http://").removesuffix("/mcp")
     port = free_port()
     config = {

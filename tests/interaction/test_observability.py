@@ -9,8 +9,6 @@ stdio server that prints a secret to stderr as it crashes.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -25,7 +23,13 @@ import yaml
 
 from proxy.auth.apikeys import generate_api_key
 from tests.fixtures.spawn import free_port
-from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold
+from tests.interaction.harness import (
+    REPO,
+    RunningManifold,
+    fixture_server,
+    prometheus_binary,
+    running_manifold,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -210,11 +214,7 @@ async def test_require_auth_false_still_opens_metrics_and_says_so_at_start(tmp_p
 async def test_a_real_prometheus_scrapes_with_the_observer_key_and_a_client_key_is_refused(
     manifold: RunningManifold, tmp_path: Path
 ) -> None:
-    prometheus = shutil.which("prometheus")
-    if prometheus is None:
-        if os.environ.get("CI"):
-            pytest.fail("prometheus is not installed (Debian package 'prometheus'); make test installs it")
-        pytest.skip("prometheus is not installed: apt-get install prometheus")
+    prometheus = prometheus_binary()
     target = manifold.url.removeprefix("http://").removesuffix("/mcp")
     (tmp_path / "observer.key").write_text(OBSERVER_KEY)
     (tmp_path / "client.key").write_text(USER_KEY)
