@@ -87,6 +87,21 @@ class Plan:
             budget_seconds=120.0,
         )
 
+    @classmethod
+    def quick(cls) -> Plan:
+        """One server behind each Manifold, no lists, clients or middleware blocks: about a minute,
+        for trying one change at a time (the figures are real; the run is just smaller)."""
+        return cls(
+            server_counts=(1,),
+            list_shapes=(),
+            sessions=200,
+            client_candidates=(),
+            middlewares=(),
+            sse_direct=False,
+            profile_seconds=6.0,
+            budget_seconds=240.0,
+        )
+
     def tools_for(self, servers: int) -> int:
         """T for the stdio Manifold with ``servers`` servers: a list shape's T when one matches."""
         for k, t in self.list_shapes:
@@ -207,6 +222,10 @@ def manifold_config(
     base: dict[str, Any] = {
         "listen": {"host": "127.0.0.1"},
         "catalog": {"page_size": page_size},
+        # The idle-session and scale runs open more sessions, all as one anonymous identity, than
+        # the defaults keep (100 per identity): past them the oldest would be evicted, and RSS
+        # per session would be measured over sessions that no longer exist.
+        "limits": {"max_sessions": 20_000, "max_sessions_per_identity": 20_000},
         "servers": dict(servers),
     }
     return deep_merge(base, overlay or {})

@@ -313,13 +313,14 @@ async def bench(plan: Plan, workdir: Path) -> Results:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny counts: check the harness, not the timing")
+    parser.add_argument("--quick", action="store_true", help="K=1, no lists or middleware: ~90 s")
     parser.add_argument("--rounds", type=int, help="interleaved rounds of call runs")
     parser.add_argument("--duration", type=float, help="seconds per measured call run")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where latest.md/latest.json go")
     parser.add_argument("--keep-workdir", action="store_true", help="keep configs, logs and raw profiles")
     args = parser.parse_args(argv)
-    plan = Plan.smoke() if args.smoke else Plan()
+    plan = Plan.smoke() if args.smoke else Plan.quick() if args.quick else Plan()
     changes: dict[str, Any] = {}
     if args.rounds is not None:
         changes["rounds"] = args.rounds
