@@ -22,6 +22,11 @@ a few such drains (``admission.DRAINING``), a flood of refused connections is cl
 
 Cost on the hot path: a phase (an enum), a byte counter and one timer handle per connection;
 per request one ``call_at`` and one ``cancel``, no allocation of ours.
+
+One write per response: uvicorn writes a response's head and its body separately, two
+``send(2)`` calls and two TCP segments for every answer. A response whose length is declared
+(every JSON answer Manifold gives) has its head held by :class:`_OneWrite` and written together
+with the body; a streamed one (SSE, chunked) has its head written at once, as before.
 """
 
 from __future__ import annotations
@@ -109,6 +114,47 @@ class ConnectionGuard:
         return type("GuardedHttp", (GuardedHttpProtocol,), {"guard": self})
 
 
+class _OneWrite(asyncio.Transport):
+    """What a request's cycle writes through: the connection's transport, except that the head
+    of a response with a declared length waits for the body and both go out in one write.
+
+    The head is recognised as the cycle's first write once its response has started (a
+    ``100 Continue`` comes before that); uvicorn has then set ``chunked_encoding`` from the
+    headers: False means a Content-Length, so a body write follows in the same ``send`` sequence.
+    A HEAD response never writes its body, so its head is never held. A close writes a held
+    head first: the client sees what it would have seen without the holding.
+    """
+
+    def __init__(self, protocol: GuardedHttpProtocol, transport: asyncio.Transport) -> None:
+        super().__init__()
+        self._protocol = protocol
+        self._transport = transport
+        self._held = b""
+        self._started: RequestResponseCycle | None = None  # the last cycle whose head was written
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._held:
+            head, self._held = self._held, b""
+            self._transport.writelines((head, data))
+            return
+        cycle = self._protocol.cycle
+        if cycle is not self._started and cycle.response_started:
+            self._started = cycle
+            if cycle.chunked_encoding is False and cycle.scope["method"] != "HEAD":
+                self._held = bytes(data)
+                return
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._held:
+            head, self._held = self._held, b""
+            self._transport.write(head)
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits of :class:`ConnectionGuard` (see the module
     docstring). Use :meth:`ConnectionGuard.protocol` for a class bound to a guard."""
@@ -128,11 +174,13 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._deadline: asyncio.TimerHandle | None = None
         self._ready_at = 0.0  # when the connection opened or its last response ended
+        self._writer: _OneWrite | None = None
 
     # ---- the connection ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._writer = _OneWrite(self, transport)
         self._admission = self.guard.budget.opened()
         if self._admission is Admission.REFUSE or self._admission is Admission.SHED:
             self._refuse(self.guard.full)
@@ -197,6 +245,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._refuse(guard.full)
             raise _Refused
         super().on_headers_complete()
+        if self._writer is not None:
+            self.cycle.transport = self._writer
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

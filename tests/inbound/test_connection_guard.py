@@ -25,6 +25,7 @@ from proxy.metrics import Where
 pytestmark = pytest.mark.anyio
 
 TIMEOUT = 0.5  # header_timeout and body_timeout
+HELD = 0.3  # seconds /late waits between its response's head and body
 SLACK = 1.5  # seconds a timer may be late by on a loaded 2-core box
 
 
@@ -68,6 +69,10 @@ async def app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
     await send(
         {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(answer))]}
     )
+    if scope["path"] == "/late":
+        await anyio.sleep(HELD)  # between the head and the body: the head waits for it
+    if scope["path"] == "/broken":
+        raise RuntimeError("the app fails between the head and the body")
     await send({"type": "http.response.body", "body": answer})
 
 
@@ -104,8 +109,14 @@ async def served() -> AsyncIterator[Served]:
         server.should_exit = True
 
 
-def request(path: str, body: bytes = b"", length: int | None = None, pad: int = 0) -> bytes:
-    head = [f"POST {path} HTTP/1.1", "Host: x", f"Content-Length: {len(body) if length is None else length}"]
+def request(
+    path: str, body: bytes = b"", length: int | None = None, pad: int = 0, method: str = "POST"
+) -> bytes:
+    head = [
+        f"{method} {path} HTTP/1.1",
+        "Host: x",
+        f"Content-Length: {len(body) if length is None else length}",
+    ]
     if pad:
         head.append(f"X-Pad: {'a' * pad}")
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
@@ -142,6 +153,49 @@ async def test_a_keep_alive_connection_serves_request_after_request(served: Serv
             await stream.send(request("/echo", b"x" * size))
             assert (await read_until(stream, ANSWER)).endswith(str(size).encode())
     assert not served.counts.refused
+
+
+async def test_a_response_of_declared_length_leaves_in_one_write_with_its_body(served: Served) -> None:
+    """The head waits for the body (one send(2), one segment): nothing arrives before the body."""
+    async with await connect(served) as stream:
+        await stream.send(request("/late", b"abc"))
+        started = time.monotonic()
+        first = await read_until(stream, rb".")
+        waited = time.monotonic() - started
+        answer = first + (b"" if re.search(ANSWER, first) else await read_until(stream, ANSWER))
+    assert waited >= HELD * 0.9, f"{first!r} arrived before the body"
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert answer.endswith(b"\r\n\r\n3")
+
+
+async def test_a_streamed_response_sends_its_head_at_once(served: Served) -> None:
+    async with await connect(served) as stream:
+        await stream.send(request("/slow"))
+        started = time.monotonic()
+        head = await read_until(stream, rb"\r\n\r\n", within=TIMEOUT / 2 + SLACK)
+        waited = time.monotonic() - started
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding: chunked" in head
+    assert waited < TIMEOUT / 2, "the head of a streamed answer waited for its first chunk"
+
+
+async def test_a_head_request_gets_its_head_and_the_connection_serves_the_next(served: Served) -> None:
+    async with await connect(served) as stream:
+        await stream.send(request("/echo", method="HEAD"))
+        head = await read_until(stream, rb"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        assert b"content-length: 1" in head
+        await stream.send(request("/echo", b"xy"))
+        assert (await read_until(stream, ANSWER)).endswith(b"2")
+
+
+async def test_an_app_failing_after_the_head_gets_the_head_then_a_close(served: Served) -> None:
+    """As without the holding: what was sent is written, then the half response is cut off."""
+    async with await connect(served) as stream:
+        await stream.send(request("/broken"))
+        answer = await read_to_end(stream)
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert answer.endswith(b"content-length: 1\r\n\r\n")
 
 
 async def test_pipelined_requests_are_all_answered(served: Served) -> None:
