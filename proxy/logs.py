@@ -25,6 +25,7 @@ Redaction happens in a filter on the handler, before either format sees the reco
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -39,6 +40,8 @@ from pydantic import BaseModel, ConfigDict
 from proxy.redaction import REDACTED, redact_text, redact_url, remember_secrets
 
 __all__ = [
+    "ACCESS_FLUSH_BYTES",
+    "ACCESS_FLUSH_SECONDS",
     "ACCESS_LOGGER",
     "REDACTED",
     "JsonFormatter",
@@ -205,7 +208,28 @@ def _plain_value(value: Any) -> str:
 
 
 class _Handler(logging.StreamHandler[TextIO]):
-    """Ours, so that a second setup_logging replaces it and leaves other handlers (pytest's) be."""
+    """Ours, so that a second setup_logging replaces it and leaves other handlers (pytest's) be.
+
+    Access lines waiting in the :class:`_AccessWriter`'s buffer are written before any other
+    record and on every flush (``logging.shutdown`` flushes at exit), so the stream keeps the order
+    in which things happened.
+    """
+
+    pending: _AccessWriter | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.pending is not None:
+            self.pending.flush()
+        super().emit(record)
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            self.pending.flush()
+        super().flush()
+
+    def close(self) -> None:
+        self.flush()  # a second setup_logging closes us: what is buffered is not lost
+        super().close()
 
 
 def setup_logging(
@@ -239,6 +263,7 @@ def setup_logging(
     global _writer
     enabled = access_log and logging.getLogger(ACCESS_LOGGER).isEnabledFor(logging.INFO)
     _writer = _AccessWriter(handler, json=fmt == "json") if enabled else None
+    handler.pending = _writer
 
 
 # ---- access log ---------------------------------------------------------------------------
@@ -281,13 +306,23 @@ class _AccessWriter:
     """The access log's fast path: one line per request on every call's path, so it skips the
     LogRecord, the filter chain and the formatter (about 100 µs a request) and writes what the
     formatter would have written. Its fields are safe by construction (no query string, a
-    session prefix); a path that could hold a ``name=value`` secret is still redacted."""
+    session prefix); a path that could hold a ``name=value`` secret is still redacted.
+
+    Lines written on an event loop are buffered and written together (one ``write(2)`` instead
+    of one a request, about 10 µs each), at most :data:`ACCESS_FLUSH_SECONDS` later or at
+    :data:`ACCESS_FLUSH_BYTES`, and before any other record (:class:`_Handler`). Off a loop (a
+    test, a tool) a line is written at once.
+    """
 
     def __init__(self, handler: logging.StreamHandler[TextIO], *, json: bool) -> None:
         self._handler = handler
         self._json = json
         self._second = -1
         self._stamp = ""
+        self._buffer: list[str] = []
+        self._buffered = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def _timestamp(self, now: float) -> str:
         second = int(now)
@@ -306,15 +341,45 @@ class _AccessWriter:
             fields = " ".join(f"{k}={_plain_value(v)}" for k, v in extra.items())
             line = f"{ts} INFO {ACCESS_LOGGER}: {message} {fields}"
         handler = self._handler
+        handler.acquire()  # flush() may run on another thread (any record written there)
+        try:
+            self._buffer.append(line)
+            self._buffered += len(line)
+        finally:
+            handler.release()
+        if self._buffered >= ACCESS_FLUSH_BYTES:
+            self.flush()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop here
+            self.flush()
+            return
+        if self._timer is None or self._timer_loop is not loop:  # (a test's loop may be gone)
+            self._timer = loop.call_later(ACCESS_FLUSH_SECONDS, self._due)
+            self._timer_loop = loop
+
+    def _due(self) -> None:
+        self._timer = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered lines, if any, in one write. Safe on any thread."""
+        handler = self._handler
         handler.acquire()
         try:
-            handler.stream.write(line + "\n")
-            handler.flush()
+            if not self._buffer:
+                return
+            lines, self._buffer, self._buffered = self._buffer, [], 0
+            handler.stream.write("\n".join(lines) + "\n")
+            logging.StreamHandler.flush(handler)
         finally:
             handler.release()
 
 
 _writer: _AccessWriter | None = None
+ACCESS_FLUSH_SECONDS: Final = 0.05  # how late a buffered access line may be written
+ACCESS_FLUSH_BYTES: Final = 16_384  # ... or written once this much is buffered
 
 
 def log_access(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -13,6 +14,8 @@ import pytest
 from pydantic import ValidationError
 
 from proxy.logs import (
+    ACCESS_FLUSH_BYTES,
+    ACCESS_FLUSH_SECONDS,
     ACCESS_LOGGER,
     REDACTED,
     LogFormat,
@@ -288,6 +291,74 @@ def test_the_access_fast_path_writes_what_the_json_formatter_would() -> None:
     assert (access["logger"], access["path"], access["session"]) == ("manifold.access", "/mcp", "Xk3v9QbA")
     assert access["ts"].endswith("Z")
     assert len(access["ts"]) == len(other["ts"])
+
+
+class _Writes(io.StringIO):
+    """Counts write calls: buffered access lines go out together."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_access_lines_on_an_event_loop_go_out_together_and_soon() -> None:
+    stream = _Writes()
+    setup_logging("info", "json", stream=stream)
+
+    async def serve() -> int:
+        for i in range(5):
+            log_access("POST", "/mcp", 200, 1.0, i)
+        assert stream.writes == 0  # buffered
+        await asyncio.sleep(ACCESS_FLUSH_SECONDS * 4)
+        return stream.writes
+
+    try:
+        written = asyncio.run(serve())
+    finally:
+        setup_logging("info", "json", stream=io.StringIO())
+    assert written == 1
+    assert [json.loads(line)["bytes"] for line in stream.getvalue().splitlines()] == [0, 1, 2, 3, 4]
+
+
+def test_buffered_access_lines_are_written_before_the_next_record_and_on_flush() -> None:
+    stream = _Writes()
+    setup_logging("info", "json", stream=stream)
+
+    async def serve() -> None:
+        log_access("POST", "/mcp", 200, 1.0, 1)
+        logging.getLogger("proxy.other").warning("after the request")
+        log_access("POST", "/mcp", 200, 1.0, 2)
+        for handler in logging.getLogger().handlers:
+            handler.flush()  # what logging.shutdown does at exit
+        assert len(stream.getvalue().splitlines()) == 3
+
+    try:
+        asyncio.run(serve())
+    finally:
+        setup_logging("info", "json", stream=io.StringIO())
+    first, other, last = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert (first["bytes"], other["message"], last["bytes"]) == (1, "after the request", 2)
+
+
+def test_a_flood_of_access_lines_is_written_once_the_buffer_is_full() -> None:
+    stream = _Writes()
+    setup_logging("info", "json", stream=stream)
+
+    async def serve() -> int:
+        for i in range(2000):
+            log_access("POST", "/mcp", 200, 1.0, i)
+        return stream.writes
+
+    try:
+        written = asyncio.run(serve())
+    finally:
+        setup_logging("info", "json", stream=io.StringIO())
+    assert 0 < written < 2000 * 200 // ACCESS_FLUSH_BYTES + 2
+    assert len(stream.getvalue().splitlines()) == 2000
 
 
 def test_the_access_fast_path_redacts_a_secret_in_the_path() -> None:
