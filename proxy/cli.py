@@ -116,22 +116,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = _with_flags(config, args)
     if args.command in ("serve", "stdio"):
         _raise_open_files_limit()
-    from proxy import inspect
-    from proxy.credentials.cli import run as credentials
-
-    runners = {
-        "credentials": credentials,
-        "serve": _serve,
-        "stdio": _stdio,
-        "tools": inspect.tools,
-        "explain": inspect.explain,
-        "pins": inspect.pins_accept,
-    }
     try:
-        code: int = anyio.run(runners[args.command], config, args, backend_options={"use_uvloop": True})
+        code: int = anyio.run(_runner(args.command), config, args, backend_options={"use_uvloop": True})
     except KeyboardInterrupt:
         return 130
     return code
+
+
+def _runner(command: str) -> Callable[[Config, argparse.Namespace], Awaitable[int]]:
+    """The coroutine function that runs ``command`` (the others' modules are not imported)."""
+    if command == "serve":
+        return _serve
+    if command == "stdio":
+        return _stdio
+    if command == "credentials":
+        from proxy.credentials.cli import run
+
+        return run
+    from proxy import inspect
+
+    runners = {"tools": inspect.tools, "explain": inspect.explain, "pins": inspect.pins_accept}
+    return runners[command]
 
 
 def _with_flags(config: Config, args: argparse.Namespace) -> Config:

@@ -28,6 +28,7 @@ logged and counted.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import time
@@ -36,7 +37,6 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import anyio
 import anyio.abc
-from redis.exceptions import RedisError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -156,7 +156,7 @@ class Revocations:
                     pipe.set(KEY_PREFIX + nonce, b"1", ex=ttl)
                     pipe.publish(CHANNEL, nonce)
                     await pipe.execute()
-        except (RedisError, OSError, TimeoutError) as exc:  # the id stays ended here
+        except _failures() as exc:  # the id stays ended here
             self._failed("revoke", exc)
             return
         self._recovered()
@@ -171,7 +171,7 @@ class Revocations:
         try:
             with anyio.fail_after(self._timeout):
                 found = await self._client.exists(KEY_PREFIX + nonce)
-        except (RedisError, OSError, TimeoutError) as exc:  # failure_mode decides
+        except _failures() as exc:  # failure_mode decides
             self._failed("check", exc)
             return not self._fail_open
         self._recovered()
@@ -193,7 +193,7 @@ class Revocations:
         try:
             with anyio.fail_after(self._timeout):
                 found = await self._client.mget([KEY_PREFIX + nonce for nonce, _ in held])
-        except (RedisError, OSError, TimeoutError) as exc:
+        except _failures() as exc:
             self._failed("check", exc)
             return here
         return here | {nonce for (nonce, _), value in zip(held, found, strict=True) if value is not None}
@@ -222,7 +222,7 @@ class Revocations:
                         data = message.get("data")
                         if message.get("type") == "message" and isinstance(data, bytes):
                             await revoked(data.decode("ascii", "replace"))
-            except (RedisError, OSError, TimeoutError) as exc:
+            except _failures() as exc:
                 self._failed("follow", exc)
             await anyio.sleep(pause)
             pause = min(pause * 2, _RESUBSCRIBE[1])
@@ -254,6 +254,16 @@ class Revocations:
         if self._down:
             self._down = False
             logger.info("Redis session revocation store is reachable again")
+
+
+@functools.cache
+def _failures() -> tuple[type[Exception], ...]:
+    """What a round trip to Redis may raise. Named only in ``except`` clauses, which are evaluated
+    only once something was raised: redis is loaded by then (there is a client), and never by a
+    Manifold that keeps revocations in memory."""
+    from redis.exceptions import RedisError
+
+    return (RedisError, OSError, TimeoutError)
 
 
 def revocations_for(config: Config, *, on_error: Callable[[Operation], None] | None = None) -> Revocations:

@@ -11,24 +11,26 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from proxy.access import Access
 from proxy.bridge.state import RequestStates
 from proxy.config import Config
 from proxy.confirm.approvals import Approvals
 from proxy.confirm.memory import Memory
-from proxy.credentials.on_behalf import OnBehalf
 from proxy.metrics import Metrics
 from proxy.middleware.authorize import AuditLog, Authorize
 from proxy.middleware.confirm import Confirm
 from proxy.middleware.metrics import Measure
 from proxy.middleware.ratelimit import RateLimit
 from proxy.middleware.shape import Shape
-from proxy.middleware.sign_in import SignInStage
 from proxy.middleware.validate import Validate
 from proxy.pipeline import Middleware
 from proxy.policy import SchemaValidators
 from proxy.ratelimit import LimitBackend, make_backend
+
+if TYPE_CHECKING:  # the oauth credentials mode, with its OAuth client, only when configured
+    from proxy.credentials.on_behalf import OnBehalf
 
 __all__ = ["Parts", "audit_log", "limiter", "stages"]
 
@@ -85,6 +87,8 @@ def stages(config: Config, parts: Parts) -> list[Middleware]:
             )
         )
     if parts.on_behalf is not None and parts.sign_ins is not None:
+        from proxy.middleware.sign_in import SignInStage
+
         built.append(SignInStage(parts.on_behalf, parts.sign_ins))
     return built
 

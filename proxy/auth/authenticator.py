@@ -27,19 +27,20 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import anyio
 import anyio.abc
-import jwt
 from cachetools import TLRUCache
 
 from proxy.auth.apikeys import ApiKeyTable, digest
-from proxy.auth.jwks import Fetch
-from proxy.auth.jwt import JwtVerifier, TokenRejected
-from proxy.auth.oauth import OAuthVerifier, SignedIn
 from proxy.auth.settings import AuthSettings
 from proxy.policy.model import Identity
+
+if TYPE_CHECKING:  # loaded by from_settings when auth.jwt or auth.oauth asks (PyJWT, aiohttp)
+    from proxy.auth.jwks import Fetch
+    from proxy.auth.jwt import JwtVerifier
+    from proxy.auth.oauth import OAuthVerifier, SignedIn
 
 __all__ = [
     "MAX_CACHED_SECONDS",
@@ -184,16 +185,25 @@ class Authenticator:
             ConfigError: an ``env:`` key is unset, short or duplicated, or a JWKS file is unusable.
         """
         anonymous = settings.anonymous
+        jwt_verifier = oauth = None
+        if settings.jwt:
+            from proxy.auth.jwt import JwtVerifier
+
+            jwt_verifier = JwtVerifier.from_settings(settings.jwt, fetch=fetch)
+        if settings.oauth is not None:
+            from proxy.auth.oauth import OAuthVerifier
+
+            oauth = OAuthVerifier(settings.oauth, fetch=fetch)
         return cls(
             ApiKeyTable.from_settings(settings.api_keys, environ),
-            JwtVerifier.from_settings(settings.jwt, fetch=fetch) if settings.jwt else None,
+            jwt_verifier,
             anonymous=(
                 Identity(anonymous.name, frozenset(anonymous.roles), "anonymous")
                 if settings.anonymous_enabled
                 else None
             ),
             stdio=Identity(settings.stdio_identity.name, frozenset(settings.stdio_identity.roles), "stdio"),
-            oauth=OAuthVerifier(settings.oauth, fetch=fetch) if settings.oauth is not None else None,
+            oauth=oauth,
             cache_size=settings.token_cache_size,
             clock=clock,
         )
@@ -263,6 +273,10 @@ class Authenticator:
             return await self._signed_in(
                 "introspection", self._oauth.verify_opaque(credential, key_digest), key_digest, credential
             )
+        if self._oauth is None and self._jwt is None:  # no issuer to ask: nothing to decode
+            return self._no(
+                FailureReason.INVALID, "the credential is not a valid API key, and tokens are not accepted"
+            )
         iss = _unverified_issuer(credential)
         if self._oauth is not None and self._oauth.issues(iss):
             return await self._signed_in(
@@ -275,6 +289,8 @@ class Authenticator:
                 if self._oauth is not None
                 else "the credential is not a valid API key, and tokens are not accepted",
             )
+        from proxy.auth.jwt import TokenRejected  # loaded with the verifier
+
         try:
             verified = await self._jwt.verify(credential)
         except TokenRejected as exc:
@@ -288,6 +304,8 @@ class Authenticator:
     ) -> AuthResult:
         """The verdict on an OAuth access token, counted; remembered when it lets the caller in."""
         assert self._oauth is not None
+        from proxy.auth.jwt import TokenRejected  # loaded with the verifier
+
         try:
             signed_in = await verifying
         except TokenRejected as exc:
@@ -317,6 +335,8 @@ class Authenticator:
 
 def _unverified_issuer(token: str) -> Any:
     """The ``iss`` a JWT claims (unchecked: only to choose who checks it), or None."""
+    import jwt  # loaded with the verifiers: there is one when this is asked
+
     try:
         return jwt.decode(token, options={"verify_signature": False}).get("iss")
     except jwt.PyJWTError:

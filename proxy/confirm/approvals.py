@@ -31,20 +31,21 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 from urllib.parse import urlsplit
 
 import anyio
 import orjson
 from cachetools import TTLCache
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from proxy.config import Config
 from proxy.confirm.memory import spend_once
 from proxy.errors import LimitExceeded
 from proxy.policy.model import Policy, RoleApprover
 from proxy.ratelimit import HttpFloodLimit
+
+if TYPE_CHECKING:  # redis is imported only when the records live there
+    from redis.asyncio import Redis
 
 __all__ = [
     "Approval",
@@ -320,6 +321,8 @@ class RedisApprovals:
         return Approval.decode(raw) if raw is not None else None
 
     async def wait(self, approval_id: str, deadline: float) -> Approval | None:
+        from redis.exceptions import RedisError
+
         while True:
             try:
                 approval = await self.get(approval_id)
@@ -347,6 +350,8 @@ def make_approvals(config: Config, key: bytes) -> Approvals:
     store: ApprovalStore
     total = config.limits.max_pending_approvals
     if limits.backend == "redis":
+        from redis.asyncio import Redis
+
         client = Redis.from_url(limits.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
         store = RedisApprovals(client, key_prefix=limits.key_prefix, total=total)
     else:

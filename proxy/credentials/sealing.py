@@ -14,8 +14,6 @@ import os
 from typing import Final
 
 import orjson
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from proxy.credentials.settings import KEY_BYTES
 
@@ -43,6 +41,9 @@ class Sealer:
     def __init__(self, key: bytes) -> None:
         if len(key) != KEY_BYTES:
             raise ValueError(f"a credential key is {KEY_BYTES} bytes")
+        # cryptography loads with the first store opened, not with every Manifold.
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self._aead = AESGCM(key)
 
     def seal(self, value: str, bound: bytes) -> str:
@@ -55,6 +56,8 @@ class Sealer:
         Raises:
             Unsealable: it does not open with this key for this entry.
         """
+        from cryptography.exceptions import InvalidTag
+
         try:
             raw = base64.urlsafe_b64decode(sealed.encode("ascii"))
             if len(raw) <= _NONCE:

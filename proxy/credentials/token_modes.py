@@ -26,22 +26,23 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from redis.asyncio import Redis
-
-from proxy.auth.authenticator import Authenticator
 from proxy.config import Config, ServerConfig
 from proxy.credentials import Credentials, CredentialSource
-from proxy.credentials.exchange import Exchanger, ExchangeServer
 from proxy.credentials.inbound import InboundTokens
-from proxy.credentials.oauth_client import OAuthClientError, Registered
-from proxy.credentials.on_behalf import CallbackRefused, OAuthServer, OnBehalf
 from proxy.credentials.settings import ExchangeCredentials, OAuthCredentials
 from proxy.credentials.store import SecretStore, StoreError
-from proxy.credentials.tokens import MemoryVault, Pending, RedisVault, Sealer, TokenSet, Vault, VaultTokens
 from proxy.errors import ConfigError, ServerUnavailable, SignInNeeded
 from proxy.policy.model import Identity
 from proxy.redaction import remember_more
+
+if TYPE_CHECKING:  # loaded only when a server is in mode oauth or exchange (aiohttp, redis, AES-GCM)
+    from proxy.auth.authenticator import Authenticator
+    from proxy.credentials.exchange import Exchanger, ExchangeServer
+    from proxy.credentials.oauth_client import Registered
+    from proxy.credentials.on_behalf import OAuthServer, OnBehalf
+    from proxy.credentials.tokens import TokenSet, Vault
 
 __all__ = [
     "ExchangeSource",
@@ -70,6 +71,8 @@ class StoreTokens:
         self._store = store
 
     async def get(self, identity_key: Sequence[str], server_id: str) -> TokenSet | None:
+        from proxy.credentials.tokens import TokenSet
+
         holder = _holder(identity_key)
         raw = await self._store.get(OAUTH_KIND, server_id, holder)
         return TokenSet.decode(raw.encode()) if raw is not None else None
@@ -91,6 +94,8 @@ class StoreClients:
         self._store = store
 
     async def get(self, server_id: str, issuer: str, redirect_uri: str) -> Registered | None:
+        from proxy.credentials.oauth_client import Registered
+
         raw = await self._store.get(CLIENT_KIND, server_id, ("manifold", issuer, redirect_uri))
         if raw is None:
             return None
@@ -127,6 +132,9 @@ class OAuthSource:
             SignInNeeded: it has not signed in (or its token was revoked or stopped working).
             ServerUnavailable: the store or the authorization server cannot be reached now.
         """
+        from proxy.credentials.oauth_client import OAuthClientError
+        from proxy.credentials.on_behalf import CallbackRefused
+
         if not identity.authenticated:
             raise SignInNeeded(
                 server_id, None, "each caller signs in to it as themself; authenticate to Manifold first"
@@ -187,6 +195,8 @@ class ExchangeSource:
                 "access token (an API key cannot be exchanged)",
             )
         token, expires_at = current
+        from proxy.credentials.oauth_client import OAuthClientError
+
         try:
             exchanged = await self._exchanger.access_token(identity, server_id, token, expires_at)
         except OAuthClientError as exc:
@@ -223,6 +233,10 @@ class TokenModes:
             auth.on_bearer = self.inbound.keep
 
     async def aclose(self) -> None:
+        if self.pending_vault is None:
+            return
+        from proxy.credentials.tokens import RedisVault
+
         if isinstance(self.pending_vault, RedisVault):
             await self.pending_vault.aclose()
 
@@ -262,6 +276,12 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
             exchange[server.id] = _exchange_server(config, server, settings)
     inbound = InboundTokens()
     modes = TokenModes(None, None, inbound)
+    if not (exchange or oauth):
+        return modes
+    from proxy.credentials.exchange import Exchanger
+    from proxy.credentials.on_behalf import OnBehalf
+    from proxy.credentials.tokens import MemoryVault, Pending, RedisVault, Sealer, VaultTokens
+
     if exchange:
         # A cache only: its own random key, in memory (a restart exchanges anew).
         cache = MemoryVault(size=EXCHANGED_AT_MOST)
@@ -275,6 +295,8 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
             )
         vault: Vault = MemoryVault(size=PENDING_AT_MOST)
         if config.credentials.store == "redis":
+            from redis.asyncio import Redis
+
             url = config.credentials.redis_url or config.rate_limits.redis_url
             client = Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
             vault = RedisVault(client, key_prefix=config.credentials.key_prefix)
@@ -292,6 +314,8 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
 
 
 def _oauth_server(server: ServerConfig, settings: OAuthCredentials) -> OAuthServer:
+    from proxy.credentials.on_behalf import OAuthServer
+
     assert server.url is not None
     secret = settings.client_secret.get_secret_value() if settings.client_secret is not None else None
     if secret is not None:
@@ -308,6 +332,8 @@ def _oauth_server(server: ServerConfig, settings: OAuthCredentials) -> OAuthServ
 
 
 def _exchange_server(config: Config, server: ServerConfig, settings: ExchangeCredentials) -> ExchangeServer:
+    from proxy.credentials.exchange import ExchangeServer
+
     issuer = settings.issuer or _inbound_issuer(config)
     audience = settings.audience or server.url
     if issuer is None or audience is None:

@@ -11,19 +11,21 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.auth.authenticator import Authenticator
 from proxy.boundary import Boundary
 from proxy.config import Config
 from proxy.confirm.approvals import Approvals
-from proxy.credentials.on_behalf import OnBehalf
 from proxy.inbound.listen import Subscription
 from proxy.inbound.session import ClientSession, Deliver, StatelessCaller
 from proxy.metrics import Metrics
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.subscriptions import Filter
+
+if TYPE_CHECKING:
+    from proxy.credentials.on_behalf import OnBehalf
 
 __all__ = ["Endpoint", "Health", "Inbound", "SessionRegistry"]
 

@@ -49,7 +49,6 @@ from proxy.inbound.observers import (
     metrics_require_auth,
     public_health,
 )
-from proxy.inbound.signin_page import signin_routes
 from proxy.logs import log_access
 from proxy.metrics import Metrics
 
@@ -217,6 +216,8 @@ def build_app(inbound: Inbound, endpoints: Mapping[str, Inbound] | None = None) 
         origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
         routes += approval_routes(inbound.approvals, inbound.auth, origins)
     if inbound.sign_in is not None:
+        from proxy.inbound.signin_page import signin_routes  # with its OAuth client: only if used
+
         origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
         routes += signin_routes(inbound.sign_in, inbound.auth, origins)
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 from typing import Any, Final
 
 import anyio
-import anyio.to_process
 import anyio.to_thread
 import orjson
 
@@ -100,7 +99,9 @@ class Validate:
             # thread is abandoned (it finishes on its own, holding its slot until then).
             if check.backtracks:
                 self.in_process += 1
-                return await anyio.to_process.run_sync(
+                from anyio import to_process  # (and pickle) only once a schema needs it
+
+                return await to_process.run_sync(
                     check_alone,
                     check.schema,
                     value,

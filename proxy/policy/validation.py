@@ -19,28 +19,29 @@ Rules:
   (a backreference, a lookaround), which may take a very long time even on short strings.
 * A schema that is not valid JSON Schema is one problem (``the tool's inputSchema is invalid:
   …``), never an exception.
+* jsonschema (with referencing, rpds and RE2) is imported by the first schema compiled, not
+  when this module is: a Manifold whose clients never call a tool with a schema, or that
+  validates nothing, never holds its few MiB.
 
 Problems are sentences naming the JSON path: ``arguments.count: 'x' is not of type 'integer'``.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import orjson
-import referencing
-import referencing.exceptions
 from cachetools import LRUCache
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
 
-from proxy.policy.patterns import backtracks, linear_validator
+if TYPE_CHECKING:
+    import referencing
+    import referencing.exceptions
+    from jsonschema.protocols import Validator
 
 __all__ = ["MAX_PROBLEMS", "Check", "SchemaValidators", "ToolLike", "check_alone"]
 
@@ -60,12 +61,26 @@ class ToolLike(Protocol):
 
 
 def _refuse(uri: str) -> referencing.Resource[Any]:
-    raise referencing.exceptions.NoSuchResource(uri)
+    from referencing.exceptions import NoSuchResource
+
+    raise NoSuchResource(uri)
 
 
-# Only what is inside the schema itself (and the dialects' own metaschemas, which jsonschema
-# adds) can be referenced.
-_OFFLINE: Final[referencing.Registry[Any]] = referencing.Registry(retrieve=_refuse)  # type: ignore[call-arg]
+@functools.cache
+def _offline() -> referencing.Registry[Any]:
+    """Only what is inside the schema itself (and the dialects' own metaschemas, which jsonschema
+    adds) can be referenced."""
+    import referencing
+
+    return referencing.Registry(retrieve=_refuse)  # type: ignore[call-arg]
+
+
+def _unresolvable() -> type[referencing.exceptions.Unresolvable]:
+    # Named only in an ``except`` clause, which is evaluated only when something was raised: by
+    # then a validator exists, so jsonschema (and referencing) are loaded.
+    from referencing.exceptions import Unresolvable
+
+    return Unresolvable
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +224,16 @@ class SchemaValidators:
 def _compile(schema: object) -> _Compiled:
     if not isinstance(schema, Mapping):
         return _Compiled(schema, None, f"a schema must be an object (got a {type(schema).__name__})")
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    from proxy.policy.patterns import backtracks, linear_validator
+
     try:
         cls = validator_for(schema, default=Draft202012Validator)
         cls.check_schema(cast(Any, schema))
-        validator = linear_validator(cls)(schema, registry=_OFFLINE, format_checker=None)
+        validator = linear_validator(cls)(schema, registry=_offline(), format_checker=None)
     except SchemaError as exc:
         where = _path("", exc.absolute_path).lstrip(".") or "(root)"
         return _Compiled(schema, None, _shorten(f"{where}: {exc.message}"))
@@ -228,10 +249,10 @@ def _run(compiled: _Compiled, instance: object, *, what: str, root: str) -> list
         return []
     try:
         errors = list(itertools.islice(compiled.validator.iter_errors(cast(Any, instance)), MAX_PROBLEMS + 1))
-    except referencing.exceptions.Unresolvable as exc:
-        return [f"the tool's {what} refers to {_unresolved(exc)!r}, which cannot be resolved (never fetched)"]
     except RecursionError:
         return [f"the tool's {what} recurses without end on this value"]
+    except _unresolvable() as exc:
+        return [f"the tool's {what} refers to {_unresolved(exc)!r}, which cannot be resolved (never fetched)"]
     problems = [_shorten(f"{_path(root, error.absolute_path)}: {error.message}") for error in errors]
     if len(problems) > MAX_PROBLEMS:
         problems[MAX_PROBLEMS:] = ["(more problems not shown)"]

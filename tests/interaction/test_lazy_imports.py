@@ -1,0 +1,194 @@
+"""What a config does not use is never imported: a stdio-only ``manifold serve`` holds none of the
+optional features' libraries (issue #20: idle memory), and a config that uses them still works.
+
+Each test runs the real ``manifold serve`` (:func:`proxy.cli.main` in its own interpreter, as
+``python -m proxy.cli`` would) and, once it has been told to stop and ``main`` has returned, the
+process writes the names in its ``sys.modules`` to a file. So the list covers the whole life of
+the process: start, servers connecting, the requests the test made, and shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jwt
+import pytest
+
+from tests.fixtures.spawn import free_port
+
+from .harness import (
+    REPO,
+    RunningManifold,
+    _terminating,
+    _wait_healthy,
+    fixture_server,
+    post,
+    raw_session,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+
+# main() returns once SIGTERM has stopped it; then the modules it ever loaded are written out.
+_SERVE = """
+import sys
+from proxy.cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as out:
+    out.write("\\n".join(sorted(sys.modules)))
+sys.exit(code)
+"""
+
+# Imported only by a config that asks for what they do (OAuth, JWTs, Redis, credential stores,
+# HTTP servers), or by the first schema checked.
+LAZY = (
+    "aiohttp",
+    "cryptography",
+    "jsonschema",
+    "jwt",
+    "opentelemetry",
+    "re2",
+    "redis",
+    "referencing",
+    "rpds",
+    "proxy.auth.discovery",
+    "proxy.auth.introspection",
+    "proxy.auth.jwks",
+    "proxy.auth.jwt",
+    "proxy.auth.oauth",
+    "proxy.credentials.exchange",
+    "proxy.credentials.oauth_client",
+    "proxy.credentials.on_behalf",
+    "proxy.credentials.redis_store",
+    "proxy.credentials.tokens",
+    "proxy.inbound.signin_page",
+    "proxy.inspect",
+    "proxy.middleware.sign_in",
+    "proxy.outbound.sse_legacy",
+    "proxy.outbound.streamable_http",
+    "proxy.policy.patterns",
+    "proxy.ratelimit.redis",
+)
+
+SECRET = "an-hs256-test-secret-of-at-least-32-bytes!"
+ISSUER = "https://id.example.test"
+AUDIENCE = "manifold"
+
+
+@dataclass
+class Served:
+    manifold: RunningManifold
+    modules_path: Path
+
+    def modules(self) -> set[str]:
+        """Every module the process loaded; read after it has stopped."""
+        assert self.modules_path.exists(), f"manifold did not stop cleanly:\n{self.manifold.log()}"
+        return set(self.modules_path.read_text().split())
+
+
+def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, config: dict[str, Any]) -> AsyncIterator[Served]:
+    """``manifold serve`` until the block ends, then stopped with SIGTERM (and waited for)."""
+    port = free_port()
+    config_path = write_config(tmp_path / "manifold.yaml", config)
+    log_path = tmp_path / "manifold.log"
+    modules_path = tmp_path / "modules.txt"
+    args = ["serve", "--config", str(config_path), "--port", str(port)]
+    process = _spawn([sys.executable, "-c", _SERVE, str(modules_path), *args], log_path)
+    served = Served(RunningManifold(f"http://127.0.0.1:{port}/mcp", process, log_path), modules_path)
+    with _terminating(process):
+        await _wait_healthy(f"http://127.0.0.1:{port}/healthz", process, log_path)
+        yield served
+    assert process.returncode == 0, served.manifold.log()
+
+
+def lazy_among(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == lazy or m.startswith(f"{lazy}.") for lazy in LAZY))
+
+
+async def list_tools(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> list[str]:
+    session = {**headers, "Mcp-Session-Id": await raw_session_with(http, url, headers)}
+    status, _, body = await post(http, url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
+    assert status == 200, body
+    return [tool["name"] for tool in body["result"]["tools"]]
+
+
+async def raw_session_with(http: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> str:
+    if not headers:
+        return await raw_session(http, url)
+    async with aiohttp.ClientSession(headers=headers) as authed:
+        return await raw_session(authed, url)
+
+
+async def test_a_stdio_only_serve_never_imports_what_its_config_does_not_use(tmp_path: Path) -> None:
+    config = {"servers": {"one": fixture_server("one"), "two": fixture_server("two")}}
+    async with serving(tmp_path, config) as served, aiohttp.ClientSession() as http:
+        names = await list_tools(http, served.manifold.url, {})
+        assert "one.echo" in names
+        assert "two.add" in names
+    assert lazy_among(served.modules()) == []
+
+
+async def test_a_config_with_jwt_issuers_loads_them_and_checks_tokens_and_arguments(
+    tmp_path: Path,
+) -> None:
+    config = {
+        "auth": {"jwt": [{"issuer": ISSUER, "audience": AUDIENCE, "secret": SECRET}]},
+        "servers": {"one": fixture_server("one")},
+    }
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "ada", "exp": 4_102_444_800}
+    good = {"Authorization": f"Bearer {jwt.encode(claims, SECRET, algorithm='HS256')}"}
+    forged = {"Authorization": f"Bearer {jwt.encode(claims, 'x' * 40, algorithm='HS256')}"}
+    async with serving(tmp_path, config) as served, aiohttp.ClientSession() as http:
+        url = served.manifold.url
+        assert "one.echo" in await list_tools(http, url, good)
+        status, _, body = await post(http, url, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, forged)
+        assert status == 401, body
+        session = {**good, "Mcp-Session-Id": await raw_session_with(http, url, good)}
+        call = {"name": "one.add", "arguments": {"a": "x"}}
+        status, _, body = await post(
+            http, url, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": call}, session
+        )
+        assert status == 200, body
+        assert body["result"]["isError"] is True
+        assert "arguments.a: 'x' is not of type 'number'" in body["result"]["content"][0]["text"]
+    loaded = served.modules()
+    assert {"jwt", "proxy.auth.jwt", "jsonschema", "proxy.policy.patterns"} <= loaded
+    assert "redis" not in loaded  # nothing here keeps anything in Redis
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+def test_a_bad_jwt_issuer_is_still_refused_before_anything_starts(tmp_path: Path, command: str) -> None:
+    config = {
+        "auth": {"jwt": [{"issuer": ISSUER, "audience": AUDIENCE, "jwks_file": str(tmp_path / "none.json")}]},
+        "servers": {"one": fixture_server("one")},
+    }
+    config_path = write_config(tmp_path / "manifold.yaml", config)
+    extra = ["--port", "0"] if command == "serve" else []
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", command, "--config", str(config_path), *extra],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "auth.jwt[0].jwks_file" in result.stderr
+    if command == "check":
+        assert result.returncode == 2
