@@ -106,7 +106,7 @@ class Plan:
             scale_session_connections=4,
             scale_sessions_seconds=20.0,
             scale_calls=12,
-            scale_slow_seconds=2.0,
+            scale_slow_seconds=3.0,
             scale_call_timeout=10.0,
             scale_connect_seconds=10.0,
             scale_probe_seconds=0.5,

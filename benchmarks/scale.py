@@ -177,13 +177,19 @@ async def _open_sessions(url: str, plan: Plan, tally: _Tally) -> None:
     counter = itertools.count()
 
     async def worker() -> None:
-        poster = await open_raw(url)
+        try:
+            poster = await open_raw(url)
+        except OSError as exc:
+            tally.errors[f"connect: {type(exc).__name__}"] += 1
+            return
         try:
             while next(counter) < plan.scale_sessions:
                 try:
                     tally.sessions.append(await McpClient(poster).initialize())
                 except WrongAnswer as exc:  # initialize refused: a limit, counted, not a crossed answer
                     tally.errors[f"initialize: {str(exc)[:80]}"] += 1
+        except (OSError, EOFError, HttpError) as exc:  # the connection broke: this worker stops
+            tally.errors[f"initialize, connection: {type(exc).__name__}"] += 1
         finally:
             await poster.aclose()
 
@@ -250,7 +256,10 @@ async def _calls(spawned: Spawned, plan: Plan, tally: _Tally) -> None:
         next_scrape = 0.0
         async with aiohttp.ClientSession() as http:
             while not finished.is_set():
-                tally.rss_peak = max(tally.rss_peak, rss_bytes(spawned.pid))
+                try:
+                    tally.rss_peak = max(tally.rss_peak, rss_bytes(spawned.pid))
+                except (OSError, RuntimeError):  # Manifold is gone: the calls will say how
+                    return
                 if time.perf_counter() >= next_scrape:
                     next_scrape = time.perf_counter() + _SCRAPE_EVERY
                     gauge = await _gauge(http, metrics)
@@ -280,9 +289,16 @@ async def _calls(spawned: Spawned, plan: Plan, tally: _Tally) -> None:
         )
         tally.probe = (run.calls, run.p(0.50), run.p(0.99))
 
-    with anyio.fail_after(plan.scale_connect_seconds):
-        for _ in range(count):
-            posters.append(await open_raw(spawned.url))
+    try:
+        with anyio.fail_after(plan.scale_connect_seconds):
+            for _ in range(count):
+                posters.append(await open_raw(spawned.url))
+    except (OSError, TimeoutError) as exc:
+        tally.errors[f"connect: {type(exc).__name__} after {len(posters)} connections"] += 1
+        tally.notes.append("calls: skipped, their connections could not all be opened")
+        for poster in posters:
+            await poster.aclose()
+        return
     try:
         async with anyio.create_task_group() as outer:
             outer.start_soon(watch)
