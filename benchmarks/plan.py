@@ -20,6 +20,7 @@ __all__ = [
     "MIDDLEWARES",
     "Overlay",
     "Plan",
+    "SCALE_STOP_SECONDS",
     "deep_merge",
     "http_server",
     "manifold_config",
@@ -30,6 +31,7 @@ __all__ = [
 # The fixture's tools besides tool_000 … tool_{T-1} (tests/fixtures/fixture_server.py).
 FIXED_TOOLS: Final = ("echo", "add", "slow", "hang", "crash", "add_tool", "drop_stream")
 _CONNECT_TIMEOUT: Final = 120  # dozens of processes start at once on two cores
+SCALE_STOP_SECONDS: Final = 15.0  # kept after the scale run for stopping and the report
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,25 @@ class Plan:
     middleware_servers: int = 1  # K for the middleware on/off runs
     sse_direct: bool = True  # also the fixture in SSE mode, directly
     profile_seconds: float = 8.0  # py-spy per profiled Manifold (0: no profile)
+    # The scale run (benchmarks/scale.py), last, on a Manifold of its own (0 sessions: skipped).
+    scale_sessions: int = 10_000  # idle sessions opened ...
+    scale_session_connections: int = 16  # ... over this many keep-alive connections
+    scale_sessions_seconds: float = 120.0  # ... within this long
+    scale_calls: int = 1_000  # tools/call in flight at once, one connection and session each
+    scale_slow_seconds: float = 8.0  # how long the fixture's `slow` tool holds each call
+    scale_call_timeout: float = 30.0  # beyond the sleep, before a call counts as unanswered
+    scale_connect_seconds: float = 30.0  # to open the calls' connections
+    scale_probe_seconds: float = 5.0  # echo at c=1 while all the calls are in flight (at most)
+    scale_servers: int = 4  # stdio fixture servers behind the scale Manifold
+    scale_seconds: float = 90.0  # the whole scale step, start to stop (about 16 s on a quiet box)
     startup_seconds: float = 150.0
     budget_seconds: float = 580.0  # the whole run, startup to report
+
+    def __post_init__(self) -> None:
+        if self.scale_sessions and self.scale_sessions < self.scale_calls:
+            raise ValueError(
+                "scale_sessions must be at least scale_calls: each call has a session of its own"
+            )
 
     @classmethod
     def smoke(cls) -> Plan:
@@ -83,14 +102,25 @@ class Plan:
             middlewares=(),  # "all off" still runs; the config check has a test of its own
             sse_direct=False,  # chunked SSE answers are covered by a test of the client alone
             profile_seconds=0.0,
+            scale_sessions=40,
+            scale_session_connections=4,
+            scale_sessions_seconds=20.0,
+            scale_calls=12,
+            scale_slow_seconds=3.0,
+            scale_call_timeout=10.0,
+            scale_connect_seconds=10.0,
+            scale_probe_seconds=0.5,
+            scale_servers=2,
+            scale_seconds=20.0,
             startup_seconds=40.0,
             budget_seconds=120.0,
         )
 
     @classmethod
     def quick(cls) -> Plan:
-        """One server behind each Manifold, no lists, clients or middleware blocks: about a minute,
-        for trying one change at a time (the figures are real; the run is just smaller)."""
+        """One server behind each Manifold, no lists, clients, middleware blocks or scale run: about
+        a minute and a half, for trying one change at a time (the figures are real; the run is just
+        smaller)."""
         return cls(
             server_counts=(1,),
             list_shapes=(),
@@ -99,8 +129,13 @@ class Plan:
             middlewares=(),
             sse_direct=False,
             profile_seconds=6.0,
+            scale_sessions=0,
             budget_seconds=240.0,
         )
+
+    def scale_reserve(self) -> float:
+        """Seconds the steps before the scale run leave for it (its bound, and stopping after it)."""
+        return self.scale_seconds + SCALE_STOP_SECONDS if self.scale_sessions else 0.0
 
     def tools_for(self, servers: int) -> int:
         """T for the stdio Manifold with ``servers`` servers: a list shape's T when one matches."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks.figures import CallRow, Results
+from benchmarks.figures import CallRow, Results, ScaleRecord
 
 __all__ = ["render", "write"]
 
@@ -75,6 +75,71 @@ def _call_table(rows: Sequence[CallRow], reference_label: str, manifold_label: s
             for r in rows
         ),
     )
+
+
+def _scale_section(scale: ScaleRecord | None) -> list[str]:
+    out = ["", "## Scale: idle sessions and calls in flight at once, one Manifold", ""]
+    if scale is None:
+        return [*out, "Not run (see the notes)."]
+    errors = ", ".join(f"{kind} x{n}" for kind, n in sorted(scale.errors.items())) or "none"
+    gauge = "not read" if scale.in_flight_manifold is None else f"{scale.in_flight_manifold:,.0f}"
+    raised = ", ".join(f"{k}: {v:,}" for k, v in scale.raised_limits.items()) or "none"
+    hold = scale.slow_seconds * 1e3
+    out += [
+        f"`{scale.target}`: one Manifold with {scale.servers} stdio fixture servers, started after "
+        "everything else had stopped. Sessions opened over a few keep-alive connections and left "
+        f"idle; then {scale.calls_wanted:,} `tools/call` of the fixture's `slow` tool (held "
+        f"{scale.slow_seconds:g} s by the server), one connection and one session each, all sent at "
+        "once; the probe calls `echo` at c=1 while they are all in flight. Every answer checked "
+        "(its own id, `done`, not before the sleep); refusals counted below.",
+        "",
+    ]
+    out += _table(
+        ["what", "measured"],
+        [
+            [
+                "sessions opened",
+                f"{scale.sessions_opened:,} of {scale.sessions_wanted:,} in "
+                f"{_f(scale.sessions_seconds, 1)} s",
+            ],
+            [
+                "RSS before / with the sessions / peak of the calls",
+                f"{_f(scale.rss_before_mib, 1)} / {_f(scale.rss_sessions_mib, 1)} / "
+                f"{_f(scale.rss_peak_mib, 1)} MiB",
+            ],
+            ["RSS per idle session", f"{_f(scale.kib_per_session, 2)} KiB"],
+            [
+                "calls in flight at once: load generator / Manifold's manifold_requests_in_flight",
+                f"{scale.in_flight_client:,} / {gauge} of {scale.calls_wanted:,}",
+            ],
+            [
+                "first answer after the last call was sent",
+                "yes" if scale.first_answer_after_last_send else "no",
+            ],
+            ["calls answered right", f"{scale.calls_answered:,} of {scale.calls_wanted:,}"],
+            [
+                "call latency p50 / p99 / max",
+                f"{_f(scale.p50_ms, 0)} / {_f(scale.p99_ms, 0)} / {_f(scale.max_ms, 0)} ms "
+                f"(the server holds {_f(hold, 0)} ms)",
+            ],
+            [
+                "beyond the hold: p50 / p99",
+                f"{_f(scale.p50_ms - hold, 0)} / {_f(scale.p99_ms - hold, 0)} ms",
+            ],
+            [
+                "probe: echo at c=1 meanwhile, p50 / p99",
+                f"{_f(scale.probe_p50_ms, 3)} / {_f(scale.probe_p99_ms, 3)} ms over "
+                f"{scale.probe_calls:,} calls",
+            ],
+            ["errors (refusals, by kind)", errors],
+            ["limits raised for this run (beyond 20,000 sessions)", raised],
+            ["open-files limit (soft)", scale.open_files],
+            ["seconds, start to stop", _f(scale.seconds, 1)],
+        ],
+    )
+    if scale.notes:
+        out += [""] + [f"- {note}" for note in scale.notes]
+    return out
 
 
 def render(results: Results) -> str:
@@ -182,6 +247,7 @@ def render(results: Results) -> str:
             for r in results.sessions
         ),
     )
+    out += _scale_section(results.scale)
     out += ["", "## Middleware cost (each switched on alone; ratios to all off)", ""]
     out += _call_table(results.middleware_rows, "all-off", "x all-off Manifold CPU")
     out += ["", "The same runs against the direct run (`direct-json`):", ""]

@@ -8,7 +8,9 @@ One run on loopback, bounded in time (``Plan.budget_seconds``) and every loop in
 3. the HTTP client comparison (which client the load generator uses, and what aiohttp/httpx cost);
 4. ``tools/call`` load, direct and through every Manifold, in interleaved rounds;
 5. RSS per idle client session (1000 sessions, Manifold and direct);
-6. py-spy profiles of Manifold under load, when py-spy is installed.
+6. py-spy profiles of Manifold under load, when py-spy is installed;
+7. everything above stopped, the scale run (:mod:`benchmarks.scale`) on a Manifold of its own:
+   10,000 idle sessions and 1,000 calls in flight at once.
 
 It prints the report and writes ``benchmarks/results/latest.md`` and ``latest.json``. A wrong answer
 anywhere stops the run with exit code 1.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import platform
@@ -49,6 +52,7 @@ from benchmarks.procs import (
     wait_servers_ready,
 )
 from benchmarks.report import render, write
+from benchmarks.scale import measure_scale
 from benchmarks.sections import (
     ALL_OFF,
     Run,
@@ -227,7 +231,7 @@ async def _bench(run: Run) -> None:
         for s in results.sessions
     ]
 
-    if plan.profile_seconds > 0 and run.left() < 4 * plan.profile_seconds + 30:
+    if plan.profile_seconds > 0 and run.left() < 4 * plan.profile_seconds + 30 + plan.scale_reserve():
         results.notes.append("profile: skipped, not enough of the time budget left")
     elif plan.profile_seconds > 0:
         smallest = min(plan.server_counts)
@@ -259,8 +263,9 @@ def _git_revision() -> str:
     return f"{head or 'unknown'}{' + uncommitted changes in proxy/' if dirty else ''}"
 
 
-async def bench(plan: Plan, workdir: Path) -> Results:
-    """Run ``plan``; every process started is stopped before this returns or raises.
+async def bench(plan: Plan, workdir: Path, *, scale_only: bool = False) -> Results:
+    """Run ``plan`` (with ``scale_only``, only its scale run); every process started is stopped
+    before this returns or raises.
 
     Raises:
         WrongAnswer: a response was wrong; nothing measured is trustworthy.
@@ -279,15 +284,30 @@ async def bench(plan: Plan, workdir: Path) -> Results:
             "plan_summary": (
                 f"K={list(plan.server_counts)}, c={list(plan.concurrencies)}, {plan.rounds} rounds of "
                 f"{plan.duration:g} s per run, lists {['x'.join(map(str, s)) for s in plan.list_shapes]}, "
-                f"{plan.sessions} sessions"
+                f"{plan.sessions} sessions; scale run "
+                + (
+                    f"{plan.scale_sessions:,} sessions, {plan.scale_calls:,} calls in flight"
+                    if plan.scale_sessions
+                    else "skipped"
+                )
+                + (" (scale run only)" if scale_only else "")
             ),
         }
     )
     run = Run(plan, workdir, results, [], time.perf_counter())
     try:
         with anyio.fail_after(plan.budget_seconds):
-            async with run.stack:
-                await _bench(run)
+            if not scale_only:
+                async with run.stack:
+                    await _bench(run)
+                run.say("stopping processes (the scale run has the machine to itself)")
+                await anyio.to_thread.run_sync(stop_all, run.spawned)
+            if not plan.scale_sessions:
+                results.notes.append("scale run: skipped (not in this plan)")
+            elif run.left() < plan.scale_reserve():
+                results.notes.append("scale run: skipped, not enough of the time budget left")
+            else:
+                await measure_scale(run)
     finally:
         with anyio.CancelScope(shield=True):
             run.say("stopping processes")
@@ -317,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved rounds of call runs")
     parser.add_argument("--duration", type=float, help="seconds per measured call run")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
+    parser.add_argument("--no-scale", action="store_true", help="skip the scale run")
+    parser.add_argument("--scale-only", action="store_true", help="only the scale run (~1 minute)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where latest.md/latest.json go")
     parser.add_argument("--keep-workdir", action="store_true", help="keep configs, logs and raw profiles")
     args = parser.parse_args(argv)
@@ -328,11 +350,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         changes["duration"] = args.duration
     if args.no_profile:
         changes["profile_seconds"] = 0.0
+    if args.no_scale:
+        changes["scale_sessions"] = 0
     plan = dataclasses.replace(plan, **changes)
     workdir = Path(tempfile.mkdtemp(prefix="manifold-bench-"))
     keep = args.keep_workdir
     try:
-        results = anyio.run(bench, plan, workdir, backend="asyncio", backend_options={"use_uvloop": True})
+        results = anyio.run(
+            functools.partial(bench, scale_only=args.scale_only),
+            plan,
+            workdir,
+            backend="asyncio",
+            backend_options={"use_uvloop": True},
+        )
     except BaseException as exc:
         keep = True
         if (wrong := wrong_answer_in(exc)) is not None:

@@ -51,6 +51,7 @@ __all__ = [
 ALL_OFF: Final = "mw:all-off"
 ALL_ON: Final = "mw:all-on"
 _RESERVE: Final = 75.0  # seconds kept for what follows the call rounds: sessions, profiles, stopping
+# (plus the scale run's own bound, Plan.scale_reserve)
 _T = TypeVar("_T")
 
 
@@ -230,7 +231,7 @@ async def measure_calls(
     started = time.perf_counter()
     for round_ in range(rounds):
         per_round = (time.perf_counter() - started) / round_ if round_ else 0.0
-        if round_ and run.left() < 1.2 * per_round + _RESERVE:
+        if round_ and run.left() < 1.2 * per_round + _RESERVE + plan.scale_reserve():
             run.results.notes.append(
                 f"{targets[0][0]}: only {round_} of {rounds} rounds fitted in the time budget (busy machine)"
             )

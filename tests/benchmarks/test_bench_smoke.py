@@ -28,8 +28,8 @@ def _echo(request_id: int, server: str, arguments: dict[str, object]) -> bytes:
 
 @pytest.mark.anyio
 async def test_a_tiny_run_measures_every_section_and_writes_the_report(tmp_path: Path) -> None:
-    plan = dataclasses.replace(Plan.smoke(), startup_seconds=30.0, budget_seconds=50.0)
-    with anyio.fail_after(60):
+    plan = dataclasses.replace(Plan.smoke(), startup_seconds=30.0, budget_seconds=80.0)
+    with anyio.fail_after(90):
         results = await bench(plan, tmp_path)
 
     calls = {(row.target, row.concurrency): row for row in results.call_rows}
@@ -55,6 +55,14 @@ async def test_a_tiny_run_measures_every_section_and_writes_the_report(tmp_path:
     assert [(m.target, m.servers) for m in results.memory] == [("stdio-2", 2), ("http-2", 2)]
     assert [s.target for s in results.sessions] == ["stdio-2", "direct-json"]
     assert {t.verdict for t in results.targets} <= {"PASS", "FAIL", "SKIP"}
+    scale = results.scale
+    assert scale is not None
+    assert (scale.sessions_opened, scale.calls_answered, scale.errors) == (40, 12, {})
+    assert scale.all_in_flight
+    assert scale.first_answer_after_last_send
+    assert scale.p50_ms >= plan.scale_slow_seconds * 1e3
+    assert scale.probe_calls > 0
+    assert scale.rss_peak_mib >= scale.rss_sessions_mib > 0
 
     markdown, data = write(results, tmp_path / "results")
     text = markdown.read_text()
@@ -65,6 +73,7 @@ async def test_a_tiny_run_measures_every_section_and_writes_the_report(tmp_path:
         "## Memory",
         "## Middleware",
         "## HTTP clients",
+        "## Scale",
     ):
         assert heading in text
     assert orjson.loads(data.read_bytes())["call_rows"]
