@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
+import orjson
+
 __all__ = [
     "CANDIDATES",
     "HttpPoster",
@@ -29,6 +31,7 @@ __all__ = [
     "Reply",
     "available_candidates",
     "open_raw",
+    "open_stateless",
 ]
 
 _ACCEPT: Final = "application/json, text/event-stream"
@@ -93,8 +96,25 @@ class RawPoster:
                 self._heads[session_id] = head
         return head
 
+    def stateless_head(self, method: str, name: str | None) -> bytes:
+        """The head (up to ``Content-Length: ``) of a 2026-07-28 request: :class:`StatelessPoster`."""
+        key = f"{method}\n{name}"
+        head = self._heads.get(key)
+        if head is None:
+            mirrored = f"MCP-Protocol-Version: {STATELESS_VERSION}\r\nMcp-Method: {method}\r\n"
+            if name is not None:
+                mirrored += f"Mcp-Name: {name}\r\n"
+            head = self._prefix + (mirrored + "Content-Length: ").encode("latin-1")
+            if len(self._heads) < 64:
+                self._heads[key] = head
+        return head
+
     async def post(self, body: bytes, session_id: str | None = None) -> Reply:
-        self._writer.write(b"".join((self._head(session_id), str(len(body)).encode(), _HEAD_END, body)))
+        return await self.send(self._head(session_id), body)
+
+    async def send(self, head: bytes, body: bytes) -> Reply:
+        """POST ``body`` after ``head`` (everything up to ``Content-Length: ``); the reply."""
+        self._writer.write(b"".join((head, str(len(body)).encode(), _HEAD_END, body)))
         block = await self._reader.readuntil(_HEAD_END)
         if block[:5] != b"HTTP/":
             raise HttpError(f"not an HTTP response: {block[:40]!r}")
@@ -140,6 +160,46 @@ async def open_raw(url: str) -> HttpPoster:
     host, port, _ = _split(url)
     reader, writer = await asyncio.open_connection(host, port, limit=1 << 22)
     return RawPoster(url, reader, writer)
+
+
+# The 2026-07-28 envelope a stateless request carries in ``params._meta`` (no session, no initialize).
+STATELESS_VERSION: Final = "2026-07-28"
+_ENVELOPE: Final = {
+    "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "manifold-bench", "version": "0"},
+}
+
+
+class StatelessPoster:
+    """``tools/call`` at 2026-07-28, the way Manifold reaches an HTTP server: each POST self-contained
+    (the envelope in ``params._meta``, its method and tool name mirrored in headers), no session.
+
+    The load's bodies are handshake-era requests; this adds the envelope and the headers, and
+    ignores the session id it is given.
+    """
+
+    def __init__(self, raw: RawPoster) -> None:
+        self._raw = raw
+
+    async def post(self, body: bytes, session_id: str | None = None) -> Reply:
+        message = orjson.loads(body)
+        params = message.setdefault("params", {})
+        params["_meta"] = _ENVELOPE
+        raw = self._raw
+        name = params.get("name")
+        head = raw.stateless_head(message["method"], name if isinstance(name, str) else None)
+        return await raw.send(head, orjson.dumps(message))
+
+    async def aclose(self) -> None:
+        await self._raw.aclose()
+
+
+async def open_stateless(url: str) -> HttpPoster:
+    """Raises: OSError: cannot connect."""
+    host, port, _ = _split(url)
+    reader, writer = await asyncio.open_connection(host, port, limit=1 << 22)
+    return StatelessPoster(RawPoster(url, reader, writer))
 
 
 # ----------------------------------------------------------------------------- candidates

@@ -167,7 +167,9 @@ def render(results: Results) -> str:
     out += [
         "",
         "`direct-json`: the load generator straight to one fixture server (`--json-response`); "
-        "`direct-sse`: the same in SSE mode; `direct-stdio`: the same server over stdio (requests "
+        "`direct-2026`: the same server reached at 2026-07-28 (each POST self-contained, the envelope "
+        "in `_meta`, no session), as Manifold reaches its HTTP servers; `direct-sse`: the same in SSE "
+        "mode; `direct-stdio`: the same server over stdio (requests "
         "multiplexed on its pipes, as Manifold does). `stdio-K`/`http-K`: through Manifold with K servers "
         "reached over stdio / Streamable HTTP, calls spread round-robin over their `echo` tools; Manifold "
         "reaches them at 2026-07-28 (one POST per request, an envelope on each). `handshake-http-1`: "
@@ -176,8 +178,9 @@ def render(results: Results) -> str:
         "",
         "### Like for like: through Manifold vs the same kind of server reached directly",
         "",
-        "`stdio-K` against `direct-stdio`, `http-K` against `direct-json`: the SDK's stdio server costs more "
-        "per call than its HTTP one, which the table above charges to Manifold.",
+        "`stdio-K` against `direct-stdio`, `http-K` against `direct-2026`, `handshake-http-1` against "
+        "`direct-json`: the SDK's stdio server costs more per call than its HTTP one, and its 2026-07-28 "
+        "path more than its handshake one, which the table above charges to Manifold.",
         "",
     ]
     out += _call_table(results.same_transport_rows, "same", "x same server CPU")

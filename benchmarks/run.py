@@ -36,7 +36,7 @@ from typing import Any, Final
 import anyio
 import anyio.to_thread
 
-from benchmarks.clients import available_candidates
+from benchmarks.clients import available_candidates, open_stateless
 from benchmarks.figures import MANIFOLD_PREFIXES, MIB, MemoryRecord, Results, evaluate, summarize
 from benchmarks.load import CallTarget, wrong_answer_in
 from benchmarks.plan import FIXED_TOOLS, Plan, http_server, manifold_config, stdio_server
@@ -69,6 +69,7 @@ __all__ = ["bench", "main"]
 
 DIRECT: Final = "direct-json"
 DIRECT_STDIO: Final = "direct-stdio"
+DIRECT_STATELESS: Final = "direct-2026"  # direct-json's server reached at 2026-07-28, as Manifold does
 HANDSHAKE: Final = "handshake-http-1"  # http-1 with its server pinned to era: handshake
 RESULTS_DIR: Final = REPO / "benchmarks" / "results"
 
@@ -196,6 +197,13 @@ async def _bench(run: Run) -> None:
         DIRECT_STDIO, "stdio:d00", (("echo", "d00"),), None, (direct_stdio.pid,), stdio_sessions
     )
     call_targets.append(("calls", stdio_target))
+    stateless_sessions = ["stateless"] * max(plan.concurrencies)  # no sessions at 2026-07-28
+    call_targets.append(
+        (
+            "calls",
+            CallTarget(DIRECT_STATELESS, h00.url, (("echo", "h00"),), None, (h00.pid,), stateless_sessions),
+        )
+    )
     if sse_fx is not None:
         call_targets.append(
             ("calls", CallTarget("direct-sse", sse_fx.url, (("echo", "sse"),), None, (sse_fx.pid,)))
@@ -216,7 +224,7 @@ async def _bench(run: Run) -> None:
             raise RuntimeError(f"{target.name}: found {len(target.server_pids)} server processes")
     count = len(call_targets) + len(middleware_targets)
     run.say(f"tools/call: {count} targets x {plan.concurrencies} x {plan.rounds} rounds")
-    factories = {DIRECT_STDIO: direct_stdio.poster_factory()}
+    factories = {DIRECT_STDIO: direct_stdio.poster_factory(), DIRECT_STATELESS: open_stateless}
     await measure_calls(run, [call_targets, middleware_targets], plan.rounds, plan.duration, factories)
 
     run.say(f"{plan.sessions} idle sessions")
@@ -238,6 +246,16 @@ async def _bench(run: Run) -> None:
         run.say("profiling Manifold under load (py-spy)")
         profiled = [t for _, t in call_targets if t.name in (f"stdio-{smallest}", f"http-{smallest}")]
         await profile_under_load(run, profiled)
+
+
+def _same_way(name: str) -> str:
+    """The direct run that reaches the server the way Manifold does: over stdio, at 2026-07-28
+    over HTTP, or with the handshake (``handshake-http-1``, and every middleware variant's stdio)."""
+    if name.startswith("stdio-"):
+        return DIRECT_STDIO
+    if name.startswith("http-"):
+        return DIRECT_STATELESS
+    return DIRECT
 
 
 def _git_revision() -> str:
@@ -316,7 +334,7 @@ async def bench(plan: Plan, workdir: Path, *, scale_only: bool = False) -> Resul
     results.same_transport_rows = summarize(
         results.calls,
         "calls",
-        lambda name: DIRECT_STDIO if name.startswith("stdio-") else DIRECT,
+        _same_way,
         include=lambda name: name.startswith(MANIFOLD_PREFIXES),
     )
     results.client_rows = summarize(results.calls, "clients", lambda _: "client:raw")

@@ -35,14 +35,14 @@ async def test_a_tiny_run_measures_every_section_and_writes_the_report(tmp_path:
     calls = {(row.target, row.concurrency): row for row in results.call_rows}
     assert set(calls) == {
         (target, c)
-        for target in ("direct-json", "direct-stdio", "stdio-2", "http-2", "handshake-http-1")
+        for target in ("direct-json", "direct-stdio", "direct-2026", "stdio-2", "http-2", "handshake-http-1")
         for c in (1, 4)
     }
     assert all(row.calls > 0 and row.rps > 0 for row in calls.values())
     assert calls["direct-json", 1].p50_x == 1.0
     assert calls["stdio-2", 4].manifold_cpu_us is not None
     like = {(row.target, row.reference) for row in results.same_transport_rows}
-    assert like == {("stdio-2", "direct-stdio"), ("http-2", "direct-json")}
+    assert like == {("stdio-2", "direct-stdio"), ("http-2", "direct-2026")}
     assert {row.target for row in results.client_rows} == {"client:raw", "client:aiohttp"}
     variants = {row.target for row in results.middleware_rows}
     assert "mw:all-off" in variants
