@@ -39,6 +39,7 @@ __all__ = [
     "JSON",
     "MAX_BODY",
     "SSE",
+    "STREAM_END_WAIT",
     "TRANSPORT_ERRORS",
     "Decoded",
     "EventReader",
@@ -68,6 +69,10 @@ SSE: Final = "text/event-stream"
 JSON: Final = "application/json"
 ACCEPT_BOTH: Final = f"{JSON}, {SSE}"
 MAX_BODY: Final = 16 * 1024 * 1024  # bytes in one JSON body from a server (as in one SSE event)
+# Seconds an SSE answer stream is read on past its response, for the server's end of it: a
+# stream that ends leaves its connection reusable, one that is cut off loses it (a new TCP
+# connection, per request, for a server that answers in SSE).
+STREAM_END_WAIT: Final = 0.1
 _MAX_ERROR_BODY: Final = 64 * 1024
 
 

@@ -30,6 +30,7 @@ from proxy.outbound._http_common import (
     ACCEPT_BOTH,
     JSON,
     SSE,
+    STREAM_END_WAIT,
     TRANSPORT_ERRORS,
     EventReader,
     Inbox,
@@ -198,6 +199,8 @@ class StatelessExchanges:
             error = await self._read_stream(EventReader(response, limit=self._max_bytes), request_id)
             if error is not None:
                 self._fail(request_id, f"the SSE stream ended before the response ({error})")
+            else:  # delivered already: wait for the end of the stream, bounded
+                await response.drain(STREAM_END_WAIT)
         elif content_type == JSON:
             body = await read_body(response, self._max_bytes)
             decoded = messages_in(body, self._server_id, self._log, max_depth=self._max_depth)

@@ -58,8 +58,9 @@ import ssl
 import zlib
 from collections import deque
 from collections.abc import Mapping
+from contextlib import suppress
 from types import TracebackType
-from typing import Final
+from typing import Final, cast
 
 import anyio
 import httptools
@@ -90,6 +91,7 @@ MAX_REDIRECTS: Final = 10  # requests in a row answered with a redirect before g
 _HIGH_WATER: Final = 256 * 1024  # body bytes buffered before reading pauses
 _LOW_WATER: Final = 64 * 1024  # ... and resumes
 _INFLATE_STEP: Final = 64 * 1024  # most decoded bytes from one step of inflating
+_DRAIN_LIMIT: Final = 64 * 1024  # body bytes read and dropped to keep a connection (Response.drain)
 _RETRIED: Final = frozenset({"GET", "DELETE"})  # idempotent: retried once on a dead reused connection
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _USER_AGENT: Final = "manifold"
@@ -229,6 +231,17 @@ class Response:
             if out:
                 return out
 
+    async def drain(self, seconds: float, limit: int = _DRAIN_LIMIT) -> None:
+        """Read and drop what is left of the body, for at most ``seconds`` and about ``limit``
+        bytes: a server about to end it (an SSE answer stream after its response) then leaves
+        the connection reusable; one that does not loses it when the exchange ends. Never raises."""
+        if self.complete:
+            return  # nothing more to wait for (what is buffered does not matter to the connection)
+        size = 0
+        with anyio.move_on_after(seconds), suppress(HttpError):
+            while size <= limit and (chunk := await self.read_some()):
+                size += len(chunk)
+
     async def _next(self) -> bytes:
         while not self._chunks:
             if self._error is not None:
@@ -286,10 +299,12 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._paused = False
         self._violation = ""
-        self._head_bytes = 0
+        self._head_bytes = 0  # bytes received while the head was incomplete
+        self._head_size = 0  # bytes in the header fields parsed
         self._head_done = False
         self._header_count = 0
         self._until_close = False  # the body ends when the connection does
+        self._keep_alive = False  # the server lets the connection live on after this response
 
     # ---- driven by the client
 
@@ -298,8 +313,8 @@ class _Connection(asyncio.Protocol):
         assert self._transport is not None
         self.response = Response(self)
         self._head = self.loop.create_future()
-        self.received = self._head_done = self._until_close = False
-        self._head_bytes = self._header_count = 0
+        self.received = self._head_done = self._until_close = self._keep_alive = False
+        self._head_bytes = self._head_size = self._header_count = 0
         self._transport.write(data)
         return self._head
 
@@ -312,7 +327,7 @@ class _Connection(asyncio.Protocol):
             and response.complete
             and response._error is None
             and not self._until_close
-            and self._parser.should_keep_alive()
+            and self._keep_alive
         )
 
     def pause(self) -> None:
@@ -341,8 +356,7 @@ class _Connection(asyncio.Protocol):
     # ---- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
         response = self.response
@@ -411,6 +425,11 @@ class _Connection(asyncio.Protocol):
         if self._header_count > MAX_HEADERS:
             self._violation = f"a response with more than {MAX_HEADERS} header fields"
             raise _Stop
+        # What data_received counts misses a head that arrives whole with its body in one read.
+        self._head_size += len(name) + len(value)
+        if self._head_size > MAX_HEAD:
+            self._violation = f"a response head longer than {MAX_HEAD} bytes"
+            raise _Stop
         assert self.response is not None
         headers = self.response.headers
         key = name.decode("latin-1").lower()
@@ -446,6 +465,7 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         if self._head_done:
             assert self.response is not None
+            self._keep_alive = self._parser.should_keep_alive()  # llhttp forgets it after this call
             self.response._end()
 
 

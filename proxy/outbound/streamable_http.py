@@ -38,6 +38,7 @@ from proxy.outbound._http_common import (
     JSON,
     MAX_BODY,
     SSE,
+    STREAM_END_WAIT,
     TRANSPORT_ERRORS,
     Decoded,
     EventReader,
@@ -357,6 +358,8 @@ class _StreamableHttpLink:
         """Read the SSE answer to one request, resuming with Last-Event-ID if the stream breaks."""
         reader = EventReader(response, limit=self._max_bytes)
         read = await self._read(reader, request_id)
+        if read.answer is not None:  # delivered already: wait for the end of the stream, bounded
+            await response.drain(STREAM_END_WAIT)
         for _ in range(_MAX_RESUMES):
             last_event_id = reader.decoder.last_event_id
             if read.answer is not None or read.unusable or last_event_id is None:
