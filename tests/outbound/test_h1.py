@@ -31,6 +31,13 @@ from tests.fixtures.spawn import answered, call, collect, handshake, running_htt
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture(params=[pytest.param({}, id="asyncio"), pytest.param({"use_uvloop": True}, id="uvloop")])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
+    """Every test on asyncio's own loop and on uvloop, the loop Manifold runs on."""
+    options: dict[str, bool] = request.param
+    return "asyncio", options
+
 JSON = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 LIMIT = 1024 * 1024
 
