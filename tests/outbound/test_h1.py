@@ -38,6 +38,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]
     options: dict[str, bool] = request.param
     return "asyncio", options
 
+
 JSON = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 LIMIT = 1024 * 1024
 
