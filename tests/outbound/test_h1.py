@@ -265,7 +265,7 @@ async def test_a_connection_the_server_closed_while_idle_is_never_handed_out() -
         await peer.send(response(b"first"))  # keep-alive by the headers, closed all the same
 
     async with raw_server(once_then_close) as server:
-        http = client(server.url)
+        http = client(server.url, idle_timeout=60)  # only the server's close ends it
         try:
             with anyio.fail_after(10):
                 assert await post(http, server.url) == (200, b"first")
@@ -483,10 +483,15 @@ async def test_more_bytes_than_content_length_leave_the_response_but_not_the_con
     assert server.accepted == 2
 
 
-async def test_a_server_speaking_unasked_on_an_idle_connection_loses_it() -> None:
+@pytest.mark.parametrize("when", ["with the response", "once the connection is idle"])
+async def test_a_server_speaking_unasked_loses_the_connection(when: str) -> None:
+    idle = anyio.Event()
+
     async def serve(peer: Peer) -> None:
         await peer.request()
         await peer.send(response(b"one"))
+        if when == "once the connection is idle":
+            await idle.wait()
         await peer.send(response(b"unasked"))
         await keep_alive(peer)
 
@@ -495,6 +500,8 @@ async def test_a_server_speaking_unasked_on_an_idle_connection_loses_it() -> Non
         try:
             with anyio.fail_after(10):
                 assert await post(http, server.url) == (200, b"one")
+                assert http.idle == 1
+                idle.set()
                 await server.closed.wait()
                 assert (await post(http, server.url))[1] != b"unasked"
         finally:
@@ -550,6 +557,22 @@ async def test_endless_headers_are_cut_off_at_the_limit() -> None:
         finally:
             http.close()
     assert sent < 64 * h1.MAX_HEAD  # stopped soon after the limit (the kernel buffers some)
+
+
+async def test_a_header_value_that_never_ends_is_cut_off_at_the_limit() -> None:
+    async def serve(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nX-Endless: ")
+        while True:  # no line end, ever: the parser would buffer all of it
+            await peer.send(b"e" * 4096)
+
+    async with raw_server(serve) as server:
+        http = client(server.url)
+        try:
+            with anyio.fail_after(10), pytest.raises(h1.ProtocolViolation, match="head longer than"):
+                await post(http, server.url)
+        finally:
+            http.close()
 
 
 async def test_a_body_past_the_limit_is_refused_whether_announced_or_not() -> None:
