@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+import socket
 import ssl
 import zlib
 from collections import deque
@@ -63,6 +64,7 @@ from contextlib import suppress
 from types import TracebackType
 from typing import Final, cast
 
+import aiohappyeyeballs
 import anyio
 import httptools
 import yarl
@@ -644,8 +646,15 @@ class Client:
         loop = asyncio.get_running_loop()
         try:
             with anyio.fail_after(self._connect_timeout):
+                infos = await loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
+                # Happy eyeballs, as aiohttp did: a host whose first address (IPv6, say) is
+                # unreachable is tried on the next after 250 ms, not after the whole timeout.
+                sock = await aiohappyeyeballs.start_connection(infos, happy_eyeballs_delay=0.25, interleave=1)
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(self, loop), self._host, self._port, ssl=self._ssl
+                    lambda: _Connection(self, loop),
+                    sock=sock,
+                    ssl=self._ssl,
+                    server_hostname=self._host if self._ssl is not None else None,
                 )
         except TimeoutError:
             raise ConnectTimeout(

@@ -3,14 +3,17 @@ relay that counts connections), and small raw-socket servers that misbehave on p
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import gzip
+import socket
 import ssl
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -793,3 +796,39 @@ async def test_a_closed_client_refuses_requests_and_its_connections_are_gone() -
             with pytest.raises(h1.HttpError, match="closed"):
                 await post(http, server.url)
     assert server.accepted == 1
+
+
+async def test_an_address_that_never_answers_is_passed_over_for_the_next_one(
+    monkeypatch: pytest.MonkeyPatch, anyio_backend: tuple[str, dict[str, bool]]
+) -> None:
+    """Happy eyeballs: the name resolves to a black hole first (a listener whose accept queue is
+    full drops every SYN), then to the server; the server is reached long before the timeout."""
+    if anyio_backend[1]:
+        pytest.skip("uvloop's loop takes no patched resolver; the connect path is the same")
+    hole = socket.create_server(("127.0.0.1", 0), backlog=0)
+    fillers = []
+    for _ in range(8):  # fill the accept queue: later SYNs are dropped, connects hang
+        filler = socket.socket()
+        filler.setblocking(False)
+        with suppress(BlockingIOError):
+            filler.connect(hole.getsockname())
+        fillers.append(filler)
+    async with raw_server(keep_alive) as server:
+        loop = asyncio.get_running_loop()
+        addresses = [hole.getsockname(), ("127.0.0.1", server.port)]
+
+        async def resolve(host: str, port: int, **_: object) -> list[tuple[Any, ...]]:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", address) for address in addresses]
+
+        monkeypatch.setattr(loop, "getaddrinfo", resolve)
+        http = h1.Client(f"http://server.test:{server.port}/mcp", server_id="t", connect_timeout=5)
+        try:
+            with anyio.fail_after(10):
+                started = anyio.current_time()
+                assert (await post(http, f"http://server.test:{server.port}/mcp"))[0] == 200
+                assert anyio.current_time() - started < 2
+        finally:
+            http.close()
+            hole.close()
+            for filler in fillers:
+                filler.close()
