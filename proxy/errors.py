@@ -35,7 +35,7 @@ operator is paged for::
 outbound transports, which do, turn it into ``ServerProtocolError`` at their edge, so that a
 server's bad message fails the request it was for (or is dropped) and is never the client's fault.
 
-Foreign exceptions (OSError, aiohttp's, anyio's stream errors, orjson's) are converted into these
+Foreign exceptions (OSError, the HTTP clients', anyio's stream errors, orjson's) are converted into these
 at the edge only. Exactly one place turns these into wire errors: ``proxy.boundary.wire_error``.
 """
 

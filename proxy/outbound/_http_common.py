@@ -1,6 +1,6 @@
-"""What the HTTP client transports share: aiohttp plumbing, the inbox behind ``receive()``,
-bounded reading and decoding of what a server sends, and the :class:`Failed` outcomes of
-requests a server will not answer.
+"""What the HTTP client transports share: the HTTP client (:mod:`proxy.outbound.h1`), the inbox
+behind ``receive()``, bounded reading and decoding of what a server sends, and the
+:class:`Failed` outcomes of requests a server will not answer.
 
 Three transports build on this module — Streamable HTTP with sessions
 (:mod:`proxy.outbound.streamable_http`), its stateless 2026-07-28 exchanges
@@ -23,12 +23,12 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-import aiohttp
 import anyio
 import anyio.abc
 
 from proxy.errors import MessageTooLarge, ProtocolError, ServerProtocolError, ServerUnavailable
-from proxy.outbound.redirects import RedirectRefused, redirect_guard
+from proxy.outbound import h1
+from proxy.outbound.redirects import RedirectRefused
 from proxy.outbound.transport import Failed, Received, unusable_answer
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
@@ -39,6 +39,7 @@ __all__ = [
     "JSON",
     "MAX_BODY",
     "SSE",
+    "STREAM_END_WAIT",
     "TRANSPORT_ERRORS",
     "Decoded",
     "EventReader",
@@ -58,15 +59,20 @@ __all__ = [
     "request_id_of",
 ]
 
-# Foreign exceptions an HTTP exchange can raise; they are turned into ours at this edge.
-# ValueError covers malformed headers. (An SSE event or a body past its size limit is ours:
-# MessageTooLarge, which the callers turn into the server's fault.) RedirectRefused is ours too,
-# raised from inside aiohttp's request by the redirect guard, and fails the request alike.
-TRANSPORT_ERRORS: Final = (aiohttp.ClientError, OSError, TimeoutError, ValueError, RedirectRefused)
+# Foreign exceptions an HTTP exchange can raise (h1's docstring draws them); they are turned into
+# ours at this edge. ValueError covers a URL or header that cannot be sent. (An SSE event or a body
+# past its size limit is ours: MessageTooLarge, which the callers turn into the server's fault.)
+# RedirectRefused is ours too, raised by the client when a server redirects elsewhere, and fails
+# the request alike.
+TRANSPORT_ERRORS: Final = (h1.HttpError, OSError, TimeoutError, ValueError, RedirectRefused)
 SSE: Final = "text/event-stream"
 JSON: Final = "application/json"
 ACCEPT_BOTH: Final = f"{JSON}, {SSE}"
 MAX_BODY: Final = 16 * 1024 * 1024  # bytes in one JSON body from a server (as in one SSE event)
+# Seconds an SSE answer stream is read on past its response, for the server's end of it: a
+# stream that ends leaves its connection reusable, one that is cut off loses it (a new TCP
+# connection, per request, for a server that answers in SSE).
+STREAM_END_WAIT: Final = 0.1
 _MAX_ERROR_BODY: Final = 64 * 1024
 
 
@@ -164,7 +170,7 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-async def error_body(response: aiohttp.ClientResponse) -> tuple[dict[str, Any] | None, bytes]:
+async def error_body(response: h1.Response) -> tuple[dict[str, Any] | None, bytes]:
     """The JSON-RPC ``error`` object in an HTTP error's body, if it holds one, and the body read.
 
     Lenient about the id (null, or missing altogether: the server could not or did not read the
@@ -172,7 +178,7 @@ async def error_body(response: aiohttp.ClientResponse) -> tuple[dict[str, Any] |
     start is worth anything.
     """
     try:
-        body = await response.content.read(_MAX_ERROR_BODY)
+        body = (await response.read(_MAX_ERROR_BODY))[:_MAX_ERROR_BODY]
     except TRANSPORT_ERRORS:
         return None, b""
     try:
@@ -193,7 +199,7 @@ async def error_body(response: aiohttp.ClientResponse) -> tuple[dict[str, Any] |
 async def http_failure(
     server_id: str,
     request_id: RequestId,
-    response: aiohttp.ClientResponse,
+    response: h1.Response,
     said: tuple[dict[str, Any] | None, bytes] | None = None,
 ) -> Message | Failed:
     """The outcome of a request whose POST got an HTTP error status.
@@ -210,27 +216,23 @@ async def http_failure(
     return failure(server_id, request_id, status + detail)
 
 
-async def read_body(response: aiohttp.ClientResponse, limit: int = MAX_BODY) -> bytes:
+async def read_body(response: h1.Response, limit: int = MAX_BODY) -> bytes:
     """The whole body, read at most ``limit`` bytes far (``limits.max_server_message_bytes``).
 
-    A Content-Length is trusted only for an unencoded body: aiohttp inflates a gzip/deflate/br
-    body as it reads, so a small compressed length can stand for any size once decoded.
+    A Content-Length is trusted only for an unencoded body: a gzip/deflate body is inflated as it
+    is read, so a small compressed length can stand for any size once decoded.
 
     Raises:
         MessageTooLarge: the body is longer than ``limit`` (says so, or turned out so).
-        aiohttp.ClientError, OSError: the connection broke.
+        HttpError, OSError: the connection broke.
     """
     length = response.content_length
-    if length is not None and response.headers.get("Content-Encoding", "identity") == "identity":
-        if length > limit:
-            raise MessageTooLarge("a JSON body", limit="max_server_message_bytes", maximum=limit)
-        return await response.read()  # the usual case, on the hot path: one read, no copy
-    body = bytearray()
-    while chunk := await response.content.readany():
-        body += chunk
-        if len(body) > limit:
-            raise MessageTooLarge("a JSON body", limit="max_server_message_bytes", maximum=limit)
-    return bytes(body)
+    if length is not None and response.encoding is None and length > limit:
+        raise MessageTooLarge("a JSON body", limit="max_server_message_bytes", maximum=limit)
+    body = await response.read(limit)  # the usual case, on the hot path: all here, no copy
+    if len(body) > limit:
+        raise MessageTooLarge("a JSON body", limit="max_server_message_bytes", maximum=limit)
+    return body
 
 
 class Decoded(NamedTuple):
@@ -283,34 +285,27 @@ def request_id_of(message: Message) -> RequestId | None:
 
 @asynccontextmanager
 async def client_session(
-    headers: Mapping[str, str] | None, connect_timeout: float, *, server_id: str
-) -> AsyncIterator[aiohttp.ClientSession]:
-    """An aiohttp session that is closed even while its owner is being cancelled, and follows
-    redirects within the configured origin only (:mod:`proxy.outbound.redirects`): the configured
+    url: str, headers: Mapping[str, str] | None, connect_timeout: float, *, server_id: str
+) -> AsyncIterator[h1.Client]:
+    """The link's HTTP client for ``url``'s origin, closed (every connection) when the link ends.
+    It follows redirects within that origin only (:mod:`proxy.outbound.redirects`): the configured
     headers never leave it, and https never drops to http."""
     # Only the connect phase is bounded here: a request may legitimately take long (the caller's
     # request timeout covers that), and a GET stream or a 2026-07-28 subscriptions/listen stream
     # lives as long as the link. No pool limit: each in-flight request holds a connection while it
     # streams, and the caller bounds how many.
-    timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_connect=connect_timeout)
-    http = aiohttp.ClientSession(
-        headers=dict(headers or {}),
-        timeout=timeout,
-        connector=aiohttp.TCPConnector(limit=0),
-        middlewares=(redirect_guard(server_id),),
-    )
+    http = h1.Client(url, headers, server_id=server_id, connect_timeout=connect_timeout)
     try:
         yield http
     finally:
-        with anyio.CancelScope(shield=True):
-            await http.close()
+        http.close()
 
 
 class EventReader:
-    """SSE events from one aiohttp response, one at a time."""
+    """SSE events from one HTTP response, one at a time."""
 
     def __init__(
-        self, response: aiohttp.ClientResponse, decoder: SSEDecoder | None = None, *, limit: int = MAX_BODY
+        self, response: h1.Response, decoder: SSEDecoder | None = None, *, limit: int = MAX_BODY
     ) -> None:
         """``limit`` bounds one event (``limits.max_server_message_bytes``) unless ``decoder`` is given."""
         self._response = response
@@ -322,11 +317,11 @@ class EventReader:
         """The next event, or None at the end of the stream.
 
         Raises:
-            aiohttp.ClientError, OSError: the connection broke.
+            HttpError, OSError: the connection broke.
             MessageTooLarge: an event grew past the decoder's limit (the stream is unusable).
         """
         while not self._pending:
-            chunk = await self._response.content.readany()
+            chunk = await self._response.read_some()
             if not chunk:
                 return None
             self._pending.extend(self.decoder.feed(chunk))

@@ -21,15 +21,16 @@ import logging
 from collections.abc import Mapping
 from typing import Final
 
-import aiohttp
 import anyio
 import anyio.abc
 
 from proxy.errors import HEADER_MISMATCH, MISSING_CAPABILITY, UNSUPPORTED_VERSION, MessageTooLarge
+from proxy.outbound import h1
 from proxy.outbound._http_common import (
     ACCEPT_BOTH,
     JSON,
     SSE,
+    STREAM_END_WAIT,
     TRANSPORT_ERRORS,
     EventReader,
     Inbox,
@@ -87,7 +88,7 @@ def request_headers(message: Message, extra: Mapping[str, str] | None = None) ->
 
 
 async def stateless_http_failure(
-    server_id: str, request_id: RequestId, response: aiohttp.ClientResponse
+    server_id: str, request_id: RequestId, response: h1.Response
 ) -> tuple[Message | Failed, bool]:
     """The outcome of a stateless request whose POST got an HTTP error status, and whether it is an
     answer only a 2026-07-28 server gives (:data:`STATELESS_ERRORS`).
@@ -112,7 +113,7 @@ class StatelessExchanges:
         self,
         server_id: str,
         url: str,
-        http: aiohttp.ClientSession,
+        http: h1.Client,
         tg: anyio.abc.TaskGroup,
         inbox: Inbox,
         log: logging.LoggerAdapter[logging.Logger],
@@ -166,9 +167,9 @@ class StatelessExchanges:
         try:
             with scope:
                 # Leaving this block before the body's end (a cancel) closes the connection: the
-                # response is unfinished, so aiohttp will not return it to the pool.
-                async with self._http.post(
-                    self._url, data=data, headers=request_headers(message, headers)
+                # response is unfinished, so the client will not return it to the pool.
+                async with self._http.request(
+                    "POST", self._url, body=data, headers=request_headers(message, headers)
                 ) as response:
                     await self._answer(response, request_id, probe)
         except TRANSPORT_ERRORS as exc:
@@ -185,9 +186,7 @@ class StatelessExchanges:
                 "server %r: request %r cancelled: its POST was closed", self._server_id, request_id
             )
 
-    async def _answer(
-        self, response: aiohttp.ClientResponse, request_id: RequestId, probe: Probe | None
-    ) -> None:
+    async def _answer(self, response: h1.Response, request_id: RequestId, probe: Probe | None) -> None:
         status, content_type = response.status, response.content_type
         if not 200 <= status < 300:
             answer, stateless = await stateless_http_failure(self._server_id, request_id, response)
@@ -200,6 +199,8 @@ class StatelessExchanges:
             error = await self._read_stream(EventReader(response, limit=self._max_bytes), request_id)
             if error is not None:
                 self._fail(request_id, f"the SSE stream ended before the response ({error})")
+            else:  # delivered already: wait for the end of the stream, bounded
+                await response.drain(STREAM_END_WAIT)
         elif content_type == JSON:
             body = await read_body(response, self._max_bytes)
             decoded = messages_in(body, self._server_id, self._log, max_depth=self._max_depth)

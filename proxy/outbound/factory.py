@@ -39,7 +39,7 @@ def transport_for(
         )
     assert server.url is not None
     assert server.transport != "stdio"
-    from proxy.outbound.http import http_transport  # aiohttp loads only when an HTTP server is configured
+    from proxy.outbound.http import http_transport  # loads only when an HTTP server is configured
 
     return http_transport(
         server.id,

@@ -12,10 +12,11 @@ refused, not followed:
 - a ``Location`` carrying credentials (``user:pass@``), or a scheme other than http(s): refused;
 - a 301/302/303 answer to anything but GET/HEAD: refused, because it turns the request into a
   GET and drops its body (the MCP message); 307 and 308 keep method and body and are followed;
-- within the origin: followed with every header, at most 10 hops (aiohttp's ``max_redirects``).
+- within the origin: followed with every header, at most 10 requests in a row
+  (:data:`proxy.outbound.h1.MAX_REDIRECTS`).
 
-:func:`refusal` decides (pure); :func:`redirect_guard` enforces it as an aiohttp client
-middleware, which runs once per hop, before aiohttp would follow: a refused hop is never sent.
+:func:`refusal` decides (pure); :func:`follow` enforces it for the HTTP client
+(:mod:`proxy.outbound.h1`), once per hop, before it would follow: a refused hop is never sent.
 The refusal is logged (warning, URLs redacted) and raised as :class:`RedirectRefused`, which the
 transports turn into the request's :class:`~proxy.errors.ServerUnavailable` like any other
 transport failure.
@@ -26,17 +27,15 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-import aiohttp
 import yarl
-from aiohttp.client_middlewares import ClientHandlerType, ClientMiddlewareType
 
 from proxy.redaction import redact_url
 
-__all__ = ["REDIRECTS", "RedirectRefused", "redirect_guard", "refusal", "same_origin"]
+__all__ = ["REDIRECTS", "RedirectRefused", "follow", "refusal", "same_origin"]
 
 logger = logging.getLogger("proxy.outbound.redirects")
 
-REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})  # the statuses aiohttp follows
+REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})  # the statuses that are followed
 _KEEP_METHOD: Final = frozenset({307, 308})
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD"})
 _SCHEMES: Final = frozenset({"http", "https"})
@@ -51,7 +50,7 @@ def refusal(method: str, status: int, source: yarl.URL, location: str | None) ->
     or None when it may be (within the origin, method and body kept). URLs in the reason are
     redacted."""
     if status not in REDIRECTS or location is None:
-        return None  # not a redirect aiohttp would follow
+        return None  # not a redirect that would be followed
     shown = redact_url(location)
     try:
         given = yarl.URL(location)
@@ -88,27 +87,22 @@ def same_origin(one: yarl.URL, other: yarl.URL) -> bool:
     )
 
 
-def redirect_guard(server_id: str) -> ClientMiddlewareType:
-    """An aiohttp client middleware that refuses, before it is followed, every redirect
-    :func:`refusal` names, logging it as ``server_id``'s."""
+def follow(server_id: str, method: str, status: int, source: yarl.URL, location: str) -> yarl.URL:
+    """Where the redirect ``status`` → ``location`` of ``method`` ``source`` goes, if it may be
+    followed (:func:`refusal`).
 
-    async def guard(request: aiohttp.ClientRequest, handler: ClientHandlerType) -> aiohttp.ClientResponse:
-        response = await handler(request)
-        if response.status in REDIRECTS:
-            # aiohttp follows a URI header where Location is missing: so must the check.
-            location = response.headers.get("Location") or response.headers.get("URI")
-            why = refusal(request.method, response.status, request.url, location)
-            if why is not None:
-                response.close()
-                logger.warning(
-                    "server %r: %s %s: redirect refused: %s",
-                    server_id,
-                    request.method,
-                    redact_url(str(request.url)),
-                    why,
-                    extra={"server_id": server_id},
-                )
-                raise RedirectRefused(f"redirect refused: {why}")
-        return response
-
-    return guard
+    Raises:
+        RedirectRefused: it may not; the refusal is logged as ``server_id``'s first.
+    """
+    why = refusal(method, status, source, location)
+    if why is not None:
+        logger.warning(
+            "server %r: %s %s: redirect refused: %s",
+            server_id,
+            method,
+            redact_url(str(source)),
+            why,
+            extra={"server_id": server_id},
+        )
+        raise RedirectRefused(f"redirect refused: {why}")
+    return source.join(yarl.URL(location))

@@ -1,4 +1,4 @@
-"""The legacy HTTP+SSE client transport (protocol revision 2024-11-05), over aiohttp.
+"""The legacy HTTP+SSE client transport (protocol revision 2024-11-05), over :mod:`proxy.outbound.h1`.
 
 The client GETs the SSE URL; the server's first event (``endpoint``) names the URL to POST
 messages to, and every server→client message, responses included, arrives on that one stream
@@ -19,12 +19,12 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
-import aiohttp
 import anyio
 import anyio.abc
 import yarl
 
 from proxy.errors import MessageTooLarge, ServerProtocolError, ServerUnavailable
+from proxy.outbound import h1
 from proxy.outbound._http_common import (
     JSON,
     MAX_BODY,
@@ -90,7 +90,9 @@ class LegacySseTransport:
         owned, inbox = inbox is None, inbox if inbox is not None else Inbox(self._server_id)
         try:
             async with (
-                client_session(self._headers, self._connect_timeout, server_id=self._server_id) as http,
+                client_session(
+                    str(self._url), self._headers, self._connect_timeout, server_id=self._server_id
+                ) as http,
                 owned_task_group() as tg,
             ):
                 endpoint: yarl.URL = await tg.start(self._listen, http, inbox)
@@ -105,12 +107,14 @@ class LegacySseTransport:
                 inbox.shut()
 
     async def _listen(
-        self, http: aiohttp.ClientSession, inbox: Inbox, *, task_status: anyio.abc.TaskStatus[yarl.URL]
+        self, http: h1.Client, inbox: Inbox, *, task_status: anyio.abc.TaskStatus[yarl.URL]
     ) -> None:
         async with AsyncExitStack() as stack:
             try:
                 with anyio.fail_after(self._connect_timeout):
-                    response = await stack.enter_async_context(http.get(self._url, headers={"Accept": SSE}))
+                    response = await stack.enter_async_context(
+                        http.request("GET", str(self._url), headers={"Accept": SSE})
+                    )
                     if response.status != 200 or response.content_type != SSE:
                         raise ServerUnavailable(
                             self._server_id,
@@ -168,7 +172,7 @@ class _LegacySseLink:
     def __init__(
         self,
         server_id: str,
-        http: aiohttp.ClientSession,
+        http: h1.Client,
         endpoint: yarl.URL,
         inbox: Inbox,
         log: logging.LoggerAdapter[logging.Logger],
@@ -202,7 +206,9 @@ class _LegacySseLink:
             return
         data = jsonrpc.encode(message)
         try:
-            async with self._http.post(self._endpoint, data=data, headers={"Content-Type": JSON}) as response:
+            async with self._http.request(
+                "POST", str(self._endpoint), body=data, headers={"Content-Type": JSON}
+            ) as response:
                 if 200 <= response.status < 300:
                     return
                 if request_id is not None:

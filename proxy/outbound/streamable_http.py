@@ -1,8 +1,9 @@
 """The Streamable HTTP client transport: sessions (2025-03-26 … 2025-11-25) and 2026-07-28 alike.
 
-One long-lived aiohttp session (a keep-alive pool) per link. Each request is POSTed from its
-own task in the link's task group, so ``send`` returns at once and many requests are in flight;
-the answer comes back as a JSON body or an SSE stream and is queued for ``receive``.
+One long-lived HTTP client (:mod:`proxy.outbound.h1`, a keep-alive pool) per link. Each request
+is POSTed from its own task in the link's task group, so ``send`` returns at once and many
+requests are in flight; the answer comes back as a JSON body or an SSE stream and is queued
+for ``receive``.
 
 A link serves both protocol eras, per message, because its caller finds out which one the
 server speaks by trying: a request carrying the 2026-07-28 envelope goes to
@@ -27,16 +28,17 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
-import aiohttp
 import anyio
 import anyio.abc
 
 from proxy.errors import MessageTooLarge, ServerUnavailable
+from proxy.outbound import h1
 from proxy.outbound._http_common import (
     ACCEPT_BOTH,
     JSON,
     MAX_BODY,
     SSE,
+    STREAM_END_WAIT,
     TRANSPORT_ERRORS,
     Decoded,
     EventReader,
@@ -122,7 +124,7 @@ class StreamableHttpTransport:
         owned, inbox = inbox is None, inbox if inbox is not None else Inbox(self._server_id)
         try:
             async with client_session(
-                self._headers, self._connect_timeout, server_id=self._server_id
+                self._url, self._headers, self._connect_timeout, server_id=self._server_id
             ) as http:
                 link: _StreamableHttpLink | None = None
                 try:
@@ -154,7 +156,7 @@ class _StreamableHttpLink:
         self,
         server_id: str,
         url: str,
-        http: aiohttp.ClientSession,
+        http: h1.Client,
         tg: anyio.abc.TaskGroup,
         inbox: Inbox,
         connect_timeout: float,
@@ -282,7 +284,7 @@ class _StreamableHttpLink:
         session_id = None if initialize else self.session_id  # a new session starts without one
         headers = with_extra(self._headers(session_id, initialize=initialize), extra)
         try:
-            async with self._http.post(self._url, data=data, headers=headers) as response:
+            async with self._http.request("POST", self._url, body=data, headers=headers) as response:
                 if session_id is None or not may_renew or response.status not in (400, 404):
                     return await self._answer(response, message, probe)
                 said = await error_body(response)
@@ -305,7 +307,7 @@ class _StreamableHttpLink:
 
     async def _answer(
         self,
-        response: aiohttp.ClientResponse,
+        response: h1.Response,
         message: Message,
         probe: Probe | None,
         said: tuple[dict[str, Any] | None, bytes] | None = None,
@@ -316,7 +318,7 @@ class _StreamableHttpLink:
         if (
             message.get("method") == "initialize"
             and status == 200
-            and (session_id := response.headers.get(_SESSION))
+            and (session_id := response.header(_SESSION))
         ):
             self.session_id = session_id
         if probe is not None and request_id is not None and _not_streamable(status, content_type):
@@ -352,10 +354,12 @@ class _StreamableHttpLink:
             probe.settle(Verdict.SPEAKS)
         return await self._read_answer_stream(response, request_id)
 
-    async def _read_answer_stream(self, response: aiohttp.ClientResponse, request_id: RequestId) -> bool:
+    async def _read_answer_stream(self, response: h1.Response, request_id: RequestId) -> bool:
         """Read the SSE answer to one request, resuming with Last-Event-ID if the stream breaks."""
         reader = EventReader(response, limit=self._max_bytes)
         read = await self._read(reader, request_id)
+        if read.answer is not None:  # delivered already: wait for the end of the stream, bounded
+            await response.drain(STREAM_END_WAIT)
         for _ in range(_MAX_RESUMES):
             last_event_id = reader.decoder.last_event_id
             if read.answer is not None or read.unusable or last_event_id is None:
@@ -372,7 +376,7 @@ class _StreamableHttpLink:
             decoder.last_event_id = last_event_id
             headers = self._headers(self.session_id, accept=SSE, last_event_id=last_event_id)
             try:
-                async with self._http.get(self._url, headers=headers) as resumed:
+                async with self._http.request("GET", self._url, headers=headers) as resumed:
                     if resumed.status != 200 or resumed.content_type != SSE:
                         read = _Read(None, None, f"resuming the stream got HTTP {resumed.status}")
                         break
@@ -499,10 +503,12 @@ class _StreamableHttpLink:
             ServerUnavailable, or a transport error: the new session could not be set up.
         """
         headers = self._headers(None, initialize=True)
-        async with self._http.post(self._url, data=jsonrpc.encode(replay), headers=headers) as response:
+        async with self._http.request(
+            "POST", self._url, body=jsonrpc.encode(replay), headers=headers
+        ) as response:
             if response.status != 200:
                 raise ServerUnavailable(self._server_id, f"initialize got HTTP {response.status}")
-            session_id = response.headers.get(_SESSION)
+            session_id = response.header(_SESSION)
             if response.content_type == SSE:
                 reader = EventReader(response, limit=self._max_bytes)
                 answer = (await self._read(reader, replay["id"], capture=True)).answer
@@ -514,8 +520,8 @@ class _StreamableHttpLink:
         self._note_version(answer)
         # Published only after `initialized`: requests must not reach the new session before it.
         initialized = jsonrpc.encode(jsonrpc.notification("notifications/initialized"))
-        async with self._http.post(
-            self._url, data=initialized, headers=self._headers(session_id)
+        async with self._http.request(
+            "POST", self._url, body=initialized, headers=self._headers(session_id)
         ) as response:
             if response.status >= 300:
                 raise ServerUnavailable(
@@ -533,7 +539,7 @@ class _StreamableHttpLink:
             retry_ms: int | None = None
             try:
                 headers = self._headers(session_id, accept=SSE, last_event_id=last_event_id)
-                async with self._http.get(self._url, headers=headers) as response:
+                async with self._http.request("GET", self._url, headers=headers) as response:
                     if response.status == 405:
                         self._log.debug("server %r offers no GET stream", self._server_id)
                         return
@@ -571,7 +577,8 @@ class _StreamableHttpLink:
             return
         with anyio.move_on_after(_DELETE_TIMEOUT, shield=True):
             try:
-                async with self._http.delete(self._url, headers=self._headers(self.session_id, accept=JSON)):
+                headers = self._headers(self.session_id, accept=JSON)
+                async with self._http.request("DELETE", self._url, headers=headers):
                     pass
             except TRANSPORT_ERRORS as exc:
                 self._log.debug("server %r: DELETE of the session failed: %s", self._server_id, describe(exc))

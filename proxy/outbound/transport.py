@@ -10,7 +10,7 @@ except where its wire format forces it to (the Streamable HTTP session, the head
         message, related = await link.receive()
 
 Foreign exceptions are converted at this edge: a transport raises only our own errors, never
-OSError, aiohttp, anyio stream or orjson errors. It makes up no answers either: where it knows
+OSError, HTTP client, anyio stream or orjson errors. It makes up no answers either: where it knows
 that one request of ours will never be answered (its POST failed, the server's reply to it was
 unusable), ``receive`` hands out a :class:`Failed` for it, carrying the error to raise.
 
