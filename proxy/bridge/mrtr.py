@@ -57,11 +57,11 @@ class Rounds:
             InvalidRequestState: the retry's state is not one Manifold issued for this request
                 and this caller (or is stale).
         """
-        boundary = boundary_of(ctx)
-        params = self._unsealed(ctx, boundary)
+        params = self._unsealed(ctx)
         result = await connection.request(ctx.method, params, relay=ctx.caller)
         if is_input_required(result) and isinstance(result.get("requestState"), str):
-            result = {**result, "requestState": self._states.seal(boundary, "server", result["requestState"])}
+            sealed = self._states.seal(boundary_of(ctx), "server", result["requestState"])
+            result = {**result, "requestState": sealed}
         return result
 
     async def unroll(self, connection: ServerConnection, ctx: CallContext) -> Any:
@@ -75,7 +75,7 @@ class Rounds:
             InvalidRequestState: the client sent a ``requestState`` that is not one Manifold
                 issued for this request and this caller.
         """
-        params = self._unsealed(ctx, boundary_of(ctx))
+        params = self._unsealed(ctx)
         pause = _STATE_ONLY_PAUSE[0]
         for _ in range(self._max_rounds):
             result = await connection.request(ctx.method, params, relay=ctx.caller)
@@ -96,16 +96,18 @@ class Rounds:
             f"still needed input after {self._max_rounds} rounds of {ctx.method}; Manifold gave up",
         )
 
-    def _unsealed(self, ctx: CallContext, boundary: Boundary) -> dict[str, Any]:
+    def _unsealed(self, ctx: CallContext) -> dict[str, Any]:
         """The caller's params for the server: a ``requestState`` in them unwrapped from
         Manifold's seal, the server's own state again.
 
         Raises:
-            InvalidRequestState: it is not a server's state Manifold sealed for ``boundary``.
+            InvalidRequestState: it is not a server's state Manifold sealed for this request.
         """
         params = dict(ctx.params)
         if "requestState" in params:
-            sealed = self._states.open(params["requestState"], boundary)
+            # The boundary (a digest of the arguments) only when there is a state to check:
+            # most calls carry none, and digesting every call's arguments was a cost on each.
+            sealed = self._states.open(params["requestState"], boundary_of(ctx))
             if sealed.kind != "server":
                 raise InvalidRequestState()
             params["requestState"] = sealed.payload

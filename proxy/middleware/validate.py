@@ -94,6 +94,10 @@ class Validate:
         return result
 
     async def _run(self, check: Check, value: object, name: str) -> list[str]:
+        if not check.backtracks and _encoded_size(value) <= self._in_thread_bytes:
+            # Inline, on the loop: nothing to wait for, so no deadline scope either (a scope
+            # cannot stop code that never awaits, and one per call was a cost on every call).
+            return check(value)
         with anyio.move_on_after(self._check_seconds):
             # A client's cancel or the deadline ends the wait at once: a process is killed, a
             # thread is abandoned (it finishes on its own, holding its slot until then).
@@ -110,8 +114,6 @@ class Validate:
                     cancellable=True,
                     limiter=self._processes,
                 )
-            if _encoded_size(value) <= self._in_thread_bytes:
-                return check(value)
             self.threaded += 1
             return await anyio.to_thread.run_sync(check, value, limiter=self._threads, abandon_on_cancel=True)
         return [

@@ -66,7 +66,20 @@ class Child:
         self._pidfd: int | None = None
         with contextlib.suppress(AttributeError, OSError):  # not Linux, or a kernel before 5.3
             self._pidfd = os.pidfd_open(self.pid)
-        self._unsent: memoryview | None = None  # the rest of a line whose writer was cancelled
+        # Writes to stdin (see write): the lines no writer took yet, numbered in the order they
+        # came; whether a task is writing; how far the numbered lines are written, or were lost.
+        self._queue: list[tuple[int, bytes]] = []
+        self._numbered = 0
+        self._writing = False
+        self._written = 0
+        self._lost: tuple[int, OSError | anyio.ClosedResourceError] | None = None
+        self._progress: anyio.Event | None = None  # set when a write ends: waiters look again
+        # What a writer took and has not written yet: the rest of it once a byte went out (it goes
+        # out first on the next write, so that no line is cut in two), the number of its last
+        # line, and the lines themselves while not a byte of them went out.
+        self._unsent: memoryview | None = None
+        self._unsent_upto = 0
+        self._untouched: list[tuple[int, bytes]] | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -114,33 +127,95 @@ class Child:
             return data
 
     async def write(self, data: bytes) -> None:
-        """Write all of ``data`` to stdin. One writer at a time (the caller holds a lock).
+        """Write all of ``data`` (whole lines) to stdin; writers may call at the same time.
 
-        If a writer is cancelled midway, what it left unwritten goes out first on the next call,
-        so that no line on the pipe is ever cut in two.
+        Lines go out in the order their writers called, and together when they meet: the first
+        writer writes at once (no wait for company, so one request alone is not delayed), then
+        holds the pipe for one more turn of the event loop; the lines of writers that came
+        meanwhile go out in one write(2) (under load, requests become ready in the same turn).
+
+        A line whose writer is cancelled before a byte of it went out is not written; once one
+        did, the rest goes out first on the next write, so that no line on the pipe is ever cut
+        in two. Back-pressure holds: no writer returns before the pipe took its line, so a server
+        that stops reading stops its writers, and nothing is held but their waiting lines.
 
         Raises:
             anyio.ClosedResourceError: stdin is closed (by us).
             OSError: the process's end of the pipe is closed (EPIPE).
         """
-        if self._unsent is not None:
-            await self._write_all(self._unsent, begun=True)
-        await self._write_all(memoryview(data), begun=False)
-
-    async def _write_all(self, view: memoryview, *, begun: bool) -> None:
-        while view:
-            fd = self._fd("stdin")
+        self._numbered += 1
+        number = self._numbered
+        entry = (number, data)
+        self._queue.append(entry)
+        try:
+            while self._writing:  # another writer will take it
+                if self._progress is None:
+                    self._progress = anyio.Event()
+                await self._progress.wait()
+                if self._written >= number:
+                    return
+                self._raise_if_lost(number)
+            self._raise_if_lost(number)
+            if self._written >= number:
+                return
+            self._writing = True
             try:
-                written = os.write(fd, view)
-            except BlockingIOError:
-                written = 0
-            if written:
-                begun = True
-                view = view[written:]
-            if view:
-                self._unsent = view if begun else None
-                await anyio.wait_writable(fd)
-        self._unsent = None
+                await self._flush()
+                await anyio.lowlevel.checkpoint()  # company may come meanwhile: it goes out in one
+                await self._flush()
+            finally:
+                self._writing = False
+                self._wake()  # a waiter takes over what is left
+        except BaseException:
+            if entry in self._queue:  # its writer was cancelled before it was taken: not written
+                self._queue.remove(entry)
+            raise
+
+    async def _flush(self) -> None:
+        """Write what a cancelled writer left unsent, then every line queued, in one write."""
+        if self._unsent is None and self._queue:
+            taken, self._queue = self._queue, []
+            data = taken[0][1] if len(taken) == 1 else b"".join(line for _, line in taken)
+            self._unsent, self._unsent_upto, self._untouched = memoryview(data), taken[-1][0], taken
+        if self._unsent is None:
+            return
+        try:
+            while self._unsent:
+                fd = self._fd("stdin")
+                try:
+                    written = os.write(fd, self._unsent)
+                except BlockingIOError:
+                    written = 0
+                if written:
+                    self._untouched = None
+                    self._unsent = self._unsent[written:]
+                if self._unsent:
+                    await anyio.wait_writable(fd)
+        except (OSError, anyio.ClosedResourceError) as exc:
+            self._lost = (self._unsent_upto, exc)  # their writers raise it too
+            self._unsent = self._untouched = None
+            raise
+        except BaseException:
+            if self._untouched is not None:  # not a byte went out: back to the queue, in order
+                self._queue[:0] = self._untouched
+                self._unsent = self._untouched = None
+            raise
+        self._written = self._unsent_upto
+        self._unsent = self._untouched = None
+        self._wake()
+
+    def _raise_if_lost(self, number: int) -> None:
+        """Raise what failed the write that held line ``number``, if one did."""
+        if self._lost is not None and number <= self._lost[0]:
+            failure = self._lost[1]
+            if isinstance(failure, OSError):
+                raise OSError(failure.errno, failure.strerror)
+            raise anyio.ClosedResourceError
+
+    def _wake(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
+            self._progress = None
 
     def signal_group(self, sig: signal.Signals) -> bool:
         """Send ``sig`` to the process group; False if no process is left in it."""

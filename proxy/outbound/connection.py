@@ -38,6 +38,7 @@ caller (``answer_error``), as does the counter of internal errors (``on_internal
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import functools
@@ -47,7 +48,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import anyio
@@ -141,7 +142,10 @@ def backoff_delay(attempt: int, *, base: float = 0.5, cap: float = 30.0, jitter:
 @dataclass(slots=True)
 class _Pending:
     relay: Relay | None
-    event: anyio.Event = field(default_factory=anyio.Event)
+    # Resolved once: False when answered or failed (see response, failure), True when timed out.
+    # A bare future and a timer rather than an anyio Event under move_on_after: this wait is on
+    # every call, and the scope and event cost several times more (the backend is asyncio).
+    outcome: asyncio.Future[bool]
     response: Message | None = None
     failure: ServerUnavailable | None = None
     progress_token: Any = None  # the client's own token, when the request carried one
@@ -432,11 +436,11 @@ class ServerConnection:
         """Hand request ``request_id`` its outcome; a second outcome for it, or one for an id
         that is not waiting, is dropped."""
         slot = self._pending.get(request_id) if type(request_id) is int else None
-        if slot is None or slot.event.is_set():
+        if slot is None or slot.outcome.done():
             logger.debug("server %s: dropped an answer to unknown id %r", self.server_id, request_id)
             return
         slot.response, slot.failure = response, failure
-        slot.event.set()
+        slot.outcome.set_result(False)
 
     def _notification(self, message: Message, related: RequestId | None) -> None:
         method = message["method"]
@@ -633,7 +637,8 @@ class ServerConnection:
     ) -> Any:
         """``era``: speak this era whatever the server is thought to be (negotiation)."""
         request_id = next(self._ids)
-        slot = _Pending(relay)
+        loop = asyncio.get_running_loop()
+        slot = _Pending(relay, loop.create_future())
         if (era or self.era) is Era.STATELESS:
             params = dict(params or {})
             params["_meta"] = {**(params.get("_meta") or {}), **envelope(relay)}
@@ -652,9 +657,14 @@ class ServerConnection:
             headers = param_headers(specs, arguments if isinstance(arguments, dict) else {})
         try:
             await link.send(jsonrpc.request(request_id, method, params), headers=headers)
-            with anyio.move_on_after(timeout) as waited:
-                await slot.event.wait()
-            if waited.cancelled_caught:
+            # math.inf (a listen stream) has no timer: it waits for its answer or its end.
+            timer = loop.call_later(timeout, _time_out, slot.outcome) if timeout < math.inf else None
+            try:
+                timed_out = await slot.outcome
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if timed_out:
                 await self._cancel(link, request_id, "timeout")
                 raise ServerTimeout(self.server_id, method, timeout)
         except anyio.get_cancelled_exc_class():
@@ -686,13 +696,18 @@ class ServerConnection:
         """Fail every request in flight that is still waiting with ``failure``: each with its own
         instance, since each waiter raises it (a shared one would gather every waiter's frames)."""
         for slot in self._pending.values():
-            if not slot.event.is_set():
+            if not slot.outcome.done():
                 slot.failure = _copy_of(failure)
-                slot.event.set()
+                slot.outcome.set_result(False)
 
     def _set_state(self, state: ServerState, reason: str | None) -> None:
         self.state, self.reason = state, reason
         self._listener.state_changed(self.server_id, state, reason)
+
+
+def _time_out(outcome: asyncio.Future[bool]) -> None:
+    if not outcome.done():
+        outcome.set_result(True)
 
 
 def _copy_of(failure: ServerUnavailable) -> ServerUnavailable:

@@ -60,7 +60,6 @@ class _StdioLink:
         self._max_depth = max_depth
         self._lines = LineBuffer(max_line, keep=KEEP)
         self._ready: deque[bytes | LineTooLong] = deque()
-        self._send_lock = anyio.Lock()
         self._closed_reason: str | None = None
 
     def exited(self, code: int) -> None:
@@ -79,8 +78,7 @@ class _StdioLink:
         # Encoded before the lock: a message that cannot go out holds no one up.
         data = jsonrpc.encode(message) + b"\n"
         try:
-            async with self._send_lock:
-                await self._child.write(data)
+            await self._child.write(data)  # concurrent sends are ordered, and coalesced, there
         except anyio.ClosedResourceError:
             raise ServerUnavailable(self._server_id, self._closed_reason or "its stdin is closed") from None
         except OSError as exc:
