@@ -17,6 +17,7 @@ on); the transport maps them to ``ServerUnavailable``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -30,8 +31,83 @@ import anyio.lowlevel
 __all__ = ["Child"]
 
 _READ_CHUNK: Final = 65536
+_BUFFERED: Final = 4 * _READ_CHUNK  # unread bytes from one pipe before it is left unread a while
 _POLL_EXIT: Final = 0.25  # seconds between looks at the child where no pidfd tells us of its exit
 _POLL_STOP: Final = 0.01  # seconds between looks at a child being stopped (a short, bounded wait)
+
+
+class _Inflow:
+    """One pipe from the child, read by the event loop into a bounded buffer.
+
+    The pipe is registered with the loop once, for as long as it is open, and a callback reads
+    it when it is readable: a read that waits costs no ``epoll_ctl`` calls (``anyio.wait_readable``
+    adds and removes the descriptor each time: two syscalls, one of them often failing, per
+    message on the call path). Past :data:`_BUFFERED` unread bytes the pipe is left unread until
+    the reader catches up, so a server that writes without pause is held back by its pipe, as it
+    was when we read only on demand.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._ended = False  # the pipe's end, or an error reading it
+        self._closed = False  # closed by us
+        self._reading = True
+        self._waiter: asyncio.Future[None] | None = None
+        loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self._fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self._chunks.append(data)
+            self._size += len(data)
+            if self._size >= _BUFFERED:
+                self._pause()
+        else:
+            self._ended = True
+            self._pause()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _pause(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    async def read(self) -> bytes:
+        while not self._chunks:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            if self._ended:
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        data = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._size = 0
+        if not self._reading and not self._ended and not self._closed:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._readable)
+        return data
+
+    def close(self) -> None:
+        """Forget the pipe (its descriptor is about to close); a waiting reader is woken."""
+        self._closed = True
+        self._pause()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class Child:
@@ -77,6 +153,7 @@ class Child:
         # What a writer took and has not written yet: the rest of it once a byte went out (it goes
         # out first on the next write, so that no line is cut in two), the number of its last
         # line, and the lines themselves while not a byte of them went out.
+        self._inflows: dict[str, _Inflow] = {}  # stdout, stderr: what their pipes brought
         self._unsent: memoryview | None = None
         self._unsent_upto = 0
         self._untouched: list[tuple[int, bytes]] | None = None
@@ -106,25 +183,18 @@ class Child:
         self.exited.set()
 
     async def read(self, name: str) -> bytes:
-        """The next bytes on ``stdout`` or ``stderr``; ``b""`` at its end (every writer closed it).
+        """What arrived on ``stdout`` or ``stderr`` since the last read, waiting for some if
+        nothing did; ``b""`` at its end (every writer closed it).
 
         Raises:
-            anyio.ClosedResourceError: we closed it (or are closing it).
+            anyio.ClosedResourceError: we closed it (or are closing it), and what it had brought
+                was read.
         """
-        waited = False
-        while True:
-            fd = self._fd(name)
-            try:
-                data = os.read(fd, _READ_CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
-                waited = True
-                continue
-            except OSError:
-                data = b""
-            if not waited:  # a peer that writes without pause must not keep the loop to itself
-                await anyio.lowlevel.checkpoint()
-            return data
+        inflow = self._inflows.get(name)
+        if inflow is None:
+            self._fd(name)  # ClosedResourceError if it is closed already
+            inflow = self._inflows[name] = _Inflow(asyncio.get_running_loop(), self._fd(name))
+        return await inflow.read()
 
     async def write(self, data: bytes) -> None:
         """Write all of ``data`` (whole lines) to stdin; writers may call at the same time.
@@ -231,6 +301,9 @@ class Child:
         """Close our end of one pipe; whoever waits on it gets ``ClosedResourceError``."""
         file = self._files.get(name)
         if file is not None:
+            inflow = self._inflows.get(name)  # kept: a reader still gets what it had brought
+            if inflow is not None:
+                inflow.close()  # before the descriptor goes: the loop forgets it first
             self._files[name] = None
             anyio.notify_closing(file.fileno())
             file.close()

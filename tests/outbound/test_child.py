@@ -4,16 +4,18 @@ left waiting) by one that closed its stdin."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
 
-from proxy.outbound.child import Child
+from proxy.outbound.child import _BUFFERED, _READ_CHUNK, Child
 
 pytestmark = pytest.mark.anyio
 
@@ -26,6 +28,9 @@ signal.pause()
 sys.stdout.buffer.write(sys.stdin.buffer.read()); sys.stdout.buffer.flush()
 """
 ECHO = "import sys\nsys.stdout.buffer.write(sys.stdin.buffer.read())\n"
+ECHO_LINES = (
+    "import sys\nfor line in sys.stdin.buffer:\n    sys.stdout.buffer.write(line); sys.stdout.flush()\n"
+)
 # Reads nothing, and closes its stdin when told to (SIGUSR1).
 CLOSE_STDIN_LATER = """\
 import os, signal, sys
@@ -178,3 +183,97 @@ async def test_a_server_that_closes_its_stdin_while_writers_wait_fails_every_one
         for line in (b"fourth\n", b"fifth\n"):  # and later writers as well
             with pytest.raises(BrokenPipeError):
                 await process.write(line)
+
+
+# ---- reads ------------------------------------------------------------------------------------
+
+# Writes 4 MiB to stdout as fast as the pipe takes it, then "done" on stderr.
+FLOOD = """\
+import sys
+sys.stdout.buffer.write(b"y" * (4 * 1024 * 1024)); sys.stdout.buffer.flush()
+sys.stderr.write("done\\n"); sys.stderr.flush()
+"""
+
+
+async def test_a_server_that_writes_without_pause_is_held_back_by_an_unread_pipe() -> None:
+    """Nothing is read for a while: what is buffered stays bounded and the server's write waits."""
+    async with started(FLOOD) as process:
+        assert await process.read("stdout")  # the pipe is now watched by the loop
+        with anyio.move_on_after(HELD):
+            await process.read("stderr")  # the flood cannot have finished: its writes are held
+            pytest.fail("the server wrote 4 MiB while nobody read its stdout")
+        inflow = process._inflows["stdout"]
+        assert inflow._size <= _BUFFERED + _READ_CHUNK
+        total = 0
+        with anyio.fail_after(10):
+            while total < 4 * 1024 * 1024 - _READ_CHUNK:
+                chunk = await process.read("stdout")
+                assert chunk
+                total += len(chunk)
+            assert await read_until_stderr(process) == b"done\n"
+
+
+async def read_until_stderr(process: Child) -> bytes:
+    got = b""
+    while not got.endswith(b"\n"):
+        chunk = await process.read("stderr")
+        assert chunk, got
+        got += chunk
+    return got
+
+
+async def test_the_end_of_a_pipe_reads_as_empty_and_stays_so() -> None:
+    async with started("import sys; sys.stdout.buffer.write(b'bye\\n')") as process:
+        assert await read_until(process, b"bye\n") == b"bye\n"
+        with anyio.fail_after(5):
+            assert await process.read("stdout") == b""
+            assert await process.read("stdout") == b""
+
+
+async def test_a_pipe_closed_by_us_wakes_its_reader_with_closed_resource_error() -> None:
+    async with started(WAIT_THEN_ECHO) as process:
+        await read_until(process, b"ready\n")
+
+        async def close_soon() -> None:
+            await anyio.sleep(0.1)
+            process.close("stdout")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(close_soon)
+            with anyio.fail_after(5), pytest.raises(anyio.ClosedResourceError):
+                await process.read("stdout")
+        with pytest.raises(anyio.ClosedResourceError):
+            await process.read("stdout")
+
+
+async def test_what_arrived_before_we_closed_a_pipe_is_still_read() -> None:
+    async with started(
+        "import sys; sys.stdout.buffer.write(b'last words\\n'); sys.stdout.flush()"
+    ) as process:
+        assert await process.read("stdout")  # registers the pipe; the rest may come later
+        await anyio.sleep(0.2)  # the loop reads what is left into the buffer
+        process._inflows["stdout"]._chunks.append(b"kept\n")  # as if it had just arrived
+        process.close("stdout")
+        assert await process.read("stdout") == b"kept\n"
+        with pytest.raises(anyio.ClosedResourceError):
+            await process.read("stdout")
+
+
+async def test_a_pipe_is_registered_with_the_loop_once_for_many_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``anyio.wait_readable`` added and removed the descriptor for every read that waited."""
+    loop = asyncio.get_running_loop()
+    added: list[int] = []
+    real = loop.add_reader
+
+    def add_reader(fd: int, callback: Any, *args: Any) -> None:
+        added.append(fd)
+        real(fd, callback, *args)
+
+    monkeypatch.setattr(loop, "add_reader", add_reader)
+    async with started(ECHO_LINES) as process:
+        for i in range(50):
+            await process.write(b"line %d\n" % i)
+            await read_until(process, b"line %d\n" % i)
+    assert len(added) == 1
