@@ -74,7 +74,6 @@ itself (:mod:`proxy.overrides`), so a new field is overridable without being lis
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -984,6 +983,8 @@ def _message(error: ErrorDetails, loc: Loc) -> str:
         shown = f"got {redact_text(show_value(got))}" if got is not None else "it is missing"
         return f"'mode' must be one of {', '.join(map(repr, _CREDENTIAL_MODES))} ({shown})"
     if kind == "extra_forbidden":
+        import difflib  # only to word a config error: not loaded by a good config
+
         close = difflib.get_close_matches(str(loc[-1]), _known_keys(loc[:-1]), n=1)
         return "unknown field" + (f" (did you mean {close[0]!r}?)" if close else "")
     if kind == "value_error":  # raised by our own validators, with the value where it helps

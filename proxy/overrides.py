@@ -25,7 +25,6 @@ Pure: the environment is passed in, a mapping of plain data comes out.
 
 from __future__ import annotations
 
-import difflib
 import json
 import types
 import typing
@@ -179,6 +178,8 @@ def _resolve(
             if len(parts) == 1:
                 return None  # not ours: MANIFOLD_SESSION_SECRET, say, read by ${...} in the file
             known = [prefix + _SEPARATOR.join((*path, key)).upper() for key in fields]
+            import difflib  # only to word a config error: not loaded by a good config
+
             close = difflib.get_close_matches(name.upper(), known, n=1)
             where = f" in {'.'.join(path)}" if path else ""
             hint = f" (did you mean {close[0]}?)" if close else ""

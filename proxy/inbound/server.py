@@ -29,11 +29,12 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.to_thread
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from uvicorn.config import Config
+from uvicorn.server import Server
 
 from proxy.auth.resource import metadata_document, metadata_paths
 from proxy.boundary import supervised
@@ -241,7 +242,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-class _Server(uvicorn.Server):
+class _Server(Server):
     """uvicorn without its signal handlers: the CLI owns SIGINT/SIGTERM and cancels us."""
 
     @contextlib.contextmanager
@@ -265,7 +266,7 @@ def _guard(inbound: Inbound) -> ConnectionGuard:
 
 async def _run_uvicorn(app: Any, sock: socket.socket, guard: ConnectionGuard) -> None:
     """Serve ``app`` on ``sock`` until cancelled, then let uvicorn drain its connections."""
-    config = uvicorn.Config(
+    config = Config(
         app,
         http=guard.protocol(),  # httptools, with limits.max_connections, headers and timeouts
         ws="none",  # MCP has no WebSocket transport; an upgraded connection would leave the guard

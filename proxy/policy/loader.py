@@ -17,7 +17,6 @@ Pure: text or parsed data and a source name in. Reading the files is
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -155,6 +154,8 @@ def _describe(error: ErrorDetails, source: str, data: Mapping[str, Any]) -> str:
         message = "required field is missing"
     elif kind == "extra_forbidden":
         known = _known_keys(loc[:-1])
+        import difflib  # only to word a config error: not loaded by a good config
+
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         message = "unknown field" + (f" (did you mean {close[0]!r}?)" if close else "")
         if known:

@@ -48,9 +48,23 @@ sys.exit(code)
 """
 
 # Imported only by a config that asks for what they do (OAuth, JWTs, Redis, credential stores,
-# HTTP servers), or by the first schema checked.
+# HTTP servers), by the first schema checked, or by the first scrape of /metrics
+# (prometheus_client's exposition and what it brings); and what uvicorn's and prometheus_client's
+# package __init__ would import that Manifold never uses (proxy.package_inits).
 LAZY = (
     "aiohttp",
+    "click",
+    "difflib",
+    "gzip",
+    "http.server",
+    "multiprocessing",
+    "prometheus_client.exposition",
+    "prometheus_client.openmetrics",
+    "urllib.request",
+    "uvicorn.main",
+    "uvicorn.supervisors",
+    "watchfiles",
+    "wsgiref",
     "cryptography",
     "jsonschema",
     "jwt",
@@ -142,6 +156,25 @@ async def test_a_stdio_only_serve_never_imports_what_its_config_does_not_use(tmp
         assert "one.echo" in names
         assert "two.add" in names
     assert lazy_among(served.modules()) == []
+
+
+async def test_a_scrape_of_metrics_loads_the_exposition_and_both_formats_are_served(tmp_path: Path) -> None:
+    config = {"servers": {"one": fixture_server("one")}}
+    async with serving(tmp_path, config) as served, aiohttp.ClientSession() as http:
+        url = served.manifold.url.replace("/mcp", "/metrics")
+        async with http.get(url) as text:
+            body = await text.text()
+            assert text.status == 200
+            assert text.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            assert "manifold_build_info" in body
+        openmetrics = {"Accept": "application/openmetrics-text; version=1.0.0"}
+        async with http.get(url, headers=openmetrics) as om:
+            body = await om.text()
+            assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+            assert body.endswith("# EOF\n")
+    loaded = served.modules()
+    assert {"prometheus_client.exposition", "prometheus_client.openmetrics.exposition"} <= loaded
+    assert "uvicorn.main" not in loaded  # the scrape needs nothing of uvicorn's CLI
 
 
 async def test_a_config_with_jwt_issuers_loads_them_and_checks_tokens_and_arguments(
