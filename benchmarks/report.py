@@ -292,8 +292,9 @@ def render(results: Results) -> str:
             f"Manifold CPU per call during the profile: {_f(cpu, 0)} µs (py-spy's own sampling included); "
             "µs/call below = share x that. Native time is charged to the Python frame that called into "
             "it: `Runner.run` is the event loop itself (uvloop: epoll, socket and pipe reads), "
-            "`StreamWriter.write` a write(2) on a stdio server's pipe, `RequestResponseCycle.send` "
-            "uvicorn's socket writes (two per response: head, then body).",
+            "`Child._flush` a write(2) on a stdio server's pipe, `_OneWrite.write` the one socket write "
+            "of a response (its head and body together). A write's share includes the kernel's "
+            "work to wake the process that reads it.",
             "",
         ]
         if profile.areas:
