@@ -191,8 +191,7 @@ class Child:
                 was read.
         """
         inflow = self._inflows.get(name)
-        if inflow is None:
-            self._fd(name)  # ClosedResourceError if it is closed already
+        if inflow is None:  # the first read: _fd raises ClosedResourceError if it is closed already
             inflow = self._inflows[name] = _Inflow(asyncio.get_running_loop(), self._fd(name))
         return await inflow.read()
 

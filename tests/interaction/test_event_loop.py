@@ -20,11 +20,9 @@ from .harness import (
     _terminating,
     _wait_healthy,
     fixture_server,
-    post,
-    raw_session,
     write_config,
 )
-from .test_lazy_imports import _spawn
+from .test_lazy_imports import _spawn, list_tools
 
 pytestmark = pytest.mark.anyio
 
@@ -66,12 +64,7 @@ async def _serve_and_list(tmp_path: Path, mode: str) -> str:
     with _terminating(process):
         await _wait_healthy(f"http://127.0.0.1:{port}/healthz", process, log_path)
         async with aiohttp.ClientSession() as http:
-            session = {"Mcp-Session-Id": await raw_session(http, manifold.url)}
-            status, _, body = await post(
-                http, manifold.url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session
-            )
-    assert status == 200, body
-    assert "one.echo" in [tool["name"] for tool in body["result"]["tools"]]
+            assert "one.echo" in await list_tools(http, manifold.url, {})
     assert process.returncode == 0, manifold.log()
     return loop_path.read_text()
 
