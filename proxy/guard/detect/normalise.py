@@ -60,7 +60,9 @@ _CONFUSABLES: Final = {
     "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "−": "-", "⁄": "/", "∕": "/",
 }  # fmt: skip
 _FOLD: Final = str.maketrans(_CONFUSABLES)
-_SPECIAL: Final = frozenset(_CONFUSABLES) | {chr(c) for c in _INVISIBLE | _VARIATION}
+_SPECIAL: Final = frozenset(_CONFUSABLES) | {
+    chr(c) for c in _INVISIBLE | _VARIATION | set(range(_TAG_BASE, _TAG_BASE + 0x80))
+}
 
 # Stretches that need a look: non-ASCII runs, and JSON escapes when asked. Python's re is safe
 # here: a character class and a fixed-length escape cannot backtrack.
