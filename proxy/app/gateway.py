@@ -8,7 +8,7 @@ Nothing else happens here. The parts, and who tells whom what::
     inbound transports ──messages────────▶ Router ──CallContext──▶ pipeline ──▶ Forward ──▶ Connections
                        ──sessions────────▶ Sessions ──ended──▶ Connections (per_client), Interest
 
-``Gateway.inbound`` is all an inbound transport is given (:mod:`proxy.inbound.contract`).
+``Gateway.inbound`` is all an inbound transport is given (:mod:`proxy.clients.contract`).
 """
 
 from __future__ import annotations
@@ -22,41 +22,41 @@ from typing import Final
 
 import anyio
 
-from proxy.access import Access, renames
 from proxy.auth.authenticator import Authenticator
-from proxy.boundary import Boundary, supervised
-from proxy.bridge.mrtr import Rounds
-from proxy.bridge.parking import ParkedCalls
-from proxy.bridge.state import RequestStates
 from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
-from proxy.catalogs import Catalogs
-from proxy.config import Config
-from proxy.confirm.approvals import make_approvals
-from proxy.connections import Connections, ServerHealth, WaitFor
+from proxy.clients.contract import Endpoint, Inbound
+from proxy.clients.listen_streams import Listens
+from proxy.clients.revocations import revocations_for
+from proxy.clients.session_ids import SessionTokens
+from proxy.clients.sessions import Sessions
+from proxy.config.model import Config
+from proxy.core.keys import derive_key
 from proxy.credentials.token_modes import token_modes
 from proxy.credentials.wiring import open_credential_store, sources_for
-from proxy.discovery.service import Discovery
-from proxy.endpoints import Views, endpoint_inbounds, make_discovery
-from proxy.forward import Forward
-from proxy.heard import Heard
-from proxy.inbound.contract import Endpoint, Inbound
-from proxy.inbound.listen import Listens
-from proxy.inbound.tokens import SessionTokens
-from proxy.interest import Interest
-from proxy.keys import derive_key
-from proxy.metrics import Metrics
-from proxy.notices import Notices
+from proxy.enforce.access import Access, renames
+from proxy.enforce.confirm.approvals import make_approvals
+from proxy.enforce.pins_writer import PinsWriter
+from proxy.notify.list_changes import Notices
+from proxy.notify.server_events import Heard
+from proxy.notify.server_logs import ServerLogs
+from proxy.notify.subscriptions import Interest
+from proxy.observe.boundary import Boundary, supervised
+from proxy.observe.metrics import Metrics
 from proxy.outbound.transport import Transport
-from proxy.own_catalogs import OwnCatalogs
-from proxy.pins_writer import PinsWriter
-from proxy.pipeline import Middleware, compose
+from proxy.pipeline.bridge.mrtr import Rounds
+from proxy.pipeline.bridge.parking import ParkedCalls
+from proxy.pipeline.bridge.state import RequestStates
+from proxy.pipeline.context import Middleware, compose
+from proxy.pipeline.forward import Forward
+from proxy.pipeline.order import Parts, audit_log, limiter, stages
 from proxy.policy.model import MAX_CONFIRM_TIMEOUT
-from proxy.revocations import revocations_for
-from proxy.router import Router
-from proxy.server_logs import ServerLogs
-from proxy.sessions import Sessions
-from proxy.stages import Parts, audit_log, limiter, stages
+from proxy.router.dispatch import Router
+from proxy.servers.connections import Connections, ServerHealth, WaitFor
+from proxy.views.catalogs import Catalogs
+from proxy.views.discovery import Discovery
+from proxy.views.endpoints import Views, endpoint_inbounds, make_discovery
+from proxy.views.per_client import OwnCatalogs
 
 __all__ = ["Gateway"]
 
@@ -112,7 +112,7 @@ class Gateway:
             credentials=sources_for(config, self.credential_store, self.token_modes.sources(config)),
         )
         self.notices = notices = Notices(self.sessions, self.listens, self.connections, access)
-        # Changed in place by a config reload (proxy.reloader): every catalog reads these.
+        # Changed in place by a config reload (proxy.app.reloader): every catalog reads these.
         self.prefixes = {s.id: s.prefix for s in servers}
         self.renames = renames({s.id: s for s in servers})
         catalogs = functools.partial(
@@ -129,7 +129,7 @@ class Gateway:
             renames=self.renames,
         )
         self.catalogs = catalogs()
-        # With per_client servers, each client sees what its own connections list (proxy.own_catalogs).
+        # With per_client servers, each client sees what its own connections list (proxy.views.per_client).
         self.own_catalogs = None
         if self.connections.own_servers:
             self.own_catalogs = OwnCatalogs(
@@ -202,7 +202,7 @@ class Gateway:
         )
 
     def _stages(self) -> list[Middleware]:
-        """The call pipeline between the router and the forwarding stage (:mod:`proxy.stages`)."""
+        """The call pipeline between the router and the forwarding stage (:mod:`proxy.pipeline.order`)."""
         own = (self.token_modes.on_behalf, self._sign_ins, self._states)  # sign-ins; approval marks
         parts = Parts(
             self.access, self.metrics, self._audit, self.limiter, self._questions, self.approvals, *own

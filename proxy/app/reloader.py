@@ -1,7 +1,7 @@
 """Config reload: a changed config file (polled) or SIGHUP re-reads the whole config, and the
 servers and endpoints it changes are changed on the running gateway.
 
-Deciding is :func:`proxy.reload_plan.diff` (pure); this module reads the file, refuses what
+Deciding is :func:`proxy.config.reload_plan.diff` (pure); this module reads the file, refuses what
 cannot be used, and carries the plan out:
 
 - A file that cannot be read whole (not a regular file, larger than :data:`MAX_CONFIG_BYTES`),
@@ -31,20 +31,20 @@ from typing import TYPE_CHECKING, Final, Literal
 import anyio
 import anyio.to_thread
 
-from proxy.access import renames
-from proxy.config import Config, ServerConfig
-from proxy.endpoints import views_of
-from proxy.errors import ConfigError
-from proxy.files import Stamp, stamps
+from proxy.config.model import Config, ServerConfig
+from proxy.config.reload_plan import Plan, diff
+from proxy.core.errors import ConfigError
+from proxy.core.files import Stamp, stamps
+from proxy.enforce.access import renames
 from proxy.outbound.connection import ServerConnection
-from proxy.reload_plan import Plan, diff
+from proxy.views.endpoints import views_of
 
 if TYPE_CHECKING:
-    from proxy.app import Gateway
+    from proxy.app.gateway import Gateway
 
 __all__ = ["MAX_CONFIG_BYTES", "Outcome", "Reloader"]
 
-logger = logging.getLogger("proxy.reloader")
+logger = logging.getLogger("proxy.app.reloader")
 
 MAX_CONFIG_BYTES: Final = 4 * 1024 * 1024  # a config file bigger than this is refused, never read whole
 _WATCH_INTERVAL: Final = 1.0  # seconds between looks at the file's stamp

@@ -19,7 +19,7 @@ import argparse
 import sys
 from typing import Final
 
-from proxy.config import Config
+from proxy.config.model import Config
 from proxy.credentials.sealing import new_key
 from proxy.credentials.secret import KIND
 from proxy.credentials.store import SecretStore, StoreError, open_store

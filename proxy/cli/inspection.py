@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 
-from proxy.app import Gateway
-from proxy.config import Config
-from proxy.errors import InvalidParams
+from proxy.app.gateway import Gateway
+from proxy.config.model import Config
+from proxy.config.policy_files import load_pins, save_pins
+from proxy.core.errors import InvalidParams
 from proxy.policy import Identity, Subject, accept, compare
-from proxy.policy_files import load_pins, save_pins
 from proxy.protocol.uris import normalize_uri
 
 __all__ = ["explain", "identity_from", "pins_accept", "tools"]

@@ -20,17 +20,17 @@ import anyio.abc
 # First of ours: uvicorn's and prometheus_client's __init__ run only if something needs them.
 import proxy.package_inits  # noqa: F401
 from proxy import __version__
-from proxy.app import Gateway
-from proxy.config import Config, load_config
-from proxy.errors import ConfigError
-from proxy.logs import remember_secrets, setup_logging
+from proxy.app.gateway import Gateway
+from proxy.app.reloader import Reloader
+from proxy.config.model import Config, load_config
+from proxy.core.errors import ConfigError
+from proxy.core.redaction import url_secrets
+from proxy.observe.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
-from proxy.redaction import url_secrets
-from proxy.reloader import Reloader
 
 __all__ = ["main"]
 
-logger = logging.getLogger("proxy.cli")
+logger = logging.getLogger("proxy.cli.main")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
     pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
-    from proxy.credentials.cli import add_parser as add_credentials
+    from proxy.cli.credentials import add_parser as add_credentials
 
     add_credentials(commands)
     keygen = commands.add_parser("keygen", help="Generate an API key and the form to store in auth.api_keys.")
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "keygen":
         return _keygen(args)
     if args.command == "credentials" and args.action == "keygen":
-        from proxy.credentials.cli import keygen
+        from proxy.cli.credentials import keygen
 
         return keygen()
     try:
@@ -143,10 +143,10 @@ def _runner(command: str) -> Callable[[Config, argparse.Namespace], Awaitable[in
     if command == "stdio":
         return _stdio
     if command == "credentials":
-        from proxy.credentials.cli import run
+        from proxy.cli.credentials import run
 
         return run
-    from proxy import inspect
+    from proxy.cli import inspection as inspect
 
     runners = {"tools": inspect.tools, "explain": inspect.explain, "pins": inspect.pins_accept}
     return runners[command]
@@ -168,7 +168,7 @@ def _reloads(config: Config, args: argparse.Namespace) -> Callable[[], Config]:
     secrets = set(_configured_secrets(config))
 
     def load() -> Config:
-        from proxy.reloader import MAX_CONFIG_BYTES
+        from proxy.app.reloader import MAX_CONFIG_BYTES
 
         fresh = _with_flags(load_config(args.config, max_bytes=MAX_CONFIG_BYTES), args)
         secrets.update(_configured_secrets(fresh))
@@ -223,9 +223,9 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
     Raises:
         ConfigError: the config, a policy file or an API key reference is invalid.
     """
-    from proxy.access import Access
     from proxy.auth.authenticator import Authenticator
     from proxy.credentials.wiring import check_modes
+    from proxy.enforce.access import Access
 
     Access(config.policy, {s.id: s for s in config.enabled_servers()}).load()
     Authenticator.from_settings(config.auth, os.environ)
@@ -284,7 +284,7 @@ def _reloader(
     gateway: Gateway, config: Config, args: argparse.Namespace, tg: anyio.abc.TaskGroup
 ) -> Reloader:
     """The config's reloader (SIGHUP), and its watcher of the file started in ``tg``."""
-    from proxy.boundary import supervised
+    from proxy.observe.boundary import supervised
 
     reloader = Reloader(gateway, _reloads(config, args), args.config)
     tg.start_soon(supervised, gateway.boundary, "config watcher", reloader.watch)
@@ -345,7 +345,7 @@ async def bounded_lines(
 
 
 async def _stdio(config: Config, args: argparse.Namespace) -> int:
-    from proxy.confirm.approvals import approver_rules
+    from proxy.enforce.confirm.approvals import approver_rules
     from proxy.inbound.stdio import serve_stdio
 
     name = args.endpoint or ""

@@ -1,9 +1,9 @@
 """What the inbound transports need of the rest of Manifold, and nothing more.
 
 A transport turns bytes into messages and messages into bytes. What a message means is the
-:class:`Endpoint`'s business (:class:`proxy.router.Router`); who a session is, the
-:class:`SessionRegistry`'s (:class:`proxy.sessions.Sessions`). The composition root
-(:mod:`proxy.app`) hands each transport an :class:`Inbound`; no transport knows the root.
+:class:`Endpoint`'s business (:class:`proxy.router.dispatch.Router`); who a session is, the
+:class:`SessionRegistry`'s (:class:`proxy.clients.sessions.Sessions`). The composition root
+(:mod:`proxy.app.gateway`) hands each transport an :class:`Inbound`; no transport knows the root.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.auth.authenticator import Authenticator
-from proxy.boundary import Boundary
-from proxy.config import Config
-from proxy.confirm.approvals import Approvals
-from proxy.inbound.listen import Subscription
-from proxy.inbound.session import ClientSession, Deliver, StatelessCaller
-from proxy.metrics import Metrics
+from proxy.clients.listen_streams import Subscription
+from proxy.clients.session import ClientSession, Deliver, StatelessCaller
+from proxy.config.model import Config
+from proxy.enforce.confirm.approvals import Approvals
+from proxy.observe.boundary import Boundary
+from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.subscriptions import Filter
@@ -91,8 +91,8 @@ class Inbound:
     auth: Authenticator
     metrics: Metrics
     health: Health
-    boundary: Boundary  # where a transport's own failures end (proxy.boundary)
-    approvals: Approvals | None = None  # the approval page's requests (proxy.confirm.approvals)
+    boundary: Boundary  # where a transport's own failures end (proxy.observe.boundary)
+    approvals: Approvals | None = None  # the approval page's requests (proxy.enforce.confirm.approvals)
     sign_in: OnBehalf | None = None  # /oauth/callback's sign-ins (credentials.mode: oauth)
     endpoint_name: str = ""  # the named endpoint this serves ("": the whole catalog, /mcp)
     admits: Callable[[Identity], bool] = _everyone  # who may use it (the endpoint's roles)

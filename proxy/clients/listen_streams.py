@@ -1,6 +1,6 @@
 """Open ``subscriptions/listen`` streams (revision 2026-07-28), for any inbound transport.
 
-:class:`Listens` is the fan-out to every stream: :class:`proxy.notices.Notices` publishes each
+:class:`Listens` is the fan-out to every stream: :class:`proxy.notify.list_changes.Notices` publishes each
 change once, and every open :class:`Subscription` whose filter wants it queues it. A
 subscription never blocks the publisher: its queue is bounded, a repeat of a notification still
 unread is dropped (it says nothing new), and a client too slow to drain even that loses the
@@ -40,7 +40,7 @@ from proxy.protocol.subscriptions import Filter, acknowledgement, completion, ev
 
 __all__ = ["Ending", "Listens", "Subscription", "pump", "stream_sse"]
 
-logger = logging.getLogger("proxy.inbound.listen")
+logger = logging.getLogger("proxy.clients.listen_streams")
 
 BUFFERED: Final = 256  # distinct notifications a stream may hold unread before it is ended
 _KEEPALIVE: Final = 15.0  # seconds of silence before an SSE comment keeps the stream open

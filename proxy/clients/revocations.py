@@ -1,7 +1,7 @@
 """Ended session ids, remembered until they expire on their own, so that an ended session stays
 ended on every replica.
 
-A signed session id (:mod:`proxy.inbound.tokens`) lets any replica take its session over. A
+A signed session id (:mod:`proxy.clients.session_ids`) lets any replica take its session over. A
 session ended on purpose (DELETE, or evicted to make room under ``limits.max_sessions*``) is
 therefore remembered wherever its id could be presented, for as long as the id would be accepted:
 
@@ -41,11 +41,11 @@ import anyio.abc
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from proxy.config import Config
+    from proxy.config.model import Config
 
 __all__ = ["CHANNEL", "KEY_PREFIX", "EndedIds", "Operation", "Revocations", "revocations_for"]
 
-logger = logging.getLogger("proxy.revocations")
+logger = logging.getLogger("proxy.clients.revocations")
 
 KEY_PREFIX: Final = "manifold:ended:"
 CHANNEL: Final = "manifold:ended"

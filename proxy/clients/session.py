@@ -17,8 +17,8 @@ from typing import Any, ClassVar, Final
 
 import anyio
 
-from proxy.errors import MethodNotFound, MissingCapability, RemoteError
-from proxy.inbound.streams import REPLAY_BYTES, EventStream
+from proxy.clients.streams import REPLAY_BYTES, EventStream
+from proxy.core.errors import MethodNotFound, MissingCapability, RemoteError
 from proxy.policy.model import ANONYMOUS, Identity
 from proxy.protocol import jsonrpc
 from proxy.protocol.asks import NEEDS
@@ -38,7 +38,7 @@ __all__ = [
     "wants_log",
 ]
 
-logger = logging.getLogger("proxy.inbound.session")
+logger = logging.getLogger("proxy.clients.session")
 
 _KEEP_CLOSED_STREAMS: Final = 8  # finished request streams kept for Last-Event-ID replay
 _CLIENT_ANSWER_TIMEOUT: Final = 600.0  # a person may be answering an elicitation
@@ -124,7 +124,7 @@ class StatelessCaller:
 @dataclass(eq=False)
 class ClientSession:
     """A handshake-era client's session: from ``initialize`` (or stdio's first request) to its end
-    (:class:`proxy.sessions.Sessions`)."""
+    (:class:`proxy.clients.sessions.Sessions`)."""
 
     id: str
     transport: str  # "http" | "stdio"
@@ -227,7 +227,7 @@ Client = ClientSession | StatelessCaller
 
 @dataclass(frozen=True, slots=True)
 class InboundRequest:
-    """One client request in progress: the :class:`~proxy.pipeline.Caller` of what it causes."""
+    """One client request in progress: the :class:`~proxy.pipeline.context.Caller` of what it causes."""
 
     session: Client
     stream: Deliver | None = None  # the request's own stream, if its transport gives it one
@@ -281,6 +281,6 @@ class InboundRequest:
                 )
             raise MethodNotFound(f"the client did not declare the capability {method} needs")
         if isinstance(session, StatelessCaller):
-            # A 2026-07-28 client is asked only through an input_required result (proxy.bridge).
+            # A 2026-07-28 client is asked only through an input_required result (proxy.pipeline.bridge).
             raise MethodNotFound(f"Manifold cannot send {method} to a 2026-07-28 client as a request")
         return await session.ask(method, params, self.notify)

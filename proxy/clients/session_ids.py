@@ -2,12 +2,12 @@
 
 A session id is ``<nonce>.<payload>.<mac>``: a random nonce first, so that the first characters
 of an id (all a log line keeps of it) tell sessions apart, and so that it names the session
-where an ended one is remembered (:mod:`proxy.revocations`); the payload (base64url JSON) holds
+where an ended one is remembered (:mod:`proxy.clients.revocations`); the payload (base64url JSON) holds
 what a replica needs to take a session over (the negotiated revision, the capabilities Manifold
 keeps of the client's, :func:`proxy.protocol.asks.kept_capabilities`, a fingerprint of the
 identity that opened it, and its expiry: ``sessions.max_lifetime`` after it was issued, in Unix
 seconds, so that no id can be taken over forever); the MAC (HMAC-SHA256 over both, under a
-key derived from a secret the replicas share, see :mod:`proxy.keys`) proves a replica issued it.
+key derived from a secret the replicas share, see :mod:`proxy.core.keys`) proves a replica issued it.
 Whatever a client declares, an id stays a few hundred bytes. The payload is signed, not
 encrypted: it holds nothing secret, and the identity fingerprint is a hash. A restored session
 must still be presented with credentials of the same identity, so a leaked id alone is worth
@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import orjson
 
-from proxy.keys import fingerprint
+from proxy.core.keys import fingerprint
 from proxy.policy.model import Identity
 from proxy.protocol.asks import kept_capabilities
 

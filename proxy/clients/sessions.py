@@ -2,7 +2,7 @@
 them, and mints their ids.
 
 A handshake-era session is opened by ``initialize`` (HTTP: its id is a signed token, so any
-replica can take it over: :mod:`proxy.inbound.tokens`) or by a stdio client's first request.
+replica can take it over: :mod:`proxy.clients.session_ids`) or by a stdio client's first request.
 It ends on DELETE, when stdin closes, after ``idle_timeout`` without a request, or when its id
 reaches its expiry (``sessions.max_lifetime`` after ``initialize``, signed into the id). Ending one
 runs the hooks the composition root registered (stop its ``per_client`` connections, release
@@ -18,12 +18,12 @@ other identities are not evicted for it. Taking a session over from its signed i
 (404, initialize again) while the registry is full, so that a takeover never ends another session.
 
 A session ended on purpose (DELETE, eviction) is revoked: its id is remembered as ended until it
-expires, here and, with Redis, on every replica (:mod:`proxy.revocations`): no replica takes it
+expires, here and, with Redis, on every replica (:mod:`proxy.clients.revocations`): no replica takes it
 over again, and one holding it live ends it when told. A session forgotten for idleness is not
 revoked: its client may come back to any replica. Only a take-over asks the revocation store; a
 request on a session held here asks nothing.
 
-A 2026-07-28 request has no session: it is a :class:`~proxy.inbound.session.ClientSession`
+A 2026-07-28 request has no session: it is a :class:`~proxy.clients.session.ClientSession`
 built from its envelope that lives as long as the request, and is never registered here.
 """
 
@@ -37,18 +37,18 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from proxy.errors import LimitExceeded
-from proxy.inbound.session import LOG_LEVELS, ClientSession, new_session_id
-from proxy.inbound.streams import REPLAY_BYTES
-from proxy.inbound.tokens import SessionTokens, nonce_of
-from proxy.metrics import Metrics
+from proxy.clients.revocations import Revocations
+from proxy.clients.session import LOG_LEVELS, ClientSession, new_session_id
+from proxy.clients.session_ids import SessionTokens, nonce_of
+from proxy.clients.streams import REPLAY_BYTES
+from proxy.core.errors import LimitExceeded
+from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity, IdentityKey
 from proxy.protocol.jsonrpc import Message
-from proxy.revocations import Revocations
 
 __all__ = ["Sessions"]
 
-logger = logging.getLogger("proxy.sessions")
+logger = logging.getLogger("proxy.clients.sessions")
 
 _END_WITHIN: Final = 10.0  # seconds the end hooks of one session may take together
 

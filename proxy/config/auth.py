@@ -48,7 +48,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from proxy.auth.algorithms import ASYMMETRIC_ALGORITHMS, HMAC_ALGORITHMS, is_loopback
-from proxy.auth.oauth_settings import OAuthSettings
+from proxy.config.oauth import OAuthSettings
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",

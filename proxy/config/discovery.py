@@ -1,7 +1,7 @@
 """``discovery:`` in the configuration: whether clients are shown meta-tools instead of the
 whole tool list, and the bounds of what they may ask.
 
-The same model sits under each endpoint too (``endpoints.NAME.discovery``, :mod:`proxy.endpoints`).
+The same model sits under each endpoint too (``endpoints.NAME.discovery``, :mod:`proxy.views.endpoints`).
 """
 
 from __future__ import annotations

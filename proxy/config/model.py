@@ -46,10 +46,10 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         transport: auto        # auto (Streamable HTTP, falling back to SSE) | streamable-http | sse
         tools:                 # per tool, by the server's own name (proxy.catalog.shaping)
           query: {name: find, description: "...", arguments: {index: {fixed: web}}}
-    credentials:               # where per-identity secrets are kept (proxy.credentials.settings)
+    credentials:               # where per-identity secrets are kept (proxy.config.credentials)
       store: file              # file | redis | env
       key: ${MANIFOLD_CREDENTIALS_KEY}
-    endpoints:                 # named views at /mcp/<name> (proxy.endpoints)
+    endpoints:                 # named views at /mcp/<name> (proxy.views.endpoints)
       code: {servers: [github], tools: ["gh.*"], naming: {separator: "__", max_length: 64}}
       find: {discovery: {mode: search}}   # each endpoint's own discovery (default: the top-level one)
 
@@ -62,14 +62,14 @@ server may say ``type`` (``stdio``, ``http``, ``streamable-http``, ``sse``) inst
 ``transport``, ``disabled`` instead of ``enabled``, and ``timeout`` in milliseconds instead of
 ``request_timeout`` (``type`` beside an agreeing ``transport`` too); ``autoApprove`` and
 ``alwaysAllow`` are ignored. VS Code's ``mcp.json`` works as it is: its ``inputs`` are read from
-``INPUT_<ID>`` variables (:mod:`proxy.editor_files`). Any other unknown key is an
+``INPUT_<ID>`` variables (:mod:`proxy.config.editor_files`). Any other unknown key is an
 error, so a typo cannot pass silently.
 
 Environment variables override the file for every field but the servers: ``MANIFOLD_`` plus the
 path joined by ``__``, e.g. ``MANIFOLD_LISTEN__PORT=9000``, ``MANIFOLD_LOG_LEVEL=debug``,
 ``MANIFOLD_POLICY__PINS__MODE=block``; lists, mappings and whole sections are JSON
 (``MANIFOLD_LISTEN__ALLOWED_HOSTS='["gw:8080"]'``). The set is derived from :class:`Config`
-itself (:mod:`proxy.overrides`), so a new field is overridable without being listed anywhere.
+itself (:mod:`proxy.config.overrides`), so a new field is overridable without being listed anywhere.
 """
 
 from __future__ import annotations
@@ -93,22 +93,22 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from proxy.auth.settings import AuthSettings
 from proxy.catalog.naming import RESERVED_PREFIX
-from proxy.credentials.settings import CredentialStoreSettings, ServerCredentials, SharedCredentials
-from proxy.discovery.settings import DiscoverySettings
-from proxy.documents import parse_document, show_value
-from proxy.editor_files import Variables, declared_inputs, workspace_of
-from proxy.errors import ConfigError
-from proxy.files import read_text
-from proxy.logs import LogSettings
-from proxy.metrics import MetricsSettings
-from proxy.overrides import Overrides, read_overrides
+from proxy.config.auth import AuthSettings
+from proxy.config.credentials import CredentialStoreSettings, ServerCredentials, SharedCredentials
+from proxy.config.discovery import DiscoverySettings
+from proxy.config.editor_files import Variables, declared_inputs, workspace_of
+from proxy.config.overrides import Overrides, read_overrides
+from proxy.config.policy import PolicySettings
+from proxy.core.documents import parse_document, show_value
+from proxy.core.errors import ConfigError
+from proxy.core.files import read_text
+from proxy.core.redaction import redact_text, redact_url
+from proxy.observe.logs import LogSettings
+from proxy.observe.metrics import MetricsSettings
 from proxy.policy.model import glob_problem
-from proxy.policy.settings import PolicySettings
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from proxy.ratelimit import RateLimitSettings
-from proxy.redaction import redact_text, redact_url
 
 __all__ = [
     "CatalogConfig",
@@ -873,7 +873,7 @@ def config_from_mapping(
     workspace: str | None = None,
 ) -> Config:
     """Build a :class:`Config` from already-parsed data, exactly as :func:`load_config` does.
-    ``workspace``: VS Code's ``${workspaceFolder}`` (:mod:`proxy.editor_files`).
+    ``workspace``: VS Code's ``${workspaceFolder}`` (:mod:`proxy.config.editor_files`).
 
     Raises:
         ConfigError: the data is not a valid config; ``source`` names it in the message.

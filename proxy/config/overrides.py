@@ -34,7 +34,7 @@ from typing import Any, Final, TypeAlias
 
 from pydantic import BaseModel
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 __all__ = ["Overrides", "Setting", "overridable", "read_overrides"]
 

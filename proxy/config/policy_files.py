@@ -1,7 +1,7 @@
 """The policy's files on disk: policy documents read, the pins file read and written.
 
 :mod:`proxy.policy` decides on data and never touches the disk; this module is where its files
-are read (through :mod:`proxy.files`) and handed to the pure parsers
+are read (through :mod:`proxy.core.files`) and handed to the pure parsers
 (:func:`~proxy.policy.loader.parse_policy_text`, :func:`~proxy.policy.pins.parse_pins`).
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from proxy.errors import ConfigError
-from proxy.files import read_bytes, read_text, write_atomically
+from proxy.core.errors import ConfigError
+from proxy.core.files import read_bytes, read_text, write_atomically
 from proxy.policy.loader import combine, parse_policy_text
 from proxy.policy.model import Policy, PolicyDocument
 from proxy.policy.pins import parse_pins, render_pins

@@ -1,6 +1,6 @@
 """What a config reload changes: the old config and the new one in, a :class:`Plan` out. Pure.
 
-The applier (:mod:`proxy.reloader`) carries a plan out on the running gateway. What can change
+The applier (:mod:`proxy.app.reloader`) carries a plan out on the running gateway. What can change
 at run time is the ``servers`` and the ``endpoints``; every other setting (where Manifold
 listens, the session secret, the metrics port, the naming profile, limits, auth, policy settings
 ...) is wired into parts that live as long as the process, so a change there is reported as
@@ -42,7 +42,7 @@ class _Server(Protocol):
 
 
 class Settings(Protocol):
-    """What a plan reads of a config (:class:`proxy.config.Config`, which reads files itself)."""
+    """What a plan reads of a config (:class:`proxy.config.model.Config`, which reads files itself)."""
 
     @property
     def servers(self) -> Mapping[str, Any]: ...

@@ -2,7 +2,7 @@
 
 Duplicate keys are errors here (plain YAML and JSON silently keep the last one, which turns a
 pasted server or rule into a silent overwrite), and every error names the file and position.
-Text in, data out: reading the files is :mod:`proxy.files`' job, so the policy package can
+Text in, data out: reading the files is :mod:`proxy.core.files`' job, so the policy package can
 parse with this module and stay pure.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 __all__ = ["parse_document", "parse_json", "parse_yaml", "show_value"]
 

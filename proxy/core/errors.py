@@ -36,7 +36,7 @@ outbound transports, which do, turn it into ``ServerProtocolError`` at their edg
 server's bad message fails the request it was for (or is dropped) and is never the client's fault.
 
 Foreign exceptions (OSError, the HTTP clients', anyio's stream errors, orjson's) are converted into these
-at the edge only. Exactly one place turns these into wire errors: ``proxy.boundary.wire_error``.
+at the edge only. Exactly one place turns these into wire errors: ``proxy.observe.boundary.wire_error``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from proxy.redaction import redact_text
+from proxy.core.redaction import redact_text
 
 __all__ = [
     "CONNECTION_CLOSED",
@@ -283,7 +283,7 @@ class RemoteError(ManifoldError):
 class ServerUnavailable(ManifoldError):
     """A configured server cannot take requests right now.
 
-    ``reason`` is redacted here (:func:`proxy.redaction.redact_text`): it travels to clients, to
+    ``reason`` is redacted here (:func:`proxy.core.redaction.redact_text`): it travels to clients, to
     ``/healthz``, to ``manifold tools`` and to the log, and is often built from a URL or a
     foreign exception's text that quotes one.
     """

@@ -2,7 +2,7 @@
 
 The pure cores (protocol, catalog, policy, the rate-limit arithmetic) never touch the disk;
 callers read and write here and hand the cores text, bytes and data. Read failures become
-:class:`~proxy.errors.ConfigError` naming the file: a file Manifold reads is one an operator
+:class:`~proxy.core.errors.ConfigError` naming the file: a file Manifold reads is one an operator
 wrote or pointed it at, so fixing it is theirs.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeAlias
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 __all__ = ["Stamp", "read_bytes", "read_text", "stamps", "write_atomically"]
 

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 
-from proxy.errors import LimitExceeded
+from proxy.core.errors import LimitExceeded
 
 __all__ = ["Quota"]
 

@@ -1,7 +1,7 @@
 """Credentials out of text: what every log line, error message and report passes through.
 
 Pure: strings in, strings out. :func:`redact_text` is the entry point (re-exported by
-:mod:`proxy.logs`); it replaces with ``[REDACTED]``:
+:mod:`proxy.observe.logs`); it replaces with ``[REDACTED]``:
 
 * in every URL anywhere in the text (``scheme://…``): the userinfo (``user:pass@``, also a lone
   token before ``@``), the value of **every** query parameter (names are kept) and the fragment.

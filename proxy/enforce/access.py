@@ -20,9 +20,11 @@ from cachetools import LRUCache
 from proxy.catalog.merge import Catalog, Entry
 from proxy.catalog.resources import ResourceIndex
 from proxy.catalog.shaping import ToolShape, problems, shape_definition
-from proxy.config import ServerConfig
-from proxy.errors import ConfigError
-from proxy.files import stamps
+from proxy.config.model import ServerConfig
+from proxy.config.policy import PolicySettings
+from proxy.config.policy_files import load_pins, load_policy, save_pins
+from proxy.core.errors import ConfigError
+from proxy.core.files import stamps
 from proxy.policy import (
     CAUTIOUS,
     Decision,
@@ -38,20 +40,18 @@ from proxy.policy import (
     rewrite_definition,
 )
 from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change
-from proxy.policy.settings import PolicySettings
-from proxy.policy_files import load_pins, load_policy, save_pins
 from proxy.ratelimit.rules import LimitRule
 
 __all__ = ["Access", "PinChange", "PinsStore", "ServedTools", "renames", "tool_shapes"]
 
-logger = logging.getLogger("proxy.access")
+logger = logging.getLogger("proxy.enforce.access")
 
 _ALLOW_ALL: Final = Decision("allow", (), ("no policy is configured; everything is allowed",))
 _WATCH_INTERVAL: Final = 2.0
 
 
 class PinsStore(Protocol):
-    """Where new pins go: saved now, or soon (:class:`~proxy.pins_writer.PinsWriter`)."""
+    """Where new pins go: saved now, or soon (:class:`~proxy.enforce.pins_writer.PinsWriter`)."""
 
     def save(self, pins: Mapping[str, str]) -> None: ...
 
@@ -122,7 +122,7 @@ class Access:
         pins_store: PinsStore | None = None,
     ) -> None:
         """``pins_store``: how new pins are saved. The gateway passes a
-        :class:`~proxy.pins_writer.PinsWriter`, which writes off the event loop; the default
+        :class:`~proxy.enforce.pins_writer.PinsWriter`, which writes off the event loop; the default
         writes at once, on the caller's thread (for the CLI and tests)."""
         self.settings = settings
         self._on_drift = on_drift

@@ -1,6 +1,6 @@
 """The pins file saved off the event loop: the latest pins, written by one task on a worker thread.
 
-Saving pins is a write, an ``fsync`` and a rename (:func:`~proxy.policy_files.save_pins`): on a
+Saving pins is a write, an ``fsync`` and a rename (:func:`~proxy.config.policy_files.save_pins`): on a
 slow disk tens of milliseconds, on a stalled one forever. :class:`Access` only asks for a save
 (:meth:`PinsWriter.save`, which returns at once); :meth:`PinsWriter.run`, a task of the gateway's
 task group, does the writing:
@@ -12,7 +12,7 @@ task group, does the writing:
   thread takes them itself under a lock: a write abandoned at shutdown finishes before the final
   one starts, and nothing requested is lost to a cancellation before its thread ran.
 * **Nothing asked for is forgotten meanwhile.** :meth:`PinsWriter.unwritten` gives the pins not
-  yet on disk, which :class:`~proxy.access.Access` lays under what it reads back from the file
+  yet on disk, which :class:`~proxy.enforce.access.Access` lays under what it reads back from the file
   (the file wins where both have a key: ``manifold pins accept`` may have changed it), so a
   re-listing before the write does not pin a changed tool afresh.
 * **Failures stay here.** A failed write is logged; the pins stay in memory, and the next change
@@ -33,14 +33,14 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskStatus
 
-from proxy.policy_files import save_pins
+from proxy.config.policy_files import save_pins
 
 __all__ = ["FLUSH_SECONDS", "SETTLE_SECONDS", "PinsWriter"]
 
 SETTLE_SECONDS: Final = 0.1
 FLUSH_SECONDS: Final = 2.0
 
-logger = logging.getLogger("proxy.pins_writer")
+logger = logging.getLogger("proxy.enforce.pins_writer")
 
 Save = Callable[[str, Mapping[str, str]], None]
 

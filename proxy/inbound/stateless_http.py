@@ -21,7 +21,7 @@ and nothing more is sent for it.
 
 ``subscriptions/listen`` is the exception: once classified like any request, it is answered
 with an SSE stream only (406 unless ``Accept`` names it), and served by
-``proxy.inbound.listen`` until the client closes it.
+``proxy.clients.listen_streams`` until the client closes it.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 from cachetools import LRUCache
 
-from proxy.boundary import wire_error
-from proxy.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, request_id_of
+from proxy.clients.contract import Endpoint, Inbound
+from proxy.clients.listen_streams import stream_sse
+from proxy.clients.session import StatelessCaller
+from proxy.core.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, request_id_of
 from proxy.inbound.asgi import (
     JSON_HEADERS,
     Receive,
@@ -47,11 +49,9 @@ from proxy.inbound.asgi import (
     read_body,
     respond,
 )
-from proxy.inbound.contract import Endpoint, Inbound
 from proxy.inbound.exchange import Exchange, caller_of
-from proxy.inbound.listen import stream_sse
 from proxy.inbound.reading import Reader
-from proxy.inbound.session import StatelessCaller
+from proxy.observe.boundary import wire_error
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.headers import VERSION_HEADER, Headers, ParamHeader, check_param_headers, x_mcp_headers
@@ -61,7 +61,7 @@ from proxy.protocol.subscriptions import LISTEN, Filter
 
 __all__ = ["StatelessEndpoint", "is_stateless_header"]
 
-logger = logging.getLogger("proxy.inbound.stateless")
+logger = logging.getLogger("proxy.inbound.stateless_http")
 
 # Answer with JSON if the request is done within this long without a notification; past it,
 # commit to SSE and keep the stream alive with a comment line every as long.

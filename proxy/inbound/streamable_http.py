@@ -7,7 +7,7 @@ everything about MCP itself is the gateway's business.
 
 Two eras share the endpoint. A request whose ``MCP-Protocol-Version`` header names no handshake
 revision (2026-07-28, or one nobody knows), or that carries a 2026-07-28 ``_meta`` envelope with
-neither that header nor a session id, is stateless: ``proxy.inbound.stateless`` serves it. Everything
+neither that header nor a session id, is stateless: ``proxy.inbound.stateless_http`` serves it. Everything
 else is the handshake era: ``initialize`` mints a session, and later requests name it.
 """
 
@@ -24,8 +24,10 @@ import anyio
 import anyio.abc
 
 from proxy.auth.authenticator import Rejected
-from proxy.boundary import wire_error
-from proxy.errors import (
+from proxy.clients.contract import Inbound
+from proxy.clients.session import ClientSession
+from proxy.clients.streams import EventStream, parse_event_id
+from proxy.core.errors import (
     INVALID_REQUEST,
     InvalidRequest,
     LimitExceeded,
@@ -33,6 +35,7 @@ from proxy.errors import (
     RateLimited,
     request_id_of,
 )
+from proxy.core.quotas import Quota
 from proxy.inbound.asgi import (
     JSON_HEADERS,
     Receive,
@@ -43,23 +46,20 @@ from proxy.inbound.asgi import (
     read_body,
     respond,
 )
-from proxy.inbound.contract import Inbound
 from proxy.inbound.reading import Reader
-from proxy.inbound.session import ClientSession
-from proxy.inbound.stateless import StatelessEndpoint, is_stateless_header
-from proxy.inbound.streams import EventStream, parse_event_id
+from proxy.inbound.stateless_http import StatelessEndpoint, is_stateless_header
+from proxy.observe.boundary import wire_error
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc
 from proxy.protocol.asks import ASKED_CAPABILITIES
 from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
 from proxy.protocol.stateless import has_envelope, http_status
-from proxy.quota import Quota
 from proxy.ratelimit import LimitCheck, MemoryBackend
 
 __all__ = ["McpEndpoint", "OriginPolicy", "Receive", "Scope", "Send"]
 
-logger = logging.getLogger("proxy.inbound.http")
+logger = logging.getLogger("proxy.inbound.streamable_http")
 
 _LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 _KEEPALIVE: Final = 15.0

@@ -1,11 +1,11 @@
 """What clients hear unprompted: list changes, and what servers say about no request.
 
 A change of a merged list goes to every initialized session and every ``subscriptions/listen``
-stream that asked for it; a change of one client's own view (:mod:`proxy.own_catalogs`) to that
+stream that asked for it; a change of one client's own view (:mod:`proxy.views.per_client`) to that
 session, or to the listen streams of that identity. A server's resource update goes to the
 sessions that reach that server on the connection it came from (a ``per_client`` session hears
-its own connection: :mod:`proxy.per_client`) and subscribed to it, and to the listen streams
-whose identity may still read the resource. A server's log line is :mod:`proxy.server_logs`'s
+its own connection: :mod:`proxy.servers.per_client`) and subscribed to it, and to the listen streams
+whose identity may still read the resource. A server's log line is :mod:`proxy.notify.server_logs`'s
 business: the policy decides who hears it.
 """
 
@@ -15,16 +15,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from proxy.access import Access
-from proxy.connections import Connections
-from proxy.inbound.listen import Listens
+from proxy.clients.listen_streams import Listens
+from proxy.clients.sessions import Sessions
+from proxy.enforce.access import Access
 from proxy.outbound.lists import CHANGED
-from proxy.per_client import Owner, owner_of
 from proxy.policy import Subject
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
 from proxy.protocol.subscriptions import UPDATED
-from proxy.sessions import Sessions
+from proxy.servers.connections import Connections
+from proxy.servers.per_client import Owner, owner_of
 
 __all__ = ["Notices"]
 

@@ -1,23 +1,23 @@
 """The one listener of every shared server connection: each thing it hears, to the part whose job it is.
 
 Wired by the composition root once the parts exist (they need the connections it listens to):
-lists to :class:`~proxy.catalogs.Catalogs` (and each client's own view, with ``per_client``
-servers), states to :class:`~proxy.connections.ServerHealth`, log lines to
-:class:`~proxy.server_logs.ServerLogs` (the policy decides who hears them), anything else a
-server says unprompted to :class:`~proxy.notices.Notices`.
+lists to :class:`~proxy.views.catalogs.Catalogs` (and each client's own view, with ``per_client``
+servers), states to :class:`~proxy.servers.connections.ServerHealth`, log lines to
+:class:`~proxy.notify.server_logs.ServerLogs` (the policy decides who hears them), anything else a
+server says unprompted to :class:`~proxy.notify.list_changes.Notices`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from proxy.catalogs import Catalogs
-from proxy.connections import ServerHealth
-from proxy.notices import Notices
+from proxy.notify.list_changes import Notices
+from proxy.notify.server_logs import ServerLogs
 from proxy.outbound.connection import ServerState
-from proxy.own_catalogs import OwnCatalogs
 from proxy.protocol.jsonrpc import Message
-from proxy.server_logs import ServerLogs
+from proxy.servers.connections import ServerHealth
+from proxy.views.catalogs import Catalogs
+from proxy.views.per_client import OwnCatalogs
 
 __all__ = ["Heard"]
 

@@ -34,19 +34,19 @@ from typing import Final
 import anyio
 from cachetools import LRUCache
 
-from proxy.access import Access
-from proxy.catalogs import Catalogs
-from proxy.config import EndpointConfig
-from proxy.connections import Connections
-from proxy.inbound.session import ClientSession
+from proxy.clients.session import ClientSession
+from proxy.clients.sessions import Sessions
+from proxy.config.model import EndpointConfig
+from proxy.enforce.access import Access
 from proxy.outbound.levels import takes_levels, tell_level
 from proxy.policy import Identity, Subject
 from proxy.protocol.jsonrpc import Message
-from proxy.sessions import Sessions
+from proxy.servers.connections import Connections
+from proxy.views.catalogs import Catalogs
 
 __all__ = ["ServerLogs"]
 
-logger = logging.getLogger("proxy.server_logs")
+logger = logging.getLogger("proxy.notify.server_logs")
 
 _IDENTITIES_KEPT: Final = 4096  # identities whose seen servers are kept (per catalog generation)
 

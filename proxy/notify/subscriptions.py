@@ -1,7 +1,7 @@
 """Who wants updates of which resource, and the one subscription per URI a server holds for them.
 
 Holders are handshake-era sessions that sent ``resources/subscribe`` and open
-``subscriptions/listen`` streams (:mod:`proxy.inbound.listen`). A server is asked once per URI on
+``subscriptions/listen`` streams (:mod:`proxy.clients.listen_streams`). A server is asked once per URI on
 its shared connection, however many holders want it: the first one subscribes it, the last one
 gone (unsubscribe, stream closed, session ended) sends ``resources/unsubscribe``. A session on a
 ``per_client`` server reaches it on a connection of its own, so its subscriptions are its own:
@@ -18,14 +18,14 @@ from typing import Any, Final, Protocol
 
 import anyio
 
-from proxy.inbound.listen import Listens, Subscription
-from proxy.inbound.session import ClientSession, InboundRequest
-from proxy.per_client import owner_of
-from proxy.pipeline import Caller
+from proxy.clients.listen_streams import Listens, Subscription
+from proxy.clients.session import ClientSession, InboundRequest
+from proxy.pipeline.context import Caller
+from proxy.servers.per_client import owner_of
 
 __all__ = ["Interest", "OwnInterest", "OwnSubscribing", "Sharing", "Subscribable"]
 
-logger = logging.getLogger("proxy.interest")
+logger = logging.getLogger("proxy.notify.subscriptions")
 
 _RELEASE_WITHIN: Final = 5.0  # seconds for the unsubscribes of a holder that went away
 
@@ -37,7 +37,7 @@ class Subscribable(Protocol):
 
 
 class Sharing(Protocol):
-    """Which connection a session reaches a server on (:class:`proxy.connections.Connections`)."""
+    """Which connection a session reaches a server on (:class:`proxy.servers.connections.Connections`)."""
 
     def shares(self, caller: ClientSession, server_id: str) -> bool: ...
 
@@ -127,7 +127,7 @@ class Interest:
 
 
 class OwnSubscribing(Protocol):
-    """What :class:`OwnInterest` needs of :class:`proxy.connections.Connections`."""
+    """What :class:`OwnInterest` needs of :class:`proxy.servers.connections.Connections`."""
 
     async def for_call(self, caller: Caller, server_id: str) -> Subscribable: ...
 

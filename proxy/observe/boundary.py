@@ -1,12 +1,12 @@
 """The fault boundary: the one place an exception becomes a JSON-RPC error, and where failures
 nobody foresaw are caught, counted and logged once.
 
-Who is at fault decides what the peer learns (:mod:`proxy.errors` draws the tree):
+Who is at fault decides what the peer learns (:mod:`proxy.core.errors` draws the tree):
 
-- the client broke it (:class:`~proxy.errors.ProtocolError`): its code and message, so it can
+- the client broke it (:class:`~proxy.core.errors.ProtocolError`): its code and message, so it can
   mend the request;
-- a server broke it or is gone (:class:`~proxy.errors.RemoteError` relayed as the server sent
-  it, :class:`~proxy.errors.ServerUnavailable` explained with the server's id);
+- a server broke it or is gone (:class:`~proxy.core.errors.RemoteError` relayed as the server sent
+  it, :class:`~proxy.core.errors.ServerUnavailable` explained with the server's id);
 - we broke it (anything else): a generic message; the details, with the request's context, go
   to the log once and ``manifold_internal_errors_total{where}`` counts it.
 
@@ -24,7 +24,7 @@ from typing import Any, Final, Protocol
 import anyio
 import orjson
 
-from proxy.errors import (
+from proxy.core.errors import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
@@ -35,13 +35,13 @@ from proxy.errors import (
     ServerUnavailable,
     SignInNeeded,
 )
-from proxy.metrics import Where
+from proxy.observe.metrics import Where
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
 
 __all__ = ["Boundary", "Counts", "supervised", "wire_error"]
 
-logger = logging.getLogger("proxy.boundary")
+logger = logging.getLogger("proxy.observe.boundary")
 
 _INTERNAL: Final = "internal error in Manifold; see its log"
 _RESTART_AFTER: Final = 1.0  # seconds before a background task that failed runs again

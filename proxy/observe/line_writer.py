@@ -33,7 +33,7 @@ __all__ = ["FLUSH_SECONDS", "LineWriter", "Output"]
 
 FLUSH_SECONDS: Final = 2.0
 
-logger = logging.getLogger("proxy.line_writer")
+logger = logging.getLogger("proxy.observe.line_writer")
 
 
 class Output(Protocol):

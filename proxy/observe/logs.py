@@ -17,7 +17,7 @@ Redaction happens in a filter on the handler, before either format sees the reco
   also inside nested dicts, lists and ``(name, value)`` header pairs;
 * an ``extra`` named ``session``/``session_id`` keeps only its first 8 characters: a session id
   is a bearer credential for the session;
-* in the message, tracebacks and string values, :func:`~proxy.redaction.redact_text`: every
+* in the message, tracebacks and string values, :func:`~proxy.core.redaction.redact_text`: every
   URL's userinfo, query values and fragment, ``Bearer``/``Basic`` credentials, ``name=value`` /
   ``name: value`` pairs whose name looks secret, and the configured secrets (server header and
   env values, URL credentials) wherever they appear.
@@ -37,7 +37,7 @@ from typing import Any, Final, Literal, TextIO
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from proxy.redaction import REDACTED, redact_text, redact_url, remember_secrets
+from proxy.core.redaction import REDACTED, redact_text, redact_url, remember_secrets
 
 __all__ = [
     "ACCESS_FLUSH_BYTES",
@@ -60,7 +60,7 @@ __all__ = [
 
 LogFormat = Literal["auto", "json", "plain"]
 
-ACCESS_LOGGER: Final = "manifold.access"  # not a module name: proxy.access is the policy's logger
+ACCESS_LOGGER: Final = "manifold.access"  # not a module name: proxy.enforce.access is the policy's logger
 SESSION_PREFIX: Final = 8
 
 _LEVELS: Final = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})

@@ -87,7 +87,7 @@ Outcome = Literal[
     "invalid",
     "error",
 ]
-"""How a ``tools/call`` ended (the words of ``proxy.pipeline.outcome_of``). ``tool_error``: the
+"""How a ``tools/call`` ended (the words of ``proxy.pipeline.context.outcome_of``). ``tool_error``: the
 tool answered ``isError: true`` (the call itself worked); ``input_required``: a 2026-07-28 round
 that asks the client for input (its retry is counted again); ``server_error``: the server failed,
 went away or answered a JSON-RPC error; ``invalid``: refused before routing (unknown tool, bad
@@ -410,7 +410,7 @@ class Metrics:
 
     def discovery_call(self, endpoint: str, tool: str, outcome: str) -> None:
         """Count one meta-tool call on ``endpoint`` (as :meth:`endpoint_call` labels it). ``tool``
-        and ``outcome`` come from :mod:`proxy.discovery.service`'s closed sets."""
+        and ``outcome`` come from :mod:`proxy.views.discovery`'s closed sets."""
         self._discovery_calls.get(endpoint or "/mcp", tool, outcome).inc()
 
     def list_request(self, kind: ListKind, pages: int = 1) -> None:
@@ -463,7 +463,7 @@ class Metrics:
         self._reloads.get(outcome).inc()
 
     def confirmation(self, outcome: str) -> None:
-        """Count one question about a call (``proxy.confirm.question.Outcome``: a fixed set)."""
+        """Count one question about a call (``proxy.enforce.confirm.question.Outcome``: a fixed set)."""
         self._confirmations.get(outcome).inc()
 
     # ---- sessions and traffic -----------------------------------------------------------

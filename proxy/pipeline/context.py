@@ -3,13 +3,13 @@
 Every request Manifold forwards to a server (``tools/call``, ``prompts/get``,
 ``resources/read``, ``completion/complete`` …) runs, outermost first::
 
-    Router (the request's fault boundary: proxy.boundary) → measure → authorize (audit)
+    Router (the request's fault boundary: proxy.observe.boundary) → measure → authorize (audit)
         → shape (tool overrides' arguments) → validate → ratelimit
-        → Forward (connection and era bridge: proxy.forward)
+        → Forward (connection and era bridge: proxy.pipeline.forward)
 
 A stage with nothing to do is left out (``Gateway._stages``); a test pins the order. Each stage
 is ``async (ctx, call_next) -> result``; :func:`compose` builds the chain once. No stage turns
-an exception into an answer: :func:`proxy.boundary.wire_error` does, at the router.
+an exception into an answer: :func:`proxy.observe.boundary.wire_error` does, at the router.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.catalog.merge import Entry
-from proxy.errors import (
+from proxy.core.errors import (
     HiddenByPolicy,
     ProtocolError,
     RemoteError,
@@ -31,7 +31,7 @@ from proxy.outbound.relay import Relay
 from proxy.protocol.jsonrpc import RequestId
 
 if TYPE_CHECKING:
-    from proxy.metrics import Outcome
+    from proxy.observe.metrics import Outcome
     from proxy.policy.engine import Subject
     from proxy.policy.model import Identity
 
@@ -45,12 +45,12 @@ __all__ = [
     "tool_error",
 ]
 
-logger = logging.getLogger("proxy.pipeline")
+logger = logging.getLogger("proxy.pipeline.context")
 
 
 class Caller(Relay, Protocol):
     """Who asked, and the way back to them: a client's request in progress, whatever its
-    transport and era (:class:`proxy.inbound.session.InboundRequest`)."""
+    transport and era (:class:`proxy.clients.session.InboundRequest`)."""
 
     @property
     def identity(self) -> Identity: ...

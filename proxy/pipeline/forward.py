@@ -3,7 +3,7 @@ the server's era.
 
 Most requests go out as they are. The three that may need the client's input mid-call
 (``tools/call``, ``prompts/get``, ``resources/read``) are bridged when the caller and the server
-differ in how they ask for it (:mod:`proxy.bridge`):
+differ in how they ask for it (:mod:`proxy.pipeline.bridge`):
 
     caller \\ server   handshake era                  2026-07-28
     handshake era      server requests relayed        input_required unrolled into requests
@@ -18,30 +18,30 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from proxy.bridge.mrtr import Rounds
-from proxy.bridge.parking import Connection
-from proxy.errors import InvalidRequestState
+from proxy.core.errors import InvalidRequestState
 from proxy.outbound.connection import ServerConnection
-from proxy.pipeline import CallContext, Caller
+from proxy.pipeline.bridge.mrtr import Rounds
+from proxy.pipeline.bridge.parking import Connection
+from proxy.pipeline.context import CallContext, Caller
 from proxy.protocol import results
 
 __all__ = ["Forward", "Parking"]
 
 
 class Parking(Protocol):
-    """Runs a 2026-07-28 caller's request on a handshake-era server (see proxy.bridge.parking)."""
+    """Runs a 2026-07-28 caller's request on a handshake-era server (see proxy.pipeline.bridge.parking)."""
 
     async def call(self, connection: Connection, ctx: CallContext) -> Any: ...
 
 
 class ConnectionChoice(Protocol):
-    """Which connection a caller reaches a server on (:class:`proxy.connections.Connections`)."""
+    """Which connection a caller reaches a server on (:class:`proxy.servers.connections.Connections`)."""
 
     async def for_call(self, caller: Caller, server_id: str) -> ServerConnection: ...
 
     def asked_through(self, connection: ServerConnection) -> Connection:
         """``connection`` as a parked call goes out on it: an identity's own connection first
-        has the caller answer what its server asked outside any call (:mod:`proxy.doorway`)."""
+        has the caller answer what its server asked outside any call (:mod:`proxy.servers.held_questions`)."""
         ...
 
 

@@ -13,19 +13,19 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from proxy.access import Access
-from proxy.bridge.state import RequestStates
-from proxy.config import Config
-from proxy.confirm.approvals import Approvals
-from proxy.confirm.memory import Memory
-from proxy.metrics import Metrics
-from proxy.middleware.authorize import AuditLog, Authorize
-from proxy.middleware.confirm import Confirm
-from proxy.middleware.metrics import Measure
-from proxy.middleware.ratelimit import RateLimit
-from proxy.middleware.shape import Shape
-from proxy.middleware.validate import Validate
-from proxy.pipeline import Middleware
+from proxy.config.model import Config
+from proxy.enforce.access import Access
+from proxy.enforce.confirm.approvals import Approvals
+from proxy.enforce.confirm.memory import Memory
+from proxy.observe.metrics import Metrics
+from proxy.pipeline.bridge.state import RequestStates
+from proxy.pipeline.context import Middleware
+from proxy.pipeline.stages.authorize import AuditLog, Authorize
+from proxy.pipeline.stages.confirm import Confirm
+from proxy.pipeline.stages.metrics import Measure
+from proxy.pipeline.stages.ratelimit import RateLimit
+from proxy.pipeline.stages.shape import Shape
+from proxy.pipeline.stages.validate import Validate
 from proxy.policy import SchemaValidators
 from proxy.ratelimit import LimitBackend, make_backend
 
@@ -47,7 +47,7 @@ class Parts:
     approvals: Approvals
     on_behalf: OnBehalf | None = None  # credentials.mode oauth: users' sign-ins
     sign_ins: RequestStates | None = None  # the sign-in stage's input_required states
-    states: RequestStates | None = None  # the forwarded calls' states (proxy.bridge), to check marks
+    states: RequestStates | None = None  # the forwarded calls' states (proxy.pipeline.bridge), to check marks
 
 
 def stages(config: Config, parts: Parts) -> list[Middleware]:
@@ -87,7 +87,7 @@ def stages(config: Config, parts: Parts) -> list[Middleware]:
             )
         )
     if parts.on_behalf is not None and parts.sign_ins is not None:
-        from proxy.middleware.sign_in import SignInStage
+        from proxy.pipeline.stages.sign_in import SignInStage
 
         built.append(SignInStage(parts.on_behalf, parts.sign_ins))
     return built

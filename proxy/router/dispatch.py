@@ -2,13 +2,13 @@
 
 The method table names what Manifold answers itself (``initialize``, ``server/discover``,
 ``ping``, the merged lists, ``logging/setLevel``) and what it resolves and forwards: a
-namespaced name or a URI becomes a :class:`~proxy.pipeline.CallContext` (the server, the
+namespaced name or a URI becomes a :class:`~proxy.pipeline.context.CallContext` (the server, the
 server's own name, the policy's subject), and the call pipeline takes it from there (its
-innermost stage, :class:`~proxy.forward.Forward`, picks the connection and bridges eras).
+innermost stage, :class:`~proxy.pipeline.forward.Forward`, picks the connection and bridges eras).
 
 :meth:`Router.handle` and :meth:`Router.handle_stateless` are the fault boundary of a request:
 whatever goes wrong while answering it becomes that request's error response
-(:func:`proxy.boundary.wire_error`), and nothing but cancellation leaves them.
+(:func:`proxy.observe.boundary.wire_error`), and nothing but cancellation leaves them.
 """
 
 from __future__ import annotations
@@ -22,16 +22,10 @@ from typing import Any, Final
 import anyio
 
 from proxy import __version__
-from proxy.boundary import Boundary
 from proxy.catalog.completions import filter_completion
 from proxy.catalog.merge import Entry
-from proxy.catalogs import Catalogs
-from proxy.config import LimitsConfig
-from proxy.connections import Connections
-from proxy.discovery.service import Call, Discovery
-from proxy.errors import InvalidParams, InvalidRequest, LimitExceeded, MethodNotFound, ResourceNotFound
-from proxy.inbound.listen import Listens, Subscription
-from proxy.inbound.session import (
+from proxy.clients.listen_streams import Listens, Subscription
+from proxy.clients.session import (
     LOG_LEVELS,
     ClientSession,
     Deliver,
@@ -40,12 +34,16 @@ from proxy.inbound.session import (
     cancel_named,
     kept_client_info,
 )
-from proxy.interest import Interest, OwnInterest
-from proxy.metrics import UNKNOWN, Metrics
+from proxy.clients.sessions import Sessions
+from proxy.config.model import LimitsConfig
+from proxy.core.errors import InvalidParams, InvalidRequest, LimitExceeded, MethodNotFound, ResourceNotFound
+from proxy.core.quotas import Quota
+from proxy.notify.server_logs import ServerLogs
+from proxy.notify.subscriptions import Interest, OwnInterest
+from proxy.observe.boundary import Boundary
+from proxy.observe.metrics import UNKNOWN, Metrics
 from proxy.outbound.lists import LIST_KINDS
-from proxy.own_catalogs import OwnCatalogs
-from proxy.per_client import owner, owner_of
-from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.pipeline.context import CallContext, Handler, tool_error
 from proxy.policy import Identity, Subject
 from proxy.protocol import jsonrpc, results, versions
 from proxy.protocol.asks import kept_capabilities
@@ -53,13 +51,15 @@ from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
 from proxy.protocol.uris import normalize_uri
-from proxy.quota import Quota
-from proxy.server_logs import ServerLogs
-from proxy.sessions import Sessions
+from proxy.servers.connections import Connections
+from proxy.servers.per_client import owner, owner_of
+from proxy.views.catalogs import Catalogs
+from proxy.views.discovery import Call, Discovery
+from proxy.views.per_client import OwnCatalogs
 
 __all__ = ["CAPABILITIES", "Router", "SERVER_INFO"]
 
-logger = logging.getLogger("proxy.router")
+logger = logging.getLogger("proxy.router.dispatch")
 
 CAPABILITIES: Final = {
     "tools": {"listChanged": True},
@@ -528,7 +528,7 @@ class Router:
         self, caller: StatelessCaller, subscription_id: RequestId, requested: Filter
     ) -> AsyncIterator[Subscription]:
         """Open a ``subscriptions/listen`` stream for a 2026-07-28 caller, closed on exit; the
-        transport writes what it yields (:mod:`proxy.inbound.listen`).
+        transport writes what it yields (:mod:`proxy.clients.listen_streams`).
 
         Honoured: every list change asked for (Manifold tells of each change of its merged
         lists), and of ``resourceSubscriptions`` the first ``MAX_RESOURCE_SUBSCRIPTIONS`` URIs
@@ -537,7 +537,7 @@ class Router:
         hidden by the policy, or refused) is left out of the acknowledgement rather than failing
         the request: the spec has the acknowledgement name the subset honoured, and an unknown
         URI must look the same as one the caller may not read. Subscriptions at the servers are
-        shared with every other holder (:mod:`proxy.interest`).
+        shared with every other holder (:mod:`proxy.notify.subscriptions`).
 
         Raises:
             LimitExceeded: on entry, the caller's identity has as many streams open as

@@ -2,7 +2,7 @@
 
 Each server has one shared, multiplexed :class:`~proxy.outbound.connection.ServerConnection`.
 A server with ``session_mode: per_client`` also gets one connection per client
-(:mod:`proxy.per_client`), so that it sees that client's capabilities and roots, and keeps its
+(:mod:`proxy.servers.per_client`), so that it sees that client's capabilities and roots, and keeps its
 state apart: per handshake-era session, and per identity for 2026-07-28 callers (which have no
 session). Its shared connection then serves only health reports and what a client sees of the
 server before its own connection listed.
@@ -18,24 +18,24 @@ from typing import Any, Final, Literal
 import anyio
 import anyio.abc
 
-from proxy.boundary import Boundary, wire_error
-from proxy.config import LimitsConfig, ServerConfig
+from proxy.clients.session import Client, ClientSession, InboundRequest
+from proxy.config.model import LimitsConfig, ServerConfig
+from proxy.core.errors import LimitExceeded, ServerUnavailable
 from proxy.credentials import Sources
-from proxy.doorway import Doorstep
-from proxy.errors import LimitExceeded, ServerUnavailable
-from proxy.inbound.session import Client, ClientSession, InboundRequest
-from proxy.logs import redact_text
-from proxy.metrics import Metrics
+from proxy.observe.boundary import Boundary, wire_error
+from proxy.observe.logs import redact_text
+from proxy.observe.metrics import Metrics
 from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
 from proxy.outbound.era import Era
 from proxy.outbound.factory import transport_for
 from proxy.outbound.transport import Transport
-from proxy.per_client import ClientConnections, OwnLists, OwnNotices
-from proxy.pipeline import Caller
+from proxy.pipeline.context import Caller
+from proxy.servers.held_questions import Doorstep
+from proxy.servers.per_client import ClientConnections, OwnLists, OwnNotices
 
 __all__ = ["Connections", "ServerHealth", "Sharing", "WaitFor"]
 
-logger = logging.getLogger("proxy.connections")
+logger = logging.getLogger("proxy.servers.connections")
 
 _FIRST_ATTEMPT_SLACK: Final = 5.0  # seconds past a server's connect timeout that start-up waits
 _STDERR_SHOWN: Final = 5  # last stderr lines of a server that is not ready, in /healthz
@@ -120,7 +120,7 @@ class Connections:
         scope = self._scopes[connection.server_id] = anyio.CancelScope()
         tg.start_soon(_run_in, scope, connection, name=f"server {connection.server_id}")
 
-    # ---- a reload (proxy.reloader) ----------------------------------------------------------
+    # ---- a reload (proxy.app.reloader) ----------------------------------------------------------
 
     @property
     def running(self) -> bool:
@@ -229,7 +229,8 @@ class Connections:
                 tg.start_soon(start, server_id)
 
     def asked_through(self, connection: ServerConnection) -> ServerConnection | Doorstep:
-        """``connection`` as a 2026-07-28 caller's parked call goes out on it (:mod:`proxy.doorway`)."""
+        """``connection`` as a 2026-07-28 caller's parked call goes out on it
+        (:mod:`proxy.servers.held_questions`)."""
         return self._per_client.asked_through(connection)
 
     def own_lists_to(self, lists: OwnLists, notices: OwnNotices) -> None:

@@ -6,7 +6,7 @@ asked then, on its standalone stream; a 2026-07-28 caller can be asked only insi
 requests (``input_required``). So the identity's connection has a :class:`Doorway` as its default
 relay: the question waits there (``hold`` seconds at most, then the server gets an error) until
 a call of the identity goes out through :class:`Doorstep`, which hands the question to that call
-(its :class:`~proxy.bridge.parking.ParkedCall`, so the client answers it in an
+(its :class:`~proxy.pipeline.bridge.parking.ParkedCall`, so the client answers it in an
 ``input_required`` round) and sends the call only once the server has every answer it asked
 for (at most its request timeout). A server may still apply what it was told in its own time
 (the filesystem server checks its new roots on disk first): one started with no directories of
@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from proxy.errors import MethodNotFound
+from proxy.core.errors import MethodNotFound
 from proxy.outbound.connection import ServerConnection
 from proxy.outbound.relay import Relay
 from proxy.protocol.jsonrpc import Message
@@ -99,7 +99,8 @@ class Doorway:
 
 
 class Doorstep:
-    """An identity's connection as the parking bridge sees it (:class:`proxy.bridge.parking.Connection`):
+    """An identity's connection as the parking bridge sees it
+    (:class:`proxy.pipeline.bridge.parking.Connection`):
     a call goes out only once the questions the server asked before it are answered."""
 
     def __init__(self, connection: ServerConnection, doorway: Doorway) -> None:

@@ -16,14 +16,14 @@ the request that started it, kept for its lifetime) and has a default relay, so 
 request outside any call (``roots/list`` after initialize) still finds its way: a session is
 asked on its standalone stream; an identity's question waits at its :class:`Doorway` for the
 identity's next call, which asks it (``input_required``) before its own request goes out.
-What each lists is its owner's (:attr:`ClientConnections.lists`: :mod:`proxy.own_catalogs`).
+What each lists is its owner's (:attr:`ClientConnections.lists`: :mod:`proxy.views.per_client`).
 
 A server whose ``credentials.mode`` is not ``shared`` is reached this way too (the mode implies
 ``per_client``), each connection built with its owner's identity's credentials
 (:mod:`proxy.credentials`). They are looked up on every request that goes to the server: when
 they changed since the connection started (replaced, refreshed) it is stopped and started again
 with the new ones; when there are none any more (revoked) it is stopped and the request fails
-with :class:`~proxy.errors.SignInNeeded`. Sessions of one identity do not share a connection:
+with :class:`~proxy.core.errors.SignInNeeded`. Sessions of one identity do not share a connection:
 each carries its own session's capabilities, roots and questions, as for any per_client server.
 A session's connection logs at its session's level (``logging/setLevel``, told when it starts
 and whenever the session sets one), and its log lines go to that session alone.
@@ -40,21 +40,21 @@ from typing import Any, Final, Protocol
 import anyio
 import anyio.abc
 
-from proxy.config import LimitsConfig, ServerConfig
+from proxy.clients.session import ClientSession, InboundRequest, StatelessCaller
+from proxy.config.model import LimitsConfig, ServerConfig
+from proxy.core.errors import LimitExceeded, ServerUnavailable, SignInNeeded
 from proxy.credentials import Credentials, Sources
-from proxy.doorway import Doorstep, Doorway
-from proxy.errors import LimitExceeded, ServerUnavailable, SignInNeeded
-from proxy.inbound.session import ClientSession, InboundRequest, StatelessCaller
 from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection, ServerState
 from proxy.outbound.era import RELAYED, Era
 from proxy.outbound.factory import transport_for
 from proxy.outbound.levels import takes_levels, tell_level
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
+from proxy.servers.held_questions import Doorstep, Doorway
 
 __all__ = ["ClientConnections", "OwnLists", "OwnNotices", "Owner", "owner", "owner_of"]
 
-logger = logging.getLogger("proxy.per_client")
+logger = logging.getLogger("proxy.servers.per_client")
 
 _SWEEPS_PER_TIMEOUT: Final = 4  # idle connections are looked for this often per idle timeout
 _SWEEP_AT_MOST: Final = 30.0  # seconds between looks, however long the timeout
@@ -76,7 +76,7 @@ def owner(client: ClientSession | StatelessCaller) -> Owner:
 
 
 class OwnLists(Protocol):
-    """Who hears what an owner's connections list (:class:`proxy.own_catalogs.OwnCatalogs`)."""
+    """Who hears what an owner's connections list (:class:`proxy.views.per_client.OwnCatalogs`)."""
 
     def listed(self, owner: Owner, server_id: str, kind: str, items: list[dict[str, Any]]) -> None: ...
 
@@ -86,7 +86,8 @@ class OwnLists(Protocol):
 
 
 class OwnNotices(Protocol):
-    """Who hears what an identity's own connection says unprompted (:class:`proxy.notices.Notices`)."""
+    """Who hears what an identity's own connection says unprompted
+    (:class:`proxy.notify.list_changes.Notices`)."""
 
     def own_notification(self, owner: Owner, server_id: str, message: Message) -> None: ...
 
@@ -276,7 +277,8 @@ class ClientConnections:
             running.held = max(0, running.held + count)
 
     def asked_through(self, connection: ServerConnection) -> ServerConnection | Doorstep:
-        """``connection`` as a 2026-07-28 caller's call goes out on it (:mod:`proxy.doorway`)."""
+        """``connection`` as a 2026-07-28 caller's call goes out on it
+        (:mod:`proxy.servers.held_questions`)."""
         running = self._by_connection.get(connection)
         if running is None or running.session is not None:
             return connection

@@ -3,7 +3,7 @@ it each identity is served, page by page.
 
 Server connections tell :meth:`Catalogs.listed` each list they drained; the merge is pure
 (:mod:`proxy.catalog.merge`, :mod:`proxy.catalog.resources`), this keeps its result, the policy's
-view of it (:class:`~proxy.access.Access`) and the encoded pages. When what clients see changes
+view of it (:class:`~proxy.enforce.access.Access`) and the encoded pages. When what clients see changes
 (a merge, a policy reload) it says which kind changed through ``on_change``; telling the clients
 is the composition root's wiring, not this module's business.
 """
@@ -18,14 +18,14 @@ from typing import Any, Final, Protocol
 import orjson
 from cachetools import LRUCache
 
-from proxy.access import Access, ServedTools
 from proxy.catalog.cursors import CursorCodec, paginate
 from proxy.catalog.merge import EMPTY_CATALOG, Catalog, Entry, ServerSlice, build_catalog, replace_slice
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resource_index
-from proxy.errors import InvalidParams, ResourceNotFound
-from proxy.keys import fingerprint
-from proxy.metrics import Metrics
+from proxy.core.errors import InvalidParams, ResourceNotFound
+from proxy.core.keys import fingerprint
+from proxy.enforce.access import Access, ServedTools
+from proxy.observe.metrics import Metrics
 from proxy.outbound.lists import LIST_KINDS
 from proxy.policy import Identity, Subject
 from proxy.protocol import results
@@ -33,7 +33,7 @@ from proxy.protocol.results import CacheHint
 
 __all__ = ["Catalogs", "HintSource", "Snapshot"]
 
-logger = logging.getLogger("proxy.catalogs")
+logger = logging.getLogger("proxy.views.catalogs")
 
 _PAGES: Final = 2048  # encoded pages kept: (view, generation, cursor, hint) -> bytes
 # Freshness of what Manifold answers 2026-07-28 callers from its catalog when no server said more.
@@ -50,7 +50,7 @@ class HintSource(Protocol):
 @dataclass(frozen=True)
 class Snapshot:
     """Everything a client can be shown of the catalogs at one moment: what an endpoint's view
-    (:mod:`proxy.endpoints`) takes and gives."""
+    (:mod:`proxy.views.endpoints`) takes and gives."""
 
     tools: Catalog
     served: ServedTools

@@ -1,7 +1,7 @@
 """What progressive discovery keeps at run time, and its answers to the meta-tools.
 
 Every answer comes from the caller's own view of the tools (what ``tools/list`` would show that
-identity without discovery: :meth:`proxy.access.Access.tools_view`), so a search, a description
+identity without discovery: :meth:`proxy.enforce.access.Access.tools_view`), so a search, a description
 or a call never tells of a tool the policy hides: a hidden name and a missing one answer alike.
 
 A view's index is built the first time someone searches it and kept while the view is (views are
@@ -28,7 +28,6 @@ from typing import Any, Final, Literal
 
 from cachetools import LRUCache
 
-from proxy.access import Access, ServedTools
 from proxy.catalog.meta_tools import (
     MetaArgumentError,
     MetaNames,
@@ -40,15 +39,16 @@ from proxy.catalog.meta_tools import (
     search_result,
 )
 from proxy.catalog.search import ToolIndex
-from proxy.discovery.settings import DiscoverySettings
-from proxy.errors import InvalidParams
-from proxy.inbound.session import ClientSession, InboundRequest
-from proxy.pipeline import tool_error
+from proxy.clients.session import ClientSession, InboundRequest
+from proxy.config.discovery import DiscoverySettings
+from proxy.core.errors import InvalidParams
+from proxy.enforce.access import Access, ServedTools
+from proxy.pipeline.context import tool_error
 from proxy.protocol import jsonrpc
 
 __all__ = ["META_OUTCOMES", "Call", "Discovery", "MetaOutcome", "MetaTool"]
 
-logger = logging.getLogger("proxy.discovery")
+logger = logging.getLogger("proxy.config.discovery")
 
 _INDEXES: Final = 256  # views whose index is kept
 _LIST_CHANGED: Final = jsonrpc.notification("notifications/tools/list_changed")

@@ -1,7 +1,7 @@
 """Named endpoints: views of the one merged catalog, each served at ``/mcp/<name>``.
 
-The catalogs are merged once (:class:`~proxy.catalogs.Catalogs`, the whole catalog at ``/mcp``).
-Each configured endpoint is another :class:`~proxy.catalogs.Catalogs` that merges nothing: after
+The catalogs are merged once (:class:`~proxy.views.catalogs.Catalogs`, the whole catalog at ``/mcp``).
+Each configured endpoint is another :class:`~proxy.views.catalogs.Catalogs` that merges nothing: after
 every merge and policy reload of the whole catalog it is shown ``view(snapshot)``, where
 ``view`` is the endpoint's :data:`ViewFunction` (by default :func:`selection_view`: the
 endpoint's servers and globs, named in its naming profile). Paging, cursors, lookups and the
@@ -29,19 +29,19 @@ import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 
-from proxy.access import Access, ServedTools, renames
 from proxy.catalog.merge import Catalog
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.resources import ResourceIndex, build_resource_index
 from proxy.catalog.views import Selection, select_named, select_slices
-from proxy.catalogs import Catalogs, Snapshot
-from proxy.config import Config, EndpointConfig
-from proxy.discovery.service import Discovery
-from proxy.discovery.settings import DiscoverySettings
-from proxy.inbound.contract import Endpoint, Inbound
-from proxy.metrics import Metrics
+from proxy.clients.contract import Endpoint, Inbound
+from proxy.clients.sessions import Sessions
+from proxy.config.discovery import DiscoverySettings
+from proxy.config.model import Config, EndpointConfig
+from proxy.enforce.access import Access, ServedTools, renames
+from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
-from proxy.sessions import Sessions
+from proxy.views.catalogs import Catalogs, Snapshot
+from proxy.views.discovery import Discovery
 
 __all__ = [
     "ViewFunction",
@@ -191,7 +191,7 @@ def endpoint_inbounds(
 
 
 class Views:
-    """Each endpoint's view, replaceable by a config reload (:mod:`proxy.reloader`); give
+    """Each endpoint's view, replaceable by a config reload (:mod:`proxy.app.reloader`); give
     :meth:`wrap` as ``endpoint_inbounds(..., wrap=)``."""
 
     def __init__(self) -> None:

@@ -2,9 +2,9 @@
 
 A server may list different things to different clients (``server-everything`` lists
 ``get-roots-list`` only to a client that declared roots), and each client of a ``per_client``
-server has a connection of its own (:mod:`proxy.per_client`). So once an owner's connection has
+server has a connection of its own (:mod:`proxy.servers.per_client`). So once an owner's connection has
 listed, what that owner sees (its lists, their cursors, the names its calls resolve, the
-``list_changed`` it hears) comes from a :class:`~proxy.catalogs.Catalogs` of its own: the shared
+``list_changed`` it hears) comes from a :class:`~proxy.views.catalogs.Catalogs` of its own: the shared
 lists, with what its own connections listed in place of those servers' shared lists. The policy
 applies to it as to the shared one. Without ``per_client`` servers none is ever made, and every
 lookup is the shared catalog's (one dict lookup, nothing more).
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from proxy.catalogs import Catalogs
 from proxy.outbound.lists import LIST_KINDS
-from proxy.per_client import Owner
+from proxy.servers.per_client import Owner
+from proxy.views.catalogs import Catalogs
 
 __all__ = ["OwnCatalogs"]
 
@@ -28,7 +28,7 @@ MakeCatalogs = Callable[[Callable[[str], None]], Catalogs]  # its on_change -> a
 
 
 class OwnCatalogs:
-    """Every owner's catalog (:class:`proxy.per_client.OwnLists`: its connections tell it)."""
+    """Every owner's catalog (:class:`proxy.servers.per_client.OwnLists`: its connections tell it)."""
 
     def __init__(self, shared: Catalogs, make: MakeCatalogs, tell: Callable[[Owner, str], None]) -> None:
         self._shared = shared

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.cli import main
+from proxy.cli.main import main
+from proxy.core.redaction import remember_secrets
 from proxy.credentials.sealing import new_key
-from proxy.redaction import remember_secrets
 
 SECRET = "ghp_cli-secret-token-9999"
 
@@ -118,7 +118,7 @@ def test_a_secret_with_a_control_character_is_refused(
 
 
 def test_keygen_prints_a_key_the_config_takes(capsys: pytest.CaptureFixture[str]) -> None:
-    from proxy.credentials.settings import decode_key
+    from proxy.config.credentials import decode_key
 
     assert main(["credentials", "keygen"]) == 0
     assert len(decode_key(capsys.readouterr().out.strip())) == 32

@@ -23,16 +23,16 @@ import jwt
 import orjson
 import pytest
 
-from proxy.app import Gateway
-from proxy.inbound import listen
-from proxy.inbound.http import McpEndpoint, OriginPolicy
-from proxy.inbound.listen import Ending, Listens
+from proxy.app.gateway import Gateway
+from proxy.clients import listen_streams as listen
+from proxy.clients.listen_streams import Ending, Listens
+from proxy.inbound.streamable_http import McpEndpoint, OriginPolicy
 from proxy.policy.model import ANONYMOUS
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
 from proxy.protocol.sse import SSEDecoder
 from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY, Filter
-from proxy.router import CAPABILITIES
+from proxy.router.dispatch import CAPABILITIES
 from tests.inbound.memory_server import INITIALIZE, META, REFUSED, Server, V, request, running, valid
 from tests.protocol.schemas import validator
 

@@ -11,8 +11,8 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from proxy.config import Config
-from proxy.revocations import KEY_PREFIX, EndedIds, Operation, Revocations, revocations_for
+from proxy.clients.revocations import KEY_PREFIX, EndedIds, Operation, Revocations, revocations_for
+from proxy.config.model import Config
 from tests.ratelimit.clock import FakeClock
 from tests.ratelimit.redis_server import REDIS_SERVER, RedisServer, running_redis
 

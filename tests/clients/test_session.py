@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import METHOD_NOT_FOUND, MISSING_CAPABILITY, ProtocolError
-from proxy.inbound.session import Client, ClientSession, InboundRequest, StatelessCaller
+from proxy.clients.session import Client, ClientSession, InboundRequest, StatelessCaller
+from proxy.core.errors import METHOD_NOT_FOUND, MISSING_CAPABILITY, ProtocolError
 from proxy.policy.model import ANONYMOUS
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message

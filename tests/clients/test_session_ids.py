@@ -4,8 +4,8 @@ import base64
 
 import orjson
 
-from proxy.inbound.tokens import DEFAULT_LIFETIME, SessionTokens, nonce_of
-from proxy.keys import derive_key
+from proxy.clients.session_ids import DEFAULT_LIFETIME, SessionTokens, nonce_of
+from proxy.core.keys import derive_key
 from proxy.policy.model import Identity
 
 ALICE = Identity("alice", frozenset({"dev"}), "api_key")

@@ -5,15 +5,15 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from proxy.errors import LimitExceeded
-from proxy.inbound.session import ClientSession
-from proxy.inbound.tokens import SessionTokens
-from proxy.keys import derive_key
-from proxy.metrics import Metrics
+from proxy.clients.revocations import Revocations
+from proxy.clients.session import ClientSession
+from proxy.clients.session_ids import SessionTokens
+from proxy.clients.sessions import Sessions
+from proxy.core.errors import LimitExceeded
+from proxy.core.keys import derive_key
+from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc
-from proxy.revocations import Revocations
-from proxy.sessions import Sessions
 
 ALICE = Identity("alice", frozenset({"dev"}), "api_key")
 MALLORY = Identity("mallory", frozenset({"dev"}), "api_key")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from proxy.inbound.streams import EVENT_OVERHEAD, EventStream, parse_event_id
+from proxy.clients.streams import EVENT_OVERHEAD, EventStream, parse_event_id
 from proxy.protocol import jsonrpc
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.auth.settings import AuthSettings, JwtIssuer, is_loopback
+from proxy.config.auth import AuthSettings, JwtIssuer, is_loopback
 from tests.auth.keys import SECRET
 
 DIGEST = "sha256:" + "ab" * 32

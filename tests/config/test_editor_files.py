@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from proxy.config import config_from_mapping, load_config
-from proxy.editor_files import input_variable
-from proxy.errors import ConfigError
+from proxy.config.editor_files import input_variable
+from proxy.config.model import config_from_mapping, load_config
+from proxy.core.errors import ConfigError
 
 
 def server(**fields: Any) -> dict[str, Any]:

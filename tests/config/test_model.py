@@ -1,4 +1,4 @@
-"""Tests for proxy.config: file formats, desktop compatibility, interpolation, overrides, errors."""
+"""Tests for proxy.config.model: file formats, desktop compatibility, interpolation, overrides, errors."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import pydantic
 import pytest
 
-import proxy.config
-import proxy.overrides
-from proxy.config import (
+import proxy.config.model
+import proxy.config.overrides
+from proxy.config.model import (
     CatalogConfig,
     Config,
     ListenConfig,
@@ -22,11 +22,11 @@ from proxy.config import (
     config_from_mapping,
     load_config,
 )
-from proxy.errors import ConfigError
-from proxy.overrides import overridable
+from proxy.config.overrides import overridable
+from proxy.core.errors import ConfigError
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+README = Path(__file__).resolve().parents[2] / "README.md"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SECRET = "s3cret-value-42"
 
 
@@ -584,7 +584,11 @@ def test_every_setting_can_be_overridden_from_the_environment(variable: str) -> 
 
 def documented_overrides() -> list[str]:
     """Every ``MANIFOLD_X=value`` example in the README and the config module's docstring."""
-    texts = [README.read_text(encoding="utf-8"), proxy.config.__doc__ or "", proxy.overrides.__doc__ or ""]
+    texts = [
+        README.read_text(encoding="utf-8"),
+        proxy.config.model.__doc__ or "",
+        proxy.config.overrides.__doc__ or "",
+    ]
     found = {
         match for text in texts for match in re.findall(r"MANIFOLD_[A-Z0-9_]+=(?:'[^']*'|[^`'\s]+)", text)
     }

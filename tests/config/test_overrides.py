@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from proxy.errors import ConfigError
-from proxy.overrides import Setting, overridable, read_overrides
+from proxy.config.overrides import Setting, overridable, read_overrides
+from proxy.core.errors import ConfigError
 
 
 class Inner(BaseModel):

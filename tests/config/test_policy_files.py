@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.errors import ConfigError
-from proxy.policy_files import load_pins, load_policy, save_pins
+from proxy.config.policy_files import load_pins, load_policy, save_pins
+from proxy.core.errors import ConfigError
 
 BASE = """\
 version: 1

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.config import Config, config_from_mapping
-from proxy.reload_plan import Plan, diff
+from proxy.config.model import Config, config_from_mapping
+from proxy.config.reload_plan import Plan, diff
 
 
 def config(servers: dict[str, Any], **rest: Any) -> Config:

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from proxy.access import Access, renames
 from proxy.catalog.merge import ServerSlice, build_catalog
 from proxy.catalog.naming import NamingCodec
-from proxy.config import config_from_mapping
-from proxy.errors import ConfigError
+from proxy.config.model import config_from_mapping
+from proxy.config.policy import PinSettings, PolicySettings
+from proxy.config.policy_files import load_pins
+from proxy.core.errors import ConfigError
+from proxy.enforce.access import Access, renames
 from proxy.policy.pins import tool_hash
-from proxy.policy.settings import PinSettings, PolicySettings
-from proxy.policy_files import load_pins
 
 SCHEMA = {"type": "object", "properties": {"owner": {"type": "string"}, "repo": {"type": "string"}}}
 TOOLS = [{"name": "echo", "description": "theirs", "inputSchema": SCHEMA}]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.errors import ConfigError
-from proxy.files import read_bytes, read_text, stamps, write_atomically
+from proxy.core.errors import ConfigError
+from proxy.core.files import read_bytes, read_text, stamps, write_atomically
 
 
 def test_text_is_read_as_utf8(tmp_path: Path) -> None:

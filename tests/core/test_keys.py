@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.keys import derive_key, fingerprint
+from proxy.core.keys import derive_key, fingerprint
 from proxy.policy.model import Identity
 
 

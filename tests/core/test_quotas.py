@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.errors import LimitExceeded
-from proxy.quota import Quota
+from proxy.core.errors import LimitExceeded
+from proxy.core.quotas import Quota
 
 
 def test_the_thing_past_the_maximum_is_refused_naming_the_limit() -> None:

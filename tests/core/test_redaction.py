@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.config import config_from_mapping
-from proxy.errors import ConfigError, ServerProtocolError, ServerUnavailable
-from proxy.logs import JsonFormatter, RedactingFilter
-from proxy.redaction import REDACTED, redact_text, redact_url, remember_secrets, url_secrets
+from proxy.config.model import config_from_mapping
+from proxy.core.errors import ConfigError, ServerProtocolError, ServerUnavailable
+from proxy.core.redaction import REDACTED, redact_text, redact_url, remember_secrets, url_secrets
+from proxy.observe.logs import JsonFormatter, RedactingFilter
 
 R = REDACTED
 
@@ -133,7 +133,7 @@ def test_a_logged_exception_quoting_a_url_is_redacted_in_message_and_traceback()
 def test_secrets_learned_at_run_time_are_redacted_and_outlive_a_new_configured_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import proxy.redaction as redaction
+    import proxy.core.redaction as redaction
 
     monkeypatch.setattr(redaction, "_learned", {})
     monkeypatch.setattr(redaction, "_LEARNED_AT_MOST", 2)

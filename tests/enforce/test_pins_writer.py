@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from proxy.pins_writer import PinsWriter
-from proxy.policy_files import load_pins
+from proxy.config.policy_files import load_pins
+from proxy.enforce.pins_writer import PinsWriter
 
 pytestmark = pytest.mark.anyio
 

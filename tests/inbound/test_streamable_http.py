@@ -12,8 +12,8 @@ import anyio
 import orjson
 import pytest
 
-from proxy.inbound.http import McpEndpoint, OriginPolicy
-from proxy.inbound.session import ClientSession
+from proxy.clients.session import ClientSession
+from proxy.inbound.streamable_http import McpEndpoint, OriginPolicy
 from tests.inbound.memory_server import INITIALIZE, Server, running
 
 pytestmark = pytest.mark.anyio

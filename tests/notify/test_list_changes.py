@@ -7,20 +7,20 @@ from typing import Any, cast
 
 import pytest
 
-from proxy.access import Access
-from proxy.config import ServerConfig
-from proxy.connections import Connections
-from proxy.inbound.listen import Listens
-from proxy.inbound.session import ClientSession
-from proxy.inbound.tokens import SessionTokens
-from proxy.metrics import Metrics
-from proxy.notices import Notices
-from proxy.per_client import owner_of
+from proxy.clients.listen_streams import Listens
+from proxy.clients.session import ClientSession
+from proxy.clients.session_ids import SessionTokens
+from proxy.clients.sessions import Sessions
+from proxy.config.model import ServerConfig
+from proxy.config.policy import PolicySettings
+from proxy.enforce.access import Access
+from proxy.notify.list_changes import Notices
+from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
-from proxy.policy.settings import PolicySettings
 from proxy.protocol import jsonrpc
 from proxy.protocol.subscriptions import Filter
-from proxy.sessions import Sessions
+from proxy.servers.connections import Connections
+from proxy.servers.per_client import owner_of
 
 pytestmark = pytest.mark.anyio
 

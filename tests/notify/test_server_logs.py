@@ -7,19 +7,19 @@ from typing import cast
 
 import pytest
 
-from proxy.access import Access
 from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
-from proxy.catalogs import Catalogs
-from proxy.config import EndpointConfig, ServerConfig
-from proxy.connections import Connections
-from proxy.inbound.tokens import SessionTokens
-from proxy.metrics import Metrics
+from proxy.clients.session_ids import SessionTokens
+from proxy.clients.sessions import Sessions
+from proxy.config.model import EndpointConfig, ServerConfig
+from proxy.config.policy import PolicySettings
+from proxy.enforce.access import Access
+from proxy.notify.server_logs import ServerLogs
+from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
-from proxy.policy.settings import PolicySettings
 from proxy.protocol import jsonrpc
-from proxy.server_logs import ServerLogs
-from proxy.sessions import Sessions
+from proxy.servers.connections import Connections
+from proxy.views.catalogs import Catalogs
 
 ANN = Identity("ann", frozenset({"staff"}), "api_key")
 BOB = Identity("bob", frozenset(), "api_key")

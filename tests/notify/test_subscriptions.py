@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ServerConfig
-from proxy.connections import Sharing
-from proxy.errors import RemoteError
-from proxy.inbound.listen import Listens
-from proxy.inbound.session import ClientSession, StatelessCaller
-from proxy.interest import Interest
+from proxy.clients.listen_streams import Listens
+from proxy.clients.session import ClientSession, StatelessCaller
+from proxy.config.model import ServerConfig
+from proxy.core.errors import RemoteError
+from proxy.notify.subscriptions import Interest
 from proxy.policy.model import Identity
 from proxy.protocol import versions
 from proxy.protocol.subscriptions import Filter
+from proxy.servers.connections import Sharing
 
 pytestmark = pytest.mark.anyio
 

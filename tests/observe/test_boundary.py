@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from proxy.boundary import Boundary
-from proxy.errors import INVALID_REQUEST, LimitExceeded, MessageTooLarge
-from proxy.metrics import Metrics, Where
+from proxy.core.errors import INVALID_REQUEST, LimitExceeded, MessageTooLarge
+from proxy.observe.boundary import Boundary
+from proxy.observe.metrics import Metrics, Where
 
 
 @dataclass
@@ -61,8 +61,8 @@ def test_the_refusal_counter_is_exposed_per_limit() -> None:
 
 
 def test_a_sign_in_needed_names_the_server_what_to_do_and_where() -> None:
-    from proxy.boundary import wire_error
-    from proxy.errors import SignInNeeded
+    from proxy.core.errors import SignInNeeded
+    from proxy.observe.boundary import wire_error
 
     response = wire_error(SignInNeeded("gh", "https://gw.example/signin/abc", "sign in at the link"), 7)
     assert response["error"] == {

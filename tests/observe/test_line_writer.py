@@ -10,7 +10,7 @@ import time
 import anyio
 import pytest
 
-from proxy.line_writer import LineWriter
+from proxy.observe.line_writer import LineWriter
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +73,7 @@ async def test_a_stalled_disk_drops_lines_past_the_bound_counts_them_and_never_b
     refused: list[None] = []
     writer = LineWriter(disk, what="test log", max_buffered=1000, on_dropped=lambda: refused.append(None))
     line = b"x" * 99 + b"\n"
-    with caplog.at_level(logging.WARNING, "proxy.line_writer"):
+    with caplog.at_level(logging.WARNING, "proxy.observe.line_writer"):
         async with anyio.create_task_group() as tg:
             await tg.start(writer.run)
             disk.open.clear()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from proxy.logs import (
+from proxy.observe.logs import (
     ACCESS_FLUSH_BYTES,
     ACCESS_FLUSH_SECONDS,
     ACCESS_LOGGER,

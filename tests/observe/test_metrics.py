@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from proxy.metrics import OTHER, OUTCOMES, UNKNOWN, Metrics, MetricsSettings
+from proxy.observe.metrics import OTHER, OUTCOMES, UNKNOWN, Metrics, MetricsSettings
 
 Labels = frozenset[tuple[str, str]]
 

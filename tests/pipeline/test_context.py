@@ -1,4 +1,4 @@
-"""The pipeline's order is declared once (proxy/stages.py) and pinned here."""
+"""The pipeline's order is declared once (proxy/pipeline/order.py) and pinned here."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from proxy.app import Gateway
-from proxy.config import config_from_mapping
-from proxy.middleware.authorize import Authorize
-from proxy.middleware.confirm import Confirm
-from proxy.middleware.metrics import Measure
-from proxy.middleware.ratelimit import RateLimit
-from proxy.middleware.shape import Shape
-from proxy.middleware.validate import Validate
-from proxy.pipeline import CallContext, Handler, compose
+from proxy.app.gateway import Gateway
+from proxy.config.model import config_from_mapping
+from proxy.pipeline.context import CallContext, Handler, compose
+from proxy.pipeline.stages.authorize import Authorize
+from proxy.pipeline.stages.confirm import Confirm
+from proxy.pipeline.stages.metrics import Measure
+from proxy.pipeline.stages.ratelimit import RateLimit
+from proxy.pipeline.stages.shape import Shape
+from proxy.pipeline.stages.validate import Validate
 
 POLICY = "version: 1\ndefault: allow\n"
 

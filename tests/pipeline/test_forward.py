@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from proxy.bridge.mrtr import Rounds
-from proxy.bridge.parking import Connection
-from proxy.bridge.state import RequestStates
-from proxy.errors import InvalidRequestState
-from proxy.forward import Forward
-from proxy.inbound.session import ClientSession, InboundRequest
+from proxy.clients.session import ClientSession, InboundRequest
+from proxy.core.errors import InvalidRequestState
 from proxy.outbound.connection import ServerConnection
-from proxy.pipeline import CallContext, Caller
+from proxy.pipeline.bridge.mrtr import Rounds
+from proxy.pipeline.bridge.parking import Connection
+from proxy.pipeline.bridge.state import RequestStates
+from proxy.pipeline.context import CallContext, Caller
+from proxy.pipeline.forward import Forward
 
 pytestmark = pytest.mark.anyio
 

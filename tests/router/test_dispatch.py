@@ -10,8 +10,8 @@ import anyio
 import orjson
 import pytest
 
-from proxy.app import Gateway
-from proxy.inbound.session import ClientSession, StatelessCaller
+from proxy.app.gateway import Gateway
+from proxy.clients.session import ClientSession, StatelessCaller
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message

@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.doorway import Doorway
-from proxy.errors import MethodNotFound
+from proxy.core.errors import MethodNotFound
 from proxy.protocol.jsonrpc import Message
+from proxy.servers.held_questions import Doorway
 
 pytestmark = pytest.mark.anyio
 

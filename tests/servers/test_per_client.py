@@ -14,16 +14,16 @@ import anyio
 import orjson
 import pytest
 
-from proxy.boundary import wire_error
-from proxy.config import LimitsConfig, config_from_mapping
+from proxy.clients.session import ClientSession, InboundRequest, StatelessCaller
+from proxy.config.model import LimitsConfig, config_from_mapping
+from proxy.core.errors import LimitExceeded, SignInNeeded
 from proxy.credentials import Credentials, Sources
 from proxy.credentials.sealing import new_key
-from proxy.errors import LimitExceeded, SignInNeeded
-from proxy.inbound.session import ClientSession, InboundRequest, StatelessCaller
+from proxy.observe.boundary import wire_error
 from proxy.outbound.connection import ServerState
-from proxy.per_client import ClientConnections, owner, owner_of
 from proxy.policy.model import Identity
 from proxy.protocol import versions
+from proxy.servers.per_client import ClientConnections, owner, owner_of
 from tests.fixtures.processes import children
 from tests.interaction.harness import fixture_server
 

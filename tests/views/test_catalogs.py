@@ -7,16 +7,16 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.access import Access
 from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
-from proxy.catalogs import Catalogs
-from proxy.config import ServerConfig
-from proxy.errors import InvalidParams, ResourceNotFound
-from proxy.metrics import Metrics
+from proxy.config.model import ServerConfig
+from proxy.config.policy import PolicySettings
+from proxy.core.errors import InvalidParams, ResourceNotFound
+from proxy.enforce.access import Access
+from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
-from proxy.policy.settings import PolicySettings
 from proxy.protocol.results import CacheHint
+from proxy.views.catalogs import Catalogs
 
 ALICE = Identity("alice", frozenset(), "api_key")
 SERVERS = {sid: ServerConfig(id=sid, command="x", transport="stdio", prefix=sid) for sid in ("a", "b")}

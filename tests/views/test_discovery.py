@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from proxy.access import Access, ServedTools
-from proxy.discovery.service import Call, Discovery
-from proxy.discovery.settings import DiscoverySettings
-from proxy.errors import InvalidParams
-from proxy.inbound.session import ClientSession, InboundRequest
+from proxy.clients.session import ClientSession, InboundRequest
+from proxy.config.discovery import DiscoverySettings
+from proxy.core.errors import InvalidParams
+from proxy.enforce.access import Access, ServedTools
 from proxy.policy.model import Identity
-from tests.test_access import ALICE, ROOT, make_access, tools
+from proxy.views.discovery import Call, Discovery
+from tests.enforce.test_access import ALICE, ROOT, make_access, tools
 
 META = ["manifold.search_tools", "manifold.describe_tools", "manifold.call_tool"]
 ROOT2 = Identity("root2", frozenset({"admin"}), "api_key")

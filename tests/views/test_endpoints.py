@@ -8,23 +8,23 @@ from typing import Any, cast
 import orjson
 import pytest
 
-from proxy.access import Access
 from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
-from proxy.catalogs import Catalogs
-from proxy.config import ServerConfig, config_from_mapping
-from proxy.connections import Connections
-from proxy.discovery.service import Discovery
-from proxy.endpoints import admits, discovery_of, make_discovery, views_of
-from proxy.errors import ConfigError, InvalidParams, ResourceNotFound
-from proxy.inbound.listen import Listens
-from proxy.inbound.tokens import SessionTokens
-from proxy.metrics import Metrics
-from proxy.notices import Notices
+from proxy.clients.listen_streams import Listens
+from proxy.clients.session_ids import SessionTokens
+from proxy.clients.sessions import Sessions
+from proxy.config.model import ServerConfig, config_from_mapping
+from proxy.config.policy import PolicySettings
+from proxy.core.errors import ConfigError, InvalidParams, ResourceNotFound
+from proxy.enforce.access import Access
+from proxy.notify.list_changes import Notices
+from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
-from proxy.policy.settings import PolicySettings
 from proxy.protocol.subscriptions import Filter
-from proxy.sessions import Sessions
+from proxy.servers.connections import Connections
+from proxy.views.catalogs import Catalogs
+from proxy.views.discovery import Discovery
+from proxy.views.endpoints import admits, discovery_of, make_discovery, views_of
 
 ALICE = Identity("alice", frozenset({"dev"}), "api_key")
 BOB = Identity("bob", frozenset(), "api_key")

@@ -9,17 +9,17 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.access import Access
 from proxy.catalog.cursors import CursorCodec
 from proxy.catalog.naming import NamingCodec
-from proxy.catalogs import Catalogs
-from proxy.config import ServerConfig
-from proxy.errors import InvalidParams
-from proxy.metrics import Metrics
-from proxy.own_catalogs import OwnCatalogs
-from proxy.per_client import Owner, owner_of
+from proxy.config.model import ServerConfig
+from proxy.config.policy import PolicySettings
+from proxy.core.errors import InvalidParams
+from proxy.enforce.access import Access
+from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
-from proxy.policy.settings import PolicySettings
+from proxy.servers.per_client import Owner, owner_of
+from proxy.views.catalogs import Catalogs
+from proxy.views.per_client import OwnCatalogs
 
 ALICE = Identity("alice", frozenset(), "api_key")
 BOB = Identity("bob", frozenset(), "api_key")

@@ -6,7 +6,7 @@ summary (already redacted), the reason, a deadline (wall clock, seconds) and the
 
 Bounded: a record is held until a minute after its deadline, and no more than
 ``limits.max_pending_approvals`` are held in all, nor more than 16 (or that limit, if lower) of
-one caller; past either, a new one is refused (:class:`~proxy.errors.LimitExceeded`). The same
+one caller; past either, a new one is refused (:class:`~proxy.core.errors.LimitExceeded`). The same
 call asked again (same caller, tool, arguments and rules) while its approval is pending waits on
 that approval instead of making another. Expiry is kept in deadline order.
 
@@ -38,9 +38,9 @@ import anyio
 import orjson
 from cachetools import TTLCache
 
-from proxy.config import Config
-from proxy.confirm.memory import spend_once
-from proxy.errors import LimitExceeded
+from proxy.config.model import Config
+from proxy.core.errors import LimitExceeded
+from proxy.enforce.confirm.memory import spend_once
 from proxy.policy.model import Policy, RoleApprover
 from proxy.ratelimit import HttpFloodLimit
 
@@ -77,7 +77,7 @@ class Approval:
     caller_key: tuple[str, str, str]  # who called, exactly: nobody approves their own call
     roles: tuple[str, ...]  # any of these may approve
     reason: str
-    summary: str  # the arguments, redacted and bounded (proxy.confirm.question)
+    summary: str  # the arguments, redacted and bounded (proxy.enforce.confirm.question)
     deadline: float  # wall clock
     state: State = "pending"
     decided_by: str | None = None

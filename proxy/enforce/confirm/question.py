@@ -2,7 +2,7 @@
 
 The question is a form-mode ``elicitation/create``: its message says which tool on which server,
 why the policy asks (the rules' reasons), and the arguments: every value passes the log
-redaction (:func:`proxy.logs.redact_value`: secret-looking field names masked, credentials in
+redaction (:func:`proxy.observe.logs.redact_value`: secret-looking field names masked, credentials in
 text masked), so the summary never shows what a log line would hide, and a line whose value was
 masked says so. Nothing else is left out: no value is cut, line breaks and control characters
 become spaces (a value cannot forge a line of the question), and a run of four or more blanks is
@@ -23,8 +23,8 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from proxy.confirm.approvals import Approval
-from proxy.logs import redact_value
+from proxy.enforce.confirm.approvals import Approval
+from proxy.observe.logs import redact_value
 from proxy.policy.model import Confirmation
 
 __all__ = [

@@ -1,13 +1,13 @@
-"""What the HTTP client transports share: the HTTP client (:mod:`proxy.outbound.h1`), the inbox
+"""What the HTTP client transports share: the HTTP client (:mod:`proxy.outbound.over_http.h1`), the inbox
 behind ``receive()``, bounded reading and decoding of what a server sends, and the
 :class:`Failed` outcomes of requests a server will not answer.
 
 Three transports build on this module — Streamable HTTP with sessions
-(:mod:`proxy.outbound.streamable_http`), its stateless 2026-07-28 exchanges
-(:mod:`proxy.outbound._http_stateless`) and the legacy HTTP+SSE transport
-(:mod:`proxy.outbound.sse_legacy`) — so none of them has to import another for its plumbing.
+(:mod:`proxy.outbound.over_http.streamable`), its stateless 2026-07-28 exchanges
+(:mod:`proxy.outbound.over_http.stateless`) and the legacy HTTP+SSE transport
+(:mod:`proxy.outbound.over_http.sse_legacy`) — so none of them has to import another for its plumbing.
 Foreign exceptions stay foreign here: :data:`TRANSPORT_ERRORS` names them for the callers, which
-turn them into :class:`Failed` outcomes or :class:`proxy.errors.ServerUnavailable` at their edge.
+turn them into :class:`Failed` outcomes or :class:`proxy.core.errors.ServerUnavailable` at their edge.
 No answer is made up here: a JSON-RPC error response the transports deliver is always the
 server's own.
 """
@@ -26,9 +26,9 @@ from typing import Any, Final, NamedTuple
 import anyio
 import anyio.abc
 
-from proxy.errors import MessageTooLarge, ProtocolError, ServerProtocolError, ServerUnavailable
-from proxy.outbound import h1
-from proxy.outbound.redirects import RedirectRefused
+from proxy.core.errors import MessageTooLarge, ProtocolError, ServerProtocolError, ServerUnavailable
+from proxy.outbound.over_http import h1
+from proxy.outbound.over_http.redirects import RedirectRefused
 from proxy.outbound.transport import Failed, Received, unusable_answer
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
@@ -288,7 +288,7 @@ async def client_session(
     url: str, headers: Mapping[str, str] | None, connect_timeout: float, *, server_id: str
 ) -> AsyncIterator[h1.Client]:
     """The link's HTTP client for ``url``'s origin, closed (every connection) when the link ends.
-    It follows redirects within that origin only (:mod:`proxy.outbound.redirects`): the configured
+    It follows redirects within that origin only (:mod:`proxy.outbound.over_http.redirects`): the configured
     headers never leave it, and https never drops to http."""
     # Only the connect phase is bounded here: a request may legitimately take long (the caller's
     # request timeout covers that), and a GET stream or a 2026-07-28 subscriptions/listen stream

@@ -24,7 +24,7 @@ benchmark, back to back) 100-160 µs less per call. What it does:
 - https with the default SSL context (SNI and certificate checks), connect (and TLS handshake)
   bounded by ``connect_timeout``; like before, nothing else is timed here: a request may
   legitimately take long, and the caller's request timeout covers it;
-- follows redirects within the configured origin only (:mod:`proxy.outbound.redirects` decides,
+- follows redirects within the configured origin only (:mod:`proxy.outbound.over_http.redirects` decides,
   at most :data:`MAX_REDIRECTS` requests), so the configured headers never leave it; the URL's own
   credentials become Basic authorization, as aiohttp made them;
 - closes, never reuses, a connection whose response was not read to its end on the wire.
@@ -47,7 +47,7 @@ ValueError; everything else the server can do wrong is an :class:`HttpError`::
     ├── ServerDisconnected      the connection ended before the response did
     └── TooManyRedirects        :data:`MAX_REDIRECTS` redirects in a row
 
-A refused redirect raises :class:`proxy.outbound.redirects.RedirectRefused`.
+A refused redirect raises :class:`proxy.outbound.over_http.redirects.RedirectRefused`.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ import anyio
 import httptools
 import yarl
 
-from proxy.outbound.redirects import REDIRECTS, follow
+from proxy.outbound.over_http.redirects import REDIRECTS, follow
 
 __all__ = [
     "IDLE_TIMEOUT",

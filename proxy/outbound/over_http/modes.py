@@ -18,17 +18,17 @@ from typing import Literal
 import anyio
 import anyio.abc
 
-from proxy.errors import ConfigError, ServerUnavailable
-from proxy.outbound._http_common import MAX_BODY, Inbox, Probe, Verdict, owned_task_group
-from proxy.outbound._http_stateless import is_stateless_request
-from proxy.outbound.sse_legacy import LegacySseTransport
-from proxy.outbound.streamable_http import StreamableHttpTransport, _StreamableHttpLink
+from proxy.core.errors import ConfigError, ServerUnavailable
+from proxy.outbound.over_http.common import MAX_BODY, Inbox, Probe, Verdict, owned_task_group
+from proxy.outbound.over_http.sse_legacy import LegacySseTransport
+from proxy.outbound.over_http.stateless import is_stateless_request
+from proxy.outbound.over_http.streamable import StreamableHttpTransport, _StreamableHttpLink
 from proxy.outbound.transport import Link, Received, Transport
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message
 
 __all__ = ["AutoHttpTransport", "StreamableHttpTransport", "http_transport"]
 
-logger = logging.getLogger("proxy.outbound.http")
+logger = logging.getLogger("proxy.outbound.over_http.modes")
 
 
 class AutoHttpTransport:

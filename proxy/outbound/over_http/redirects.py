@@ -13,12 +13,12 @@ refused, not followed:
 - a 301/302/303 answer to anything but GET/HEAD: refused, because it turns the request into a
   GET and drops its body (the MCP message); 307 and 308 keep method and body and are followed;
 - within the origin: followed with every header, at most 10 requests in a row
-  (:data:`proxy.outbound.h1.MAX_REDIRECTS`).
+  (:data:`proxy.outbound.over_http.h1.MAX_REDIRECTS`).
 
 :func:`refusal` decides (pure); :func:`follow` enforces it for the HTTP client
-(:mod:`proxy.outbound.h1`), once per hop, before it would follow: a refused hop is never sent.
+(:mod:`proxy.outbound.over_http.h1`), once per hop, before it would follow: a refused hop is never sent.
 The refusal is logged (warning, URLs redacted) and raised as :class:`RedirectRefused`, which the
-transports turn into the request's :class:`~proxy.errors.ServerUnavailable` like any other
+transports turn into the request's :class:`~proxy.core.errors.ServerUnavailable` like any other
 transport failure.
 """
 
@@ -29,11 +29,11 @@ from typing import Final
 
 import yarl
 
-from proxy.redaction import redact_url
+from proxy.core.redaction import redact_url
 
 __all__ = ["REDIRECTS", "RedirectRefused", "follow", "refusal", "same_origin"]
 
-logger = logging.getLogger("proxy.outbound.redirects")
+logger = logging.getLogger("proxy.outbound.over_http.redirects")
 
 REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})  # the statuses that are followed
 _KEEP_METHOD: Final = frozenset({307, 308})

@@ -1,4 +1,5 @@
-"""The legacy HTTP+SSE client transport (protocol revision 2024-11-05), over :mod:`proxy.outbound.h1`.
+"""The legacy HTTP+SSE client transport (protocol revision 2024-11-05), over
+:mod:`proxy.outbound.over_http.h1`.
 
 The client GETs the SSE URL; the server's first event (``endpoint``) names the URL to POST
 messages to, and every server→client message, responses included, arrives on that one stream
@@ -23,9 +24,9 @@ import anyio
 import anyio.abc
 import yarl
 
-from proxy.errors import MessageTooLarge, ServerProtocolError, ServerUnavailable
-from proxy.outbound import h1
-from proxy.outbound._http_common import (
+from proxy.core.errors import MessageTooLarge, ServerProtocolError, ServerUnavailable
+from proxy.outbound.over_http import h1
+from proxy.outbound.over_http.common import (
     JSON,
     MAX_BODY,
     SSE,
@@ -40,7 +41,7 @@ from proxy.outbound._http_common import (
     owned_task_group,
     request_id_of,
 )
-from proxy.outbound.redirects import same_origin
+from proxy.outbound.over_http.redirects import same_origin
 from proxy.outbound.transport import Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message
@@ -49,7 +50,7 @@ from proxy.protocol.stateless import has_envelope
 
 __all__ = ["LegacySseTransport"]
 
-logger = logging.getLogger("proxy.outbound.sse_legacy")
+logger = logging.getLogger("proxy.outbound.over_http.sse_legacy")
 
 
 class LegacySseTransport:

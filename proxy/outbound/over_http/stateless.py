@@ -24,9 +24,9 @@ from typing import Final
 import anyio
 import anyio.abc
 
-from proxy.errors import HEADER_MISMATCH, MISSING_CAPABILITY, UNSUPPORTED_VERSION, MessageTooLarge
-from proxy.outbound import h1
-from proxy.outbound._http_common import (
+from proxy.core.errors import HEADER_MISMATCH, MISSING_CAPABILITY, UNSUPPORTED_VERSION, MessageTooLarge
+from proxy.outbound.over_http import h1
+from proxy.outbound.over_http.common import (
     ACCEPT_BOTH,
     JSON,
     SSE,

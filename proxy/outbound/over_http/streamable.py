@@ -1,13 +1,13 @@
 """The Streamable HTTP client transport: sessions (2025-03-26 … 2025-11-25) and 2026-07-28 alike.
 
-One long-lived HTTP client (:mod:`proxy.outbound.h1`, a keep-alive pool) per link. Each request
+One long-lived HTTP client (:mod:`proxy.outbound.over_http.h1`, a keep-alive pool) per link. Each request
 is POSTed from its own task in the link's task group, so ``send`` returns at once and many
 requests are in flight; the answer comes back as a JSON body or an SSE stream and is queued
 for ``receive``.
 
 A link serves both protocol eras, per message, because its caller finds out which one the
 server speaks by trying: a request carrying the 2026-07-28 envelope goes to
-:class:`~proxy.outbound._http_stateless.StatelessExchanges` (stateless, no session at all); everything
+:class:`~proxy.outbound.over_http.stateless.StatelessExchanges` (stateless, no session at all); everything
 else takes the handshake-era path here. On that path a GET stream carries what the server sends
 unprompted, and the transport keeps the session alive on its own: it resumes broken SSE streams
 (``Last-Event-ID``) and replaces an expired session by replaying ``initialize``: HTTP 404 on a
@@ -31,9 +31,9 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-from proxy.errors import MessageTooLarge, ServerUnavailable
-from proxy.outbound import h1
-from proxy.outbound._http_common import (
+from proxy.core.errors import MessageTooLarge, ServerUnavailable
+from proxy.outbound.over_http import h1
+from proxy.outbound.over_http.common import (
     ACCEPT_BOTH,
     JSON,
     MAX_BODY,
@@ -57,7 +57,7 @@ from proxy.outbound._http_common import (
     request_id_of,
     with_extra,
 )
-from proxy.outbound._http_stateless import StatelessExchanges, is_stateless_request
+from proxy.outbound.over_http.stateless import StatelessExchanges, is_stateless_request
 from proxy.outbound.transport import Failed, Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, Message, RequestId
@@ -66,7 +66,7 @@ from proxy.protocol.sse import SSEDecoder
 __all__ = ["StreamableHttpTransport"]
 
 # The name operators know this transport's log lines by (it predates the module's split).
-logger = logging.getLogger("proxy.outbound.http")
+logger = logging.getLogger("proxy.outbound.over_http.modes")
 
 _SESSION: Final = "Mcp-Session-Id"
 _VERSION: Final = "MCP-Protocol-Version"

@@ -2,7 +2,7 @@
 
 The child runs in a session (process group) of its own, so that stopping it also stops what it
 spawned (``npx`` starts ``node``, which may start more). Stopping follows the spec's order: close
-stdin, wait, SIGTERM the group, wait, SIGKILL it. :mod:`proxy.outbound.child` says why the process
+stdin, wait, SIGTERM the group, wait, SIGKILL it. :mod:`proxy.outbound.over_stdio.child` says why the process
 is not ``anyio.open_process``'s.
 
 Everything the server writes is bounded:
@@ -14,7 +14,7 @@ Everything the server writes is bounded:
   (:mod:`proxy.protocol.salvage`); an overlong line whose id cannot be read fails every request
   in flight on the link (the server broke its framing, so any of them may have been it);
 - stderr is read by a task of its own, a chunk at a time, never holding the stdout reader up: the
-  last lines are kept for diagnostics and a few a minute logged (:mod:`proxy.outbound.stderr`).
+  last lines are kept for diagnostics and a few a minute logged (:mod:`proxy.outbound.over_stdio.stderr`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Final
 
 import anyio
 
-from proxy.errors import ParseError, ProtocolError, ServerProtocolError, ServerUnavailable
-from proxy.outbound.child import Child
-from proxy.outbound.stderr import LINE_BYTES, StderrTail
+from proxy.core.errors import ParseError, ProtocolError, ServerProtocolError, ServerUnavailable
+from proxy.outbound.over_stdio.child import Child
+from proxy.outbound.over_stdio.stderr import LINE_BYTES, StderrTail
 from proxy.outbound.transport import Failed, Received, unusable_answer
 from proxy.protocol import jsonrpc
 from proxy.protocol.framing import LineBuffer, LineTooLong
@@ -41,7 +41,7 @@ from proxy.protocol.salvage import KEEP, answer_id, is_request
 
 __all__ = ["MAX_LINE", "StdioTransport"]
 
-logger = logging.getLogger("proxy.outbound.stdio")
+logger = logging.getLogger("proxy.outbound.over_stdio.transport")
 
 # What a child inherits from our environment unless the config names more: enough to find
 # programs and a home, never our own secrets (the same set the official SDKs pass on).

@@ -5,7 +5,7 @@ Such a server never sends a client a request: it answers ``tools/call``, ``promp
 client retries the same request with ``inputResponses`` and the state echoed.
 
 - A 2026-07-28 caller (:meth:`Rounds.pass_through`) gets the ``input_required`` as it is, except
-  the server's state, which travels wrapped in Manifold's own (:mod:`proxy.bridge.state`): bound
+  the server's state, which travels wrapped in Manifold's own (:mod:`proxy.pipeline.bridge.state`): bound
   to this caller and this request, so a state cannot be replayed by somebody else through
   Manifold, whose credentials the server bound it to. The retry is unwrapped and forwarded.
 - A handshake-era caller (:meth:`Rounds.unroll`) cannot be handed ``input_required``: Manifold asks
@@ -25,16 +25,16 @@ from typing import Any, Final
 
 import anyio
 
-from proxy.bridge.state import Boundary, RequestStates, arguments_digest
-from proxy.errors import InvalidRequestState, ServerProtocolError
+from proxy.core.errors import InvalidRequestState, ServerProtocolError
 from proxy.outbound.connection import ServerConnection
-from proxy.pipeline import CallContext
+from proxy.pipeline.bridge.state import Boundary, RequestStates, arguments_digest
+from proxy.pipeline.context import CallContext
 from proxy.protocol.asks import ASKABLE
 from proxy.protocol.results import is_input_required
 
 __all__ = ["Rounds", "boundary_of"]
 
-logger = logging.getLogger("proxy.bridge.mrtr")
+logger = logging.getLogger("proxy.pipeline.bridge.mrtr")
 
 _STATE_ONLY_PAUSE: Final = (0.05, 0.25)  # a result with a state and nothing to ask: retry after
 

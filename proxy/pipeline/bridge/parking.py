@@ -10,7 +10,7 @@ server's call running, *parked*, while the client answers:
 2. The server asks (through the call's :class:`ParkedCall`, its relay): the question is held, and
    the waiting request answers ``input_required`` with every question pending at that moment
    (keys ``elicitation-1``, ``sampling-2`` …) and a ``requestState`` naming the call and the round,
-   sealed and bound to this caller and this request (:mod:`proxy.bridge.state`).
+   sealed and bound to this caller and this request (:mod:`proxy.pipeline.bridge.state`).
 3. The retry opens the state (else -32602), hands each answer to the server's question, and
    waits for the next event again: more questions (the next round), or the result.
 
@@ -43,9 +43,7 @@ from typing import Any, Final, Protocol
 import anyio
 import anyio.abc
 
-from proxy.bridge.mrtr import boundary_of
-from proxy.bridge.state import RequestStates
-from proxy.errors import (
+from proxy.core.errors import (
     CONNECTION_CLOSED,
     REQUEST_TIMEOUT,
     InvalidParams,
@@ -57,14 +55,16 @@ from proxy.errors import (
     ServerUnavailable,
 )
 from proxy.outbound.relay import Relay
-from proxy.pipeline import CallContext, Caller
+from proxy.pipeline.bridge.mrtr import boundary_of
+from proxy.pipeline.bridge.state import RequestStates
+from proxy.pipeline.context import CallContext, Caller
 from proxy.policy.model import Identity, IdentityKey
 from proxy.protocol.asks import NEEDS
 from proxy.protocol.jsonrpc import Message
 
 __all__ = ["Connection", "ParkedCall", "ParkedCalls"]
 
-logger = logging.getLogger("proxy.bridge.parking")
+logger = logging.getLogger("proxy.pipeline.bridge.parking")
 
 # Questions a server asks together arrive within this of each other (a quiet spell this long ends
 # the round), and a round gathers for at most _GATHER_SPELLS of them.

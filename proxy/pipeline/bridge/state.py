@@ -15,7 +15,7 @@ derived from the shared session secret (so any replica can check it). The claims
 server, method, target (namespaced name or URI), a digest of the arguments, a fingerprint of the
 caller's identity, and an expiry; ``payload`` is the server's own state or the parked call's id.
 A server's state issued for a call a person approved also carries the approval's mark (``c``:
-a digest of the confirm rules that asked, :mod:`proxy.middleware.confirm`), so that a retry of a
+a digest of the confirm rules that asked, :mod:`proxy.pipeline.stages.confirm`), so that a retry of a
 call that needs approval is let through only with a state issued after such an approval.
 Signed, not encrypted: the client could read a server's state anyway had Manifold passed it on.
 
@@ -35,13 +35,13 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from proxy.errors import InvalidRequestState
-from proxy.keys import fingerprint
+from proxy.core.errors import InvalidRequestState
+from proxy.core.keys import fingerprint
 from proxy.policy.model import Identity
 
 __all__ = ["Boundary", "RequestStates", "Sealed", "arguments_digest"]
 
-# a server's own state, wrapped | a call Manifold parked | Manifold's own question (proxy.confirm)
+# a server's own state, wrapped | a call Manifold parked | Manifold's own question (proxy.enforce.confirm)
 Kind = Literal["server", "parked", "confirm", "signin"]
 
 _MAC_BYTES: Final = 16

@@ -1,1 +1,1 @@
-"""Stages of the call pipeline (see proxy.pipeline for their order and contract)."""
+"""Stages of the call pipeline (see proxy.pipeline.context for their order and contract)."""

@@ -22,16 +22,16 @@ import anyio
 import orjson
 from anyio.abc import TaskStatus
 
-from proxy.access import Access
-from proxy.errors import HiddenByPolicy, ResourceNotFound
-from proxy.line_writer import LineWriter
-from proxy.metrics import Metrics
-from proxy.pipeline import CallContext, Handler, outcome_of, tool_error
-from proxy.policy.settings import AuditSettings
+from proxy.config.policy import AuditSettings
+from proxy.core.errors import HiddenByPolicy, ResourceNotFound
+from proxy.enforce.access import Access
+from proxy.observe.line_writer import LineWriter
+from proxy.observe.metrics import Metrics
+from proxy.pipeline.context import CallContext, Handler, outcome_of, tool_error
 
 __all__ = ["AuditLog", "Authorize"]
 
-logger = logging.getLogger("proxy.middleware.authorize")
+logger = logging.getLogger("proxy.pipeline.stages.authorize")
 
 DEFAULT_BUFFER_BYTES: Final = 4 * 1024 * 1024
 
@@ -42,7 +42,7 @@ class AuditLog:
     A record is encoded here, on the event loop, and queued; :meth:`run` (a task of the
     gateway's task group) writes the queue from a worker thread in batches. A disk that does not
     keep up loses records rather than stalling calls: past ``buffer_bytes`` queued, a record is
-    dropped, counted (``on_dropped``) and warned about (:mod:`proxy.line_writer`).
+    dropped, counted (``on_dropped``) and warned about (:mod:`proxy.observe.line_writer`).
 
     Raises:
         OSError: the file cannot be opened for appending (at start: the operator's to fix).

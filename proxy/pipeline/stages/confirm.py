@@ -7,7 +7,7 @@ last before the call is forwarded. How the calling user is asked depends on thei
 * handshake era, ``elicitation`` declared: a form-mode ``elicitation/create`` on the call's
   stream, waited for at most the rule's ``timeout``;
 * 2026-07-28: the call is answered ``input_required`` with that question and a ``requestState``
-  sealed for this call and caller (:mod:`proxy.bridge.state`, under its own key); the retry's
+  sealed for this call and caller (:mod:`proxy.pipeline.bridge.state`, under its own key); the retry's
   answer is read once (a replayed answer is refused) and the call goes on without Manifold's
   state and answers. A server's ``input_required`` state for an approved call is sealed again
   with the approval's mark (:func:`approval_mark`: the deciding rules and their options); a
@@ -38,12 +38,11 @@ from typing import Any, Final, TypeVar
 import anyio
 import orjson
 
-from proxy.access import Access, PinChange
-from proxy.bridge.mrtr import boundary_of
-from proxy.bridge.state import RequestStates, arguments_digest
-from proxy.confirm.approvals import Approval, Approvals
-from proxy.confirm.memory import Memory, RememberKey
-from proxy.confirm.question import (
+from proxy.core.errors import InvalidRequestState, MethodNotFound, RemoteError
+from proxy.enforce.access import Access, PinChange
+from proxy.enforce.confirm.approvals import Approval, Approvals
+from proxy.enforce.confirm.memory import Memory, RememberKey
+from proxy.enforce.confirm.question import (
     MAX_SUMMARY_CHARS,
     Answer,
     Asked,
@@ -54,17 +53,18 @@ from proxy.confirm.question import (
     summarise_arguments,
     summary_of,
 )
-from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
-from proxy.metrics import Metrics
-from proxy.middleware.authorize import AuditLog
-from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.observe.metrics import Metrics
+from proxy.pipeline.bridge.mrtr import boundary_of
+from proxy.pipeline.bridge.state import RequestStates, arguments_digest
+from proxy.pipeline.context import CallContext, Handler, tool_error
+from proxy.pipeline.stages.authorize import AuditLog
 from proxy.policy.model import DEFAULT_CONFIRM_TIMEOUT, Confirmation
 from proxy.protocol import jsonrpc
 from proxy.protocol.results import is_input_required
 
 __all__ = ["QUESTION_KEY", "Confirm", "Need", "approval_mark"]
 
-logger = logging.getLogger("proxy.middleware.confirm")
+logger = logging.getLogger("proxy.pipeline.stages.confirm")
 
 QUESTION_KEY: Final = "manifold-confirm"  # the inputRequests key of Manifold's own question
 CONFIRMATION_KEY: Final = "dev.manifold/confirmation"
@@ -132,7 +132,7 @@ class Confirm:
         self._metrics = metrics
         self._audit = audit
         self._approvals = approvals  # calls waiting for somebody else (approver: {role: r})
-        self._forwarded = forwarded  # the states proxy.bridge issues: a server's carries our mark
+        self._forwarded = forwarded  # the states proxy.pipeline.bridge issues: a server's carries our mark
         self._clock = clock  # wall clock: a deadline sealed here may be checked by another replica
 
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:

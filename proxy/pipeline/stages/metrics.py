@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from proxy.metrics import Metrics, Outcome
-from proxy.pipeline import CallContext, Handler, outcome_of
+from proxy.observe.metrics import Metrics, Outcome
+from proxy.pipeline.context import CallContext, Handler, outcome_of
 
 __all__ = ["Measure"]
 

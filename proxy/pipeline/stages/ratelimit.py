@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.access import Access
-from proxy.errors import RateLimited
-from proxy.metrics import Metrics
-from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.core.errors import RateLimited
+from proxy.enforce.access import Access
+from proxy.observe.metrics import Metrics
+from proxy.pipeline.context import CallContext, Handler, tool_error
 from proxy.ratelimit import LimitBackend, denial_message, limit_checks, retry_meta
 
 __all__ = ["RateLimit"]

@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.access import tool_shapes
 from proxy.catalog.shaping import ToolShape, shape_arguments
-from proxy.config import ServerConfig
-from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.config.model import ServerConfig
+from proxy.enforce.access import tool_shapes
+from proxy.pipeline.context import CallContext, Handler, tool_error
 
 __all__ = ["Shape"]
 

@@ -29,17 +29,17 @@ from typing import Any, Final
 
 import anyio
 
-from proxy.bridge.mrtr import boundary_of
-from proxy.bridge.state import RequestStates
+from proxy.core.errors import InvalidRequestState, MethodNotFound, RemoteError
 from proxy.credentials.oauth_client import OAuthClientError
 from proxy.credentials.on_behalf import OnBehalf
-from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
-from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.pipeline.bridge.mrtr import boundary_of
+from proxy.pipeline.bridge.state import RequestStates
+from proxy.pipeline.context import CallContext, Handler, tool_error
 from proxy.protocol import jsonrpc
 
 __all__ = ["SIGN_IN_KEY", "SignInStage"]
 
-logger = logging.getLogger("proxy.middleware.sign_in")
+logger = logging.getLogger("proxy.pipeline.stages.sign_in")
 
 SIGN_IN_KEY: Final = "manifold-sign-in"  # the inputRequests key of Manifold's sign-in question
 _ELICIT: Final = "elicitation/create"

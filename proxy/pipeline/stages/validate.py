@@ -29,7 +29,7 @@ import anyio
 import anyio.to_thread
 import orjson
 
-from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.pipeline.context import CallContext, Handler, tool_error
 from proxy.policy import SchemaValidators
 from proxy.policy.validation import Check, check_alone
 from proxy.protocol.results import is_input_required

@@ -12,8 +12,14 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from proxy.confirm.approvals import Approval, Approvals, ApprovalStore, MemoryApprovals, RedisApprovals
-from proxy.errors import LimitExceeded
+from proxy.core.errors import LimitExceeded
+from proxy.enforce.confirm.approvals import (
+    Approval,
+    Approvals,
+    ApprovalStore,
+    MemoryApprovals,
+    RedisApprovals,
+)
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
 pytestmark = pytest.mark.anyio

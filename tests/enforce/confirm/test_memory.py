@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.confirm.memory import Memory, RememberKey
+from proxy.enforce.confirm.memory import Memory, RememberKey
 
 KEY: RememberKey = (("jwt", "https://a", "alice"), "", "web", "web.delete", ("ask",), "digest", "mark")
 
@@ -43,7 +43,7 @@ def test_a_question_is_answered_once() -> None:
 def test_a_full_spent_list_refuses_rather_than_forgets_an_answer() -> None:
     from cachetools import TTLCache
 
-    from proxy.confirm.memory import spend_once
+    from proxy.enforce.confirm.memory import spend_once
 
     clock = Clock()
     spent: TTLCache[str, bool] = TTLCache(2, 60, timer=clock)

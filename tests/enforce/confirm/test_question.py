@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.confirm.question import (
+from proxy.enforce.confirm.question import (
     MAX_SUMMARY_CHARS,
     Asked,
     question,

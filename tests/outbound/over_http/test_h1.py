@@ -26,10 +26,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from proxy.errors import MessageTooLarge
-from proxy.outbound import h1
-from proxy.outbound._http_common import EventReader, read_body
-from proxy.outbound.streamable_http import StreamableHttpTransport
+from proxy.core.errors import MessageTooLarge
+from proxy.outbound.over_http import h1
+from proxy.outbound.over_http.common import EventReader, read_body
+from proxy.outbound.over_http.streamable import StreamableHttpTransport
 from tests.fixtures.spawn import answered, call, collect, handshake, running_http_fixture
 
 pytestmark = pytest.mark.anyio

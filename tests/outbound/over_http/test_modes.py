@@ -13,9 +13,9 @@ import anyio.abc
 import orjson
 import pytest
 
-from proxy.errors import MessageTooLarge, ServerProtocolError, ServerUnavailable, Unencodable
-from proxy.outbound.http import AutoHttpTransport, StreamableHttpTransport, http_transport
-from proxy.outbound.sse_legacy import LegacySseTransport
+from proxy.core.errors import MessageTooLarge, ServerProtocolError, ServerUnavailable, Unencodable
+from proxy.outbound.over_http.modes import AutoHttpTransport, StreamableHttpTransport, http_transport
+from proxy.outbound.over_http.sse_legacy import LegacySseTransport
 from proxy.outbound.transport import Failed
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
@@ -89,7 +89,7 @@ async def test_what_a_request_s_stream_carries_comes_with_that_request_s_id() ->
 async def test_an_sse_answer_cut_off_midway_is_resumed_with_last_event_id(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="proxy.outbound.http")
+    caplog.set_level(logging.DEBUG, logger="proxy.outbound.over_http.modes")
     async with (
         running_http_fixture("alpha", transport="streamable-http", resumable=True) as url,
         StreamableHttpTransport("alpha", url).connect() as link,
@@ -225,11 +225,11 @@ async def test_a_malformed_sse_event_is_logged_and_dropped_and_the_rest_still_ar
     async def handler(request: HttpRequest, stream: anyio.abc.ByteStream) -> None:
         await stream.send(http_response(200, events, reason="OK", content_type="text/event-stream"))
 
-    caplog.set_level(logging.WARNING, logger="proxy.outbound.http")
+    caplog.set_level(logging.WARNING, logger="proxy.outbound.over_http.modes")
     async with scripted_http_server(handler) as server:
         answer = await one_answer(server.url + "/mcp")
     assert answer == jsonrpc.result_response(1, {"ok": True})
-    [record] = [r for r in caplog.records if r.name == "proxy.outbound.http"]
+    [record] = [r for r in caplog.records if r.name == "proxy.outbound.over_http.modes"]
     assert "malformed" in record.getMessage()
     assert getattr(record, "server_id", None) == "search"
 

@@ -13,10 +13,10 @@ import orjson
 import pytest
 import yarl
 
-from proxy.errors import ServerUnavailable
-from proxy.outbound.redirects import refusal, same_origin
-from proxy.outbound.sse_legacy import LegacySseTransport
-from proxy.outbound.streamable_http import StreamableHttpTransport
+from proxy.core.errors import ServerUnavailable
+from proxy.outbound.over_http.redirects import refusal, same_origin
+from proxy.outbound.over_http.sse_legacy import LegacySseTransport
+from proxy.outbound.over_http.streamable import StreamableHttpTransport
 from proxy.outbound.transport import Link
 from proxy.protocol import jsonrpc
 from tests.fixtures.spawn import (
@@ -149,7 +149,7 @@ async def test_a_post_redirected_to_another_origin_never_reaches_it_and_fails_na
     async with recorder() as other, redirecting_to(other.url, header=header) as server:
         transport = StreamableHttpTransport("search", server.url + "/mcp", HEADERS)
         async with transport.connect() as link:
-            with caplog.at_level(logging.WARNING, "proxy.outbound.redirects"):
+            with caplog.at_level(logging.WARNING, "proxy.outbound.over_http.redirects"):
                 error = await initialize(link)
     assert other.requests == [], "the other origin was sent the request"
     assert len(server.requests) == 1

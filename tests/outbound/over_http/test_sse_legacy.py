@@ -9,8 +9,8 @@ import anyio.abc
 import orjson
 import pytest
 
-from proxy.errors import ServerUnavailable
-from proxy.outbound.sse_legacy import LegacySseTransport
+from proxy.core.errors import ServerUnavailable
+from proxy.outbound.over_http.sse_legacy import LegacySseTransport
 from proxy.protocol import jsonrpc
 from proxy.protocol.stateless import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
 from tests.fixtures.spawn import (

@@ -20,9 +20,9 @@ import orjson
 import pytest
 import uvicorn
 
-from proxy.errors import ServerProtocolError, ServerUnavailable
-from proxy.outbound._http_stateless import request_headers
-from proxy.outbound.http import AutoHttpTransport, StreamableHttpTransport
+from proxy.core.errors import ServerProtocolError, ServerUnavailable
+from proxy.outbound.over_http.modes import AutoHttpTransport, StreamableHttpTransport
+from proxy.outbound.over_http.stateless import request_headers
 from proxy.outbound.transport import Failed, Link
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.outbound.child import _BUFFERED, _READ_CHUNK, Child
+from proxy.outbound.over_stdio.child import _BUFFERED, _READ_CHUNK, Child
 
 pytestmark = pytest.mark.anyio
 

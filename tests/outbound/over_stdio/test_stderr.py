@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.outbound.stderr import StderrTail
+from proxy.outbound.over_stdio.stderr import StderrTail
 
 
 def test_only_the_last_lines_are_kept_each_cut_to_its_bound() -> None:

@@ -19,16 +19,16 @@ import anyio.lowlevel
 import orjson
 import pytest
 
-from proxy.boundary import wire_error
-from proxy.errors import ServerProtocolError, Unencodable
+from proxy.core.errors import ServerProtocolError, Unencodable
+from proxy.observe.boundary import wire_error
 from proxy.outbound.connection import ServerConnection, ServerState
-from proxy.outbound.stdio import StdioTransport
+from proxy.outbound.over_stdio.transport import StdioTransport
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.test_connection import Recorder
 
 pytestmark = pytest.mark.anyio
 
-HOSTILE = Path(__file__).parents[1] / "fixtures" / "misbehaving_server.py"
+HOSTILE = Path(__file__).parents[2] / "fixtures" / "misbehaving_server.py"
 
 
 class ClientRequest:
@@ -104,7 +104,7 @@ async def test_a_lower_configured_limit_is_the_one_applied_and_named() -> None:
 async def test_garbage_and_deep_notifications_are_dropped_and_the_call_still_answered(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="proxy.outbound.stdio")
+    caplog.set_level(logging.WARNING, logger="proxy.outbound.over_stdio.transport")
     client = ClientRequest()
     async with hostile() as (connection, recorder):
         with anyio.fail_after(10):

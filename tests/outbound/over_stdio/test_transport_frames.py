@@ -14,8 +14,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from proxy.errors import ServerUnavailable
-from proxy.outbound.stdio import StdioTransport
+from proxy.core.errors import ServerUnavailable
+from proxy.outbound.over_stdio.transport import StdioTransport
 from proxy.outbound.transport import Failed, Link
 from proxy.protocol.jsonrpc import Message
 
@@ -29,7 +29,7 @@ async def answered(link: Link) -> Message:
 
 pytestmark = pytest.mark.anyio
 
-LOGGER = "proxy.outbound.stdio"
+LOGGER = "proxy.outbound.over_stdio.transport"
 
 # What a server's own stdin/stdout look like to these scripts: bytes, one JSON message a line.
 PRELUDE = """\

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from proxy.bridge.mrtr import Rounds
-from proxy.bridge.state import RequestStates
-from proxy.errors import InvalidRequestState, MethodNotFound, ServerProtocolError
-from proxy.inbound.session import Client, ClientSession, InboundRequest, StatelessCaller
+from proxy.clients.session import Client, ClientSession, InboundRequest, StatelessCaller
+from proxy.core.errors import InvalidRequestState, MethodNotFound, ServerProtocolError
 from proxy.outbound.connection import ServerConnection
-from proxy.pipeline import CallContext
+from proxy.pipeline.bridge.mrtr import Rounds
+from proxy.pipeline.bridge.state import RequestStates
+from proxy.pipeline.context import CallContext
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
 

@@ -13,20 +13,20 @@ import anyio.abc
 import anyio.lowlevel
 import pytest
 
-from proxy.boundary import wire_error
-from proxy.bridge.mrtr import boundary_of
-from proxy.bridge.parking import ParkedCalls
-from proxy.bridge.state import RequestStates, Sealed
-from proxy.errors import (
+from proxy.clients.session import InboundRequest, StatelessCaller
+from proxy.core.errors import (
     InvalidParams,
     InvalidRequestState,
     LimitExceeded,
     MissingCapability,
     RemoteError,
 )
-from proxy.inbound.session import InboundRequest, StatelessCaller
+from proxy.observe.boundary import wire_error
 from proxy.outbound.relay import Relay
-from proxy.pipeline import CallContext
+from proxy.pipeline.bridge.mrtr import boundary_of
+from proxy.pipeline.bridge.parking import ParkedCalls
+from proxy.pipeline.bridge.state import RequestStates, Sealed
+from proxy.pipeline.context import CallContext
 from proxy.policy.model import Identity
 from proxy.protocol import versions
 from proxy.protocol.jsonrpc import Message

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.bridge.state import Boundary, RequestStates, arguments_digest
-from proxy.errors import InvalidRequestState
+from proxy.core.errors import InvalidRequestState
+from proxy.pipeline.bridge.state import Boundary, RequestStates, arguments_digest
 from proxy.policy.model import Identity
 
 ALICE = Identity("alice", frozenset({"dev"}), "api_key")

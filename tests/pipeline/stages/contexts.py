@@ -2,7 +2,7 @@
 
 :func:`call_context` is the only code in these tests that knows how a :class:`CallContext` names
 its caller; when that changes, only it changes. The rest builds real objects (an
-:class:`~proxy.access.Access` loaded from a policy file, a catalog merged by the naming codec),
+:class:`~proxy.enforce.access.Access` loaded from a policy file, a catalog merged by the naming codec),
 not mocks, so the stages decide exactly as they do in the gateway.
 """
 
@@ -15,15 +15,15 @@ from typing import Any
 import anyio
 from prometheus_client import CollectorRegistry
 
-from proxy.access import Access, ServedTools
 from proxy.catalog.merge import Entry, ServerSlice, build_catalog
 from proxy.catalog.naming import NamingCodec
-from proxy.config import ServerConfig
-from proxy.inbound.session import ClientSession, InboundRequest
-from proxy.pipeline import CallContext
+from proxy.clients.session import ClientSession, InboundRequest
+from proxy.config.model import ServerConfig
+from proxy.config.policy import PinSettings, PolicySettings
+from proxy.enforce.access import Access, ServedTools
+from proxy.pipeline.context import CallContext
 from proxy.policy.engine import Subject
 from proxy.policy.model import Identity
-from proxy.policy.settings import PinSettings, PolicySettings
 from proxy.protocol.jsonrpc import RequestId
 
 __all__ = [

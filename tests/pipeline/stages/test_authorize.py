@@ -15,21 +15,21 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.access import Access, ServedTools
-from proxy.errors import (
+from proxy.config.policy import AuditSettings
+from proxy.core.errors import (
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
     HiddenByPolicy,
     ResourceNotFound,
     ServerTimeout,
 )
-from proxy.metrics import Metrics
-from proxy.middleware.authorize import AuditLog, Authorize
-from proxy.pipeline import tool_error
+from proxy.enforce.access import Access, ServedTools
+from proxy.observe.metrics import Metrics
+from proxy.pipeline.context import tool_error
+from proxy.pipeline.stages.authorize import AuditLog, Authorize
 from proxy.policy.engine import Subject
 from proxy.policy.model import Identity
-from proxy.policy.settings import AuditSettings
-from tests.middleware.contexts import (
+from tests.pipeline.stages.contexts import (
     ALICE,
     Recorder,
     access_for,
@@ -268,12 +268,12 @@ async def test_in_a_dry_run_a_would_be_denial_is_logged_audited_and_let_through(
     call_next = Recorder()
     ctx = tool_context(world.served, "gh.secret_dump")
 
-    with caplog.at_level(logging.WARNING, logger="proxy.middleware.authorize"):
+    with caplog.at_level(logging.WARNING, logger="proxy.pipeline.stages.authorize"):
         result = await world.stage(ctx, call_next)
 
     assert result is call_next.result
     assert call_next.seen == [ctx]
-    assert [r.getMessage() for r in caplog.records if r.name == "proxy.middleware.authorize"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "proxy.pipeline.stages.authorize"] == [
         "dry run: would deny tools/call gh.secret_dump to alice: denied by rule hide-secrets"
     ]
     assert world.decisions("deny", "hide-secrets") == 1.0

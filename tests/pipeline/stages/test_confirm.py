@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from proxy.middleware.confirm import Need, approval_mark
+from proxy.pipeline.stages.confirm import Need, approval_mark
 from proxy.policy.model import Confirmation
 
 BASE = Need(("ask",), Confirmation(reasons=("it deletes",), timeout=60, remember="session"))

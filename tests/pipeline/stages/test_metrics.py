@@ -6,17 +6,17 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import (
+from proxy.core.errors import (
     HiddenByPolicy,
     InvalidParams,
     RemoteError,
     ServerTimeout,
     ServerUnavailable,
 )
-from proxy.metrics import Metrics, MetricsSettings
-from proxy.middleware.metrics import Measure
-from proxy.pipeline import tool_error
-from tests.middleware.contexts import Recorder, call_context, cancelled_mid_call, sample, ticks
+from proxy.observe.metrics import Metrics, MetricsSettings
+from proxy.pipeline.context import tool_error
+from proxy.pipeline.stages.metrics import Measure
+from tests.pipeline.stages.contexts import Recorder, call_context, cancelled_mid_call, sample, ticks
 
 pytestmark = pytest.mark.anyio
 

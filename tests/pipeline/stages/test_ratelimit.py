@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from proxy.access import Access
-from proxy.errors import RATE_LIMITED, RateLimited, ServerUnavailable
-from proxy.metrics import Metrics
-from proxy.middleware.ratelimit import RateLimit
-from proxy.pipeline import tool_error
+from proxy.core.errors import RATE_LIMITED, RateLimited, ServerUnavailable
+from proxy.enforce.access import Access
+from proxy.observe.metrics import Metrics
+from proxy.pipeline.context import tool_error
+from proxy.pipeline.stages.ratelimit import RateLimit
 from proxy.policy.model import Identity
 from proxy.ratelimit import LimitCheck, LimitOutcome, MemoryBackend
-from tests.middleware.contexts import (
+from tests.pipeline.stages.contexts import (
     BOB,
     Recorder,
     access_for,

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from proxy.catalog.merge import Entry
-from proxy.config import ServerConfig
-from proxy.middleware.shape import Shape
-from proxy.pipeline import tool_error
-from tests.middleware.contexts import Recorder, access_for, call_context, served_tools, tool_context
+from proxy.config.model import ServerConfig
+from proxy.pipeline.context import tool_error
+from proxy.pipeline.stages.shape import Shape
+from tests.pipeline.stages.contexts import Recorder, access_for, call_context, served_tools, tool_context
 
 pytestmark = pytest.mark.anyio
 

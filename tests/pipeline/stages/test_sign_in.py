@@ -9,10 +9,10 @@ from typing import Any, cast
 
 import pytest
 
-from proxy.bridge.state import RequestStates
 from proxy.credentials.on_behalf import OnBehalf, SignIn
-from proxy.middleware.sign_in import SIGN_IN_KEY, SignInStage
-from proxy.pipeline import CallContext
+from proxy.pipeline.bridge.state import RequestStates
+from proxy.pipeline.context import CallContext
+from proxy.pipeline.stages.sign_in import SIGN_IN_KEY, SignInStage
 from proxy.policy.model import Identity
 
 pytestmark = pytest.mark.anyio
@@ -58,7 +58,7 @@ class Caller:
         self.flow: Flow | None = None
 
     def supports(self, method: str, params: dict[str, Any] | None) -> bool:
-        from proxy.inbound.session import declared
+        from proxy.clients.session import declared
 
         return declared(self.capabilities, method, params)
 

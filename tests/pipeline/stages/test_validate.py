@@ -10,13 +10,13 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.access import ServedTools
 from proxy.catalog.merge import Entry
-from proxy.errors import ServerUnavailable
-from proxy.middleware.validate import Validate
-from proxy.pipeline import CallContext, tool_error
+from proxy.core.errors import ServerUnavailable
+from proxy.enforce.access import ServedTools
+from proxy.pipeline.context import CallContext, tool_error
+from proxy.pipeline.stages.validate import Validate
 from proxy.policy import SchemaValidators
-from tests.middleware.contexts import Recorder, access_for, call_context, served_tools, tool_context
+from tests.pipeline.stages.contexts import Recorder, access_for, call_context, served_tools, tool_context
 
 pytestmark = pytest.mark.anyio
 
