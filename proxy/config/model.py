@@ -98,14 +98,13 @@ from proxy.config.auth import AuthSettings
 from proxy.config.credentials import CredentialStoreSettings, ServerCredentials, SharedCredentials
 from proxy.config.discovery import DiscoverySettings
 from proxy.config.editor_files import Variables, declared_inputs, workspace_of
+from proxy.config.observe import LogSettings, MetricsSettings
 from proxy.config.overrides import Overrides, read_overrides
 from proxy.config.policy import PolicySettings
 from proxy.core.documents import parse_document, show_value
 from proxy.core.errors import ConfigError
 from proxy.core.files import read_text
 from proxy.core.redaction import redact_text, redact_url
-from proxy.observe.logs import LogSettings
-from proxy.observe.metrics import MetricsSettings
 from proxy.policy.model import glob_problem
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from proxy.ratelimit import RateLimitSettings
