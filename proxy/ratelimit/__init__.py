@@ -11,6 +11,8 @@ A call is checked against every limit that applies to it and must pass all of th
 spends nothing anywhere. Backends never raise to say no: :meth:`LimitBackend.hit` answers with a
 :class:`LimitOutcome`, and a Redis failure becomes an outcome chosen by ``failure_mode``. The exact
 semantics for operators are in ``policies/RATELIMITS.md``.
+
+May import: config, policy (pinned in tests/test_architecture.py).
 """
 
 from __future__ import annotations
