@@ -20,7 +20,8 @@ import anyio.abc
 from proxy import __version__
 from proxy.app.gateway import Gateway
 from proxy.app.reloader import Reloader
-from proxy.config.model import Config, load_config
+from proxy.config.loading import load_config
+from proxy.config.model import Config
 from proxy.core.errors import ConfigError
 from proxy.core.redaction import url_secrets
 from proxy.observe.logs import remember_secrets, setup_logging
