@@ -120,6 +120,7 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "notify/server_events.py": "end to end: tests/interaction/test_server_logs.py, test_reload.py",
     "outbound/factory.py": "through every transport's tests: tests/outbound/",
     "outbound/levels.py": "tests/notify/test_server_logs.py",
+    "outbound/over_http/h1_wire.py": "with its pool, on asyncio and uvloop: tests/outbound/over_http/test_h1.py",
     "outbound/over_http/common.py": "through the HTTP transports: tests/outbound/over_http/",
     "outbound/over_http/streamable.py": "tests/outbound/over_http/test_modes.py, test_redirects.py",
     "outbound/transport.py": "a contract: every transport's tests (tests/outbound/)",
