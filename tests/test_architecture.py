@@ -130,6 +130,7 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "pipeline/order.py": "the order is pinned in tests/pipeline/test_context.py",
     "protocol/asks.py": "through the per_client connections: tests/servers/test_per_client.py",
     "protocol/versions.py": "through both eras everywhere: tests/protocol/test_stateless.py",
+    "router/params.py": "through the method table: tests/router/test_dispatch.py",
     "servers/connections.py": "tests/notify/ and every interaction test",
 }
 
