@@ -90,6 +90,7 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "auth/resource_metadata.py": "with the resource server it describes: tests/auth/test_oauth.py",
     "catalog/views.py": "through the views that use it: tests/views/test_catalogs.py, test_endpoints.py",
     "cli/inspection.py": "as commands: tests/cli/test_main.py, tests/interaction/test_cli_policy.py",
+    "cli/__main__.py": "python -m proxy.cli: tests/cli/test_commands.py runs it",
     "clients/contract.py": "a Protocol: its implementations' tests (tests/views, tests/inbound)",
     "config/base.py": "through the config model: tests/config/test_model.py",
     "config/loading.py": "loading and its errors: tests/config/test_model.py",
