@@ -15,14 +15,15 @@ from collections.abc import Sequence
 from proxy.core.errors import ProtocolError
 from proxy.inbound.asgi import JSON_HEADERS, Send, respond
 from proxy.observe.boundary import wire_error
-from proxy.protocol import jsonrpc
+from proxy.protocol import jsonrpc, stateless
 from proxy.protocol.jsonrpc import Message, RequestId
 
 __all__ = ["Refused", "answer_of", "write_http"]
 
 
 class Refused(Exception):  # a refusal, raised to the transport's entry point
-    """A request this transport refuses: ``error`` answered with ``status`` over HTTP.
+    """A request this transport refuses: ``error`` answered with ``status`` over HTTP (None: the
+    status revision 2026-07-28 gives the error's code, :func:`proxy.protocol.stateless.http_status`).
 
     ``stateless``: the client speaks 2026-07-28 (an unreadable id is left out, not ``null``).
     """
@@ -30,7 +31,7 @@ class Refused(Exception):  # a refusal, raised to the transport's entry point
     def __init__(
         self,
         error: ProtocolError,
-        status: int = 400,
+        status: int | None = 400,
         request_id: RequestId | None = None,
         *,
         headers: Sequence[tuple[bytes, bytes]] = (),
@@ -51,4 +52,6 @@ def answer_of(refused: Refused) -> Message:
 
 async def write_http(send: Send, refused: Refused) -> None:
     """Write ``refused`` as an HTTP response: its status, JSON headers and its own, the error body."""
-    await respond(send, refused.status, jsonrpc.encode(answer_of(refused)), [*JSON_HEADERS, *refused.headers])
+    answer = answer_of(refused)
+    status = refused.status if refused.status is not None else stateless.http_status(answer)
+    await respond(send, status, jsonrpc.encode(answer), [*JSON_HEADERS, *refused.headers])

@@ -46,7 +46,7 @@ from proxy.inbound.asgi import (
     respond,
 )
 from proxy.inbound.reading import Reader
-from proxy.inbound.refusals import Refused, write_http
+from proxy.inbound.refusals import Refused, answer_of, write_http
 from proxy.inbound.stateless_http import StatelessEndpoint, is_stateless_header
 from proxy.observe.boundary import wire_error
 from proxy.policy.model import Identity
@@ -316,14 +316,14 @@ class McpEndpoint:
             try:
                 message = jsonrpc.validate(item)
             except ProtocolError as exc:
-                responses[index] = wire_error(exc, None)
+                responses[index] = answer_of(Refused(exc, None))
                 return
             if jsonrpc.kind_of(message) is not MessageKind.RESPONSE:
                 try:
                     self._read.check(message, size)  # the batch's size bounds each entry's
                 except LimitExceeded as exc:
                     if "id" in message:  # a notification is never answered, not even so
-                        responses[index] = wire_error(exc, message["id"])
+                        responses[index] = answer_of(Refused(exc, None, message["id"]))
                     return
             responses[index] = await self._endpoint.handle(session, message)
 
