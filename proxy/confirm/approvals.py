@@ -39,6 +39,7 @@ import orjson
 from cachetools import TTLCache
 
 from proxy.config import Config
+from proxy.confirm.form_tokens import Approver, decision_token, page_token, read_decision_token
 from proxy.confirm.memory import spend_once
 from proxy.errors import LimitExceeded
 from proxy.policy.model import Policy, RoleApprover
@@ -58,7 +59,8 @@ __all__ = [
     "make_approvals",
 ]
 
-State = Literal["pending", "approved", "rejected"]
+# abandoned: the caller gave up (cancelled its call, or its connection went) before a decision.
+State = Literal["pending", "approved", "rejected", "abandoned"]
 
 _KEEP_AFTER: Final = 60.0  # seconds a decided or expired record stays readable
 _POLL: Final = 0.2  # seconds between reads while waiting on Redis
@@ -420,8 +422,16 @@ class Approvals:
         return f"{self._base}/approvals/{approval_id}"
 
     def token(self, approval_id: str) -> str:
-        """The page's form token: bound to this request, checked on POST (CSRF)."""
-        return hmac.new(self._key, approval_id.encode(), hashlib.sha256).hexdigest()
+        """The first form's token (anybody who opens the link has it): :mod:`proxy.confirm.form_tokens`."""
+        return page_token(self._key, approval_id)
 
     def token_ok(self, approval_id: str, token: str) -> bool:
         return hmac.compare_digest(self.token(approval_id), token)
+
+    def decision_token(self, approval_id: str, approver: Approver, *, now: float) -> str:
+        """The second form's token: ``approver`` (authenticated, holding a role) may decide."""
+        return decision_token(self._key, approval_id, approver, now=now)
+
+    def approver(self, approval_id: str, token: str, *, now: float) -> Approver | None:
+        """Who a decision token lets decide ``approval_id`` now; None: forged, stale, elsewhere."""
+        return read_decision_token(self._key, approval_id, token, now=now)

@@ -55,6 +55,7 @@ Outcome = Literal[
     "spent",  # the approval was used already, by the same call asked twice
     "too_large",  # the arguments do not fit a question whole: nobody is asked
     "no_approval_page",  # an approver must decide, but nothing serves the approval page
+    "abandoned",  # the caller gave up (cancelled the call, or went) before the question ended
 ]
 
 MAX_ANSWER_BYTES: Final = 4096

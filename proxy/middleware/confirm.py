@@ -18,7 +18,9 @@ last before the call is forwarded. How the calling user is asked depends on thei
 * a client that cannot be asked, and every refusal, get an ``isError`` result saying why
   (``_meta["dev.manifold/outcome"] = "not_confirmed"``, ``dev.manifold/confirmation`` = how).
 
-Every question and answer is audited (who, what, how, when) and counted by outcome.
+Every question and answer is audited (who, what, how, when) and counted by outcome. A question
+whose handshake-era caller gives up while it waits (cancels the call, or its connection goes)
+ends as ``abandoned``, once: audited, counted, and shown on the approval page instead of a form.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ QUESTION_KEY: Final = "manifold-confirm"  # the inputRequests key of Manifold's 
 CONFIRMATION_KEY: Final = "dev.manifold/confirmation"
 RETRY_WAIT: Final = 10.0  # seconds a stateless retry waits for an approver before "come back"
 PROGRESS_EVERY: Final = 10.0  # seconds between progress notifications while a call waits
+ABANDON_WITHIN: Final = 2.0  # seconds to mark a given-up question so on the page (shielded)
 _T = TypeVar("_T")
 _ELICIT: Final = "elicitation/create"
 # pins.mode confirm, for a tool no confirm rule asks about: the change is the reason.
@@ -156,9 +159,13 @@ class Confirm:
             return self._refused(ctx, decision, "unavailable", how="none")
         if ctx.caller.stateless:
             return self._input_required(ctx, decision, params)
-        answer = await self._ticking(
-            ctx, "waiting for the user to approve", lambda: self._ask(ctx, decision.confirm, params)
-        )
+        try:
+            answer = await self._ticking(
+                ctx, "waiting for the user to approve", lambda: self._ask(ctx, decision.confirm, params)
+            )
+        except anyio.get_cancelled_exc_class():
+            self._settled(ctx, decision, "abandoned", how="elicitation")  # the caller gave up
+            raise
         return await self._answered(ctx, decision, answer, "elicitation", call_next)
 
     def _need(self, ctx: CallContext) -> Need | None:
@@ -351,7 +358,17 @@ class Confirm:
             ctx.caller.notify(jsonrpc.notification("notifications/elicitation/complete", complete))
             return decided if decided is not None else "timeout"
 
-        waited_for = await self._ticking(ctx, f"waiting for someone with the role {roles} to approve", waited)
+        try:
+            waited_for = await self._ticking(
+                ctx, f"waiting for someone with the role {roles} to approve", waited
+            )
+        except anyio.get_cancelled_exc_class():
+            # The caller gave up: the question ends here, once, and the page says so (a decision
+            # sent after this changes nothing). Bounded: a store that does not answer is left.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(ABANDON_WITHIN):
+                await approvals.store.decide(approval.id, "abandoned", identity.name, self._clock())
+            self._settled(ctx, need, "abandoned", how="approval_page")
+            raise
         if isinstance(waited_for, str):
             return self._refused(ctx, need, waited_for, how="approval_page")
         return await self._decided(ctx, need, approval.id, waited_for, call_next, ctx)
@@ -375,6 +392,8 @@ class Confirm:
         """
         if decided is None or decided.state == "pending":
             return self._refused(ctx, need, "timeout", how="approval_page")
+        if decided.state == "abandoned":  # another call of the same request gave it up
+            return self._refused(ctx, need, "abandoned", how="approval_page")
         if decided.state == "rejected":
             self._settled(ctx, need, "rejected", how="approval_page", approver=decided.decided_by)
             text = f"{_refusal(ctx, need, 'rejected')} ({decided.decided_by} rejected it.)"
@@ -525,6 +544,7 @@ _WHY: Final[dict[str, str]] = {
     "timeout": "nobody answered in time",
     "invalid": "the client's answer did not fit Manifold's question",
     "spent": "its approval was used by another call of the same request; call it again to ask anew",
+    "abandoned": "the caller of the same request gave up waiting; call it again to ask anew",
 }
 
 
