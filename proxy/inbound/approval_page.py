@@ -173,7 +173,7 @@ def approval_routes(
     clock: Callable[[], float] = time.time,
 ) -> list[Route]:
     approvals.serving()  # calls may now wait for an approver here
-    # Each decision checks a credential: bounded per address and per approval, with the
+    # Each sign-in on the page checks a credential: bounded per address and per approval, with the
     # rate_limits.http bucket when configured, else one decision every 2 s after a burst of 30.
     flood = approvals.flood
     interval, burst = (flood.rate.interval, flood.burst) if flood is not None else (2.0, 30)
@@ -243,8 +243,6 @@ def approval_routes(
         if (refusal := refused(request, post=True)) is not None:
             return refusal
         approval_id = request.path_params["approval_id"]
-        if (refusal := flooded(request, approval_id)) is not None:
-            return refusal
         body = b""
         async for chunk in request.stream():
             body += chunk
@@ -259,7 +257,9 @@ def approval_routes(
         approval = await approvals.store.get(approval_id)
         if approval is None:
             return page(None, approval_id)
-        if form.get("step") == "identify":
+        if form.get("step") == "identify":  # checks a credential: bounded (guessing, floods)
+            if (refusal := flooded(request, approval_id)) is not None:
+                return refusal
             return await identify(approval, approval_id, form)
         approver = approvals.approver(approval_id, form.get("token", ""), now=clock())
         if approver is None:
