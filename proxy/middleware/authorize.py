@@ -25,6 +25,7 @@ from anyio.abc import TaskStatus
 from proxy.access import Access
 from proxy.errors import HiddenByPolicy, ResourceNotFound
 from proxy.line_writer import LineWriter
+from proxy.logs import redact_arguments
 from proxy.metrics import Metrics
 from proxy.pipeline import CallContext, Handler, outcome_of, tool_error
 from proxy.policy.settings import AuditSettings
@@ -163,5 +164,5 @@ class Authorize:
                 "source": ctx.subject.annotations.source,
             }
         if self._audit is not None and self._audit.include_arguments:
-            record["arguments"] = dict(ctx.arguments)
+            record["arguments"] = redact_arguments(ctx.arguments)  # as logs redact them
         return record
