@@ -6,17 +6,18 @@ and, while it waits, the first form: the approver types their own credential (an
 token, as they would send to ``/mcp``; nothing is stored and no cookie is set), which must
 authenticate, hold one of the approver roles, and not be the caller's own. Then the page shows
 the second form, Approve or Reject, whose token is signed for that approver and that approval
-and lasts a few minutes (:mod:`proxy.confirm.form_tokens`): the decision is recorded under the
+and lasts a few minutes (:mod:`proxy.enforce.confirm.form_tokens`): the decision is recorded under the
 name the token carries. Then the page shows the decision, as it does for anybody who opens it
 afterwards; a question whose caller gave up shows that instead of a form, and a decision sent
 after it changes nothing and says so.
 
-Served under the same Host and Origin checks as ``/mcp`` (:class:`~proxy.inbound.http.OriginPolicy`),
-and also to the host and origin of ``policy.approvals_url`` (where the links point). A POST must
-come from the page itself: its ``Origin`` must be exactly the page's own (the Host asked, or
-``policy.approvals_url``'s), not merely an origin ``/mcp`` would allow (another loopback port is
-another page), and ``Sec-Fetch-Site``, when the browser sends it, must be ``same-origin``
-(``same-site`` and ``cross-site`` are refused). The page loads nothing from anywhere
+Served under the same Host and Origin checks as ``/mcp``
+(:class:`~proxy.inbound.streamable_http.OriginPolicy`), and also to the host and origin of
+``policy.approvals_url`` (where the links point). A POST must come from the page itself: its
+``Origin`` must be exactly the page's own (the Host asked, or ``policy.approvals_url``'s), not
+merely an origin ``/mcp`` would allow (another loopback port is another page), and
+``Sec-Fetch-Site``, when the browser sends it, must be ``same-origin`` (``same-site`` and
+``cross-site`` are refused). The page loads nothing from anywhere
 (``Content-Security-Policy: default-src 'none'``) and may not be framed.
 """
 
@@ -34,11 +35,11 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from proxy.auth.authenticator import Authenticated, Authenticator
-from proxy.confirm.approvals import Approval, Approvals, State
-from proxy.confirm.form_tokens import Approver
-from proxy.inbound.http import OriginPolicy
+from proxy.enforce.confirm.approvals import Approval, Approvals, State
+from proxy.enforce.confirm.form_tokens import Approver
 from proxy.inbound.pages import PAGE_HEADERS, CredentialFlood, address_of
 from proxy.inbound.pages import refused as refused_here
+from proxy.inbound.streamable_http import OriginPolicy
 
 __all__ = ["approval_routes", "render"]
 
@@ -106,7 +107,8 @@ def render(
         f"<dt>Answer needed by</dt><dd>{_when(approval.deadline)}</dd>",
         "</dl>",
         '<h2 id="arguments">Arguments</h2>',
-        # Whole, never cut (proxy.confirm.question): scrolls when long; focusable to scroll by keyboard.
+        # Whole, never cut (proxy.enforce.confirm.question): scrolls when long; focusable to scroll
+        # by keyboard.
         f'<pre aria-labelledby="arguments" tabindex="0">{e(approval.summary)}</pre>',
     ]
     if message:
