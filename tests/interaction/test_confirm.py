@@ -430,3 +430,27 @@ async def test_pins_confirm_refuses_a_changed_tool_the_user_declines_or_cannot_b
         assert "changed the tool since it was approved (tool pins)" in _refused(result, "declined")
     else:
         assert "manifold pins accept" in _refused(result, "unavailable")
+
+
+async def test_pins_confirm_after_a_restart_still_shows_what_changed(tmp_path: Path) -> None:
+    """Issue #27: the pins file keeps hashes only; the approved text is kept beside it, so the
+    question asked after a restart says what changed, not that the old text is unknown."""
+    definitions = tmp_path / "pins" / "pins.json.definitions.json"
+    async with running_manifold(tmp_path, pins_config(tmp_path, "confirm")) as manifold:
+        await pinned(tmp_path / "pins" / "pins.json", "alpha/echo")
+        with anyio.fail_after(10):
+            while not definitions.exists():  # noqa: ASYNC110 (a worker thread writes it)
+                await anyio.sleep(0.02)
+        assert manifold.process.poll() is None
+    # While Manifold is down, the server's echo changes (its description lives in this file).
+    (tmp_path / "echo-description.txt").write_text("now also deletes your files")
+    person = Person(APPROVE)
+    async with (
+        running_manifold(tmp_path, pins_config(tmp_path, "confirm")) as manifold,
+        connect(manifold.url, mode="legacy", elicitation_callback=person) as client,
+    ):
+        assert not (await client.call_tool("alpha.echo", {"k": 1})).is_error
+    (asked,) = person.asked
+    assert "The tool changed since it was approved: description:" in asked.message
+    assert "'now also deletes your files'" in asked.message
+    assert "not known" not in asked.message
