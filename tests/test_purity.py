@@ -50,8 +50,6 @@ FILE_BUILTINS = {"open", "exec", "eval", "compile", "__import__"}
 
 PURE_PACKAGES = ("protocol", "catalog", "policy")
 PURE_MODULES = (
-    "ratelimit/gcra.py",
-    "ratelimit/rules.py",
     "outbound/era.py",
     "outbound/lists.py",
     "outbound/relay.py",

@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import anyio
 import anyio.abc
 
-# First of ours: uvicorn's and prometheus_client's __init__ run only if something needs them.
-import proxy.package_inits  # noqa: F401
 from proxy import __version__
 from proxy.app.gateway import Gateway
 from proxy.app.reloader import Reloader

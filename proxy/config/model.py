@@ -101,13 +101,13 @@ from proxy.config.editor_files import Variables, declared_inputs, workspace_of
 from proxy.config.observe import LogSettings, MetricsSettings
 from proxy.config.overrides import Overrides, read_overrides
 from proxy.config.policy import PolicySettings
+from proxy.config.ratelimit import RateLimitSettings
 from proxy.core.documents import parse_document, show_value
 from proxy.core.errors import ConfigError
 from proxy.core.files import read_text
 from proxy.core.redaction import redact_text, redact_url
 from proxy.policy.model import glob_problem
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
-from proxy.ratelimit import RateLimitSettings
 
 __all__ = [
     "CatalogConfig",

@@ -484,8 +484,6 @@ class Metrics:
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The exposition body and its content type; OpenMetrics when ``accept`` asks for it."""
-        # Imported at the first scrape: the exposition module brings http.server, urllib and
-        # wsgiref with it (proxy.package_inits), ~1 MiB an unscraped Manifold does without.
         from prometheus_client.exposition import choose_encoder
 
         encoder: Callable[[CollectorRegistry], bytes]

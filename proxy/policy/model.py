@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from proxy.core.identity import ANONYMOUS, Identity, IdentityKey
-from proxy.ratelimit.rules import LimitRule
+from proxy.policy.limits import LimitRule
 
 __all__ = [
     "ANONYMOUS",
@@ -359,7 +359,7 @@ class PolicyDocument(_Model):
     version: Literal[1]
     default: Omittable[Default] = None
     rules: tuple[Rule, ...] = ()
-    limits: tuple[Any, ...] = ()  # rate limits: parsed by proxy.ratelimit.rules (policies/RATELIMITS.md)
+    limits: tuple[Any, ...] = ()  # rate limits: parsed by proxy.policy.limits (policies/RATELIMITS.md)
 
 
 @dataclass(frozen=True, slots=True)
