@@ -364,12 +364,12 @@ async def _confirmations(manifold: RunningManifold, outcome: str) -> float:
     return sum(float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix))
 
 
-def _ended(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """How each question about ``fx.add`` ended (the confirmation records, less "asked")."""
+def _ended(records: list[dict[str, Any]], tool: str = "fx.add") -> list[dict[str, Any]]:
+    """How each question about ``tool`` ended (the confirmation records, less "asked")."""
     return [
         r
         for r in records
-        if r.get("event") == "confirmation" and r.get("name") == "fx.add" and r.get("outcome") != "asked"
+        if r.get("event") == "confirmation" and r.get("name") == tool and r.get("outcome") != "asked"
     ]
 
 
@@ -497,10 +497,14 @@ async def test_a_caller_who_will_not_open_the_link_is_refused(manifold: RunningM
 
 
 def _call(
-    arguments: dict[str, Any], responses: Any = None, state: str | None = None, url_mode: bool = True
+    arguments: dict[str, Any],
+    responses: Any = None,
+    state: str | None = None,
+    url_mode: bool = True,
+    tool: str = "fx.add",
 ) -> Any:
     params: dict[str, Any] = {
-        "name": "fx.add",
+        "name": tool,
         "arguments": arguments,
         "_meta": {
             stateless.PROTOCOL_VERSION_KEY: V,
@@ -519,7 +523,7 @@ async def _post(http: aiohttp.ClientSession, manifold: RunningManifold, body: An
     headers = {
         "MCP-Protocol-Version": V,
         "Mcp-Method": "tools/call",
-        "Mcp-Name": "fx.add",
+        "Mcp-Name": body["params"]["name"],
         "Authorization": f"Bearer {KEYS['alice'][0]}",
     }
     status, _, answer = await post(http, manifold.url, body, headers)
@@ -542,6 +546,33 @@ async def test_an_approved_stateless_retry_runs_once_and_its_replay_is_refused(
         assert (status, done["result"]["content"][0]["text"]) == (200, "2")
         status, again = await _post(http, manifold, _call(arguments, opened, state))
     assert (status, again["error"]["code"]) == (400, -32602)
+
+
+async def test_a_stateless_caller_who_never_comes_back_ends_the_question_as_abandoned_once(
+    manifold: RunningManifold,
+) -> None:
+    """A 2026-07-28 caller is asked (input_required with the page's link) and never retries: once
+    the deadline (2 s here) and the grace pass, the question ends as abandoned, once."""
+    before = await _confirmations(manifold, "abandoned")
+    audit = Path(manifold.log_path).parent / "audit.jsonl"
+    seen = len(_audit(audit))
+    async with aiohttp.ClientSession() as http:
+        status, first = await _post(http, manifold, _call({"a": 3, "b": 4}, tool="fx.tool_000"))
+        assert status == 200
+        url = first["result"]["inputRequests"]["manifold-confirm"]["params"]["url"]
+        with anyio.fail_after(30):  # 2 s to the deadline, GRACE after it
+            while True:
+                async with http.get(url) as response:
+                    page = await response.text()
+                if "Abandoned" in page:
+                    break
+                await anyio.sleep(0.2)  # a deadline on the wall clock: nothing to wait on
+        assert "<form" not in page
+    with anyio.fail_after(10):
+        while not (ended := _ended(_audit(audit)[seen:], "fx.tool_000")):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    assert [(r["outcome"], r["how"]) for r in ended] == [("abandoned", "approval_page")], ended
+    assert await _confirmations(manifold, "abandoned") == before + 1
 
 
 async def test_a_stateless_client_without_url_elicitation_is_refused(manifold: RunningManifold) -> None:
