@@ -19,8 +19,9 @@ last before the call is forwarded. How the calling user is asked depends on thei
   (``_meta["dev.manifold/outcome"] = "not_confirmed"``, ``dev.manifold/confirmation`` = how).
 
 Every question and answer is audited (who, what, how, when) and counted by outcome. A question
-whose handshake-era caller gives up while it waits (cancels the call, or its connection goes)
-ends as ``abandoned``, once: audited, counted, and shown on the approval page instead of a form.
+whose caller gives up (cancels while it waits; a 2026-07-28 caller not back by the deadline and
+:data:`~proxy.enforce.confirm.unanswered.GRACE`) ends as ``abandoned``, once: audited, counted,
+and shown on the approval page instead of a form.
 """
 
 from __future__ import annotations
@@ -296,7 +297,7 @@ class Confirm:
             return result  # not one of ours: the retry will be refused
         return {**result, "requestState": marked}
 
-    def _unanswered(  # noqa: PLR0913 (what the question's ending needs)
+    def _unanswered(
         self,
         ctx: CallContext,
         need: Need,
@@ -370,9 +371,9 @@ class Confirm:
         roles = " or ".join(approval.roles)
         self._audit_line(ctx, need, "asked", how="approval_page")
         if ctx.caller.stateless:
-            deadline = int(approval.deadline)
+            end = _ended(approval.id)  # by the retry, or as abandoned once due
             self._unanswered(
-                ctx, need, deadline, _ended(approval.id), how="approval_page", approval=approval.id
+                ctx, need, int(approval.deadline), end, how="approval_page", approval=approval.id
             )
             payload = f"a:{approval.id}:{approval_mark(need)}:{int(approval.deadline)}"
             return {
