@@ -34,6 +34,7 @@ __all__ = [
     "Asked",
     "Outcome",
     "approval_question",
+    "outcome_of_action",
     "read_answer",
     "refusal_text",
     "remember_choices",
@@ -275,3 +276,9 @@ def refusal_text(name: str, rule_ids: tuple[str, ...], confirmation: Confirmatio
         f"Manifold did not run {name!r}: {asks}, and "
         f"{_WHY[outcome]}{timeout}. Do not retry unless the user asks for it."
     )
+
+
+def outcome_of_action(answer: object) -> Outcome:
+    """How a caller's answer to the approval link ended the question, when it did not accept."""
+    action = answer.get("action") if isinstance(answer, dict) else None
+    return "declined" if action == "decline" else "cancelled" if action == "cancel" else "invalid"

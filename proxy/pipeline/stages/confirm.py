@@ -50,6 +50,7 @@ from proxy.enforce.confirm.question import (
     Asked,
     Outcome,
     approval_question,
+    outcome_of_action,
     question,
     read_answer,
     refusal_text,
@@ -241,7 +242,7 @@ class Confirm:
                 if not isinstance(answer, dict) or answer.get("action") != "accept":
                     if not await self._spend(_ended(approval_id)):
                         raise InvalidRequestState()  # ended already: abandoned, or replayed
-                    outcome = _outcome_of_action(answer)
+                    outcome = outcome_of_action(answer)
                     return self._refused(ctx, decision, outcome, how="approval_page")
             # Wait a while, not until the deadline: a client's request timeout (60 s in the SDKs)
             # or a dropped connection must not lose the decision. Still pending: come back.
@@ -391,7 +392,7 @@ class Confirm:
             except (RemoteError, MethodNotFound):
                 return "cancelled"
             if not isinstance(result, dict) or result.get("action") != "accept":
-                return _outcome_of_action(result)
+                return outcome_of_action(result)
             decided = await approvals.store.wait(approval.id, approval.deadline)
             complete = {"elicitationId": approval.id}  # the out-of-band interaction is over
             ctx.caller.notify(jsonrpc.notification("notifications/elicitation/complete", complete))
@@ -590,11 +591,6 @@ def _ended(approval_id: str) -> str:
     """The key a stateless approval question is ended by, once: by its caller's retry, or as
     abandoned (:meth:`Confirm._unanswered`)."""
     return f"end:a:{approval_id}"
-
-
-def _outcome_of_action(answer: object) -> Outcome:
-    action = answer.get("action") if isinstance(answer, dict) else None
-    return "declined" if action == "decline" else "cancelled" if action == "cancel" else "invalid"
 
 
 def _pin_record(change: PinChange) -> dict[str, str]:
