@@ -39,7 +39,7 @@ from proxy.config.model import LimitsConfig
 from proxy.core.errors import InvalidParams, InvalidRequest, LimitExceeded, MethodNotFound, ResourceNotFound
 from proxy.core.quotas import Quota
 from proxy.notify.server_logs import ServerLogs
-from proxy.notify.subscriptions import Interest, OwnInterest
+from proxy.notify.subscriptions import Interest, PerClientInterest
 from proxy.observe.boundary import Boundary
 from proxy.observe.metrics import UNKNOWN, Metrics
 from proxy.outbound.lists import LIST_KINDS
@@ -51,11 +51,12 @@ from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
 from proxy.protocol.uris import normalize_uri
+from proxy.router.params import session_of, string_param, too_many
 from proxy.servers.connections import Connections
 from proxy.servers.per_client import owner, owner_of
 from proxy.views.catalogs import Catalogs
 from proxy.views.discovery import Call, Discovery
-from proxy.views.per_client import OwnCatalogs
+from proxy.views.per_client import PerClientCatalogs
 
 __all__ = ["CAPABILITIES", "Router", "SERVER_INFO"]
 
@@ -77,32 +78,6 @@ Params = dict[str, Any]
 _Method = Callable[[InboundRequest, Params, RequestId], Awaitable[Any]]
 
 
-def _session(inbound: InboundRequest) -> ClientSession:
-    """The session of a request only the handshake era has (2026-07-28 removed it).
-
-    Raises:
-        MethodNotFound: a stateless caller sent it.
-    """
-    if not isinstance(inbound.session, ClientSession):
-        raise MethodNotFound("Method not found")
-    return inbound.session
-
-
-def _too_many(duplicate: bool, maximum: int) -> InvalidRequest:
-    if duplicate:  # its cancellation could not tell the two apart, nor its end free the right one
-        return InvalidRequest("a request with this id is still in flight in this session")
-    return LimitExceeded(
-        "too many requests in flight in this session", limit="max_in_flight_per_session", maximum=maximum
-    )
-
-
-def _string(params: Mapping[str, Any], key: str, method: str) -> str:
-    value = params.get(key)
-    if not isinstance(value, str):
-        raise InvalidParams(f'{method} needs a string "{key}"')
-    return value
-
-
 class Router:
     def __init__(
         self,
@@ -117,7 +92,7 @@ class Router:
         boundary: Boundary,
         metrics: Metrics,
         limits: LimitsConfig | None = None,
-        own: OwnCatalogs | None = None,
+        own: PerClientCatalogs | None = None,
         discovery: Discovery | None = None,
         endpoint: str = "",
         servers: Collection[str] | None = None,  # the servers the endpoint selects; None: all
@@ -129,13 +104,13 @@ class Router:
         self._endpoint = endpoint  # the named endpoint this router answers for ("": /mcp)
         self._catalogs = catalogs
         # Set only when per_client servers are configured: each client's own view of the lists.
-        self._own = own
+        self._per_client = own
         self._sessions = sessions
         self._connections = connections
         self._interest = interest
         self._listens = listens
         self._logs = logs
-        self._own_interest = OwnInterest(listens, connections)
+        self._own_interest = PerClientInterest(listens, connections)
         self._pipeline = forward
         self._boundary = boundary
         self._metrics = metrics
@@ -183,7 +158,7 @@ class Router:
         request_id = message["id"]
         if request_id in session.in_flight or len(session.in_flight) >= self._max_in_flight:
             # Answered at once, never queued: a session's requests are bounded where they arrive.
-            refusal = _too_many(request_id in session.in_flight, self._max_in_flight)
+            refusal = too_many(request_id in session.in_flight, self._max_in_flight)
             return self._boundary.answer(refusal, request_id, method=message["method"], session=session)
         # The client may cancel this request by id (notifications/cancelled): its own scope.
         with anyio.CancelScope() as scope, self._metrics.in_flight():
@@ -273,10 +248,10 @@ class Router:
         return {}
 
     async def _initialize(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        session = _session(inbound)
+        session = session_of(inbound)
         if session.protocol_version is not None:
             raise InvalidRequest("this session is already initialized")
-        requested = _string(params, "protocolVersion", "initialize")
+        requested = string_param(params, "protocolVersion", "initialize")
         capabilities, client_info = params.get("capabilities") or {}, params.get("clientInfo") or {}
         if not isinstance(capabilities, dict) or not isinstance(client_info, dict):
             raise InvalidParams('initialize needs "capabilities" and "clientInfo" objects')
@@ -308,18 +283,18 @@ class Router:
 
     def _view(self, inbound: InboundRequest) -> Catalogs:
         """What ``inbound``'s client sees: its own view once its per_client connections listed."""
-        return self._catalogs if self._own is None else self._own.of(owner(inbound.session))
+        return self._catalogs if self._per_client is None else self._per_client.of(owner(inbound.session))
 
     async def _opened(self, inbound: InboundRequest) -> Catalogs:
         """Its view, once its own connections to every per_client server run (they list it)."""
-        if self._own is None:
+        if self._per_client is None:
             return self._catalogs
         await self._connections.open_own(inbound)
         return self._view(inbound)
 
     def _identity_view(self, identity: Identity) -> Catalogs:
         """What a 2026-07-28 caller of ``identity`` sees."""
-        return self._catalogs if self._own is None else self._own.of(owner_of(identity))
+        return self._catalogs if self._per_client is None else self._per_client.of(owner_of(identity))
 
     # ---- resolved and forwarded -----------------------------------------------------------
 
@@ -329,7 +304,7 @@ class Router:
         return await self._pipeline(ctx)
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        name = _string(params, "name", "tools/call")
+        name = string_param(params, "name", "tools/call")
         discovery = self._discovery
         if discovery is not None and name in discovery.names:
             view = await self._opened(inbound)
@@ -348,7 +323,7 @@ class Router:
     ) -> Any:
         catalogs = self._view(inbound)
         entry = catalogs.tool(name)
-        if entry is None and self._own is not None:  # perhaps only its own connection lists it
+        if entry is None and self._per_client is not None:  # perhaps only its own connection lists it
             catalogs = await self._opened(inbound)
             entry = catalogs.tool(name)
         if entry is None:
@@ -380,12 +355,12 @@ class Router:
     async def _route(self, inbound: InboundRequest, uri: str) -> str | None:
         """The server of a concrete resource URI, as this client sees the lists."""
         server = self._view(inbound).resources.route(uri)
-        if server is None and self._own is not None:
+        if server is None and self._per_client is not None:
             server = (await self._opened(inbound)).resources.route(uri)
         return server
 
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        entry = await self._prompt(inbound, _string(params, "name", "prompts/get"))
+        entry = await self._prompt(inbound, string_param(params, "name", "prompts/get"))
         forwarded = {**params, "name": entry.original_name}
         subject = Subject.prompt(entry)
         ctx = CallContext(
@@ -413,7 +388,7 @@ class Router:
             raise InvalidParams('completion/complete needs a "ref" object')
         method = "completion/complete"
         if ref.get("type") == "ref/prompt":
-            name = _string(ref, "name", "a ref/prompt")
+            name = string_param(ref, "name", "a ref/prompt")
             entry = await self._prompt(inbound, name)
             forwarded = {**params, "ref": {**ref, "name": entry.original_name}}
             subject = Subject.prompt(entry)
@@ -437,7 +412,7 @@ class Router:
         Anything else is a concrete URI: normalized, routed and decided on as a read would be.
         """
         method = "completion/complete"
-        raw = self._bounded(_string(ref, "uri", "a ref/resource"))
+        raw = self._bounded(string_param(ref, "uri", "a ref/resource"))
         view = self._view(inbound)
         index = view.resources
         template_server = index.by_template.get(raw)
@@ -473,7 +448,7 @@ class Router:
     def _uri(self, params: Mapping[str, Any], key: str, what: str) -> str:
         """The URI a request names, bounded and normalized (:mod:`proxy.protocol.uris`) before
         anything routes, matches or keeps it."""
-        return normalize_uri(self._bounded(_string(params, key, what)))
+        return normalize_uri(self._bounded(string_param(params, key, what)))
 
     def _bounded(self, uri: str) -> str:
         # Characters, not bytes: a bound as good, without encoding what may be megabytes.
@@ -487,7 +462,7 @@ class Router:
 
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/subscribe")
-        session = _session(inbound)
+        session = session_of(inbound)
         view = self._view(inbound)
         held = view.resources.spelling(uri) in session.subscriptions
         if not held and len(session.subscriptions) >= self._max_subscriptions:
@@ -511,7 +486,7 @@ class Router:
 
     async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/unsubscribe")
-        session = _session(inbound)
+        session = session_of(inbound)
         view = self._view(inbound)
         server = view.readable(uri, session.identity)
         uri = view.resources.spelling(uri)
@@ -604,5 +579,5 @@ class Router:
         if level not in LOG_LEVELS:
             raise InvalidParams(f"unknown log level {level!r}; one of: {', '.join(LOG_LEVELS)}")
         # The session's own filtering always; a shared server's level only as the policy lets.
-        await self._logs.set_level(_session(inbound), str(level))
+        await self._logs.set_level(session_of(inbound), str(level))
         return {}

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.config.model import config_from_mapping
+from proxy.config.loading import config_from_mapping
 from proxy.core.errors import ConfigError, ServerProtocolError, ServerUnavailable
 from proxy.core.redaction import (
     REDACTED,

@@ -20,7 +20,8 @@ import anyio.abc
 from proxy import __version__
 from proxy.app.gateway import Gateway
 from proxy.app.reloader import Reloader
-from proxy.config.model import Config, load_config
+from proxy.config.loading import load_config
+from proxy.config.model import Config
 from proxy.core.errors import ConfigError
 from proxy.core.redaction import remember_key_digests, url_secrets
 from proxy.observe.logs import remember_secrets, setup_logging
@@ -28,7 +29,7 @@ from proxy.protocol.framing import LineBuffer, LineTooLong
 
 __all__ = ["main"]
 
-logger = logging.getLogger("proxy.cli.main")
+logger = logging.getLogger("proxy.cli.commands")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -403,7 +404,3 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
         await serve_stdio(inbound, _stdin_lines(config.limits.max_request_bytes), write)
         tg.cancel_scope.cancel()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
