@@ -26,7 +26,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 OPEN_FILES = 256  # the cap becomes 256 - 64 - 8 (one server) = 184
 BURST = 600  # at once: far past the cap and the descriptor table
 # Manifold's entry point on asyncio's loop: uvloop made unimportable, as where it is not installed.
-ON_ASYNCIO = "import sys; sys.modules['uvloop'] = None; from proxy.cli.main import main; sys.exit(main())"
+ON_ASYNCIO = (
+    "import runpy, sys; sys.modules['uvloop'] = None; runpy.run_module('proxy.cli', run_name='__main__')"
+)
 
 
 async def _connect(port: int, held: list[anyio.abc.SocketStream]) -> None:
