@@ -26,6 +26,7 @@ from mcp.client.context import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
 
+from proxy.pipeline.bridge.state import arguments_digest
 from proxy.protocol import stateless, versions
 from tests.interaction.browser import chromium, headless
 from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
@@ -364,12 +365,16 @@ async def _confirmations(manifold: RunningManifold, outcome: str) -> float:
     return sum(float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix))
 
 
-def _ended(records: list[dict[str, Any]], tool: str = "fx.add") -> list[dict[str, Any]]:
-    """How each question about ``tool`` ended (the confirmation records, less "asked")."""
+def _ended(records: list[dict[str, Any]], arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    """How each question about a call with these arguments ended (its confirmation records,
+    less "asked"): other tests' questions end meanwhile too."""
+    digest = arguments_digest(arguments)
     return [
         r
         for r in records
-        if r.get("event") == "confirmation" and r.get("name") == tool and r.get("outcome") != "asked"
+        if r.get("event") == "confirmation"
+        and r.get("arguments_digest") == digest
+        and r.get("outcome") != "asked"
     ]
 
 
@@ -383,7 +388,7 @@ async def test_a_caller_who_gives_up_ends_the_question_as_abandoned_once(manifol
         aiohttp.ClientSession() as http,
     ):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(client.call_tool, "fx.add", {"a": 5, "b": 5})
+            tg.start_soon(client.call_tool, "fx.add", {"a": 5, "b": 5005})
             with anyio.fail_after(30):
                 await caller.asked.wait()
             token = await _signed_in(http, caller.url, "mona")  # the approver is about to decide
@@ -402,7 +407,7 @@ async def test_a_caller_who_gives_up_ends_the_question_as_abandoned_once(manifol
         )
         assert (status, "changed nothing" in page, "Approved by" in page) == (409, True, False)
     with anyio.fail_after(10):  # a worker thread writes the audit log, a moment after the answer
-        while not (ended := _ended(_audit(audit)[seen:])):  # noqa: ASYNC110
+        while not (ended := _ended(_audit(audit)[seen:], {"a": 5, "b": 5005})):  # noqa: ASYNC110
             await anyio.sleep(0.05)
     assert [r["outcome"] for r in ended] == ["abandoned"], ended
     assert await _confirmations(manifold, "abandoned") == before + 1
@@ -557,7 +562,7 @@ async def test_a_stateless_caller_who_never_comes_back_ends_the_question_as_aban
     audit = Path(manifold.log_path).parent / "audit.jsonl"
     seen = len(_audit(audit))
     async with aiohttp.ClientSession() as http:
-        status, first = await _post(http, manifold, _call({"a": 3, "b": 4}, tool="fx.tool_000"))
+        status, first = await _post(http, manifold, _call({"a": 3, "b": 4004}, tool="fx.tool_000"))
         assert status == 200
         url = first["result"]["inputRequests"]["manifold-confirm"]["params"]["url"]
         with anyio.fail_after(30):  # 2 s to the deadline, GRACE after it
@@ -569,7 +574,7 @@ async def test_a_stateless_caller_who_never_comes_back_ends_the_question_as_aban
                 await anyio.sleep(0.2)  # a deadline on the wall clock: nothing to wait on
         assert "<form" not in page
     with anyio.fail_after(10):
-        while not (ended := _ended(_audit(audit)[seen:], "fx.tool_000")):  # noqa: ASYNC110
+        while not (ended := _ended(_audit(audit)[seen:], {"a": 3, "b": 4004})):  # noqa: ASYNC110
             await anyio.sleep(0.05)
     assert [(r["outcome"], r["how"]) for r in ended] == [("abandoned", "approval_page")], ended
     assert await _confirmations(manifold, "abandoned") == before + 1

@@ -23,6 +23,7 @@ from mcp.client.context import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
 
+from proxy.pipeline.bridge.state import arguments_digest
 from proxy.protocol import stateless, versions
 from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
 from tests.interaction.test_policy import (
@@ -385,12 +386,16 @@ async def test_an_answer_after_the_rules_timeout_is_refused(manifold: RunningMan
     assert answer["result"]["_meta"]["dev.manifold/confirmation"] == "timeout"
 
 
-def _endings(records: list[dict[str, Any]], name: str) -> list[tuple[str, str]]:
-    """How each question about ``name`` ended: (outcome, how), less "asked"."""
+def _endings(records: list[dict[str, Any]], arguments: dict[str, Any]) -> list[tuple[str, str]]:
+    """How each question about a call with these arguments ended: (outcome, how), less "asked".
+    (Other tests' questions end meanwhile too: abandoned ones a few seconds after their deadline.)"""
+    digest = arguments_digest(arguments)
     return [
         (r["outcome"], r["how"])
         for r in records
-        if r.get("event") == "confirmation" and r.get("name") == name and r["outcome"] != "asked"
+        if r.get("event") == "confirmation"
+        and r.get("arguments_digest") == digest
+        and r["outcome"] != "asked"
     ]
 
 
@@ -401,14 +406,14 @@ async def test_a_caller_who_cancels_while_asked_ends_the_question_as_abandoned(
     seen = len(audit_path.read_bytes().splitlines()) if audit_path.exists() else 0
     person = Person(None)  # never answers
     async with person.legacy(manifold.url) as client, anyio.create_task_group() as tg:
-        tg.start_soon(client.call_tool, "fx.add", {"a": 1, "b": 2})
+        tg.start_soon(client.call_tool, "fx.add", {"a": 1, "b": 1234})
         with anyio.fail_after(10):
             while not person.asked:  # noqa: ASYNC110 (the callback's call is the event; it never returns)
                 await anyio.sleep(0.02)
         tg.cancel_scope.cancel()  # the caller gives up: notifications/cancelled
     records = await audited(audit_path, seen + 1)
     with anyio.fail_after(10):
-        while not (ended := _endings(records[seen:], "fx.add")):
+        while not (ended := _endings(records[seen:], {"a": 1, "b": 1234})):
             await anyio.sleep(0.05)
             records = await audited(audit_path, seen + 1)
     assert ended == [("abandoned", "elicitation")]
@@ -420,12 +425,13 @@ async def test_a_stateless_caller_who_never_answers_ends_the_question_as_abandon
     audit_path = Path(manifold.log_path).parent / "audit.jsonl"
     seen = len(audit_path.read_bytes().splitlines()) if audit_path.exists() else 0
     async with aiohttp.ClientSession() as http:
-        state = await _asked(http, manifold.url, {"text": "gone"})
+        arguments = {"text": "gone for good"}
+        state = await _asked(http, manifold.url, arguments)
         with anyio.fail_after(20):  # the rule's timeout (2 s), then the grace
-            while not (ended := _endings((await audited(audit_path, seen + 1))[seen:], "fx.echo")):  # noqa: ASYNC110
+            while not (ended := _endings((await audited(audit_path, seen + 1))[seen:], arguments)):  # noqa: ASYNC110
                 await anyio.sleep(0.1)
         assert ended == [("abandoned", "input_required")]
-        status, answer = await _post(http, manifold.url, _call(2, {"text": "gone"}, ACCEPT, state))
+        status, answer = await _post(http, manifold.url, _call(2, arguments, ACCEPT, state))
     assert (status, answer["error"]["code"]) == (400, -32602)  # the question is over
 
 
