@@ -333,6 +333,8 @@ class Router:
         discovery = self._discovery
         if discovery is not None and name in discovery.names:
             view = await self._opened(inbound)
+            if name != discovery.names.call:
+                await discovery.prepare(view.served, inbound)  # the index, built off the loop
             answer = discovery.answer(view.served, inbound, name, params.get("arguments"))
             if not isinstance(answer, Call):
                 return answer

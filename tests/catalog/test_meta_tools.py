@@ -90,9 +90,24 @@ def test_a_search_result_is_names_titles_and_first_lines_cut_short() -> None:
         },
         "a.two": {"name": "a.two", "description": "x" * 500},
     }
-    found = text(search_result([Hit("a.two", 2.0), Hit("a.one", 1.0)], definitions))
-    assert found["tools"][0] == {"name": "a.two", "description": "x" * 239 + "…"}
-    assert found["tools"][1] == {"name": "a.one", "title": "One", "description": "First line."}
+    result = search_result(
+        [Hit("a.two", 2.0, ("name",)), Hit("a.one", 1.0, ("description", "meaning"))], definitions
+    )
+    found = text(result)
+    assert found == result["structuredContent"]  # the same JSON, as text for older clients
+    assert found["tools"][0] == {
+        "name": "a.two",
+        "description": "x" * 239 + "…",
+        "score": 2.0,
+        "matched": ["name"],
+    }
+    assert found["tools"][1] == {
+        "name": "a.one",
+        "title": "One",
+        "description": "First line.",
+        "score": 1.0,
+        "matched": ["description", "meaning"],
+    }
 
 
 def test_describe_lists_what_it_does_not_know_without_saying_why() -> None:
