@@ -39,7 +39,7 @@ class Semantic:
         with self._lock:
             if not self._loaded:
                 self._loaded = True
-                from proxy.discovery.semantic import (  # noqa: PLC0415 - numpy only if used
+                from proxy.discovery.semantic import (
                     SemanticUnavailable,
                     StaticModel,
                     VectorCache,
@@ -74,7 +74,7 @@ def build_index(
     cache = semantic.cache() if semantic is not None else None
     vectors = None
     if cache is not None:
-        from proxy.discovery.semantic import SemanticIndex  # noqa: PLC0415
+        from proxy.discovery.semantic import SemanticIndex
 
         vectors = SemanticIndex.build(view, cache, servers=servers)
     return ViewIndex(lexical, vectors, {d["name"]: d for d in view})

@@ -1,6 +1,6 @@
 """What a tool is *about*: sentence vectors from a static embedding model shipped in a wheel.
 
-The model is WordLlama's ``l2_supercat`` (MIT), whose weights (a 32,000 × 256 table of token
+The model is WordLlama's ``l2_supercat`` (MIT), whose weights (a 32,000 by 256 table of token
 vectors, float16, trained so that a text's vector is the mean of its tokens' vectors) and
 tokenizer vocabulary ship inside the ``wordllama`` wheel: nothing is downloaded, ever. Only those
 two files are read; the ``wordllama`` package itself is never imported (its loader would fetch any
@@ -77,7 +77,7 @@ def _read_table(path: Path, dimensions: int) -> Vectors:
     """The first ``dimensions`` columns of the safetensors file's one float16 matrix.
 
     The format is a little-endian u64 header length, a JSON header and the raw tensor bytes."""
-    import numpy as np  # noqa: PLC0415 - only when the semantic part is used
+    import numpy as np
 
     with path.open("rb") as file:
         (size,) = struct.unpack("<Q", file.read(8))
@@ -118,7 +118,6 @@ class StaticModel:
         self.dimensions: int = int(table.shape[1])
 
     @classmethod
-    @functools.cache
     def load(cls, dimensions: int = DIMENSIONS) -> StaticModel:
         """The shipped model, read once per process (a few hundred ms; call it off the loop).
 
@@ -126,8 +125,17 @@ class StaticModel:
             SemanticUnavailable: the ``search`` extra is not installed or its files are not the
                 expected ones.
         """
+        return _load(dimensions)
+
+    @classmethod
+    def read(cls, dimensions: int = DIMENSIONS) -> StaticModel:
+        """The shipped model, read now (:meth:`load` reads it once and keeps it).
+
+        Raises:
+            SemanticUnavailable: as :meth:`load`.
+        """
         try:
-            import numpy  # noqa: F401, PLC0415
+            import numpy  # noqa: F401
         except ImportError as exc:
             raise SemanticUnavailable("numpy (the 'search' extra) is not installed") from exc
         weights, vocabulary = _model_files()
@@ -140,7 +148,7 @@ class StaticModel:
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One unit vector per text (zero for a text with no known piece)."""
-        import numpy as np  # noqa: PLC0415
+        import numpy as np
 
         vectors = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         for row, text in enumerate(texts):
@@ -159,6 +167,11 @@ class StaticModel:
 
     def _word(self, word: str) -> tuple[int, ...]:
         return _pieces_of(self._pieces, _SPACE + word)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(dimensions: int) -> StaticModel:
+    return StaticModel.read(dimensions)  # a failure raises, and is not kept: the next call tries again
 
 
 def _pieces_of(pieces: Mapping[str, int], word: str) -> tuple[int, ...]:
@@ -244,15 +257,17 @@ class VectorCache:
 
     def __init__(self, model: StaticModel, size: int = 16_384) -> None:
         self.model = model
+        self.embedded = 0  # texts embedded so far (the others were found here)
         self._vectors: LRUCache[bytes, Vectors] = LRUCache(size)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        import numpy as np  # noqa: PLC0415
+        import numpy as np
 
         keys = [_digest(text) for text in texts]
         missing = [i for i, key in enumerate(keys) if key not in self._vectors]
         if missing:
             fresh = self.model.embed([texts[i] for i in missing])
+            self.embedded += len(missing)
             for row, i in enumerate(missing):
                 self._vectors[keys[i]] = fresh[row].astype(np.float16)
         out = np.empty((len(texts), self.model.dimensions), dtype=np.float32)
@@ -282,7 +297,9 @@ class SemanticIndex:
         servers = servers or {}
         named = [tool for tool in tools if isinstance(tool.get("name"), str)]
         names = tuple(str(tool["name"]) for tool in named)
-        matrix = cache.embed([tool_text(tool, servers.get(name, "")) for tool, name in zip(named, names)])
+        matrix = cache.embed(
+            [tool_text(tool, servers.get(name, "")) for tool, name in zip(named, names, strict=True)]
+        )
         return cls(names, matrix, cache.model)
 
     def __len__(self) -> int:
@@ -291,7 +308,7 @@ class SemanticIndex:
     def ranking(self, query: str, limit: int) -> list[tuple[str, float]]:
         """The ``limit`` tools nearest ``query`` in meaning, nearest first, with their cosine
         similarity; nothing for a query with no known word."""
-        import numpy as np  # noqa: PLC0415
+        import numpy as np
 
         if limit <= 0 or not self.names:
             return []

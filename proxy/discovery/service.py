@@ -8,7 +8,8 @@ A view's index (:mod:`proxy.discovery.index`: BM25F, and sentence vectors when t
 extra is installed) is built the first time someone searches it after the catalog changed, in a
 worker thread (:meth:`Discovery.prepare`; one build at a time), and kept while the view is (views
 are cached per catalog generation, policy version and identity); identities with the same view
-share one index, and a rebuild embeds only the tools whose text changed (the vector cache). ``call_tool`` is not answered here: :meth:`Discovery.answer` returns a
+share one index, and a rebuild embeds only the tools whose text changed (the vector cache).
+``call_tool`` is not answered here: :meth:`Discovery.answer` returns a
 :class:`Call`, which the router sends down the same path as a direct ``tools/call`` (policy,
 validation, rate limits, audit under the real tool's name).
 
@@ -49,7 +50,7 @@ from proxy.inbound.session import ClientSession, InboundRequest
 from proxy.pipeline import tool_error
 from proxy.protocol import jsonrpc
 
-__all__ = ["META_OUTCOMES", "Call", "Discovery", "MetaOutcome", "MetaTool"]
+__all__ = ["META_OUTCOMES", "Call", "Discovery", "MetaOutcome", "MetaTool", "build_index"]
 
 logger = logging.getLogger("proxy.discovery")
 
@@ -237,7 +238,9 @@ class Discovery:
             self._by_view[id(view)] = (view, indexed)
         return indexed
 
-    def _keep(self, view: Sequence[Mapping[str, Any]], key: tuple[str, tuple[str, ...]], indexed: _Indexed) -> None:
+    def _keep(
+        self, view: Sequence[Mapping[str, Any]], key: tuple[str, tuple[str, ...]], indexed: _Indexed
+    ) -> None:
         self._by_content[key] = indexed
         self._by_view[id(view)] = (view, indexed)
 

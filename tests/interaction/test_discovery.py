@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 import anyio
+import jsonschema
 import orjson
 import pytest
 from mcp import Client
@@ -387,3 +388,42 @@ async def test_promote_mode_never_promotes_a_hidden_tool_and_a_stateless_caller_
     async with connect(promoting.url, "sam", **options(V)) as stateless:
         assert (await found(stateless, "write a file", limit=1)) == ["fs.write_file"]
         assert await listed_names(stateless) == META
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_search_and_describe_answer_structured_content_that_validates_against_their_output_schemas(
+    manifold: RunningManifold, era: str
+) -> None:
+    async with connect(manifold.url, "sam", **options(era)) as client:
+        listed = {tool.name: tool for tool in (await client.list_tools(cache_mode="bypass")).tools}
+        schemas: dict[str, dict[str, Any]] = {}
+        for name in (SEARCH, DESCRIBE):
+            schema = listed[name].output_schema
+            assert schema is not None
+            assert schema["type"] == "object"
+            schemas[name] = schema
+        # The SDK client checks structuredContent against the listed outputSchema itself; and so do we.
+        searched = await client.call_tool(SEARCH, {"query": "read the text of a file", "limit": 5})
+        assert not searched.is_error, text_of(searched)
+        jsonschema.validate(searched.structured_content, schemas[SEARCH])
+        assert json.loads(text_of(searched)) == searched.structured_content  # the same JSON as text
+        first = searched.structured_content["tools"][0]
+        assert first["name"] == "fs.read_text_file"
+        assert first["score"] > 0
+        assert {"name", "description"} <= set(first["matched"])
+        described = await client.call_tool(DESCRIBE, {"names": ["fs.list_directory", "fs.nope"]})
+        assert not described.is_error, text_of(described)
+        jsonschema.validate(described.structured_content, schemas[DESCRIBE])
+        assert described.structured_content["tools"][0]["inputSchema"]["properties"]["path"]
+        assert described.structured_content["unknown"] == ["fs.nope"]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_task_in_other_words_than_the_tools_finds_it_by_meaning(
+    manifold: RunningManifold, era: str
+) -> None:
+    async with connect(manifold.url, "sam", **options(era)) as client:
+        result = await meta(client, SEARCH, {"query": "what is in notes.txt", "limit": 3})
+        top = result["tools"][0]
+        assert top["name"] in {"fs.read_text_file", "fs.read_file"}
+        assert top["matched"] == ["meaning"]  # no word in common with its definition: found by meaning
