@@ -14,12 +14,12 @@ field           weight  ``b``  text
 ==============  ======  =====  ==========================================================
 
 A term's pseudo-frequency in a tool is the weighted sum of its length-normalised, sublinear
-frequency (``1 + ln count``) in each field; its score is ``idf * tf / (k1 + tf)``. Every
-(term, tool) contribution is computed once, when the index is built, so a query only adds up
-postings: a few microseconds per term over hundreds of tools. A query term the catalog does not
-have matches, at half weight, the catalog terms it is a prefix of (``repo`` → ``repository``), or that are a prefix of it; and
-every query term also matches, at half weight, the other words of its group in a small fixed
-table of words tool authors use for the same thing (``folder``/``directory``,
+frequency (``1 + ln count``) in each field; its score is ``idf * tf / (k1 + tf)``. Every (term,
+tool) contribution is computed once, when the index is built, so a query only adds up postings: a
+few microseconds per term over hundreds of tools. A query term the catalog does not have matches,
+at half weight, the catalog terms it is a prefix of (``repo`` → ``repository``), or that are a
+prefix of it; and every query term also matches, at half weight, the other words of its group in a
+small fixed table of words tool authors use for the same thing (``folder``/``directory``,
 ``create``/``add``/``new``/``make``, ``rename``/``move`` …: :data:`_GROUPS`).
 
 Terms are words and numbers, Unicode-aware: ``createIssue``, ``create_issue``,
