@@ -1,18 +1,20 @@
 """Does progressive discovery find the right tool, how fast, and what does it save a client?
 
 Offline and deterministic: the catalogs are vendored JSON (``catalogs/``: dumps of the npm and
-fixture servers the tests run, and hand-written catalogs labelled as such), the tasks a fixed
-list (``tasks.json``: a task in words and the one tool that does it). A second, held-out set
-(``real/``: 163 tools of 17 published npm and PyPI servers dumped as served by ``dump_real.py``,
-and 120 tasks written from those definitions before the hybrid ranker existed) is never tuned on
-and its misses are never printed. The catalogs are merged as Manifold merges them
-(:func:`proxy.catalog.merge.build_catalog`, prefix = server id, ``.``), the search is Manifold's
-own (:class:`proxy.discovery.index.ViewIndex`: BM25F, sentence vectors, rank fusion) and the
-results are rendered by the meta-tools' own code (:mod:`proxy.catalog.meta_tools`).
+fixture servers the tests run, and hand-written catalogs labelled as such), the tasks a fixed list
+(``tasks.json``: a task in words and the one tool that does it). Over ``real/`` (163 tools of 17
+published npm and PyPI servers dumped as served by ``dump_real.py``) there are two sets of tasks
+written from those definitions: ``real/tasks.json`` (120, written before the hybrid ranker existed;
+after one look at its aggregate figures it became the development set, whose misses were read and
+tuned on) and ``real/held_out.json`` (111, written before any of that tuning: never tuned on, its
+misses never printed; its figures are the ones to quote). The catalogs are merged as Manifold
+merges them (:func:`proxy.catalog.merge.build_catalog`, prefix = server id, ``.``), the search is
+Manifold's own (:class:`proxy.discovery.index.ViewIndex`: BM25F, sentence vectors, rank fusion) and
+the results are rendered by the meta-tools' own code (:mod:`proxy.catalog.meta_tools`).
 
-The fusion's two numbers (``k`` and the semantic weight) are the ones tuned: they are chosen by
-5-fold cross-validation over the 100 old tasks (each fold scored with the values that did best on
-the other four), and the figures reported for them are those held-out folds' figures.
+The fusion's numbers (``k``, the semantic weight) are the ones tuned: they are chosen by 5-fold
+cross-validation over the 100 old tasks and the 120 development tasks (each fold scored with the
+values that did best on the other four), and the figures reported for them are those folds'.
 
 Measured:
 
@@ -114,34 +116,44 @@ def hybrid(view: ViewIndex, fusion: Fusion = DEFAULT) -> Ranker:
     return lambda query: [hit.name for hit in view.search(query, 20, fusion)]
 
 
-def ranks(view: ViewIndex, tasks: Sequence[Task]) -> list[tuple[tuple[Hit, ...], list[tuple[str, float]]]]:
+Rows = list[tuple[Task, tuple[Hit, ...], list[tuple[str, float]]]]
+
+
+def ranks(view: ViewIndex, tasks: Sequence[Task]) -> Rows:
     """Both rankings of every task, computed once for the cross-validation's grid."""
     assert view.semantic is not None
-    return [(view.lexical.search(t.task, 50), view.semantic.ranking(t.task, 50)) for t in tasks]
+    return [(t, view.lexical.search(t.task, 50), view.semantic.ranking(t.task, 50)) for t in tasks]
 
 
-def cross_validated(view: ViewIndex, tasks: Sequence[Task]) -> tuple[Quality, list[Fusion]]:
+def cross_validated(sets: Sequence[tuple[ViewIndex, Sequence[Task]]]) -> tuple[Quality, list[Fusion]]:
     """Fusion's figures on each fold with the grid point that did best (MRR) on the other folds."""
-    both = ranks(view, tasks)
+    rows = [row for view, tasks in sets for row in ranks(view, tasks)]
 
-    def reciprocal(fusion: Fusion, rows: Sequence[int]) -> float:
+    def reciprocal(fusion: Fusion, chosen_rows: Sequence[int]) -> float:
         total = 0.0
-        for i in rows:
-            found = [hit.name for hit in fuse(*both[i], 20, fusion)]
-            total += 1 / (found.index(tasks[i].tool) + 1) if tasks[i].tool in found else 0.0
+        for i in chosen_rows:
+            task, lexical_hits, semantic_hits = rows[i]
+            found = [hit.name for hit in fuse(lexical_hits, semantic_hits, 20, fusion)]
+            total += 1 / (found.index(task.tool) + 1) if task.tool in found else 0.0
         return total
 
     chosen: list[Fusion] = []
     picked: dict[int, Fusion] = {}
     for fold in range(FOLDS):
-        train = [i for i in range(len(tasks)) if i % FOLDS != fold]
+        train = [i for i in range(len(rows)) if i % FOLDS != fold]
         best = max(GRID, key=lambda fusion: (reciprocal(fusion, train), fusion == DEFAULT))
         chosen.append(best)
-        picked.update({i: best for i in range(len(tasks)) if i % FOLDS == fold})
-    by_task = {t.task: picked[i] for i, t in enumerate(tasks)}
-    hits = {t.task: both[i] for i, t in enumerate(tasks)}
-    ranker: Ranker = lambda query: [hit.name for hit in fuse(*hits[query], 20, by_task[query])]  # noqa: E731
-    return quality("Hybrid, 5-fold cross-validated k and weight", ranker, tasks), chosen
+        picked.update({i: best for i in range(len(rows)) if i % FOLDS == fold})
+    by_task = {row[0].task: (row, picked[i]) for i, row in enumerate(rows)}
+
+    def ranker(query: str) -> list[str]:
+        (_, lexical_hits, semantic_hits), fusion = by_task[query]
+        return [hit.name for hit in fuse(lexical_hits, semantic_hits, 20, fusion)]
+
+    tasks = [row[0] for row in rows]
+    return quality(
+        "Hybrid, 5-fold cross-validated k and weight (old + development tasks)", ranker, tasks
+    ), chosen
 
 
 def quality(label: str, ranker: Ranker, tasks: Sequence[Task]) -> Quality:
@@ -249,6 +261,8 @@ class Evaluation:
     real_sources: Mapping[str, str]
     real_tasks: Sequence[Task]
     real: Sequence[Quality]
+    dev_tasks: Sequence[Task]
+    dev: Sequence[Quality]
     chosen: Sequence[Fusion]
     costs: Mapping[str, float]
     speeds: Sequence[Mapping[str, float]]
@@ -262,9 +276,10 @@ def evaluate(task_count: int | None = None) -> str:
     held_out = load_tasks(part="held_out")[:task_count]
     real_slices, real_sources = load_catalogs(HERE / "real" / "catalogs")
     real_catalog = build_catalog(real_slices, codec)
-    real_tasks = load_tasks(HERE / "real" / "tasks.json")[:task_count]
+    real_tasks = load_tasks(HERE / "real" / "held_out.json")[:task_count]
+    dev_tasks = load_tasks(HERE / "real" / "tasks.json")[:task_count]
     unknown = [task.tool for task in [*tasks, *held_out] if task.tool not in catalog.by_name]
-    unknown += [task.tool for task in real_tasks if task.tool not in real_catalog.by_name]
+    unknown += [task.tool for task in [*real_tasks, *dev_tasks] if task.tool not in real_catalog.by_name]
     if unknown:
         raise SystemExit(f"tasks name tools no catalog has: {unknown}")
     semantic = Semantic()
@@ -273,8 +288,7 @@ def evaluate(task_count: int | None = None) -> str:
     definitions = list(catalog.definitions)
     view = view_of(catalog, semantic)
     real_view = view_of(real_catalog, semantic)
-    old = [*tasks, *held_out]
-    cross, chosen = cross_validated(view, old)
+    cross, chosen = cross_validated([(view, [*tasks, *held_out]), (real_view, dev_tasks)])
 
     def rows(index: ViewIndex, on: Sequence[Task]) -> list[Quality]:
         return [
@@ -297,14 +311,15 @@ def evaluate(task_count: int | None = None) -> str:
             tasks,
         ),
     ]
-    held = [*rows(view, held_out), cross]
+    held = rows(view, held_out)
     real = rows(real_view, real_tasks)
+    dev = [*rows(real_view, dev_tasks), cross]
     costs = token_costs(catalog, view, tasks)
     speeds = [speed(slices, tasks), speed(copies([*slices, *renamed(real_slices, "real-")], COPIES), tasks)]
     return report(
         Evaluation(
             catalog, sources, tasks, results, held_out, held, real_catalog, real_sources, real_tasks, real,
-            chosen, costs, speeds,
+            dev_tasks, dev, chosen, costs, speeds,
         )
     )  # fmt: skip
 
@@ -343,14 +358,21 @@ def report(e: Evaluation) -> str:
         "",
         "### The held-out set over published servers (never tuned on)",
         "",
-        f"The {len(e.real_tasks)} tasks were written from the dumped definitions, the way users talk, "
-        "before the hybrid ranker existed and before any search ran on them (their own commit); the "
-        "fusion's k and weight come from the old sets. Misses are not listed here: a look at them "
-        "calls for a new set.",
+        f"The {len(e.real_tasks)} tasks (`real/held_out.json`) were written from the dumped definitions, "
+        "the way users talk, before any search ran on them and before any tuning on the development "
+        "set (their own commit). Misses are not listed here: a look at them calls for a new set.",
         "",
         *_table(e.real),
         "",
         *_servers(e.real_catalog, e.real_sources),
+        "",
+        f"The development set over the same servers: {len(e.dev_tasks)} tasks (`real/tasks.json`), "
+        "written before the hybrid ranker existed; its misses were read and tuned on (the "
+        "abbreviations, the fusion), so these figures are optimistic. Last row: the hybrid over the "
+        f"100 old and these {len(e.dev_tasks)} tasks with its fusion chosen by 5-fold "
+        f"cross-validation (per fold: {chosen}).",
+        "",
+        *_table(e.dev),
         "",
         "### The first sets (vendored test servers and hand-written catalogs)",
         "",
@@ -361,10 +383,8 @@ def report(e: Evaluation) -> str:
         "",
         *_table(e.results),
         "",
-        f"The {len(e.held_out)} held-out tasks (written after that tuning, not tuned on), and the hybrid "
-        f"over all {len(e.tasks) + len(e.held_out)} old tasks with its fusion tuned by 5-fold "
-        "cross-validation (each fold scored with the k and weight best on the other four; chosen per "
-        f"fold: {chosen}):",
+        f"The {len(e.held_out)} held-out tasks (written after that tuning, not tuned on by it; the hybrid's "
+        "fusion was tuned on them with the others):",
         "",
         *_table(e.held),
         "",

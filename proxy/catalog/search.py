@@ -108,6 +108,28 @@ _GROUPS: Final = (
 )
 
 
+# Abbreviations users type and tool texts spell out (query side only; keys are stemmed terms).
+_ABBREVIATIONS: Final = {
+    "pr": "pull request",
+    "prs": "pull requests",
+    "mr": "merge request",
+    "mrs": "merge requests",
+    "db": "database",
+    "k8s": "kubernetes",
+    "env": "environment",
+    "msg": "message",
+    "dm": "direct message",
+    "img": "image",
+    "pic": "picture",
+    "tz": "timezone",
+    "js": "javascript",
+    "ci": "checks",
+    "auth": "authentication",
+    "config": "configuration",
+    "info": "information",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Field:
     name: str
@@ -170,8 +192,8 @@ def _split_case(word: str) -> Iterable[str]:
         previous, current = word[i - 1], word[i]
         nxt = word[i + 1] if i + 1 < len(word) else ""
         if (previous.islower() and current.isupper()) or (
-            previous.isupper() and current.isupper() and nxt.islower()
-        ):
+            previous.isupper() and current.isupper() and nxt.islower() and word[i + 1 :] != "s"
+        ):  # ``PRs``, ``URLs``: a plural acronym stays one word
             yield word[start:i]
             start = i
     yield word[start:]
@@ -187,6 +209,22 @@ def terms(text: str) -> list[str]:
             if folded not in _STOP:
                 found.append(_stem(folded))
     return found
+
+
+@functools.cache
+def _abbreviations() -> dict[str, tuple[str, ...]]:
+    return {short: tuple(terms(long)) for short, long in _ABBREVIATIONS.items()}
+
+
+def _expanded(query_terms: list[str]) -> list[str]:
+    """Query terms with the common abbreviations of tool catalogs spelt out (``pr`` -> ``pull``,
+    ``request``): users write them, tool descriptions rarely do."""
+    table = _abbreviations()
+    out: list[str] = []
+    for term in query_terms:
+        out.append(term)
+        out += table.get(term, ())
+    return out
 
 
 @functools.cache
@@ -311,7 +349,7 @@ class ToolIndex:
         first :data:`MAX_QUERY_CHARS` characters of a query are read."""
         scores: dict[int, float] = {}
         matched_in: dict[int, int] = {}
-        wanted = list(dict.fromkeys(terms(query[:MAX_QUERY_CHARS])))[:_MAX_QUERY_TERMS]
+        wanted = list(dict.fromkeys(_expanded(terms(query[:MAX_QUERY_CHARS]))))[:_MAX_QUERY_TERMS]
         weights: dict[str, float] = {}
         for term in wanted:
             for matched, weight in self._matches(term):

@@ -37,10 +37,11 @@ def test_every_task_names_a_tool_of_the_vendored_catalogs_and_there_are_at_least
 def test_the_real_servers_set_has_150_tools_of_published_servers_and_100_tasks_naming_them() -> None:
     slices, sources = load_catalogs(HERE / "real" / "catalogs")
     tools = {f"{piece.server_id}.{item['name']}" for piece in slices for item in piece.items}
-    tasks = load_tasks(HERE / "real" / "tasks.json")
+    for name in ("tasks.json", "held_out.json"):  # the development set, and the held-out one
+        tasks = load_tasks(HERE / "real" / name)
+        assert len(tasks) >= 100
+        assert {task.tool for task in tasks} <= tools
     assert len(tools) >= 150
-    assert len(tasks) >= 100
-    assert {task.tool for task in tasks} <= tools
     assert all(source.startswith(("npm ", "pypi ")) for source in sources.values())  # dumps, not hand-written
 
 
@@ -50,7 +51,7 @@ def test_a_small_slice_reports_recall_tokens_and_speed() -> None:
     assert "8 tasks and 8 held-out tasks; and a held-out set of 8 tasks" in report
     assert "| Hybrid: BM25F + sentence vectors, RRF (Manifold's ranking) |" in report
     assert "| Lexical only: BM25F + synonym groups (no `search` extra) |" in report
-    assert "| Hybrid, 5-fold cross-validated k and weight |" in report
+    assert "| Hybrid, 5-fold cross-validated k and weight (old + development tasks) |" in report
     assert "recall@1 | recall@5" in report
     assert "tokens in every prompt" in report
     assert " µs |" in report

@@ -207,3 +207,16 @@ def test_a_ten_thousand_tool_catalog_and_a_100_kib_query_are_bounded() -> None:
     hits = index.search(query, 5)
     assert len(hits) == 5
     assert index.search("thing 9999", 1)[0].name == "s49.tool_9999"
+
+
+def test_common_abbreviations_in_a_query_find_the_words_tools_spell_out() -> None:
+    catalog = [
+        tool("gh.merge_pull_request", "Merge a pull request."),
+        tool("gh.create_issue", "Create a new issue."),
+        tool("pg.query", "Run a read-only query against the database."),
+    ]
+    index = ToolIndex.build(catalog)
+    assert names(index.search("land PR 9", 1)) == ["gh.merge_pull_request"]
+    assert names(index.search("my open PRs", 1)) == ["gh.merge_pull_request"]  # a plural acronym
+    assert names(index.search("count rows in the db", 1)) == ["pg.query"]
+    assert terms("PRs URLs HTTPServer") == ["prs", "url", "http", "server"]
