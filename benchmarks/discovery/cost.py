@@ -55,7 +55,8 @@ async def main() -> None:
     print(f"{TOOLS} tools behind Manifold, idle RSS after 21 searches (MiB):")
     print(f"  discovery off:               {off:.1f}")
     print(
-        f"  discovery on, lexical only:  {lexical:.1f}  (+{lexical - off:.1f}; first search {lexical_first:.2f} s)"
+        f"  discovery on, lexical only:  {lexical:.1f}  (+{lexical - off:.1f}; "
+        f"first search {lexical_first:.2f} s)"
     )
     print(
         f"  discovery on, with the model: {hybrid:.1f}  (+{hybrid - lexical:.1f} for the model and vectors;"
