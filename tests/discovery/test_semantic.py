@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -104,3 +107,26 @@ def test_the_hybrid_finds_by_words_and_by_meaning_and_says_which() -> None:
     assert {"name", "description", "meaning"} <= set(by_words.fields)
     (by_meaning, *_) = view.search("route from the station to the museum", 3)
     assert (by_meaning.name, by_meaning.fields) == ("maps.maps_directions", ("meaning",))
+
+
+@contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """The work in the block took at most ``seconds`` (checked after: it is CPU-bound and sync)."""
+    started = time.perf_counter()
+    yield
+    assert time.perf_counter() - started < seconds
+
+
+@pytest.mark.slow  # about two seconds of CPU
+def test_a_ten_thousand_tool_catalog_is_indexed_and_searched_within_bounds() -> None:
+    tools = [
+        tool(f"s{i % 50}.tool_{i}", f"does thing {i} with widgets for team {i % 97} " * 20, path={})
+        for i in range(10_000)
+    ]
+    semantic = Semantic()
+    assert semantic.cache() is not None
+    with within(30):  # generous: a shared 2-core machine; the benchmark has the figure
+        view = build_index(tools, {}, semantic)
+        hits = view.search("widgets for team 42 " * 5_000, 5)  # and a 100 KB query
+    assert len(hits) == 5
+    assert view.semantic is not None and len(view.semantic) == 10_000
