@@ -129,4 +129,5 @@ def test_a_ten_thousand_tool_catalog_is_indexed_and_searched_within_bounds() -> 
         view = build_index(tools, {}, semantic)
         hits = view.search("widgets for team 42 " * 5_000, 5)  # and a 100 KB query
     assert len(hits) == 5
-    assert view.semantic is not None and len(view.semantic) == 10_000
+    assert view.semantic is not None
+    assert len(view.semantic) == 10_000
