@@ -9,7 +9,7 @@ after one look at its aggregate figures it became the development set, whose mis
 tuned on) and ``real/held_out.json`` (111, written before any of that tuning: never tuned on, its
 misses never printed; its figures are the ones to quote). The catalogs are merged as Manifold
 merges them (:func:`proxy.catalog.merge.build_catalog`, prefix = server id, ``.``), the search is
-Manifold's own (:class:`proxy.discovery.index.ViewIndex`: BM25F, sentence vectors, rank fusion) and
+Manifold's own (:class:`proxy.views.search_index.ViewIndex`: BM25F, sentence vectors, rank fusion) and
 the results are rendered by the meta-tools' own code (:mod:`proxy.catalog.meta_tools`).
 
 The fusion's numbers (``k``, the semantic weight) are the ones tuned: they are chosen by 5-fold
@@ -51,8 +51,8 @@ from proxy.catalog.merge import Catalog, ServerSlice, build_catalog
 from proxy.catalog.meta_tools import MetaNames, describe_result, meta_definitions, search_result
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.search import FIELDS, Field, Hit, ToolIndex
-from proxy.discovery.index import Semantic, ViewIndex, build_index
-from proxy.discovery.settings import DiscoverySettings
+from proxy.config.discovery import DiscoverySettings
+from proxy.views.search_index import Semantic, ViewIndex, build_index
 
 HERE = Path(__file__).resolve().parent
 README = HERE.parent / "README.md"

@@ -22,7 +22,7 @@ from benchmarks.discovery.evaluate import (
 )
 from proxy.catalog.merge import ServerSlice, build_catalog
 from proxy.catalog.naming import NamingCodec
-from proxy.discovery.index import Semantic
+from proxy.views.search_index import Semantic
 
 
 def test_every_task_names_a_tool_of_the_vendored_catalogs_and_there_are_at_least_fifty() -> None:

@@ -10,9 +10,10 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.boundary import wire_error
-from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.observe.boundary import wire_error
+from proxy.outbound.connection import ServerConnection
 from proxy.outbound.era import Era
+from proxy.outbound.health import ServerState
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import MemoryTransport, answer, initialize_result
 from tests.outbound.test_connection import Recorder
