@@ -206,43 +206,41 @@ class Discovery:
     async def prepare(self, served: ServedTools, caller: InboundRequest) -> None:
         """Build the index of ``caller``'s view in a worker thread if it is not built yet, so
         that :meth:`answer` finds it ready and the event loop never tokenizes or embeds."""
-        view, key = self._key(served, caller)
-        if self._cached(view, key) is None:
+        view = self._access.tools_view(served, caller.identity)
+        if self._cached(served, view) is None:
             if self._builds is None:
                 self._builds = anyio.CapacityLimiter(1)
             indexed = await anyio.to_thread.run_sync(
                 build_index, view, _servers(served, view), self._semantic, limiter=self._builds
             )
-            self._keep(view, key, indexed)
+            self._keep(served, view, indexed)
 
     def _indexed(self, served: ServedTools, caller: InboundRequest) -> _Indexed:
-        view, key = self._key(served, caller)
-        indexed = self._cached(view, key)
+        view = self._access.tools_view(served, caller.identity)
+        indexed = self._cached(served, view)
         if indexed is None:  # not prepared (an in-memory caller): build it here
             indexed = build_index(view, _servers(served, view), self._semantic)
-            self._keep(view, key, indexed)
+            self._keep(served, view, indexed)
         return indexed
 
-    def _key(
-        self, served: ServedTools, caller: InboundRequest
-    ) -> tuple[Sequence[Mapping[str, Any]], tuple[str, tuple[str, ...]]]:
-        view = self._access.tools_view(served, caller.identity)
-        return view, (served.catalog.generation, tuple(definition["name"] for definition in view))
-
-    def _cached(self, view: Sequence[Mapping[str, Any]], key: tuple[str, tuple[str, ...]]) -> _Indexed | None:
+    def _cached(self, served: ServedTools, view: Sequence[Mapping[str, Any]]) -> _Indexed | None:
+        """The index of ``view``: by the view object (cheap), else by its content (the names, so
+        that identities shown the same tools share one index)."""
         cached = self._by_view.get(id(view))
         if cached is not None and cached[0] is view:
             return cached[1]
-        indexed = self._by_content.get(key)
+        indexed = self._by_content.get(_content(served, view))
         if indexed is not None:
             self._by_view[id(view)] = (view, indexed)
         return indexed
 
-    def _keep(
-        self, view: Sequence[Mapping[str, Any]], key: tuple[str, tuple[str, ...]], indexed: _Indexed
-    ) -> None:
-        self._by_content[key] = indexed
+    def _keep(self, served: ServedTools, view: Sequence[Mapping[str, Any]], indexed: _Indexed) -> None:
+        self._by_content[_content(served, view)] = indexed
         self._by_view[id(view)] = (view, indexed)
+
+
+def _content(served: ServedTools, view: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[str, ...]]:
+    return served.catalog.generation, tuple(definition["name"] for definition in view)
 
 
 def _servers(served: ServedTools, view: Sequence[Mapping[str, Any]]) -> dict[str, str]:
