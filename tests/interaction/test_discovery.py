@@ -32,6 +32,7 @@ from tests.interaction.harness import (
     fixture_server,
     names_the_limit,
     post,
+    raw_session,
     running_manifold,
 )
 from tests.interaction.test_policy import KEYS, ListChanged, audited, bearer, connect, stored, text_of
@@ -390,6 +391,7 @@ async def test_promote_mode_never_promotes_a_hidden_tool_and_a_stateless_caller_
         assert await listed_names(stateless) == META
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("era", ERAS)
 async def test_search_and_describe_answer_structured_content_that_validates_against_their_output_schemas(
     manifold: RunningManifold, era: str
@@ -418,6 +420,7 @@ async def test_search_and_describe_answer_structured_content_that_validates_agai
         assert described.structured_content["unknown"] == ["fs.nope"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_task_in_other_words_than_the_tools_finds_it_by_meaning(
     manifold: RunningManifold, era: str
@@ -427,3 +430,46 @@ async def test_a_task_in_other_words_than_the_tools_finds_it_by_meaning(
         top = result["tools"][0]
         assert top["name"] in {"fs.read_text_file", "fs.read_file"}
         assert top["matched"] == ["meaning"]  # no word in common with its definition: found by meaning
+
+
+@pytest.mark.slow
+async def test_a_ten_thousand_tool_catalog_is_searched_while_other_requests_are_answered(
+    tmp_path: Path,
+) -> None:
+    """The index of 10,000 tools (words and vectors) is built in a worker thread on the first
+    search: meanwhile the event loop answers another client's pings."""
+    config = {
+        "discovery": {"mode": "search"},
+        "catalog": {"page_size": 1000},
+        "servers": {"big": fixture_server("big", tools=10_000, page_size=1000)},
+    }
+    async with running_manifold(tmp_path, config) as running, aiohttp.ClientSession() as http:
+        session = {"Mcp-Session-Id": await raw_session(http, running.url)}
+        search = {"name": SEARCH, "arguments": {"query": "numbered tool 9999", "limit": 3}}
+        answered: list[Any] = []
+        waits: list[float] = []
+
+        async def searching() -> None:
+            message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": search}
+            status, _, body = await post(http, running.url, message, session)
+            assert status == 200, body
+            answered.append(body["result"])
+
+        async def pinging() -> None:
+            while not answered:
+                started = anyio.current_time()
+                status, _, _ = await post(
+                    http, running.url, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, session
+                )
+                assert status == 200
+                waits.append(anyio.current_time() - started)
+                await anyio.sleep(0.01)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(searching)
+                tg.start_soon(pinging)
+        found = answered[0]["structuredContent"]["tools"]
+        assert found[0]["name"] == "big.tool_9999"
+        assert waits, "the search answered before a ping was sent"
+        assert max(waits) < 1.0, waits  # the build did not hold the event loop

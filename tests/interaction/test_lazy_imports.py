@@ -152,6 +152,7 @@ async def test_a_stdio_only_serve_never_imports_what_its_config_does_not_use(tmp
     assert lazy_among(served.modules()) == []
 
 
+@pytest.mark.slow
 async def test_discovery_loads_the_stemmer_on_its_first_search_and_the_model_only_when_semantic(
     tmp_path: Path,
 ) -> None:
