@@ -50,7 +50,7 @@ from proxy.pipeline.context import tool_error
 from proxy.protocol import jsonrpc
 from proxy.views.search_index import Semantic, ViewIndex, build_index
 
-__all__ = ["META_OUTCOMES", "Call", "Discovery", "MetaOutcome", "MetaTool", "build_index"]
+__all__ = ["META_OUTCOMES", "Call", "Discovery", "MetaOutcome", "MetaTool"]
 
 logger = logging.getLogger("proxy.config.discovery")
 
@@ -73,7 +73,6 @@ class Call:
 
 # The model and its vector cache are the process's, shared by every endpoint's discovery.
 _SEMANTIC: Final = Semantic()
-_Indexed = ViewIndex
 
 
 class Discovery:
@@ -101,9 +100,9 @@ class Discovery:
             max_names=settings.max_describe,
         )
         # By the view object (kept in the value, so its id cannot be reused while cached) …
-        self._by_view: LRUCache[int, tuple[Sequence[Mapping[str, Any]], _Indexed]] = LRUCache(_INDEXES)
+        self._by_view: LRUCache[int, tuple[Sequence[Mapping[str, Any]], ViewIndex]] = LRUCache(_INDEXES)
         # … and by content, so that identities shown the same tools share one index.
-        self._by_content: LRUCache[tuple[str, tuple[str, ...]], _Indexed] = LRUCache(_INDEXES)
+        self._by_content: LRUCache[tuple[str, tuple[str, ...]], ViewIndex] = LRUCache(_INDEXES)
         self._promoted: dict[str, dict[str, None]] = {}  # session id -> names, oldest first
 
     @property
@@ -215,7 +214,7 @@ class Discovery:
             )
             self._keep(served, view, indexed)
 
-    def _indexed(self, served: ServedTools, caller: InboundRequest) -> _Indexed:
+    def _indexed(self, served: ServedTools, caller: InboundRequest) -> ViewIndex:
         view = self._access.tools_view(served, caller.identity)
         indexed = self._cached(served, view)
         if indexed is None:  # not prepared (an in-memory caller): build it here
@@ -223,7 +222,7 @@ class Discovery:
             self._keep(served, view, indexed)
         return indexed
 
-    def _cached(self, served: ServedTools, view: Sequence[Mapping[str, Any]]) -> _Indexed | None:
+    def _cached(self, served: ServedTools, view: Sequence[Mapping[str, Any]]) -> ViewIndex | None:
         """The index of ``view``: by the view object (cheap), else by its content (the names, so
         that identities shown the same tools share one index)."""
         cached = self._by_view.get(id(view))
@@ -234,7 +233,7 @@ class Discovery:
             self._by_view[id(view)] = (view, indexed)
         return indexed
 
-    def _keep(self, served: ServedTools, view: Sequence[Mapping[str, Any]], indexed: _Indexed) -> None:
+    def _keep(self, served: ServedTools, view: Sequence[Mapping[str, Any]], indexed: ViewIndex) -> None:
         self._by_content[_content(served, view)] = indexed
         self._by_view[id(view)] = (view, indexed)
 

@@ -154,10 +154,11 @@ async def test_prepare_builds_the_index_once_in_a_worker_thread_and_answer_uses_
     import threading
 
     from proxy.views import discovery as service
+    from proxy.views.search_index import build_index
 
     discovery, _, served = setup(tmp_path)
     built: list[int] = []
-    real = service.build_index
+    real = build_index
 
     def counting(*args: Any) -> Any:
         built.append(threading.get_ident())
