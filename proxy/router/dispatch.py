@@ -192,6 +192,12 @@ class Router:
             except Exception as exc:
                 return self._boundary.answer(exc, request_id, method=message["method"], session=caller)
 
+    async def warm_search(self) -> None:
+        """Until cancelled: keep the tool search's vectors embedded as the catalog changes, off
+        the loop (nothing to do without discovery or its model)."""
+        if self._discovery is not None:
+            await self._discovery.warm(self._catalogs)
+
     def _notification(self, session: ClientSession, message: Message) -> None:
         method = message["method"]
         if method == "notifications/initialized":

@@ -8,7 +8,9 @@ A view's index (:mod:`proxy.views.search_index`: BM25F, and sentence vectors whe
 extra is installed) is built the first time someone searches it after the catalog changed, in a
 worker thread (:meth:`Discovery.prepare`; one build at a time), and kept while the view is (views
 are cached per catalog generation, policy version and identity); identities with the same view
-share one index, and a rebuild embeds only the tools whose text changed (the vector cache).
+share one index. The vectors themselves are embedded when the catalog changes (:meth:`Discovery.warm`,
+run by the gateway, also in a worker thread, only the tools whose text changed), so that build
+mostly finds them cached.
 ``call_tool`` is not answered here: :meth:`Discovery.answer` returns a
 :class:`Call`, which the router sends down the same path as a direct ``tools/call`` (policy,
 validation, rate limits, audit under the real tool's name).
@@ -48,7 +50,7 @@ from proxy.core.errors import InvalidParams
 from proxy.enforce.access import Access, ServedTools
 from proxy.pipeline.context import tool_error
 from proxy.protocol import jsonrpc
-from proxy.views.search_index import Semantic, ViewIndex, build_index
+from proxy.views.search_index import Semantic, ToolCatalogs, ViewIndex, build_index, warm
 
 __all__ = ["META_OUTCOMES", "Call", "Discovery", "MetaOutcome", "MetaTool"]
 
@@ -108,6 +110,13 @@ class Discovery:
     @property
     def enabled(self) -> bool:
         return self.settings.enabled
+
+    async def warm(self, catalogs: ToolCatalogs) -> None:
+        """Until cancelled: embed ``catalogs``' tools now and after every change (in a worker
+        thread), so a search after a change finds their vectors ready; returns at once when this
+        discovery ranks by words alone."""
+        if self._semantic is not None:
+            await warm(catalogs, self._semantic)
 
     def instructions(self) -> str:
         """What ``initialize`` and ``server/discover`` tell a client's model about finding tools."""

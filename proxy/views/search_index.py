@@ -5,23 +5,30 @@ and is run off the event loop by :class:`proxy.views.discovery.Discovery`. The s
 is loaded once per process on the first build that wants it (:class:`Semantic`); if the ``search``
 extra is not installed, or discovery's ``semantic`` setting is ``off``, the index is lexical only
 and says so (:attr:`ViewIndex.semantic` is ``None``).
+
+:func:`warm` embeds every tool of the catalog when it changes (in a worker thread, one batch at a
+time, only the tools whose text changed), so that the first search after a change finds the
+vectors ready and only builds the view's lexical index.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
 
 from proxy.catalog.fusion import DEFAULT, Fusion, fuse
 from proxy.catalog.search import Hit, ToolIndex
 
 if TYPE_CHECKING:
+    from proxy.enforce.access import ServedTools
     from proxy.views.semantic import SemanticIndex, VectorCache
 
-__all__ = ["Semantic", "ViewIndex", "build_index"]
+__all__ = ["Semantic", "ToolCatalogs", "ViewIndex", "build_index", "warm"]
 
 logger = logging.getLogger("proxy.views.discovery")
 
@@ -78,3 +85,38 @@ def build_index(
 
         vectors = SemanticIndex.build(view, cache, servers=servers)
     return ViewIndex(lexical, vectors, {d["name"]: d for d in view})
+
+
+class ToolCatalogs(Protocol):
+    """What :func:`warm` reads of :class:`proxy.views.catalogs.Catalogs`."""
+
+    @property
+    def served(self) -> ServedTools: ...
+
+    def follow(self, follower: Callable[[bool], None]) -> None: ...
+
+
+def _embed_catalog(served: ServedTools, semantic: Semantic) -> None:
+    cache = semantic.cache()
+    if cache is None:
+        return
+    from proxy.views.semantic import tool_text
+
+    by_name = served.catalog.by_name
+    texts = [
+        tool_text(definition, by_name[name].server_id if name in by_name else "")
+        for name, definition in served.definitions.items()
+    ]
+    cache.embed(texts)
+
+
+async def warm(catalogs: ToolCatalogs, semantic: Semantic) -> None:
+    """Until cancelled: embed the catalog's tools now, and again after every change (merges that
+    come in a burst are embedded once). Loads the model on the first pass."""
+    changed = [anyio.Event()]  # the current one: set by the follower, replaced before each pass
+    catalogs.follow(lambda _policy_changed: changed[0].set())
+    limiter = anyio.CapacityLimiter(1)
+    while True:
+        await anyio.to_thread.run_sync(_embed_catalog, catalogs.served, semantic, limiter=limiter)
+        await changed[0].wait()
+        changed[0] = anyio.Event()  # before the next pass reads the catalog: no change is lost

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from proxy.clients.session import ClientSession, InboundRequest
@@ -178,3 +179,19 @@ def test_semantic_off_never_loads_the_model(tmp_path: Path) -> None:
     found = decoded(discovery.answer(served, request(ROOT), "manifold.search_tools", {"query": "issue"}))
     assert all("meaning" not in tool["matched"] for tool in found["tools"])
     assert discovery._semantic is None
+
+
+@pytest.mark.anyio
+async def test_warming_the_vectors_returns_at_once_when_search_is_by_words_alone(tmp_path: Path) -> None:
+    discovery, _, _ = setup(tmp_path, semantic="off")
+    followed: list[object] = []
+
+    class Catalogs:
+        served = None
+
+        def follow(self, follower: object) -> None:
+            followed.append(follower)
+
+    with anyio.fail_after(1):
+        await discovery.warm(Catalogs())  # type: ignore[arg-type]
+    assert followed == []

@@ -4,14 +4,23 @@ only (and the same answer shape) without the model; bounded on 10,000-tool catal
 from __future__ import annotations
 
 import importlib.util
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
-from proxy.views.search_index import Semantic, build_index
+from proxy.catalog.merge import ServerSlice, build_catalog
+from proxy.catalog.naming import NamingCodec
+from proxy.enforce.access import ServedTools
+from proxy.views import search_index
+from proxy.views.search_index import Semantic, build_index, warm
 from proxy.views.semantic import SemanticUnavailable, StaticModel
+from tests.enforce.test_access import make_access
 from tests.views.test_semantic import CATALOG, tool
 
 
@@ -63,3 +72,61 @@ def test_a_ten_thousand_tool_catalog_is_indexed_and_searched_within_bounds() -> 
     assert len(hits) == 5
     assert view.semantic is not None
     assert len(view.semantic) == 10_000
+
+
+class FakeCatalogs:
+    """What :func:`warm` reads of the catalogs: the served tools, and a follower of changes."""
+
+    def __init__(self, served: ServedTools) -> None:
+        self.served = served
+        self.followers: list[Callable[[bool], None]] = []
+
+    def follow(self, follower: Callable[[bool], None]) -> None:
+        self.followers.append(follower)
+
+    def change(self, served: ServedTools) -> None:
+        self.served = served
+        for follower in self.followers:
+            follower(False)
+
+
+def served_tools(tools: list[dict[str, Any]], tmp_path: Path) -> ServedTools:
+    slices: dict[str, list[dict[str, Any]]] = {}
+    for definition in tools:
+        server, _, name = definition["name"].partition(".")
+        slices.setdefault(server, []).append({**definition, "name": name})
+    catalog = build_catalog([ServerSlice(s, s, items) for s, items in slices.items()], NamingCodec())
+    return make_access(tmp_path).serve_tools(catalog)
+
+
+@pytest.mark.anyio
+async def test_the_catalog_is_embedded_off_the_loop_at_start_and_again_when_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    semantic = Semantic()
+    cache = semantic.cache()
+    assert cache is not None
+    passes: list[tuple[int, int]] = []  # (thread, texts embedded so far) after each pass
+    passed = [anyio.Event()]
+    real = search_index._embed_catalog
+
+    def embedding(served: ServedTools, model: Semantic) -> None:
+        real(served, model)
+        passes.append((threading.get_ident(), cache.embedded))
+        anyio.from_thread.run_sync(passed[0].set)
+
+    monkeypatch.setattr(search_index, "_embed_catalog", embedding)
+    before = cache.embedded
+    catalogs = FakeCatalogs(served_tools(CATALOG, tmp_path))
+    changed = [*CATALOG, tool("notes.append_note", "Add a line to the notes file", text={})]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(warm, catalogs, semantic)
+        with anyio.fail_after(10):
+            await passed[0].wait()  # the first pass: the whole catalog
+            passed[0] = anyio.Event()
+            catalogs.change(served_tools(changed, tmp_path))
+            await passed[0].wait()  # after the change: only the new tool
+        tg.cancel_scope.cancel()
+    assert [embedded - before for _, embedded in passes] == [len(CATALOG), len(CATALOG) + 1]
+    assert all(thread != threading.get_ident() for thread, _ in passes)  # never on the loop
+    assert len(catalogs.followers) == 1  # one follower for the task's whole life
