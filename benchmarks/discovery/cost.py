@@ -2,9 +2,9 @@
 
 Runs a real ``manifold serve`` three times over the same catalog (the SDK fixture server with
 1,000 tools) — discovery off; discovery on with ``semantic: off``; discovery on with the model —
-and in each makes one ``tools/list`` or ``search_tools`` call (which loads what search needs and
-builds the index, off the event loop), waits for the process to settle and reads its resident set
-(``VmRSS``). The differences are the figures: the lexical index, and the model on top of it.
+and in each makes one ``tools/list`` or ``search_tools`` call (which builds the view's index off
+the event loop; the model was loaded and the vectors embedded when the catalog arrived), then 20
+more, waits for the process to settle and reads its resident set (``VmRSS``). The differences are the figures: the lexical index, and the model on top of it.
 Hold ``flock /tmp/manifold-bench.lock`` around it::
 
     python -m benchmarks.discovery.cost
@@ -61,7 +61,7 @@ async def main() -> None:
     print(
         f"  discovery on, with the model: {hybrid:.1f}  (+{hybrid - lexical:.1f} for the model and vectors;"
     )
-    print(f"                                first search {hybrid_first:.2f} s: model load + index build)")
+    print(f"                                first search {hybrid_first:.2f} s: the view's index build)")
 
 
 if __name__ == "__main__":
