@@ -1,11 +1,11 @@
 """What tool search costs a running gateway: resident memory, and the first search's wait.
 
-Runs a real ``manifold serve`` three times over the same catalog (the SDK fixture server with
-1,000 tools) — discovery off; discovery on with ``semantic: off``; discovery on with the model —
-and in each makes one ``tools/list`` or ``search_tools`` call (which builds the view's index off
-the event loop; the model was loaded and the vectors embedded when the catalog arrived), then 20
-more, waits for the process to settle and reads its resident set (``VmRSS``). The differences are the figures: the lexical index, and the model on top of it.
-Hold ``flock /tmp/manifold-bench.lock`` around it::
+Runs a real ``manifold serve`` three times over the same catalog (the SDK fixture server with 1,000
+tools) — discovery off; discovery on with ``semantic: off``; discovery on with the model — and in
+each makes one ``tools/list`` or ``search_tools`` call (which builds the view's index off the event
+loop; the model was loaded and the vectors embedded when the catalog arrived), then 20 more, waits
+for the process to settle and reads its resident set (``VmRSS``). The differences are the figures:
+the lexical index, and the model on top of it. Hold ``flock /tmp/manifold-bench.lock`` around it::
 
     python -m benchmarks.discovery.cost
 """
