@@ -76,6 +76,7 @@ _PREFIX_WEIGHT: Final = 0.5  # a query term matched only as a prefix counts half
 _MAX_EXPANSIONS: Final = 8  # catalog terms one query term may expand to
 _MIN_PREFIX: Final = 3  # shorter query terms are matched exactly only
 _MAX_FIELD_CHARS: Final = 4096  # of one field of one tool: a hostile description costs no more
+_LONGEST_WORD: Final = 40  # letters of a word that is stemmed (and its stem cached)
 _MAX_NAME_CHARS: Final = 64  # of one argument's name
 _MAX_ARGUMENTS: Final = 64  # argument names (and descriptions) read per tool
 _MAX_QUERY_TERMS: Final = 64  # distinct terms of a query that are scored
@@ -172,11 +173,16 @@ def _stemmer() -> Callable[[str], str]:
     return snowballstemmer.stemmer("english").stemWord  # type: ignore[no-any-return]
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _stem(word: str) -> str:
-    """The Snowball (Porter 2) stem of a case-folded word; digits and short words as they are."""
-    if len(word) <= 3 or not word.isalpha():
+    """The Snowball (Porter 2) stem of a case-folded word; digits, short words and words too long
+    to be English (a hostile run of letters) as they are."""
+    if len(word) <= 3 or len(word) > _LONGEST_WORD or not word.isalpha():
         return word
+    return _snowball(word)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # at most 65,536 words of at most 40 characters
+def _snowball(word: str) -> str:
     return _stemmer()(word)
 
 

@@ -55,6 +55,7 @@ __all__ = [
 DIMENSIONS: Final = 128  # of the model's 256: half the memory, most of the meaning
 MAX_TEXT_CHARS: Final = 2000  # of a tool's text or of a query that is embedded
 _MAX_PIECE: Final = 24  # characters of the longest vocabulary piece tried
+_CACHED_WORD_CHARS: Final = 32  # longer words are tokenized every time, never kept in the cache
 _WEIGHTS: Final = ("weights", "l2_supercat_256.safetensors")
 _VOCABULARY: Final = ("tokenizers", "l2_supercat_tokenizer_config.json")
 _SPACE: Final = "\u2581"  # SentencePiece's word-start mark
@@ -166,18 +167,14 @@ class StaticModel:
         return ids
 
     def _word(self, word: str) -> tuple[int, ...]:
-        return _pieces_of(self._pieces, _SPACE + word)
+        if len(word) > _CACHED_WORD_CHARS:  # a long "word" (rare, or hostile): matched, not kept
+            return _greedy(self._pieces, _SPACE + word)
+        return _cached_pieces(_Vocabulary(self._pieces), _SPACE + word)
 
 
 @functools.lru_cache(maxsize=4)
 def _load(dimensions: int) -> StaticModel:
     return StaticModel.read(dimensions)  # a failure raises, and is not kept: the next call tries again
-
-
-def _pieces_of(pieces: Mapping[str, int], word: str) -> tuple[int, ...]:
-    """Greedy longest-match of ``word`` over ``pieces``; characters no piece covers are skipped
-    (the vocabulary's byte fallbacks add nothing to a mean of meanings)."""
-    return _cached_pieces(_Vocabulary(pieces), word)
 
 
 class _Vocabulary:
@@ -197,7 +194,12 @@ class _Vocabulary:
 
 @functools.lru_cache(maxsize=1 << 15)
 def _cached_pieces(vocabulary: _Vocabulary, word: str) -> tuple[int, ...]:
-    pieces = vocabulary.pieces
+    return _greedy(vocabulary.pieces, word)
+
+
+def _greedy(pieces: Mapping[str, int], word: str) -> tuple[int, ...]:
+    """Greedy longest-match of ``word`` over ``pieces``; characters no piece covers are skipped
+    (the vocabulary's byte fallbacks add nothing to a mean of meanings). Linear in the word."""
     found: list[int] = []
     start, length = 0, len(word)
     while start < length:

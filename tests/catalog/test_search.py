@@ -220,3 +220,12 @@ def test_common_abbreviations_in_a_query_find_the_words_tools_spell_out() -> Non
     assert names(index.search("my open PRs", 1)) == ["gh.merge_pull_request"]  # a plural acronym
     assert names(index.search("count rows in the db", 1)) == ["pg.query"]
     assert terms("PRs URLs HTTPServer") == ["prs", "url", "http", "server"]
+
+
+def test_words_too_long_to_be_english_are_neither_stemmed_nor_kept_in_the_stem_cache() -> None:
+    from proxy.catalog import search
+
+    before = search._snowball.cache_info().currsize
+    hostile = [f"{'a' * 200}{i:x}".replace("0", "b") for i in range(100)]
+    assert terms(" ".join(hostile)) == [word.casefold() for word in hostile]
+    assert search._snowball.cache_info().currsize == before

@@ -5,6 +5,7 @@ rankings, bounded inputs, and lexical-only search when the model is not installe
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -75,3 +76,11 @@ def test_tool_texts_and_queries_are_bounded(model: StaticModel) -> None:
     assert len(tool_text(huge)) <= MAX_TEXT_CHARS
     index = SemanticIndex.build([huge, *CATALOG], VectorCache(model))
     assert len(index.ranking("time " * 50_000, 5)) == 5  # a 250 KB query: only its first part is read
+
+
+def test_long_words_are_matched_but_never_kept_in_the_word_cache(model: StaticModel) -> None:
+    before = semantic._cached_pieces.cache_info().currsize
+    model.embed([" ".join(f"{'x' * 500}{i}" for i in range(200))])
+    assert semantic._cached_pieces.cache_info().currsize == before
+    model.embed([f"an unseen word: fresh{time.time_ns()}"])  # a short word is kept
+    assert semantic._cached_pieces.cache_info().currsize > before
