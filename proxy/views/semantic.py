@@ -27,6 +27,7 @@ import hashlib
 import importlib.util
 import json
 import struct
+import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -255,26 +256,39 @@ def _digest(text: str) -> bytes:
 
 class VectorCache:
     """Vectors of texts already embedded, by a hash of the text, at most ``size`` (least recently
-    used go first): a catalog change embeds only the tools whose text changed."""
+    used go first): a catalog change embeds only the tools whose text changed. Thread-safe: the
+    catalog's warm-up and a view's index build may embed at once."""
 
     def __init__(self, model: StaticModel, size: int = 16_384) -> None:
         self.model = model
         self.embedded = 0  # texts embedded so far (the others were found here)
         self._vectors: LRUCache[bytes, Vectors] = LRUCache(size)
+        self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        with self._lock:
+            return self._embed(texts)
+
+    def _embed(self, texts: Sequence[str]) -> Vectors:
         import numpy as np
 
         keys = [_digest(text) for text in texts]
-        missing = [i for i, key in enumerate(keys) if key not in self._vectors]
-        if missing:
-            fresh = self.model.embed([texts[i] for i in missing])
-            self.embedded += len(missing)
-            for row, i in enumerate(missing):
-                self._vectors[keys[i]] = fresh[row].astype(np.float16)
         out = np.empty((len(texts), self.model.dimensions), dtype=np.float32)
-        for row, key in enumerate(keys):
-            out[row] = self._vectors[key]
+        missing: list[int] = []
+        for row, key in enumerate(keys):  # read before any insertion can evict what was found
+            found = self._vectors.get(key)
+            if found is None:
+                missing.append(row)
+            else:
+                out[row] = found
+        if missing:
+            # Kept in float16 (half the memory), and answered as kept, so a ranking is the same
+            # whether its vectors were just embedded or found here.
+            fresh = self.model.embed([texts[row] for row in missing]).astype(np.float16)
+            self.embedded += len(missing)
+            out[missing] = fresh
+            for i, row in enumerate(missing):
+                self._vectors[keys[row]] = fresh[i]
         return out
 
 

@@ -84,3 +84,16 @@ def test_long_words_are_matched_but_never_kept_in_the_word_cache(model: StaticMo
     assert semantic._cached_pieces.cache_info().currsize == before
     model.embed([f"an unseen word: fresh{time.time_ns()}"])  # a short word is kept
     assert semantic._cached_pieces.cache_info().currsize > before
+
+
+def test_a_catalog_larger_than_the_cache_is_embedded_whole_and_alike_from_the_cache(
+    model: StaticModel,
+) -> None:
+    cache = VectorCache(model, size=8)
+    texts = [f"tool number {i} reads files" for i in range(20)]  # more texts than the cache keeps
+    first = cache.embed(texts)
+    assert first.shape == (20, model.dimensions)
+    assert np.all(np.isclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-2))
+    again = VectorCache(model)
+    again.embed(texts[:5])
+    assert np.array_equal(again.embed(texts), first)  # cached or fresh: the same vectors
