@@ -59,21 +59,17 @@ SEARCH_OUTPUT: Final[dict[str, Any]] = {
     "properties": {
         "tools": {
             "type": "array",
-            "description": "The tools found, best first",
             "items": {
                 "type": "object",
                 "properties": {
-                    "name": {"type": "string", "description": "The name to describe or call it by"},
+                    "name": {"type": "string"},
                     "title": {"type": "string"},
-                    "description": {"type": "string", "description": "The first line of its description"},
-                    "score": {"type": "number", "description": "How well it matched; higher is better"},
+                    "description": {"type": "string"},
+                    "score": {"type": "number"},
                     "matched": {
                         "type": "array",
                         "items": {"type": "string", "enum": _MATCHED},
-                        "description": (
-                            "Why it was found: the fields of its definition that share words with the "
-                            "query, and 'meaning' when it is near the query in meaning"
-                        ),
+                        "description": "Fields sharing words with the query; 'meaning': near it in meaning",
                     },
                 },
                 "required": ["name", "score", "matched"],
@@ -88,25 +84,20 @@ DESCRIBE_OUTPUT: Final[dict[str, Any]] = {
     "properties": {
         "tools": {
             "type": "array",
-            "description": "The full definitions, as tools/list would show them",
             "items": {
                 "type": "object",
                 "properties": {
                     "name": {"type": "string"},
                     "title": {"type": "string"},
                     "description": {"type": "string"},
-                    "inputSchema": {"type": "object", "description": "The arguments it takes"},
-                    "outputSchema": {"type": "object", "description": "Its structured result, if declared"},
+                    "inputSchema": {"type": "object"},
+                    "outputSchema": {"type": "object"},
                     "annotations": {"type": "object"},
                 },
                 "required": ["name", "inputSchema"],
             },
         },
-        "unknown": {
-            "type": "array",
-            "items": {"type": "string"},
-            "description": "Names asked about that no tool you can use has",
-        },
+        "unknown": {"type": "array", "items": {"type": "string"}},
     },
     "required": ["tools"],
 }
@@ -146,16 +137,13 @@ def meta_definitions(
             "name": names.search,
             "title": "Search tools",
             "description": (
-                "Find the tools that can do a task. This gateway offers many more tools than are "
-                "listed: they are found with this search, so call it before you answer that "
-                "something cannot be done, whenever a task needs an action or data you have no "
-                "listed tool for (files, repositories, issues, messages, browsers, databases, "
-                "clusters, the web, ...). Describe the task in plain words, as you would to a "
-                "colleague ('what changed in my repo since yesterday'); returns the best matching "
-                "tools, best first, each with a score and which parts of its definition matched. "
-                "If nothing fits, search again in other words before giving up. Then "
-                f"{names.describe} shows a tool's arguments and {names.call} calls it, by the exact "
-                "name returned here."
+                "Find the tools for a task. Many more tools are available than are listed: search "
+                "here before saying something cannot be done, whenever a task needs an action or "
+                "data no listed tool gives. Describe the task in plain words ('what changed in my "
+                "repo since yesterday'); returns the best tools first, each with a score and the "
+                "parts of its definition that matched. If nothing fits, search again in other "
+                f"words. Then {names.describe} shows a tool's arguments and {names.call} calls it, "
+                "by the exact name returned."
             ),
             "inputSchema": {
                 "type": "object",

@@ -117,3 +117,13 @@ def test_describe_lists_what_it_does_not_know_without_saying_why() -> None:
         "unknown": ["a.hidden", "a.missing"],
     }
     assert text(describe_result(["a.one"], definitions)) == {"tools": [definitions["a.one"]]}
+
+
+def test_the_reference_shows_the_output_schemas_as_declared() -> None:
+    from pathlib import Path
+
+    from proxy.catalog.meta_tools import DESCRIBE_OUTPUT, SEARCH_OUTPUT
+
+    reference = (Path(__file__).parents[2] / "docs" / "reference" / "search.md").read_text()
+    assert json.dumps(SEARCH_OUTPUT, indent=2) in reference
+    assert json.dumps(DESCRIBE_OUTPUT, indent=2) in reference
