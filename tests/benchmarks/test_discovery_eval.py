@@ -24,6 +24,8 @@ from proxy.catalog.merge import ServerSlice, build_catalog
 from proxy.catalog.naming import NamingCodec
 from proxy.views.search_index import Semantic
 
+pytestmark = pytest.mark.slow
+
 
 def test_every_task_names_a_tool_of_the_vendored_catalogs_and_there_are_at_least_fifty() -> None:
     slices, sources = load_catalogs()
@@ -45,7 +47,6 @@ def test_the_real_servers_set_has_150_tools_of_published_servers_and_100_tasks_n
     assert all(source.startswith(("npm ", "pypi ")) for source in sources.values())  # dumps, not hand-written
 
 
-@pytest.mark.slow  # waits on the wall clock (the speed rows) and loads the model
 def test_a_small_slice_reports_recall_tokens_and_speed() -> None:
     report = evaluate(task_count=8)
     assert "8 tasks and 8 held-out tasks; and a held-out set of 8 tasks" in report
