@@ -246,6 +246,5 @@ class Gateway:
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     stores = (self.revocations, self.approvals.store, self.limiter, self.credential_store)
-                    for store in (*stores, self.token_modes):
-                        if store is not None:
-                            await store.aclose()
+                    for store in (s for s in (*stores, self.token_modes) if s is not None):
+                        await store.aclose()
