@@ -149,12 +149,14 @@ class Catalogs:
             before.templates_generation,
         )
 
-    def servers_changed(self, *, force: Sequence[str] = ()) -> None:
+    def servers_changed(self) -> None:
         """The servers changed (a config reload): the prefixes and renames this was given (the
         caller changed them in place) are read again, the lists of a server no longer among them
-        drop out, and each kind is merged anew. ``on_change`` hears once of each kind that
-        changed, and of each kind in ``force`` (a restarted server's overrides may have changed
-        what it lists without changing what it sent)."""
+        drop out, and each kind is merged anew. ``on_change`` hears once of each kind whose
+        content changed: a restarted server's new overrides change what clients are shown of
+        what it sent (its definitions are compared); a restarted server that lists the same
+        again changes nothing (its lists are compared when it lists, :meth:`listed`)."""
+        served = self.served
         for kind in LIST_KINDS:
             self._slices[kind] = tuple(
                 ServerSlice(piece.server_id, self._prefixes[piece.server_id], piece.items)
@@ -162,11 +164,13 @@ class Catalogs:
                 if piece.server_id in self._prefixes
             )
         changed = {kind for kind in ("tools", "prompts") if self._merge_named(kind, self._slices[kind])}
+        if self.served.definitions != served.definitions:
+            changed.add("tools")
         if self._merge_resources():
             changed.add("resources")
         self._pages.clear()
         for kind in ("tools", "prompts", "resources"):
-            if kind in changed or kind in force:
+            if kind in changed:
                 self._on_change(kind)
         for follower in self._followers:
             follower(False)
