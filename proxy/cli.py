@@ -227,9 +227,20 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
     from proxy.auth.authenticator import Authenticator
     from proxy.credentials.wiring import check_modes
 
-    Access(config.policy, {s.id: s for s in config.enabled_servers()}).load()
-    Authenticator.from_settings(config.auth, os.environ)
-    check_modes(config)
+    # Each of these stops at its own problems; the command lists every one's.
+    steps: list[Callable[[], object]] = [
+        Access(config.policy, {s.id: s for s in config.enabled_servers()}).load,
+        functools.partial(Authenticator.from_settings, config.auth, os.environ),
+        functools.partial(check_modes, config),
+    ]
+    problems = []
+    for step in steps:
+        try:
+            step()
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError("\n".join(problems))
     from proxy.inbound.observers import warnings
 
     for warning in [*config.auth.warnings(config.listen.host), *warnings(config)]:

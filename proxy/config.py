@@ -100,6 +100,7 @@ from proxy.discovery.settings import DiscoverySettings
 from proxy.documents import parse_document, show_value
 from proxy.editor_files import Variables, declared_inputs, workspace_of
 from proxy.errors import ConfigError
+from proxy.every_problem import ROUNDS, Pruned, caused_by, pruned
 from proxy.files import read_text
 from proxy.logs import LogSettings
 from proxy.metrics import MetricsSettings
@@ -892,8 +893,29 @@ def config_from_mapping(
     try:
         return Config.model_validate(merged)
     except ValidationError as exc:
-        # `from None`: the ValidationError's own text would print secret inputs in a traceback.
-        raise ConfigError("\n".join(_describe(exc, source, servers_key, overrides))) from None
+        found = _described(exc, source, servers_key, overrides)
+    # Every problem, not the first layer of them (proxy.every_problem): validated again without
+    # those found, a bounded number of rounds. `from None` below: the ValidationError's own text
+    # would print secret inputs in a traceback.
+    lines = [line for _, line in found]
+    locs = [where for where, _ in found]
+    pruning: list[Pruned] = []
+    data: Mapping[str, Any] = merged
+    for _ in range(ROUNDS):
+        step = pruned(data, locs, servers_key=servers_key)
+        if step is None:
+            break
+        pruning.append(step)
+        data = step.data
+        try:
+            Config.model_validate(data)
+        except ValidationError as more:
+            again = _described(more, source, servers_key, overrides)
+            locs = [where for where, _ in again]
+            lines += [line for where, line in again if line not in lines and not caused_by(where, pruning)]
+        else:
+            break
+    raise ConfigError("\n".join(lines)) from None
 
 
 def _interpolate(value: Any, loc: Loc, variables: Variables, problems: list[tuple[Loc, str]]) -> Any:
@@ -945,8 +967,11 @@ def _merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
-def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Overrides) -> list[str]:
-    lines = []
+def _described(
+    exc: ValidationError, source: str, servers_key: str, overrides: Overrides
+) -> list[tuple[Loc, str]]:
+    """Each problem's location (as the validator names it) and its line."""
+    lines: list[tuple[Loc, str]] = []
     for error in exc.errors(include_url=False):
         loc: Loc = _untagged(tuple(error["loc"]))
         cause = error.get("ctx", {}).get("error")
@@ -958,9 +983,8 @@ def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Ov
             blame = overrides.blame(where)
             if blame is not None:
                 message += f" ({blame})"
-            if where[:1] == ("servers",):
-                where = (servers_key, *where[1:])
-            lines.append(_line(source, where, message))
+            shown = (servers_key, *where[1:]) if where[:1] == ("servers",) else where
+            lines.append((where, _line(source, shown, message)))
     return lines
 
 

@@ -38,6 +38,27 @@ def test_check_rejects_a_bad_config_naming_file_field_and_value(tmp_path: Path) 
     assert "-1" in done.stderr
 
 
+@pytest.mark.slow
+def test_check_lists_every_problem_of_the_config_and_then_of_the_policy_and_auth(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("servers:\n  'bad id!':\n    command: echo\n  nocmd:\n    args: [x]\n")
+    done = run("check", "--config", str(bad))
+    assert done.returncode == 2
+    assert "servers.nocmd: needs exactly one of 'command' (stdio) or 'url' (HTTP)" in done.stderr
+    assert "servers.bad id!: server id may only contain" in done.stderr
+
+    (tmp_path / "p.yaml").write_text("version: 2\n")
+    valid = tmp_path / "valid.yaml"
+    valid.write_text(
+        "servers:\n  a: {command: echo}\npolicy: {files: [p.yaml]}\n"
+        "auth:\n  api_keys: [{name: k, key: 'env:MANIFOLD_TEST_NO_SUCH_KEY'}]\n"
+    )
+    done = run("check", "--config", str(valid))
+    assert done.returncode == 2
+    assert "p.yaml: version" in done.stderr, done.stderr
+    assert "auth.api_keys" in done.stderr, done.stderr
+
+
 def test_check_warns_when_metrics_are_opened_to_everyone_while_credentials_are_configured(
     tmp_path: Path,
 ) -> None:
