@@ -233,14 +233,14 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
         functools.partial(Authenticator.from_settings, config.auth, os.environ),
         functools.partial(check_modes, config),
     ]
-    problems = []
+    found: list[str] = []
     for step in steps:
         try:
             step()
         except ConfigError as exc:
-            problems.append(str(exc))
-    if problems:
-        raise ConfigError("\n".join(problems))
+            found.append(str(exc))
+    if found:
+        raise ConfigError("\n".join(found))
     from proxy.inbound.observers import warnings
 
     for warning in [*config.auth.warnings(config.listen.host), *warnings(config)]:

@@ -900,15 +900,15 @@ def config_from_mapping(
     lines = [line for _, line in found]
     locs = [where for where, _ in found]
     pruning: list[Pruned] = []
-    data: Mapping[str, Any] = merged
+    remaining: Mapping[str, Any] = merged
     for _ in range(ROUNDS):
-        step = pruned(data, locs, servers_key=servers_key)
+        step = pruned(remaining, locs, servers_key=servers_key)
         if step is None:
             break
         pruning.append(step)
-        data = step.data
+        remaining = step.data
         try:
-            Config.model_validate(data)
+            Config.model_validate(remaining)
         except ValidationError as more:
             again = _described(more, source, servers_key, overrides)
             locs = [where for where, _ in again]
