@@ -22,13 +22,13 @@ from typing import Final
 from proxy.config import Config
 from proxy.credentials.sealing import new_key
 from proxy.credentials.secret import KIND
+from proxy.credentials.secret_input import read_secret
 from proxy.credentials.store import SecretStore, StoreError, open_store
 from proxy.policy.model import IdentityKey
 
 __all__ = ["add_parser", "keygen", "run"]
 
 _SOURCES: Final = ("api_key", "jwt", "oauth", "stdio")
-_SECRET_LINE_LIMIT: Final = 1024 * 1024 + 2
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,7 +108,7 @@ async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> 
             raise ValueError(
                 f"server {args.server!r} has credentials.mode {mode!r}; set takes secrets for 'secret'"
             )
-        secret = sys.stdin.readline(_SECRET_LINE_LIMIT).rstrip("\r\n")
+        secret = read_secret(sys.stdin)  # one line, whole, or refused (nothing dropped)
         await store.put(KIND, args.server, holder, secret)
         print(f"stored a secret for {holder[2]} ({holder[0]}) to server {args.server}")
         return 0
