@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     subject.add_argument("--resource", help="a resource URI")
     subject.add_argument("--log-level-of", metavar="SERVER", help="changing this shared server's log level")
     explain.add_argument("--json", action="store_true", help="print JSON")
+    explain.add_argument(
+        "--live",
+        action="store_true",
+        help="start the servers and decide from the live catalog, even for a name the config resolves",
+    )
     pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
     pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")

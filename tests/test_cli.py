@@ -205,3 +205,37 @@ def test_explain_says_a_confirmed_tool_is_asked_about_by_whom_and_exits_4(tmp_pa
     assert (decision["effect"], decision["rules"]) == ("confirm", ["ask"])
     assert decision["confirm"]["approver_roles"] == ["admins"]
     assert decision["confirm"]["timeout"] == 30
+
+
+@pytest.mark.slow
+def test_explain_starts_no_server_for_a_name_the_config_resolves_and_prints_only_its_report(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "started"
+    starts = {
+        "command": "sh",
+        "args": ["-c", f"touch {marker}; echo started >&2; exec cat"],
+        "connect_timeout": 2,
+    }
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: deny\nrules:\n  - {id: readers, effect: allow, match: {tools: [s.get_*]}}\n"
+    )
+    config = write_config(
+        tmp_path / "m.yaml", {"policy": {"files": [str(tmp_path / "policy.yaml")]}, "servers": {"s": starts}}
+    )
+    explained = run("explain", "--config", str(config), "--identity", "x", "--tool", "s.get_it", "--json")
+    assert explained.returncode == 0, explained.stderr
+    decision = json.loads(explained.stdout)  # the report alone: no log line in it
+    assert (decision["rules"], decision["servers_started"]) == (["readers"], False)
+    assert not marker.exists()
+    level = run("explain", "--config", str(config), "--identity", "x", "--log-level-of", "s")
+    assert level.returncode == 3, level.stderr
+    assert not marker.exists()
+
+    live = run(
+        "explain", "--config", str(config), "--identity", "x", "--tool", "s.get_it", "--json", "--live"
+    )
+    assert marker.exists()  # --live starts them; the server never answers, so no such tool
+    assert live.returncode == 1
+    assert live.stdout == ""
+    assert "no such tool: s.get_it" in live.stderr
