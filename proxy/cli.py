@@ -379,7 +379,11 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
     # Unlike serve, every server's first attempt is waited for: a stdio client (a desktop app) has
     # no /readyz to ask, lists tools as soon as it has initialized, and not every one re-lists on
     # list_changed. Its start-up is paid once per launch, not by other clients.
-    async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="all") as gateway:
+    # Its shared servers start for its one client, with that client's capabilities, once its first
+    # request says what they are (proxy.inbound.stdio).
+    one = Gateway(config)
+    one.connections.for_one_client()
+    async with anyio.create_task_group() as tg, one.running(wait_for="all") as gateway:
         reloader = _reloader(gateway, config, args, tg)
         tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
         inbound = gateway.endpoints[name] if name else gateway.inbound
@@ -396,7 +400,8 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
             logger.error("the stdio identity may not use endpoint %r (its roles)", name)
             tg.cancel_scope.cancel()
             return 2
-        await serve_stdio(inbound, _stdin_lines(config.limits.max_request_bytes), write)
+        lines = _stdin_lines(config.limits.max_request_bytes)
+        await serve_stdio(inbound, lines, write, client_arrived=gateway.connections.client_arrived)
         tg.cancel_scope.cancel()
     return 0
 

@@ -21,13 +21,14 @@ import anyio.abc
 from proxy.boundary import Boundary, wire_error
 from proxy.config import LimitsConfig, ServerConfig
 from proxy.credentials import Sources
-from proxy.doorway import Doorstep
+from proxy.doorway import Doorstep, Doorway
 from proxy.errors import LimitExceeded, ServerUnavailable
 from proxy.inbound.session import Client, ClientSession, InboundRequest
 from proxy.logs import redact_text
 from proxy.metrics import Metrics
 from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
-from proxy.outbound.era import Era
+from proxy.outbound.era import RELAYED, Era
+from proxy.outbound.relay import Relay
 from proxy.outbound.factory import transport_for
 from proxy.outbound.transport import Transport
 from proxy.per_client import ClientConnections, OwnLists, OwnNotices
@@ -83,7 +84,11 @@ class Connections:
         self._limits = limits
         self._sharing = Sharing(self._servers)
         self._own = self._sharing.own()
-        given = transports or {}
+        self._given = given = transports or {}
+        # manifold stdio (:meth:`client_arrived`): the one client's capabilities and relay, once known.
+        self._one_client = False  # for_one_client()
+        self._client: tuple[dict[str, Any], Relay] | None = None
+        self._client_known = anyio.Event()
         self.shared: dict[str, ServerConnection] = {
             server.id: self._connection(server, given.get(server.id)) for server in servers
         }
@@ -101,6 +106,7 @@ class Connections:
 
     def _connection(self, server: ServerConfig, transport: Transport | None = None) -> ServerConnection:
         limits = self._limits
+        capabilities, relay = self._client if self._client is not None else (None, None)
         return ServerConnection(
             server.id,
             transport or transport_for(server, limits=limits),
@@ -109,6 +115,8 @@ class Connections:
             request_timeout=server.request_timeout,
             max_pages=self._max_pages,
             era=Era.of(server.era),
+            client_capabilities=capabilities,
+            default_relay=relay,
             answer_error=wire_error,
             on_internal_error=self._caught,
             max_items=limits.max_server_items,
@@ -138,7 +146,7 @@ class Connections:
         self._servers[server.id] = server
         self._own = self._sharing.own()
         self.shared[server.id] = connection
-        if self._tg is not None:
+        if self._tg is not None and (not self._one_client or self._client is not None):
             self._start(self._tg, connection)
 
     def remove(self, server_id: str, reason: str) -> None:
@@ -169,9 +177,18 @@ class Connections:
         server that connects later joins the catalogs then, and clients hear list_changed."""
         async with anyio.create_task_group() as tg:
             await tg.start(self._per_client.run)
+            self._tg = tg
+            if self._one_client:  # started by client_arrived, which waits for their first attempts
+                try:
+                    task_status.started()
+                    await self._client_known.wait()
+                    for connection in list(self.shared.values()):
+                        self._start(tg, connection)
+                    await anyio.sleep_forever()
+                finally:
+                    self._tg = None
             for connection in self.shared.values():
                 self._start(tg, connection)
-            self._tg = tg
             try:
                 for connection in list(self.shared.values()):  # a reload may change them meanwhile
                     server = connection.server_id
@@ -182,6 +199,27 @@ class Connections:
                 await anyio.sleep_forever()
             finally:
                 self._tg = None
+
+    def for_one_client(self) -> None:
+        """``manifold stdio``: the shared connections start only once its one client arrives
+        (:meth:`client_arrived`), and speak for it. Called before :meth:`run`."""
+        self._one_client = True
+
+    async def client_arrived(self, capabilities: Mapping[str, Any], relay: Relay) -> None:
+        """``manifold stdio``'s one client said what it can do: the shared connections start,
+        declaring ``capabilities`` (those a server may ask for) to their servers as a
+        ``per_client`` connection does, with ``relay`` for what a server asks outside any call;
+        back once each has connected or failed its first attempt (bounded by its connect
+        timeout). Only the first call counts; without ``one_client`` it does nothing."""
+        if not self._one_client or self._client is not None:
+            return
+        self._client = ({k: v for k, v in capabilities.items() if k in RELAYED}, relay)
+        for sid in list(self.shared):  # in place: the catalogs and notices hold this dict
+            self.shared[sid] = self._connection(self._servers[sid], self._given.get(sid))
+        self._client_known.set()
+        for connection in list(self.shared.values()):
+            with anyio.move_on_after(connection.connect_timeout + _FIRST_ATTEMPT_SLACK):
+                await connection.first_attempt_done.wait()
 
     def shares(self, caller: Client | Caller, server_id: str) -> bool:
         """Whether ``caller`` reaches the server on its shared connection (else on its own)."""
@@ -230,6 +268,10 @@ class Connections:
 
     def asked_through(self, connection: ServerConnection) -> ServerConnection | Doorstep:
         """``connection`` as a 2026-07-28 caller's parked call goes out on it (:mod:`proxy.doorway`)."""
+        if self._client is not None and self.shared.get(connection.server_id) is connection:
+            relay = self._client[1]
+            if isinstance(relay, Doorway):  # manifold stdio's one 2026-07-28 client
+                return Doorstep(connection, relay)
         return self._per_client.asked_through(connection)
 
     def own_lists_to(self, lists: OwnLists, notices: OwnNotices) -> None:
