@@ -28,8 +28,8 @@ from proxy.logs import redact_text
 from proxy.metrics import Metrics
 from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
 from proxy.outbound.era import RELAYED, Era
-from proxy.outbound.relay import Relay
 from proxy.outbound.factory import transport_for
+from proxy.outbound.relay import Relay
 from proxy.outbound.transport import Transport
 from proxy.per_client import ClientConnections, OwnLists, OwnNotices
 from proxy.pipeline import Caller

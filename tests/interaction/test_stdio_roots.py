@@ -68,8 +68,9 @@ async def test_a_client_without_roots_is_not_said_to_have_them(tmp_path: Path) -
 async def test_a_hostile_client_that_refuses_the_servers_question_still_lists_and_calls(
     tmp_path: Path,
 ) -> None:
-    """It declares roots (and junk besides, which no server hears of), then answers the server's ``roots/list`` with an
-    error: the server gets the error, and the client's own requests are answered as ever."""
+    """It declares roots (and junk besides, which no server hears of), then answers the
+    server's ``roots/list`` with an error: the server gets the error, and the client's own
+    requests are answered as ever."""
     params = _params(tmp_path, ev=everything_server())
     initialize = {
         "jsonrpc": "2.0",
