@@ -35,7 +35,12 @@ __all__ = ["Catalogs", "HintSource", "Snapshot"]
 
 logger = logging.getLogger("proxy.catalogs")
 
-_PAGES: Final = 2048  # encoded pages kept: (view, generation, cursor, hint) -> bytes
+# Encoded pages kept, (view, generation, cursor, hint) -> bytes, least recently used first out,
+# bounded in bytes: one identity's view is not another's, so their count grows with identities,
+# and one page is as big as page_size definitions. Each page counts its bytes and _PAGE_OVERHEAD.
+_PAGE_BYTES: Final = 32 * 1024 * 1024  # the whole catalog's, and each endpoint's view's
+_OWN_PAGE_BYTES: Final = 2 * 1024 * 1024  # each client's own view (per_client servers): one owner
+_PAGE_OVERHEAD: Final = 256  # the key and the entry, about
 # Freshness of what Manifold answers 2026-07-28 callers from its catalog when no server said more.
 _DEFAULT_TTL_MS: Final = 0
 
@@ -97,8 +102,9 @@ class Catalogs:
         self.prompts: Catalog = EMPTY_CATALOG
         self.resources: ResourceIndex = EMPTY_RESOURCES
         # A warm list request costs one dict lookup and no re-encoding of the definitions.
-        self._pages: LRUCache[tuple[str, str, str | None, CacheHint | None], orjson.Fragment] = LRUCache(
-            maxsize=_PAGES
+        self.max_page_bytes = _PAGE_BYTES if measured else _OWN_PAGE_BYTES
+        self._pages: LRUCache[tuple[str, str, str | None, CacheHint | None], tuple[orjson.Fragment, int]] = (
+            LRUCache(maxsize=self.max_page_bytes, getsizeof=_page_size)
         )
 
     # ---- what servers listed ---------------------------------------------------------------
@@ -340,7 +346,7 @@ class Catalogs:
         key = (scope, generation, cursor if isinstance(cursor, str) else None, hint)
         cached = self._pages.get(key) if cursor is None or isinstance(cursor, str) else None
         if cached is not None:
-            return cached
+            return cached[0]
         page = paginate(
             items,
             cursor=cursor,
@@ -354,9 +360,16 @@ class Catalogs:
             result["nextCursor"] = page.next_cursor
         if hint is not None:
             result = results.stateless(result, server_info=dict(server_info or {}), cache=hint)
-        fragment = orjson.Fragment(orjson.dumps(result))
-        self._pages[key] = fragment
+        encoded = orjson.dumps(result)
+        fragment = orjson.Fragment(encoded)
+        size = len(encoded) + _PAGE_OVERHEAD
+        if size <= self.max_page_bytes:  # a bigger one is served, never kept
+            self._pages[key] = (fragment, size)
         return fragment
+
+    def cached_page_bytes(self) -> int:
+        """Bytes the kept pages take, as counted against :attr:`max_page_bytes`."""
+        return int(self._pages.currsize)
 
     def _view(self, kind: str, identity: Identity) -> tuple[Sequence[Mapping[str, Any]], str]:
         """What ``identity`` may see of one list, and the generation its cursors are bound to."""
@@ -371,3 +384,7 @@ class Catalogs:
         templates = kind == "resourceTemplates"
         generation = index.templates_generation if templates else index.generation
         return access.resources_view(index, identity, templates=templates), f"{generation}.{access.version}"
+
+
+def _page_size(entry: tuple[orjson.Fragment, int]) -> int:
+    return entry[1]
