@@ -29,7 +29,6 @@ from proxy.metrics import Metrics
 from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
 from proxy.outbound.era import RELAYED, Era
 from proxy.outbound.factory import transport_for
-from proxy.outbound.relay import Relay
 from proxy.outbound.transport import Transport
 from proxy.per_client import ClientConnections, OwnLists, OwnNotices
 from proxy.pipeline import Caller
@@ -87,7 +86,7 @@ class Connections:
         self._given = given = transports or {}
         # manifold stdio (:meth:`client_arrived`): the one client's capabilities and relay, once known.
         self._one_client = False  # for_one_client()
-        self._client: tuple[dict[str, Any], Relay] | None = None
+        self._client: tuple[dict[str, Any], Doorway] | None = None
         self._client_known = anyio.Event()
         self.shared: dict[str, ServerConnection] = {
             server.id: self._connection(server, given.get(server.id)) for server in servers
@@ -205,21 +204,28 @@ class Connections:
         (:meth:`client_arrived`), and speak for it. Called before :meth:`run`."""
         self._one_client = True
 
-    async def client_arrived(self, capabilities: Mapping[str, Any], relay: Relay) -> None:
+    async def client_arrived(self, capabilities: Mapping[str, Any]) -> Doorway:
         """``manifold stdio``'s one client said what it can do: the shared connections start,
         declaring ``capabilities`` (those a server may ask for) to their servers as a
-        ``per_client`` connection does, with ``relay`` for what a server asks outside any call;
-        back once each has connected or failed its first attempt (bounded by its connect
-        timeout). Only the first call counts; without ``one_client`` it does nothing."""
-        if not self._one_client or self._client is not None:
-            return
-        self._client = ({k: v for k, v in capabilities.items() if k in RELAYED}, relay)
+        ``per_client`` connection does; what a server asks outside any call waits at the
+        :class:`~proxy.doorway.Doorway` returned until a caller enters it (at most the longest
+        ``request_timeout``). Back once each has connected or failed its first attempt (bounded
+        by its connect timeout). Only the first call starts anything."""
+        if self._client is not None:
+            return self._client[1]
+        declared = {k: v for k, v in capabilities.items() if k in RELAYED}
+        hold = max((server.request_timeout for server in self._servers.values()), default=60.0)
+        doorway = Doorway("stdio", declared, hold=hold)
+        if not self._one_client:
+            return doorway  # nothing waits there: the shared connections ask no one client
+        self._client = (declared, doorway)
         for sid in list(self.shared):  # in place: the catalogs and notices hold this dict
             self.shared[sid] = self._connection(self._servers[sid], self._given.get(sid))
         self._client_known.set()
         for connection in list(self.shared.values()):
             with anyio.move_on_after(connection.connect_timeout + _FIRST_ATTEMPT_SLACK):
                 await connection.first_attempt_done.wait()
+        return doorway
 
     def shares(self, caller: Client | Caller, server_id: str) -> bool:
         """Whether ``caller`` reaches the server on its shared connection (else on its own)."""
@@ -269,9 +275,7 @@ class Connections:
     def asked_through(self, connection: ServerConnection) -> ServerConnection | Doorstep:
         """``connection`` as a 2026-07-28 caller's parked call goes out on it (:mod:`proxy.doorway`)."""
         if self._client is not None and self.shared.get(connection.server_id) is connection:
-            relay = self._client[1]
-            if isinstance(relay, Doorway):  # manifold stdio's one 2026-07-28 client
-                return Doorstep(connection, relay)
+            return Doorstep(connection, self._client[1])  # manifold stdio's one 2026-07-28 client
         return self._per_client.asked_through(connection)
 
     def own_lists_to(self, lists: OwnLists, notices: OwnNotices) -> None:

@@ -34,13 +34,12 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
 from proxy.boundary import wire_error
-from proxy.doorway import Doorway
 from proxy.errors import InvalidRequest, MessageTooLarge, ProtocolError, request_id_of
 from proxy.inbound.contract import Inbound
 from proxy.inbound.reading import Reader
@@ -56,8 +55,16 @@ __all__ = ["serve_stdio"]
 logger = logging.getLogger("proxy.inbound.stdio")
 
 Write = Callable[[bytes], Awaitable[None]]
-# The shared servers start for the one client: its capabilities, and where their questions go.
-ClientArrived = Callable[[Mapping[str, Any], Relay], Awaitable[None]]
+
+
+class HeldQuestions(Protocol):
+    """Where what the servers ask outside any call waits until a caller enters to answer it."""
+
+    def enter(self, caller: Relay) -> None: ...
+
+
+# The shared servers start for the one client, with its capabilities; back once they have tried.
+ClientArrived = Callable[[Mapping[str, Any]], Awaitable[HeldQuestions]]
 
 _ENVELOPE_ON_HANDSHAKE: Final = (
     "this connection serves the handshake protocol era (it began with initialize); "
@@ -97,7 +104,8 @@ class _Connection:
         self._servers_up = anyio.Event()  # every request waits for it: the servers are started
         if client_arrived is None:
             self._servers_up.set()
-        self._doorway: Doorway | None = None  # what the servers ask outside any call waits here
+        self._held: HeldQuestions | None = None  # what the servers ask outside any call waits here
+        self._initialized = False  # the handshake client may be asked things on stdout
         self._asked_on_stdout = False
         self._lock = anyio.Lock()
         self._era = _Era.UNDECIDED
@@ -220,23 +228,23 @@ class _Connection:
         if arrived is None:
             return
         capabilities = kept_capabilities(declared) if isinstance(declared, Mapping) else {}
-        servers = self._inbound.config.enabled_servers()
-        hold = max((server.request_timeout for server in servers), default=60.0)
-        doorway = self._doorway = Doorway("stdio", capabilities, hold=hold)
 
         async def start() -> None:
             try:
-                await arrived(capabilities, doorway)
+                self._held = await arrived(capabilities)
             finally:
                 self._servers_up.set()
+            if self._initialized:
+                self._ask_on_stdout()
 
         self._tg.start_soon(start)
 
     def _ask_on_stdout(self) -> None:
         """The handshake client is initialized: what the servers ask outside any call goes to it."""
-        if self._doorway is not None and self._session is not None and not self._asked_on_stdout:
+        self._initialized = True
+        if self._held is not None and self._session is not None and not self._asked_on_stdout:
             self._asked_on_stdout = True
-            self._doorway.enter(InboundRequest(self._session))
+            self._held.enter(InboundRequest(self._session))
 
     def _open_handshake(self) -> None:
         session = self._inbound.sessions.open("stdio", self._inbound.auth.stdio_identity)
