@@ -176,7 +176,8 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
         "plan": dataclasses.asdict(plan),
         "summary": (
             f"{plan.clients} steady clients at {plan.rate:g} calls/s in all over {SHARED} (stdio), "
-            f"{PER_CLIENT} (stdio, per_client) and {HTTP} (Streamable HTTP); session churn; SIGKILL of "
+            f"{PER_CLIENT} (stdio, per_client) and {HTTP} (Streamable HTTP); session churn from "
+            f"{plan.churn_workers} loops, {plan.churn_pause:g} s apart; SIGKILL of "
             f"{SHARED}'s process at {plan.kill_first:g} s and every {plan.kill_every:g} s; "
             f"hostile client {'on: ' + ', '.join(plan.hostile_kinds) if plan.hostile else 'off'} "
             f"(a request every {plan.hostile_pause:g} s; "
