@@ -26,8 +26,8 @@ import anyio
 
 from benchmarks.plan import manifold_config, stdio_server
 from benchmarks.soak_traffic import Caller, Tally
-from proxy.app import Gateway
-from proxy.config import config_from_mapping
+from proxy.app.gateway import Gateway
+from proxy.config.loading import config_from_mapping
 from proxy.inbound.server import bind, serve
 
 __all__ = ["holders", "main"]

@@ -14,6 +14,8 @@ from benchmarks.soak import SoakPlan, soak
 from benchmarks.soak_report import Sample, render, slope, summarize, thirds, write
 from benchmarks.soak_traffic import Failure, Kill, Tally, classify
 
+pytestmark = pytest.mark.slow
+
 
 def _echo(request_id: int, server: str, arguments: dict[str, object]) -> Reply:
     text = orjson.dumps({"server": server, "tool": "echo", "arguments": arguments}).decode()
