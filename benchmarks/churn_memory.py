@@ -45,7 +45,9 @@ def holders(gateway: Gateway) -> dict[str, int]:
         "sessions": len(gateway.sessions),
         "ended ids (revocations)": len(ended) if ended is not None else -1,
         "per_client connections": len(gateway.connections._per_client),
-        "own catalogs": len(gateway.own_catalogs._own) if gateway.own_catalogs is not None else 0,
+        "per_client catalogs": (
+            len(gateway.per_client_catalogs._per_client) if gateway.per_client_catalogs is not None else 0
+        ),
         "listen streams": len(gateway.listens),
     }
 
