@@ -127,3 +127,28 @@ async def test_a_hostile_client_that_refuses_the_servers_question_still_lists_an
         await process.stdin.aclose()
         with anyio.fail_after(20):
             await process.wait()
+
+
+async def test_a_server_a_reload_adds_speaks_for_the_client_too(tmp_path: Path) -> None:
+    """The config file changes under a running ``manifold stdio`` (it is watched): the server it
+    adds is told the client's roots as the first ones were."""
+    params = _params(tmp_path, alpha=fixture_server("alpha", tools=1))
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            changed.set()
+
+    with anyio.fail_after(90):
+        async with Client(
+            params, mode="legacy", list_roots_callback=_roots, message_handler=on_message, cache=None
+        ) as client:
+            assert "alpha.tool_000" in {tool.name for tool in (await client.list_tools()).tools}
+            write_config(
+                tmp_path / "m.yaml",
+                {"servers": {"alpha": fixture_server("alpha", tools=1), "ev": everything_server()}},
+            )
+            await changed.wait()
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert "ev.get-roots-list" in names, sorted(names)
+            assert ROOT in _text(await client.call_tool("ev.get-roots-list", {}))
