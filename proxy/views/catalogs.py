@@ -239,7 +239,9 @@ class Catalogs:
         changed = {
             "tools": policy_changed
             or view.tools.generation != before.tools.generation
-            or view.served.blocked != before.served.blocked,
+            or view.served.blocked != before.served.blocked
+            # a restarted server's new override: the same lists, other definitions shown
+            or (view.served is not before.served and view.served.definitions != before.served.definitions),
             "prompts": policy_changed or view.prompts.generation != before.prompts.generation,
             "resources": policy_changed
             or (view.resources.generation, view.resources.templates_generation)

@@ -149,3 +149,20 @@ def test_a_restarted_server_whose_override_changed_what_clients_see_is_told_once
     built.listed("a", "tools", tools("x", "y"))  # the server itself sent the same
     assert changed == ["tools"]
     assert [t.get("description") for t in page(built, "tools")["tools"]] == ["mine", None]
+
+
+def test_an_endpoint_view_hears_of_a_restarted_servers_new_override_and_not_of_the_same_lists() -> None:
+    access = Access(PolicySettings(), SERVERS)
+    built, _ = catalogs(access=access)
+    built.listed("a", "tools", tools("x", "y"))
+    heard: list[str] = []
+    built.viewed("e", lambda snapshot: snapshot, on_change=heard.append)
+    heard.clear()  # what it was made with
+    built.listed("a", "tools", tools("x", "y"))  # listed again, the same: nothing to tell
+    assert heard == []
+    restarted = ServerConfig.model_validate(
+        {**SERVERS["a"].model_dump(), "tools": {"x": {"description": "mine"}}}
+    )
+    access.servers_changed({**SERVERS, "a": restarted})
+    built.servers_changed()
+    assert heard == ["tools"]
