@@ -6,7 +6,7 @@ session ended on purpose (DELETE, or evicted to make room under ``limits.max_ses
 therefore remembered wherever its id could be presented, for as long as the id would be accepted:
 
 * in this process (:class:`EndedIds`), always: at most ``max_entries`` ids (:data:`MAX_ENTRIES`,
-  about 6 MB), each kept until the id's own expiry. When full, the entry that expires soonest is
+  about 3 MB), each kept until the id's own expiry. When full, the entry that expires soonest is
   dropped and a *floor* rises to its expiry (said in the log at most once a minute): every id
   expiring by then is refused a take-over here, so a dropped entry still cannot come back (the
   price: a session of another replica that expires that early cannot move here, and its client
@@ -51,8 +51,9 @@ logger = logging.getLogger("proxy.clients.revocations")
 KEY_PREFIX: Final = "manifold:ended:"
 CHANNEL: Final = "manifold:ended"
 # Ended ids one process remembers: about 300 bytes each (the id's nonce, its expiry, a heap
-# entry), so at most about 6 MB, however many sessions churn (measured: benchmarks/churn_memory.py).
-MAX_ENTRIES: Final = 20_000
+# entry), so at most about 3 MB, however many sessions churn (measured: benchmarks/churn_memory.py).
+# At a session a second that is close to three hours of ended sessions; past it the floor rises.
+MAX_ENTRIES: Final = 10_000
 _FULL_LOG_INTERVAL: Final = 60.0  # seconds between lines saying the table is full (it rises per id)
 TIMEOUT: Final = 1.0  # seconds one Redis call may take; a take-over is rare and may wait this long
 _LOG_INTERVAL: Final = 60.0  # at most one line per this many seconds about Redis failing

@@ -209,4 +209,4 @@ def test_a_full_memory_under_steady_churn_says_so_once_a_minute_not_once_an_id(
 def test_the_default_bound_keeps_the_memory_of_ended_ids_to_a_few_megabytes() -> None:
     from proxy.clients.revocations import MAX_ENTRIES
 
-    assert MAX_ENTRIES * 300 <= 8 * 1024 * 1024  # about 300 bytes an id (benchmarks/churn_memory.py)
+    assert MAX_ENTRIES * 300 <= 4 * 1024 * 1024  # about 300 bytes an id (benchmarks/churn_memory.py)
