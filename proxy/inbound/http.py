@@ -192,7 +192,8 @@ class McpEndpoint:
         credentials = {
             n: v for n in ("authorization", "x-api-key") if (v := header(scope, n.encode())) is not None
         }
-        verdict = await self._auth.authenticate(credentials)
+        peer = scope.get("client")
+        verdict = await self._auth.authenticate(credentials, peer[0] if peer else None)
         if isinstance(verdict, Rejected):
             body = _refusal(InvalidRequest(f"Unauthorized: {verdict.message}"), stateless=stateless)
             said = [(name.encode(), value.encode("latin-1")) for name, value in verdict.headers()]

@@ -228,13 +228,22 @@ async def test_an_unreachable_authorization_server_is_retried_at_most_once_a_min
 # ---- JWT access tokens ----------------------------------------------------------------------------
 
 
-async def test_a_good_access_token_signs_in_its_subject_with_scopes_as_roles() -> None:
+async def test_a_good_access_token_signs_in_its_subject_with_only_mapped_scopes_as_roles() -> None:
     verifier = OAuthVerifier(settings(roles_claim="groups"), fetch=well_known())
-    signed_in = await verifier.verify_jwt(access_token(scope="mcp:tools mcp:admin", groups=["ops"]), ISSUER)
+    token = access_token(scope="mcp:tools mcp:admin admin observer", groups=["ops"])
+    signed_in = await verifier.verify_jwt(token, ISSUER)
     assert signed_in.identity.name == "u-1"
     assert signed_in.identity.source == "oauth"
-    assert signed_in.identity.roles == {"mcp:tools", "mcp:admin", "admin", "ops"}
-    assert signed_in.scopes == {"mcp:tools", "mcp:admin"}
+    # An unmapped scope named like a role (admin, observer) gives no role: a permissive
+    # authorization server grants any scope a registered client asks for.
+    assert signed_in.identity.roles == {"admin", "ops"}
+    assert signed_in.scopes == {"mcp:tools", "mcp:admin", "admin", "observer"}
+
+
+async def test_scopes_as_roles_makes_every_granted_scope_a_role_when_asked_for() -> None:
+    verifier = OAuthVerifier(settings(scopes_as_roles=True), fetch=well_known())
+    signed_in = await verifier.verify_jwt(access_token(scope="mcp:tools mcp:admin"), ISSUER)
+    assert signed_in.identity.roles == {"mcp:tools", "mcp:admin", "admin"}
 
 
 @pytest.mark.parametrize(
