@@ -227,12 +227,19 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
     from proxy.auth.authenticator import Authenticator
     from proxy.credentials.wiring import check_modes
 
-    Access(config.policy, {s.id: s for s in config.enabled_servers()}).load()
+    access = Access(config.policy, {s.id: s for s in config.enabled_servers()})
+    access.load()
     Authenticator.from_settings(config.auth, os.environ)
     check_modes(config)
     from proxy.inbound.observers import warnings
 
-    for warning in [*config.auth.warnings(config.listen.host), *warnings(config)]:
+    found = [*config.auth.warnings(config.listen.host), *warnings(config)]
+    if config.auth.oauth is not None:
+        from proxy.auth.scope_roles import granted_roles, unmapped_scope_warnings
+
+        rules = access.engine.policy.rules if access.engine is not None else ()
+        found += unmapped_scope_warnings(config.auth.oauth, granted_roles(rules, config.metrics.role))
+    for warning in found:
         print(f"warning: {warning}", file=sys.stderr)
     servers = ", ".join(config.servers) or "none"
     policy = f", policy: {', '.join(config.policy.files)}" if config.policy.files else ""

@@ -14,6 +14,7 @@ nothing waits for it, not even start-up), is retried there, and until it succeed
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -27,6 +28,7 @@ import anyio.abc
 
 from proxy.auth.jwks import Fetch, JwksError, JwksUrl, SigningKey, fetch_url
 from proxy.auth.oauth_settings import OAuthSettings, check_https_url
+from proxy.auth.tls import client_context
 
 __all__ = ["DiscoveredKeys", "ServerMetadata", "check_servers", "metadata_urls", "parse_metadata"]
 
@@ -213,15 +215,22 @@ class DiscoveredKeys:
         await self._keys.run()
 
 
-async def check_servers(settings: OAuthSettings, *, fetch: Fetch | None = None) -> str:
-    """``manifold check --online``: each authorization server's metadata and keys, fetched now.
+async def check_servers(settings: OAuthSettings, *, fetch: Fetch | None = None, timeout: float = 5.0) -> str:
+    """``manifold check --online``: each authorization server's metadata and keys, fetched now
+    (each request bounded by ``timeout`` seconds, trusting ``ca_file`` when set).
 
     Prints what was found; returns the problems, one per line (empty: every server is usable).
+
+    Raises:
+        ConfigError: ``ca_file`` is not a PEM file of certificates.
     """
+    tls = client_context(settings.ca_file)
+    if fetch is None and tls is not None:
+        fetch = functools.partial(fetch_url, timeout=timeout, ssl=tls)
     problems: list[str] = []
     for index, server in enumerate(settings.authorization_servers):
         where = f"auth.oauth.authorization_servers[{index}] ({server.issuer})"
-        keys = DiscoveredKeys(server.issuer, metadata_url=server.metadata_url, fetch=fetch, timeout=5.0)
+        keys = DiscoveredKeys(server.issuer, metadata_url=server.metadata_url, fetch=fetch, timeout=timeout)
         metadata = await keys.discover()
         if metadata is None:
             urls = ", ".join(keys.tried)
