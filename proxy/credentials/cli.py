@@ -76,7 +76,8 @@ def _holder(args: argparse.Namespace) -> IdentityKey:
 
 
 async def run(config: Config, args: argparse.Namespace) -> int:
-    """Run ``manifold credentials <action>``: 0 done, 1 nothing to revoke, 2 refused."""
+    """Run ``manifold credentials <action>``: 0 done, 1 nothing to revoke, 2 refused, 3 forgotten
+    here but not revoked at the authorization server (its refusal or unreachability printed)."""
     if args.server is not None and args.server not in config.servers:
         print(f"manifold: no server {args.server!r} is configured", file=sys.stderr)
         return 2
@@ -97,6 +98,10 @@ async def run(config: Config, args: argparse.Namespace) -> int:
 async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> int:
     if args.action == "list":
         rows = [e for e in await store.entries() if args.server is None or e.server == args.server]
+        # Tab-separated under a header line. Kind oauth-client rows are Manifold's own OAuth
+        # clients (dynamically registered; source "manifold", the authorization server as the
+        # issuer, the callback URL as the subject), not anybody's credential.
+        print("SERVER\tKIND\tSOURCE\tISSUER\tSUBJECT")
         for entry in sorted(rows, key=lambda e: (e.server, e.holder, e.kind)):
             source, issuer, subject = entry.holder
             print(f"{entry.server}\t{entry.kind}\t{source}\t{issuer or '-'}\t{subject}")
@@ -112,10 +117,11 @@ async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> 
         await store.put(KIND, args.server, holder, secret)
         print(f"stored a secret for {holder[2]} ({holder[0]}) to server {args.server}")
         return 0
+    problem = None
     if config.servers[args.server].credentials.mode == "oauth":
         from proxy.credentials.token_modes import revoke_at_issuer
 
-        await revoke_at_issuer(config, store, args.server, holder)
+        problem = await revoke_at_issuer(config, store, args.server, holder)
     removed = [
         e.kind
         for e in await store.entries()
@@ -127,5 +133,16 @@ async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> 
             file=sys.stderr,
         )
         return 1
-    print(f"revoked {', '.join(sorted(removed))} of {holder[2]} ({holder[0]}) to server {args.server}")
+    what = f"{', '.join(sorted(removed))} of {holder[2]} ({holder[0]}) to server {args.server}"
+    if problem is not None:
+        # Forgotten here all the same: Manifold will not use them again; the user should know
+        # the grant may live on at the authorization server.
+        print(f"forgotten here: {what}")
+        print(
+            f"manifold: NOT revoked at the authorization server: {problem}; the tokens stay valid "
+            "there until they expire or are revoked there",
+            file=sys.stderr,
+        )
+        return 3
+    print(f"revoked {what}")
     return 0

@@ -1,0 +1,111 @@
+"""``manifold credentials revoke`` of a server in ``oauth`` mode: the kept tokens are revoked at
+its authorization server (RFC 7009) with the OAuth client they were granted to.
+
+That client is the configured ``client_id``, or the dynamically registered one the credential
+store keeps (kind ``oauth-client``): each token set records the ``client_id`` it was granted to,
+and an authorization server that checks client binding refuses a revocation from any other.
+Nothing here registers a client: a client registered to revoke would be refused. The callback
+URL plays no part (the CLI derives it from the file, which may not be what ``serve --port``
+used).
+
+:func:`revoke_kept` says what went wrong instead of raising: the CLI forgets the tokens locally
+either way, and tells the user whether the authorization server revoked them too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from proxy.credentials.oauth_client import OAuthClientError, OAuthHttp, Registered
+from proxy.credentials.store import SecretStore, StoreError
+from proxy.credentials.token_modes import CLIENT_KIND, StoreTokens
+from proxy.credentials.tokens import TokenSet
+
+__all__ = ["RevokeTarget", "revoke_kept"]
+
+logger = logging.getLogger("proxy.credentials.revoke")
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeTarget:
+    """A server in ``oauth`` mode, as configured."""
+
+    server_id: str
+    url: str
+    issuer: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = None
+
+
+class _NoClient(Exception):
+    """The client the tokens were granted to cannot be found."""
+
+
+async def revoke_kept(
+    store: SecretStore, target: RevokeTarget, holder: tuple[str, str, str], *, http: OAuthHttp
+) -> str | None:
+    """Revoke the identity's kept tokens for the server at its authorization server.
+
+    None: revoked (or nothing kept to revoke); else why not, for the user (the authorization
+    server's error included).
+    """
+    try:
+        tokens = await StoreTokens(store).get(holder, target.server_id)
+    except StoreError as exc:
+        return f"the kept tokens cannot be read: {exc}"
+    except ValueError:
+        return "the kept tokens cannot be read (not a token set)"
+    if tokens is None:
+        return None
+    try:
+        client = await _client_of(store, target, tokens)
+        _, server = await http.discover(target.url, tokens.issuer or target.issuer, pkce=False)
+        if tokens.refresh_token is not None:
+            await http.revoke(server, client, tokens.refresh_token, "refresh_token")
+        await http.revoke(server, client, tokens.access_token, "access_token")
+    except (_NoClient, OAuthClientError, StoreError) as exc:
+        logger.warning(
+            "revoking the tokens for %s at its authorization server failed: %s", target.server_id, exc
+        )
+        return str(exc)
+    logger.info("revoked the tokens of an identity for %s at its authorization server", target.server_id)
+    return None
+
+
+async def _client_of(store: SecretStore, target: RevokeTarget, tokens: TokenSet) -> Registered:
+    """The OAuth client ``tokens`` were granted to.
+
+    Raises:
+        _NoClient: not configured and not (or not unambiguously) in the store.
+    """
+    if target.client_id is not None and tokens.client_id in (None, target.client_id):
+        return Registered(target.client_id, target.client_secret)
+    found: list[Registered] = []
+    for entry in await store.entries():
+        if entry.kind != CLIENT_KIND or entry.server != target.server_id:
+            continue
+        if tokens.issuer is not None and entry.holder[1] != tokens.issuer:
+            continue
+        raw = await store.get(CLIENT_KIND, entry.server, entry.holder)
+        try:
+            data = json.loads(raw or "")
+            client = Registered(str(data["client_id"]), data.get("client_secret"))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if tokens.client_id is None or client.client_id == tokens.client_id:
+            found.append(client)
+    unique = {client.client_id: client for client in found}
+    if len(unique) == 1:
+        return next(iter(unique.values()))
+    if not unique:
+        named = f" ({tokens.client_id})" if tokens.client_id else ""
+        raise _NoClient(
+            f"the OAuth client the tokens were granted to{named} is neither configured nor kept in "
+            "the credential store; registering another one to revoke them would be refused"
+        )
+    raise _NoClient(
+        f"{len(unique)} OAuth clients are kept for this server and the tokens do not say which one "
+        "they were granted to (kept before Manifold recorded it)"
+    )
