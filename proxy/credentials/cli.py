@@ -117,11 +117,12 @@ async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> 
         await store.put(KIND, args.server, holder, secret)
         print(f"stored a secret for {holder[2]} ({holder[0]}) to server {args.server}")
         return 0
-    problem = None
+    problem = note = None
     if config.servers[args.server].credentials.mode == "oauth":
         from proxy.credentials.token_modes import revoke_at_issuer
 
-        problem = await revoke_at_issuer(config, store, args.server, holder)
+        revocation = await revoke_at_issuer(config, store, args.server, holder)
+        problem, note = revocation.problem, revocation.note
     removed = [
         e.kind
         for e in await store.entries()
@@ -144,5 +145,5 @@ async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> 
             file=sys.stderr,
         )
         return 3
-    print(f"revoked {what}")
+    print(f"revoked {what}" + (f" ({note})" if note else ""))
     return 0

@@ -8,8 +8,9 @@ Nothing here registers a client: a client registered to revoke would be refused.
 URL plays no part (the CLI derives it from the file, which may not be what ``serve --port``
 used).
 
-:func:`revoke_kept` says what went wrong instead of raising: the CLI forgets the tokens locally
-either way, and tells the user whether the authorization server revoked them too.
+:func:`revoke_kept` says what went wrong (a :class:`Revocation`) instead of raising: the CLI
+forgets the tokens locally either way, and tells the user whether the authorization server
+revoked them too.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ import json
 import logging
 from dataclasses import dataclass
 
-from proxy.credentials.oauth_client import OAuthClientError, OAuthHttp, Registered
+from proxy.credentials.oauth_client import OAuthClientError, OAuthHttp, OAuthRefused, Registered
 from proxy.credentials.store import SecretStore, StoreError
 from proxy.credentials.token_modes import CLIENT_KIND, StoreTokens
 from proxy.credentials.tokens import TokenSet
 
-__all__ = ["RevokeTarget", "revoke_kept"]
+__all__ = ["Revocation", "RevokeTarget", "revoke_kept"]
 
 logger = logging.getLogger("proxy.credentials.revoke")
 
@@ -43,35 +44,50 @@ class _NoClient(Exception):
     """The client the tokens were granted to cannot be found."""
 
 
+@dataclass(frozen=True, slots=True)
+class Revocation:
+    """What the authorization server did: ``problem`` (not revoked: why, its error included) or
+    a ``note`` on a partial success (a JWT access token it cannot revoke lives until it expires)."""
+
+    problem: str | None = None
+    note: str | None = None
+
+
 async def revoke_kept(
     store: SecretStore, target: RevokeTarget, holder: tuple[str, str, str], *, http: OAuthHttp
-) -> str | None:
-    """Revoke the identity's kept tokens for the server at its authorization server.
-
-    None: revoked (or nothing kept to revoke); else why not, for the user (the authorization
-    server's error included).
-    """
+) -> Revocation:
+    """Revoke the identity's kept tokens for the server at its authorization server: the refresh
+    token first (which ends the grant), then the access token."""
     try:
         tokens = await StoreTokens(store).get(holder, target.server_id)
     except StoreError as exc:
-        return f"the kept tokens cannot be read: {exc}"
+        return Revocation(f"the kept tokens cannot be read: {exc}")
     except ValueError:
-        return "the kept tokens cannot be read (not a token set)"
+        return Revocation("the kept tokens cannot be read (not a token set)")
     if tokens is None:
-        return None
+        return Revocation()
+    note = None
     try:
         client = await _client_of(store, target, tokens)
         _, server = await http.discover(target.url, tokens.issuer or target.issuer, pkce=False)
         if tokens.refresh_token is not None:
             await http.revoke(server, client, tokens.refresh_token, "refresh_token")
-        await http.revoke(server, client, tokens.access_token, "access_token")
+        try:
+            await http.revoke(server, client, tokens.access_token, "access_token")
+        except OAuthRefused as exc:
+            # RFC 7009 §2.2.1: the server does not revoke this type (self-contained JWT access
+            # tokens, at many). Not a refusal of the grant: with the refresh token revoked, it
+            # ends when the access token expires.
+            if exc.error != "unsupported_token_type" or tokens.refresh_token is None:
+                raise
+            note = "the access token itself cannot be revoked there (a JWT); it stays valid until it expires"
     except (_NoClient, OAuthClientError, StoreError) as exc:
         logger.warning(
             "revoking the tokens for %s at its authorization server failed: %s", target.server_id, exc
         )
-        return str(exc)
+        return Revocation(str(exc))
     logger.info("revoked the tokens of an identity for %s at its authorization server", target.server_id)
-    return None
+    return Revocation(note=note)
 
 
 async def _client_of(store: SecretStore, target: RevokeTarget, tokens: TokenSet) -> Registered:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # loaded only when a server is in mode oauth or exchange (aio
     from proxy.credentials.exchange import Exchanger, ExchangeServer
     from proxy.credentials.oauth_client import OAuthHttp, Registered
     from proxy.credentials.on_behalf import OAuthServer, OnBehalf
+    from proxy.credentials.revoke import Revocation
     from proxy.credentials.tokens import TokenSet, Vault
 
 __all__ = [
@@ -353,10 +354,10 @@ def _exchange_server(config: Config, server: ServerConfig, settings: ExchangeCre
 
 async def revoke_at_issuer(
     config: Config, store: SecretStore, server_id: str, holder: tuple[str, str, str]
-) -> str | None:
+) -> Revocation:
     """``manifold credentials revoke`` of an ``oauth`` server: the kept tokens are revoked at the
     authorization server, with the client they were granted to (:mod:`proxy.credentials.revoke`),
-    before the store forgets them. None when that worked (or nothing is kept), else why not."""
+    before the store forgets them; what the authorization server did."""
     from proxy.credentials.revoke import RevokeTarget, revoke_kept
 
     server = config.servers[server_id]
