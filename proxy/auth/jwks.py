@@ -265,6 +265,9 @@ class JwksUrl:
             self.failure = None
             self.fetched = True
             return True
+        # A failed fetch counts as a request's refetch too: while the set does not answer, tokens
+        # naming unknown keys are told at once (503 for OAuth), not each after its own timeout.
+        self._last_refetch = self._clock()
         logger.warning(
             "JWKS could not be refreshed (%s); keeping %d keys", self.failure, len(self._keys.by_kid)
         )
