@@ -1,0 +1,222 @@
+"""End to end: ``manifold serve`` with ``auth.oauth`` when the authorization server misbehaves.
+
+A small authorization server of our own on loopback (metadata, JWKS, introspection) that can be
+told to accept connections and never answer, so each outage of issue 27 is reproduced against a
+real Manifold process: start-up is not held by a hanging server (``/healthz`` and API-key callers
+are served at once), a key set that does not answer makes tokens 503 with ``Retry-After`` (never
+401 ``invalid_token``), tokens from untrusted issuers and garbage are counted, and a flood of
+unknown opaque tokens costs a bounded number of introspection requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import jwt
+import pytest
+from aiohttp import web
+
+from tests.auth.keys import public_jwk, rsa_key
+from tests.inbound.memory_server import INITIALIZE
+from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+API_KEY = "mfd_outages-test-key-0123456789abcdefghijklmnop"
+OBSERVER_KEY = "mfd_outages-observer-key-0123456789abcdefghijk"
+
+
+@dataclass
+class StubServer:
+    """An authorization server on loopback; ``hang`` names the paths that never answer."""
+
+    issuer: str = ""
+    hang: set[str] = field(default_factory=set)
+    introspected: int = 0
+
+
+@asynccontextmanager
+async def stub_authorization_server(*hang: str) -> AsyncIterator[StubServer]:
+    stub = StubServer(hang=set(hang))
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if request.path in stub.hang:
+            await asyncio.Event().wait()  # accepted, never answered
+        if request.path == "/.well-known/oauth-authorization-server":
+            return web.json_response(
+                {
+                    "issuer": stub.issuer,
+                    "jwks_uri": f"{stub.issuer}/jwks",
+                    "introspection_endpoint": f"{stub.issuer}/introspect",
+                }
+            )
+        if request.path == "/jwks":
+            return web.Response(text=json.dumps({"keys": [public_jwk(rsa_key("outage"), "k1")]}))
+        if request.path == "/introspect":
+            stub.introspected += 1
+            return web.json_response({"active": False})
+        return web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        stub.issuer = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        yield stub
+    finally:
+        await runner.cleanup()
+
+
+def config(issuer: str, **oauth: Any) -> dict[str, Any]:
+    def key(name: str, secret: str, roles: list[str]) -> dict[str, Any]:
+        return {"name": name, "key": "sha256:" + hashlib.sha256(secret.encode()).hexdigest(), "roles": roles}
+
+    return {
+        "auth": {
+            "api_keys": [key("ci", API_KEY, []), key("prometheus", OBSERVER_KEY, ["observer"])],
+            "oauth": {
+                "resource": "http://127.0.0.1:1/mcp",  # the port is replaced below
+                "authorization_servers": [
+                    {"issuer": issuer, "introspection": {"client_id": "manifold", "client_secret": "s" * 24}}
+                ],
+                **oauth,
+            },
+        },
+        "servers": {"alpha": fixture_server("alpha", tools=1)},
+    }
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, issuer: str, **oauth: Any) -> AsyncIterator[tuple[RunningManifold, float]]:
+    """Manifold, and the seconds from spawning it to its first /healthz answer."""
+    from tests.fixtures.spawn import free_port
+
+    port = free_port()
+    settings = config(issuer, **oauth)
+    settings["auth"]["oauth"]["resource"] = f"http://127.0.0.1:{port}/mcp"
+    started = time.monotonic()
+    async with running_manifold(tmp_path, settings, port=port, settled=False) as manifold:
+        yield manifold, time.monotonic() - started
+
+
+def token(issuer: str, resource: str) -> str:
+    now = int(time.time())
+    claims = {
+        "iss": issuer,
+        "aud": resource,
+        "sub": "u-1",
+        "scope": "mcp:tools",
+        "iat": now,
+        "exp": now + 600,
+    }
+    return jwt.encode(claims, rsa_key("outage"), algorithm="RS256", headers={"kid": "k1", "typ": "at+jwt"})
+
+
+async def initialize(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str]]:
+    async with aiohttp.ClientSession() as http:
+        status, answered, _ = await post(http, url, INITIALIZE, headers)
+    return status, answered
+
+
+async def sign_ins(manifold: RunningManifold) -> dict[tuple[str, str], float]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(manifold.url.replace("/mcp", "/metrics"), headers={"X-API-Key": OBSERVER_KEY}) as got,
+    ):
+        assert got.status == 200
+        text = await got.text()
+    found: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if match := re.match(r'manifold_sign_ins_total\{method="(\w+)",outcome="(\w+)"\} (\S+)', line):
+            found[(match[1], match[2])] = float(match[3])
+    return found
+
+
+@pytest.mark.parametrize("hanging", ["/.well-known/oauth-authorization-server", "/jwks"])
+async def test_a_hanging_authorization_server_holds_nothing_and_its_tokens_get_503(
+    tmp_path: Path, hanging: str
+) -> None:
+    async with (
+        stub_authorization_server(hanging) as stub,
+        serving(tmp_path, stub.issuer) as (manifold, seconds),
+    ):
+        # Before: 10.7 s (a hanging JWKS) and 20.7 s (hanging metadata) before /healthz answered.
+        assert seconds < 5, seconds
+        status, _ = await initialize(manifold.url, {"X-API-Key": API_KEY})
+        assert status == 200  # API-key callers are served at once
+        with anyio.fail_after(15):  # the key set's own timeout (10 s) at most, once
+            status, headers = await initialize(
+                manifold.url, {"Authorization": f"Bearer {token(stub.issuer, manifold.url)}"}
+            )
+        assert status == 503, headers  # before: 401 invalid_token, "no signing key ... matches"
+        assert headers["Retry-After"] == "5"
+        assert "invalid_token" not in headers["WWW-Authenticate"]
+        with anyio.fail_after(2):  # told at once from now on: no request waits on the outage again
+            status, _ = await initialize(
+                manifold.url, {"Authorization": f"Bearer {token(stub.issuer, manifold.url)}"}
+            )
+        assert status == 503
+        assert (await sign_ins(manifold)).get(("oauth", "unavailable"), 0) >= 2
+        # What the log says, once the first attempt timed out (before: "could not be refreshed
+        # ()" and "…/oauth-authorization-server: [REDACTED] answer in 10 s").
+        said = f"{stub.issuer}{hanging}: no answer in 10 s"
+        with anyio.fail_after(15):
+            while said not in manifold.log():  # noqa: ASYNC110 - a line in another process
+                await anyio.sleep(0.1)
+
+
+async def test_untrusted_issuers_and_garbage_are_counted_and_told_apart(tmp_path: Path) -> None:
+    async with (
+        stub_authorization_server() as stub,
+        serving(tmp_path, stub.issuer) as (manifold, _),
+    ):
+        slashed = token(stub.issuer + "/", manifold.url)  # the trailing-slash mistake
+        status, headers = await initialize(manifold.url, {"Authorization": f"Bearer {slashed}"})
+        assert status == 401
+        assert "differs from the configured" in headers["WWW-Authenticate"]
+        status, headers = await initialize(manifold.url, {"Authorization": "Bearer aaa.bbb.ccc"})
+        assert status == 401
+        assert "malformed" in headers["WWW-Authenticate"]  # before: "issuer (iss) is not trusted"
+        counted = await sign_ins(manifold)
+        assert counted.get(("oauth", "wrong_issuer")) == 1  # before: not counted at all
+        assert counted.get(("oauth", "malformed")) == 1
+
+
+async def test_a_flood_of_unknown_opaque_tokens_costs_a_bounded_number_of_introspections(
+    tmp_path: Path,
+) -> None:
+    async with (
+        stub_authorization_server() as stub,
+        serving(tmp_path, stub.issuer, introspections_per_client=20) as (manifold, _),
+    ):
+        statuses: list[int] = []
+        async with aiohttp.ClientSession() as http:
+            with anyio.fail_after(60):
+                for n in range(300):
+                    status, _, _ = await post(
+                        http, manifold.url, INITIALIZE, {"Authorization": f"Bearer garbage-{n}"}
+                    )
+                    statuses.append(status)
+        assert stub.introspected <= 21, stub.introspected  # before: 300
+        assert statuses.count(401) == stub.introspected
+        # The first few may come before discovery finished (503, come back); then the flooder is
+        # told to slow down.
+        assert statuses.count(429) + statuses.count(503) == 300 - stub.introspected
+        assert statuses.count(429) >= 270
+        status, _ = await initialize(manifold.url, {"X-API-Key": API_KEY})
+        assert status == 200  # others are served meanwhile
+        assert (await sign_ins(manifold)).get(("introspection", "throttled"), 0) >= 279
