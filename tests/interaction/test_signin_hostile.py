@@ -1,11 +1,13 @@
-"""End to end: ``manifold serve`` with ``auth.oauth`` when the authorization server misbehaves.
+"""End to end: ``manifold serve`` with ``auth.oauth`` when the authorization server misbehaves
+or is merely permissive.
 
 A small authorization server of our own on loopback (metadata, JWKS, introspection) that can be
 told to accept connections and never answer, so each outage of issue 27 is reproduced against a
 real Manifold process: start-up is not held by a hanging server (``/healthz`` and API-key callers
 are served at once), a key set that does not answer makes tokens 503 with ``Retry-After`` (never
 401 ``invalid_token``), tokens from untrusted issuers and garbage are counted, and a flood of
-unknown opaque tokens costs a bounded number of introspection requests.
+unknown opaque tokens costs a bounded number of introspection requests, and a scope granted
+because it was asked for is no role unless the operator mapped it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class StubServer:
     issuer: str = ""
     hang: set[str] = field(default_factory=set)
     introspected: int = 0
+    hung_at: float | None = None  # when a request first hung (time.monotonic)
 
 
 @asynccontextmanager
@@ -52,6 +55,7 @@ async def stub_authorization_server(*hang: str) -> AsyncIterator[StubServer]:
 
     async def answer(request: web.Request) -> web.StreamResponse:
         if request.path in stub.hang:
+            stub.hung_at = stub.hung_at or time.monotonic()
             await asyncio.Event().wait()  # accepted, never answered
         if request.path == "/.well-known/oauth-authorization-server":
             return web.json_response(
@@ -102,24 +106,23 @@ def config(issuer: str, **oauth: Any) -> dict[str, Any]:
 
 @asynccontextmanager
 async def serving(tmp_path: Path, issuer: str, **oauth: Any) -> AsyncIterator[tuple[RunningManifold, float]]:
-    """Manifold, and the seconds from spawning it to its first /healthz answer."""
+    """Manifold, and when (time.monotonic) its /healthz first answered."""
     from tests.fixtures.spawn import free_port
 
     port = free_port()
     settings = config(issuer, **oauth)
     settings["auth"]["oauth"]["resource"] = f"http://127.0.0.1:{port}/mcp"
-    started = time.monotonic()
     async with running_manifold(tmp_path, settings, port=port, settled=False) as manifold:
-        yield manifold, time.monotonic() - started
+        yield manifold, time.monotonic()
 
 
-def token(issuer: str, resource: str) -> str:
+def token(issuer: str, resource: str, scope: str = "mcp:tools") -> str:
     now = int(time.time())
     claims = {
         "iss": issuer,
         "aud": resource,
         "sub": "u-1",
-        "scope": "mcp:tools",
+        "scope": scope,
         "iat": now,
         "exp": now + 600,
     }
@@ -152,10 +155,13 @@ async def test_a_hanging_authorization_server_holds_nothing_and_its_tokens_get_5
 ) -> None:
     async with (
         stub_authorization_server(hanging) as stub,
-        serving(tmp_path, stub.issuer) as (manifold, seconds),
+        serving(tmp_path, stub.issuer) as (manifold, healthy_at),
     ):
-        # Before: 10.7 s (a hanging JWKS) and 20.7 s (hanging metadata) before /healthz answered.
-        assert seconds < 5, seconds
+        # Counted from the first request that hung (not from the spawn: a loaded machine starts
+        # Python slowly). Before: /healthz answered only after the hang timed out, 10 s (a hanging
+        # JWKS) or 20 s (hanging metadata) later; seen here as 15 and 18 s from the spawn.
+        # (None: /healthz answered before anything was even asked, hanging or not.)
+        assert stub.hung_at is None or healthy_at - stub.hung_at < 5, healthy_at - stub.hung_at
         status, _ = await initialize(manifold.url, {"X-API-Key": API_KEY})
         assert status == 200  # API-key callers are served at once
         with anyio.fail_after(15):  # the key set's own timeout (10 s) at most, once
@@ -220,3 +226,29 @@ async def test_a_flood_of_unknown_opaque_tokens_costs_a_bounded_number_of_intros
         status, _ = await initialize(manifold.url, {"X-API-Key": API_KEY})
         assert status == 200  # others are served meanwhile
         assert (await sign_ins(manifold)).get(("introspection", "throttled"), 0) >= 279
+
+
+async def test_a_scope_named_like_a_role_opens_nothing_unless_mapped(tmp_path: Path) -> None:
+    # A permissive authorization server grants whatever scope is asked for: "observer" (the role
+    # that may scrape /metrics). Before, every scope was a role of the same name.
+    mapped = {"scope_roles": {"corp:observer": ["observer"]}}
+    async with (
+        stub_authorization_server() as stub,
+        serving(tmp_path, stub.issuer, **mapped) as (manifold, _),
+    ):
+        asked_for = token(stub.issuer, manifold.url, scope="mcp:tools observer")
+        assert await scrape(manifold, {"Authorization": f"Bearer {asked_for}"}) == 403  # before: 200
+        granted = token(stub.issuer, manifold.url, scope="corp:observer")
+        assert await scrape(manifold, {"Authorization": f"Bearer {granted}"}) == 200  # mapped: it does
+
+
+async def scrape(manifold: RunningManifold, headers: dict[str, str]) -> int:
+    with anyio.fail_after(15):
+        while True:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(manifold.url.replace("/mcp", "/metrics"), headers=headers) as got,
+            ):
+                if got.status != 503:  # keys not fetched yet: come back
+                    return got.status
+            await anyio.sleep(0.1)
