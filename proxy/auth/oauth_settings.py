@@ -36,7 +36,6 @@ one (and `manifold check` then warns about each role the policy grants that a sc
 
 from __future__ import annotations
 
-import os
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -137,7 +136,9 @@ class OAuthSettings(_Model):
     required_scopes: tuple[str, ...] = ()
     scope_roles: dict[str, tuple[str, ...]] = {}
     scopes_as_roles: bool = False  # every granted scope a role of its own name: only on purpose
-    ca_file: str | None = None  # PEM CAs trusted for the authorization servers (else the system's)
+    # PEM CAs trusted for the authorization servers (else the system's); read when the verifier
+    # is built (serve, check), where an unreadable file is a ConfigError naming this setting.
+    ca_file: str | None = Field(default=None, min_length=1)
     roles_claim: str | None = None
     name_claim: str = Field(default="sub", min_length=1)
     resource_name: str = "Manifold"
@@ -166,13 +167,6 @@ class OAuthSettings(_Model):
         if not servers:
             raise ValueError("name at least one authorization server")
         return servers
-
-    @field_validator("ca_file")
-    @classmethod
-    def _ca_file(cls, path: str | None) -> str | None:
-        if path is not None and not os.path.isfile(path):
-            raise ValueError(f"ca_file {path!r} is not a readable file")
-        return path
 
     @field_validator("scopes_supported", "required_scopes")
     @classmethod
