@@ -170,6 +170,8 @@ class DiscoveredKeys:
             return "; ".join(self.problems) or "its metadata has not been fetched yet"
         if self._keys is not None and self._keys.failure is not None:
             return self._keys.failure
+        if self._keys is not None and not self._keys.fetched:
+            return "its key set has not been fetched yet"
         return None
 
     @property
