@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # loaded by from_settings when auth.jwt or auth.oauth asks (P
     from proxy.auth.jwks import Fetch
     from proxy.auth.jwt import JwtVerifier
     from proxy.auth.oauth import OAuthVerifier, SignedIn
+    from proxy.auth.oauth_settings import AuthorizationServer
 
 __all__ = [
     "MAX_CACHED_SECONDS",
@@ -359,7 +360,7 @@ def _unverified_issuer(token: str) -> tuple[bool, Any]:
         return False, None
 
 
-def _untrusted(iss: Any, servers: Iterable[Any]) -> str:
+def _untrusted(iss: Any, servers: Iterable[AuthorizationServer]) -> str:
     """Why a well-formed token's issuer is refused: with a hint when it is a configured issuer but
     for a trailing slash (the commonest mistake: the provider's ``iss`` differs by one '/')."""
     if not isinstance(iss, str):
