@@ -39,8 +39,8 @@ from proxy.auth.introspection import (
 )
 from proxy.auth.jwks import Fetch, fetch_url
 from proxy.auth.jwt import MESSAGES, TokenRejected, claim, signing_key
-from proxy.auth.oauth_settings import AuthorizationServer, OAuthSettings
 from proxy.auth.tls import client_context
+from proxy.config.oauth import AuthorizationServer, OAuthSettings
 from proxy.policy.model import Identity
 
 __all__ = ["OAuthVerifier", "SignedIn", "granted_scopes"]

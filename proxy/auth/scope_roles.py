@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from proxy.auth.oauth_settings import OAuthSettings
+from proxy.config.oauth import OAuthSettings
 from proxy.policy.model import Rule
 
 __all__ = ["granted_roles", "unmapped_scope_warnings"]

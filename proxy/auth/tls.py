@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ssl
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 __all__ = ["client_context"]
 

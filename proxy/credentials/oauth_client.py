@@ -28,9 +28,9 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import aiohttp
 
 from proxy.auth.discovery import metadata_urls
-from proxy.auth.oauth_settings import check_https_url
+from proxy.config.oauth import check_https_url
+from proxy.core.errors import ManifoldError
 from proxy.credentials.tokens import TokenSet
-from proxy.errors import ManifoldError
 
 __all__ = [
     "AuthServer",

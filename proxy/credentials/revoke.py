@@ -19,12 +19,14 @@ import json
 import logging
 from dataclasses import dataclass
 
+from proxy.config.credentials import OAuthCredentials
+from proxy.config.model import Config
 from proxy.credentials.oauth_client import OAuthClientError, OAuthHttp, OAuthRefused, Registered
 from proxy.credentials.store import SecretStore, StoreError
-from proxy.credentials.token_modes import CLIENT_KIND, StoreTokens
+from proxy.credentials.token_modes import CLIENT_KIND, StoreTokens, oauth_http
 from proxy.credentials.tokens import TokenSet
 
-__all__ = ["Revocation", "RevokeTarget", "revoke_kept"]
+__all__ = ["Revocation", "RevokeTarget", "revoke_at_issuer", "revoke_kept"]
 
 logger = logging.getLogger("proxy.credentials.revoke")
 
@@ -125,3 +127,17 @@ async def _client_of(store: SecretStore, target: RevokeTarget, tokens: TokenSet)
         f"{len(unique)} OAuth clients are kept for this server and the tokens do not say which one "
         "they were granted to (kept before Manifold recorded it)"
     )
+
+
+async def revoke_at_issuer(
+    config: Config, store: SecretStore, server_id: str, holder: tuple[str, str, str]
+) -> Revocation:
+    """``manifold credentials revoke`` of the ``oauth`` server ``server_id``: its kept tokens
+    revoked at the authorization server (:func:`revoke_kept`), before the store forgets them."""
+    server = config.servers[server_id]
+    settings = server.credentials
+    assert isinstance(settings, OAuthCredentials)
+    assert server.url is not None
+    secret = settings.client_secret.get_secret_value() if settings.client_secret is not None else None
+    target = RevokeTarget(server_id, server.url, settings.issuer, settings.client_id, secret)
+    return await revoke_kept(store, target, holder, http=oauth_http(config))

@@ -13,7 +13,7 @@
 
 Either way the header is ``Authorization: Bearer <the server's own token>``; the caller's token
 never leaves Manifold. A source with nothing for the identity raises
-:class:`~proxy.errors.SignInNeeded`; the sign-in stage (:mod:`proxy.middleware.sign_in`) asks
+:class:`~proxy.core.errors.SignInNeeded`; the sign-in stage (:mod:`proxy.pipeline.stages.sign_in`) asks
 the user before a tool call gets that far.
 """
 
@@ -28,21 +28,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from proxy.config import Config, ServerConfig
+from proxy.config.credentials import ExchangeCredentials, OAuthCredentials
+from proxy.config.model import Config, ServerConfig
+from proxy.core.errors import ConfigError, ServerUnavailable, SignInNeeded
+from proxy.core.redaction import remember_more
 from proxy.credentials import Credentials, CredentialSource
 from proxy.credentials.inbound import InboundTokens
-from proxy.credentials.settings import ExchangeCredentials, OAuthCredentials
 from proxy.credentials.store import SecretStore, StoreError
-from proxy.errors import ConfigError, ServerUnavailable, SignInNeeded
 from proxy.policy.model import Identity
-from proxy.redaction import remember_more
 
 if TYPE_CHECKING:  # loaded only when a server is in mode oauth or exchange (aiohttp, redis, AES-GCM)
     from proxy.auth.authenticator import Authenticator
     from proxy.credentials.exchange import Exchanger, ExchangeServer
     from proxy.credentials.oauth_client import OAuthHttp, Registered
     from proxy.credentials.on_behalf import OAuthServer, OnBehalf
-    from proxy.credentials.revoke import Revocation
     from proxy.credentials.tokens import TokenSet, Vault
 
 __all__ = [
@@ -51,7 +50,7 @@ __all__ = [
     "StoreClients",
     "StoreTokens",
     "TokenModes",
-    "revoke_at_issuer",
+    "oauth_http",
     "token_modes",
 ]
 
@@ -117,7 +116,7 @@ def _holder(identity_key: Sequence[str]) -> tuple[str, str, str]:
 
 
 def _bearer(server_id: str, token: str, label: str) -> Credentials:
-    # Not remembered verbatim (short-lived, many: proxy.redaction): a log line shows it only in an
+    # Not remembered verbatim (short-lived, many: proxy.core.redaction): a log line shows it only in an
     # Authorization header, after "Bearer" or as a JWT, and those are redacted by pattern.
     return Credentials(headers={"Authorization": f"Bearer {token}"}, label=label)
 
@@ -283,7 +282,7 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
     from proxy.credentials.on_behalf import OnBehalf
     from proxy.credentials.tokens import MemoryVault, Pending, RedisVault, Sealer, VaultTokens
 
-    http = _http(config)
+    http = oauth_http(config)
     if exchange:
         # A cache only: its own random key, in memory (a restart exchanges anew).
         cache = MemoryVault(size=EXCHANGED_AT_MOST)
@@ -352,24 +351,7 @@ def _exchange_server(config: Config, server: ServerConfig, settings: ExchangeCre
     )
 
 
-async def revoke_at_issuer(
-    config: Config, store: SecretStore, server_id: str, holder: tuple[str, str, str]
-) -> Revocation:
-    """``manifold credentials revoke`` of an ``oauth`` server: the kept tokens are revoked at the
-    authorization server, with the client they were granted to (:mod:`proxy.credentials.revoke`),
-    before the store forgets them; what the authorization server did."""
-    from proxy.credentials.revoke import RevokeTarget, revoke_kept
-
-    server = config.servers[server_id]
-    settings = server.credentials
-    assert isinstance(settings, OAuthCredentials)
-    assert server.url is not None
-    secret = settings.client_secret.get_secret_value() if settings.client_secret is not None else None
-    target = RevokeTarget(server_id, server.url, settings.issuer, settings.client_id, secret)
-    return await revoke_kept(store, target, holder, http=_http(config))
-
-
-def _http(config: Config) -> OAuthHttp:
+def oauth_http(config: Config) -> OAuthHttp:
     """The HTTP client of the oauth and exchange modes; plain http off loopback only when the
     operator opted out (a test rig), said loudly."""
     from proxy.credentials.oauth_client import OAuthHttp

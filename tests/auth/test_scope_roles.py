@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.auth.oauth_settings import OAuthSettings
 from proxy.auth.scope_roles import granted_roles, unmapped_scope_warnings
+from proxy.config.oauth import OAuthSettings
 from proxy.policy.model import Rule
 
 RULES = [

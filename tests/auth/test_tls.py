@@ -22,9 +22,9 @@ from cryptography.x509.oid import NameOID
 from proxy.auth.discovery import check_servers
 from proxy.auth.jwt import TokenRejected
 from proxy.auth.oauth import OAuthVerifier
-from proxy.auth.oauth_settings import OAuthSettings
 from proxy.auth.tls import client_context
-from proxy.errors import ConfigError
+from proxy.config.oauth import OAuthSettings
+from proxy.core.errors import ConfigError
 from tests.auth.keys import public_jwk, rsa_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -9,6 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from proxy.core.redaction import redact_text
 from proxy.credentials.oauth_client import (
     AuthServer,
     OAuthClientError,
@@ -25,7 +26,6 @@ from proxy.credentials.oauth_client import (
     subject_of_id_token,
     token_audiences,
 )
-from proxy.redaction import redact_text
 
 AS = AuthServer("https://as.example", "https://as.example/auth", "https://as.example/token")
 

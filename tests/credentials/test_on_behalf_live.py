@@ -291,9 +291,9 @@ async def test_a_sign_in_refused_for_another_subject_tells_the_waiting_call_why_
     # was told "The sign-in was not completed in time".
     from urllib.parse import parse_qs, urlsplit
 
-    from proxy.bridge.state import RequestStates
-    from proxy.middleware.sign_in import SignInStage
-    from tests.middleware.test_sign_in import URL_ELICITATION, Caller, Next, context
+    from proxy.pipeline.bridge.state import RequestStates
+    from proxy.pipeline.stages.sign_in import SignInStage
+    from tests.pipeline.stages.test_sign_in import URL_ELICITATION, Caller, Next, context
 
     flow = on_behalf(live)
     alice = person("alice", issuer=live.issuer)

@@ -17,12 +17,13 @@ import aiohttp
 import anyio
 import pytest
 
+from proxy.config.credentials import CredentialStoreSettings
 from proxy.credentials.oauth_client import OAuthHttp
 from proxy.credentials.on_behalf import OAuthServer, OnBehalf
 from proxy.credentials.revoke import RevokeTarget, revoke_kept
 from proxy.credentials.sealing import new_key
-from proxy.credentials.settings import CredentialStoreSettings
-from proxy.credentials.store import SecretStore, open_store
+from proxy.credentials.store import SecretStore
+from proxy.credentials.stores import open_store
 from proxy.credentials.token_modes import CLIENT_KIND, StoreClients, StoreTokens
 from proxy.credentials.tokens import MemoryVault, Pending, Sealer
 from proxy.policy.model import Identity
@@ -111,7 +112,7 @@ async def cli_revoke(rig: Rig, tmp_path: Path, name: str) -> tuple[int, str, str
     args = ["--server", "guarded", "--identity", name, "--source", "oauth", "--issuer", IDP]
     with anyio.fail_after(60):
         done = await anyio.run_process(
-            [sys.executable, "-m", "proxy.cli", "credentials", "revoke", "--config", str(config), *args],
+            [sys.executable, "-m", "proxy.cli.main", "credentials", "revoke", "--config", str(config), *args],
             check=False,
             cwd=REPO,
         )
