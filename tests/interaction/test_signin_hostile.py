@@ -31,7 +31,15 @@ from aiohttp import web
 
 from tests.auth.keys import public_jwk, rsa_key
 from tests.inbound.memory_server import INITIALIZE
-from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
+from tests.interaction.harness import (
+    MANIFOLD,
+    REPO,
+    RunningManifold,
+    fixture_server,
+    post,
+    running_manifold,
+    write_config,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -252,3 +260,25 @@ async def scrape(manifold: RunningManifold, headers: dict[str, str]) -> int:
                 if got.status != 503:  # keys not fetched yet: come back
                     return got.status
             await anyio.sleep(0.1)
+
+
+async def test_check_online_says_what_went_wrong_with_each_authorization_server(tmp_path: Path) -> None:
+    async with stub_authorization_server("/jwks") as stub:
+        down = "http://127.0.0.1:9"  # nothing listens there
+        settings = config(stub.issuer)
+        settings["auth"]["oauth"]["authorization_servers"].append({"issuer": down})
+        path = write_config(tmp_path / "check.yaml", settings)
+        with anyio.fail_after(60):
+            done = await anyio.run_process(
+                [*MANIFOLD, "check", "--online", "--config", str(path)], check=False, cwd=REPO
+            )
+    said = done.stderr.decode()
+    assert done.returncode == 2, said
+    # Before: "no usable signing key at …/jwks" and nothing more (the timeout's reason was empty).
+    assert f"no usable signing key at {stub.issuer}/jwks ({stub.issuer}/jwks: no answer in 5 s)" in said
+    # A server that cannot be reached is not told about trailing slashes: nothing answered at all.
+    [unreachable] = [
+        line for line in said.splitlines() if line.startswith("auth.oauth.authorization_servers[1]")
+    ]
+    assert "Cannot connect" in unreachable or "ClientConnectorError" in unreachable, unreachable
+    assert "trailing slash" not in unreachable
