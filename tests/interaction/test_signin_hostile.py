@@ -193,61 +193,74 @@ async def test_a_hanging_authorization_server_holds_nothing_and_its_tokens_get_5
                 await anyio.sleep(0.1)
 
 
-async def test_untrusted_issuers_and_garbage_are_counted_and_told_apart(tmp_path: Path) -> None:
+@dataclass
+class Healthy:
+    stub: StubServer
+    manifold: RunningManifold
+
+
+@pytest.fixture(scope="module")
+async def healthy(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Healthy]:
+    """One Manifold in front of a well-behaved (and permissive) authorization server."""
+    oauth = {"scope_roles": {"corp:observer": ["observer"]}, "introspections_per_client": 20}
     async with (
         stub_authorization_server() as stub,
-        serving(tmp_path, stub.issuer) as (manifold, _),
+        serving(tmp_path_factory.mktemp("healthy"), stub.issuer, **oauth) as (manifold, _),
     ):
-        slashed = token(stub.issuer + "/", manifold.url)  # the trailing-slash mistake
-        status, headers = await initialize(manifold.url, {"Authorization": f"Bearer {slashed}"})
-        assert status == 401
-        assert "differs from the configured" in headers["WWW-Authenticate"]
-        status, headers = await initialize(manifold.url, {"Authorization": "Bearer aaa.bbb.ccc"})
-        assert status == 401
-        assert "malformed" in headers["WWW-Authenticate"]  # before: "issuer (iss) is not trusted"
-        counted = await sign_ins(manifold)
-        assert counted.get(("oauth", "wrong_issuer")) == 1  # before: not counted at all
-        assert counted.get(("oauth", "malformed")) == 1
+        yield Healthy(stub, manifold)
+
+
+async def test_untrusted_issuers_and_garbage_are_counted_and_told_apart(healthy: Healthy) -> None:
+    manifold, issuer = healthy.manifold, healthy.stub.issuer
+    before = await sign_ins(manifold)
+    slashed = token(issuer + "/", manifold.url)  # the trailing-slash mistake
+    status, headers = await initialize(manifold.url, {"Authorization": f"Bearer {slashed}"})
+    assert status == 401
+    assert "differs from the configured" in headers["WWW-Authenticate"]
+    status, headers = await initialize(manifold.url, {"Authorization": "Bearer aaa.bbb.ccc"})
+    assert status == 401
+    assert "malformed" in headers["WWW-Authenticate"]  # before: "issuer (iss) is not trusted"
+    after = await sign_ins(manifold)
+
+    def counted(outcome: str) -> float:
+        return after.get(("oauth", outcome), 0) - before.get(("oauth", outcome), 0)
+
+    assert counted("wrong_issuer") == 1  # before: not counted at all
+    assert counted("malformed") == 1
+
+
+async def test_a_scope_named_like_a_role_opens_nothing_unless_mapped(healthy: Healthy) -> None:
+    # A permissive authorization server grants whatever scope is asked for: "observer" (the role
+    # that may scrape /metrics). Before, every scope was a role of the same name.
+    manifold, issuer = healthy.manifold, healthy.stub.issuer
+    asked_for = token(issuer, manifold.url, scope="mcp:tools observer")
+    assert await scrape(manifold, {"Authorization": f"Bearer {asked_for}"}) == 403  # before: 200
+    granted = token(issuer, manifold.url, scope="corp:observer")
+    assert await scrape(manifold, {"Authorization": f"Bearer {granted}"}) == 200  # mapped: it does
 
 
 async def test_a_flood_of_unknown_opaque_tokens_costs_a_bounded_number_of_introspections(
-    tmp_path: Path,
+    healthy: Healthy,
 ) -> None:
-    async with (
-        stub_authorization_server() as stub,
-        serving(tmp_path, stub.issuer, introspections_per_client=20) as (manifold, _),
-    ):
-        statuses: list[int] = []
-        async with aiohttp.ClientSession() as http:
-            with anyio.fail_after(60):
-                for n in range(300):
-                    status, _, _ = await post(
-                        http, manifold.url, INITIALIZE, {"Authorization": f"Bearer garbage-{n}"}
-                    )
-                    statuses.append(status)
-        assert stub.introspected <= 21, stub.introspected  # before: 300
-        assert statuses.count(401) == stub.introspected
-        # The first few may come before discovery finished (503, come back); then the flooder is
-        # told to slow down.
-        assert statuses.count(429) + statuses.count(503) == 300 - stub.introspected
-        assert statuses.count(429) >= 270
-        status, _ = await initialize(manifold.url, {"X-API-Key": API_KEY})
-        assert status == 200  # others are served meanwhile
-        assert (await sign_ins(manifold)).get(("introspection", "throttled"), 0) >= 279
-
-
-async def test_a_scope_named_like_a_role_opens_nothing_unless_mapped(tmp_path: Path) -> None:
-    # A permissive authorization server grants whatever scope is asked for: "observer" (the role
-    # that may scrape /metrics). Before, every scope was a role of the same name.
-    mapped = {"scope_roles": {"corp:observer": ["observer"]}}
-    async with (
-        stub_authorization_server() as stub,
-        serving(tmp_path, stub.issuer, **mapped) as (manifold, _),
-    ):
-        asked_for = token(stub.issuer, manifold.url, scope="mcp:tools observer")
-        assert await scrape(manifold, {"Authorization": f"Bearer {asked_for}"}) == 403  # before: 200
-        granted = token(stub.issuer, manifold.url, scope="corp:observer")
-        assert await scrape(manifold, {"Authorization": f"Bearer {granted}"}) == 200  # mapped: it does
+    manifold, stub = healthy.manifold, healthy.stub
+    asked = stub.introspected
+    statuses: list[int] = []
+    async with aiohttp.ClientSession() as http:
+        with anyio.fail_after(60):
+            for n in range(300):
+                status, _, _ = await post(
+                    http, manifold.url, INITIALIZE, {"Authorization": f"Bearer garbage-{n}"}
+                )
+                statuses.append(status)
+    spent = stub.introspected - asked
+    assert spent <= 21, spent  # before: 300
+    assert statuses.count(401) == spent
+    # Any before discovery finished got 503 (come back); then the flooder is told to slow down.
+    assert statuses.count(429) + statuses.count(503) == 300 - spent
+    assert statuses.count(429) >= 270
+    status, _ = await initialize(manifold.url, {"X-API-Key": API_KEY})
+    assert status == 200  # others are served meanwhile
+    assert (await sign_ins(manifold)).get(("introspection", "throttled"), 0) >= 270
 
 
 async def scrape(manifold: RunningManifold, headers: dict[str, str]) -> int:
