@@ -633,3 +633,21 @@ def test_a_lan_http_issuer_is_refused_with_one_clear_error() -> None:
     assert "must use https:// unless the host is loopback" in str(errors[0]["msg"])
     with pytest.raises(ValidationError, match="at least one authorization server"):
         settings(authorization_servers=[])
+
+
+async def test_with_auth_jwt_too_an_untrusted_issuer_is_counted_as_wrong_issuer() -> None:
+    auth = Authenticator.from_settings(
+        AuthSettings.model_validate(
+            {
+                "jwt": [{"issuer": "https://id.example.test", "audience": "manifold", "secret": SECRET}],
+                "oauth": settings().model_dump(mode="json"),
+            }
+        ),
+        {},
+        fetch=well_known(),
+    )
+    counted: list[tuple[str, str]] = []
+    auth.on_sign_in = lambda method, outcome: counted.append((method, outcome))
+    result = await auth.authenticate({"authorization": f"Bearer {access_token(iss='https://x.test')}"})
+    assert isinstance(result, Rejected)
+    assert counted == [("jwt", "wrong_issuer")]  # before: ("jwt", "invalid")
