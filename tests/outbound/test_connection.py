@@ -15,7 +15,8 @@ from proxy.core.errors import (
     ServerUnavailable,
 )
 from proxy.observe.boundary import wire_error
-from proxy.outbound.connection import ServerConnection, ServerState, backoff_delay
+from proxy.outbound.connection import ServerConnection
+from proxy.outbound.health import ServerState, backoff_delay
 from proxy.outbound.transport import Failed, Transport
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message

@@ -11,8 +11,9 @@ import anyio
 import pytest
 
 from proxy.observe.boundary import wire_error
-from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.connection import ServerConnection
 from proxy.outbound.era import Era
+from proxy.outbound.health import ServerState
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import MemoryTransport, answer, initialize_result
 from tests.outbound.test_connection import Recorder

@@ -21,7 +21,7 @@ from proxy.core.errors import LimitExceeded, SignInNeeded
 from proxy.credentials import Credentials, Sources
 from proxy.credentials.sealing import new_key
 from proxy.observe.boundary import wire_error
-from proxy.outbound.connection import ServerState
+from proxy.outbound.health import ServerState
 from proxy.policy.model import Identity
 from proxy.protocol import versions
 from proxy.servers.per_client import ClientConnections, owner, owner_of

@@ -21,7 +21,8 @@ import pytest
 
 from proxy.core.errors import ServerProtocolError, Unencodable
 from proxy.observe.boundary import wire_error
-from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.connection import ServerConnection
+from proxy.outbound.health import ServerState
 from proxy.outbound.over_stdio.transport import StdioTransport
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.test_connection import Recorder

@@ -8,11 +8,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from proxy.cli.main import bounded_lines
+from proxy.cli.commands import bounded_lines
 from proxy.protocol.framing import LineTooLong
 from tests.interaction.harness import REPO, fixture_server, write_config
 
-MANIFOLD = [sys.executable, "-m", "proxy.cli.main"]
+MANIFOLD = [sys.executable, "-m", "proxy.cli"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
