@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from proxy.credentials.token_modes import CLIENT_KIND, StoreClients, StoreTokens
 from proxy.credentials.tokens import MemoryVault, Pending, Sealer
 from proxy.policy.model import Identity
 from tests.credentials.world import REPO, Browser, World, world
-from tests.interaction.harness import write_config
+from tests.interaction.harness import MANIFOLD, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -112,7 +111,7 @@ async def cli_revoke(rig: Rig, tmp_path: Path, name: str) -> tuple[int, str, str
     args = ["--server", "guarded", "--identity", name, "--source", "oauth", "--issuer", IDP]
     with anyio.fail_after(60):
         done = await anyio.run_process(
-            [sys.executable, "-m", "proxy.cli.main", "credentials", "revoke", "--config", str(config), *args],
+            [*MANIFOLD, "credentials", "revoke", "--config", str(config), *args],
             check=False,
             cwd=REPO,
         )
