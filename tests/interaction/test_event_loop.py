@@ -24,7 +24,7 @@ from .harness import (
 )
 from .test_lazy_imports import _spawn, list_tools
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 # Serve; at exit write the class of the loop that ran it. With "block", uvloop cannot be imported.
 _SERVE = """

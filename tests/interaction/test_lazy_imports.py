@@ -35,7 +35,7 @@ from .harness import (
     write_config,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 # main() returns once SIGTERM has stopped it; then the modules it ever loaded are written out.
 _SERVE = """

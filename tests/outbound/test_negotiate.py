@@ -158,6 +158,7 @@ async def test_a_server_that_refuses_discover_gets_initialize_and_no_envelopes()
     assert methods(server)[:3] == ["server/discover", "initialize", "notifications/initialized"]
 
 
+@pytest.mark.slow
 async def test_a_server_silent_on_discover_gets_initialize_after_the_probe_timeout() -> None:
     server = Server(silent_discover=True)
     started = anyio.current_time()

@@ -67,6 +67,7 @@ async def hostile(**options: Any) -> AsyncIterator[tuple[ServerConnection, Recor
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_a_reply_nested_too_deep_fails_that_call_naming_the_server_and_the_limit() -> None:
     async with hostile() as (connection, _):
         with anyio.fail_after(10):
@@ -89,6 +90,7 @@ async def test_a_reply_nested_too_deep_fails_that_call_naming_the_server_and_the
     }
 
 
+@pytest.mark.slow
 async def test_a_lower_configured_limit_is_the_one_applied_and_named() -> None:
     recorder = Recorder()
     transport = StdioTransport("hostile", sys.executable, [str(HOSTILE)], max_depth=8)
@@ -102,6 +104,7 @@ async def test_a_lower_configured_limit_is_the_one_applied_and_named() -> None:
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_garbage_and_deep_notifications_are_dropped_and_the_call_still_answered(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -132,6 +135,7 @@ class SlowClient(ClientRequest):
         return {"roots": []}
 
 
+@pytest.mark.slow
 async def test_a_second_server_request_under_an_id_in_flight_is_refused_and_the_first_answered() -> None:
     client = SlowClient()
     async with hostile() as (connection, _):
@@ -145,6 +149,7 @@ async def test_a_second_server_request_under_an_id_in_flight_is_refused_and_the_
     assert client.asked == ["roots/list"]  # the duplicate never reached the client
 
 
+@pytest.mark.slow
 async def test_a_request_that_cannot_be_encoded_fails_alone() -> None:
     async with hostile() as (connection, _):
         with anyio.fail_after(10):
