@@ -423,6 +423,10 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_AUTH__OAUTH__NAME_CLAIM": "preferred_username",
     "MANIFOLD_AUTH__OAUTH__RESOURCE_NAME": "Acme tools",
     "MANIFOLD_AUTH__OAUTH__INTROSPECTION_CACHE": "5",
+    "MANIFOLD_AUTH__OAUTH__SCOPES_AS_ROLES": "true",
+    "MANIFOLD_AUTH__OAUTH__CA_FILE": "/etc/manifold/corp-ca.pem",
+    "MANIFOLD_AUTH__OAUTH__INTROSPECTIONS_PER_CLIENT": "5",
+    "MANIFOLD_AUTH__OAUTH__INTROSPECTIONS_PER_SECOND": "5",
     "MANIFOLD_POLICY": '{"dry_run": true}',
     "MANIFOLD_POLICY__FILES": '["policies/default.yaml"]',
     "MANIFOLD_POLICY__DRY_RUN": "true",
@@ -477,6 +481,7 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_CREDENTIALS__TIMEOUT": "1.5",
     "MANIFOLD_CREDENTIALS__CALLBACK_URL": "https://gw.example.com/oauth/callback",
     "MANIFOLD_CREDENTIALS__SIGNIN_TIMEOUT": "300",
+    "MANIFOLD_CREDENTIALS__ALLOW_INSECURE_HTTP": "true",
 }
 # What a few samples need from the file to be valid on their own.
 _OAUTH = {
@@ -501,6 +506,10 @@ SAMPLE_FILES: dict[str, dict[str, Any]] = {
             "NAME_CLAIM",
             "RESOURCE_NAME",
             "INTROSPECTION_CACHE",
+            "SCOPES_AS_ROLES",
+            "CA_FILE",
+            "INTROSPECTIONS_PER_CLIENT",
+            "INTROSPECTIONS_PER_SECOND",
         )
     },
 }
