@@ -10,9 +10,10 @@ sees.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
 from cachetools import LRUCache
@@ -41,6 +42,10 @@ from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change
 from proxy.policy.settings import PolicySettings
 from proxy.policy_files import load_pins, load_policy, save_pins
 from proxy.ratelimit.rules import LimitRule
+
+if TYPE_CHECKING:  # guardrails are built (and their detectors imported) only for a policy with them
+    from proxy.guardrails.guard import Guard
+    from proxy.metrics import Metrics
 
 __all__ = ["Access", "PinChange", "PinsStore", "ServedTools", "renames", "tool_shapes"]
 
@@ -112,6 +117,22 @@ def renames(servers: Mapping[str, ServerConfig]) -> dict[tuple[str, str], str]:
     return {(sid, tool): o.name for sid, s in servers.items() for tool, o in s.tools.items() if o.name}
 
 
+_SECRET_NAME: Final = re.compile(r"(?i)token|secret|passw|api_?key|credential|auth")
+
+
+def own_secrets(servers: Mapping[str, ServerConfig]) -> tuple[str, ...]:
+    """The secrets the config gives Manifold for its servers (headers, environment): what the
+    ``manifold_secret`` detector finds, should one leak into a message."""
+    found = {value.get_secret_value() for server in servers.values() for value in server.headers.values()}
+    found.update(
+        value.get_secret_value()
+        for server in servers.values()
+        for name, value in server.env.items()
+        if _SECRET_NAME.search(name)  # PATH or NODE_ENV are not secrets; API_TOKEN is
+    )
+    return tuple(sorted(value for value in found if len(value) >= 8))
+
+
 class Access:
     def __init__(
         self,
@@ -145,6 +166,9 @@ class Access:
         self._approved: dict[str, dict[str, Any]] = {}
         self._changes: dict[str, PinChange] = {}
         self._views: LRUCache[tuple[Any, ...], tuple[Mapping[str, Any], ...]] = LRUCache(maxsize=512)
+        self.guard: Guard | None = None  # the policy's guardrails, when it has any
+        self._guard_outputs: tuple[Metrics | None, Callable[[dict[str, Any]], None] | None] = (None, None)
+        self._own_secrets = own_secrets(servers)
 
     # ---- the policy in force ----------------------------------------------------------
 
@@ -158,13 +182,30 @@ class Access:
         # policy deciding while the views (same version) still show the old one.
         policy = load_policy(list(self.settings.files)) if self.settings.files else None
         pins = self._read_pins() if self.settings.pins.mode != "off" else self._pins
+        guard = None
+        if policy is not None and policy.guardrails is not None and policy.guardrails.rules:
+            from proxy.guardrails.wiring import build_guard
+
+            guard = build_guard(policy.guardrails, self.settings.guardrails, own_secrets=self._own_secrets)
+            guard.observe(*self._guard_outputs)
         if policy is not None:
+            if self.guard is not None:
+                self.guard.close()
+            self.guard = guard
             self.engine = PolicyEngine(policy)
             self.limits = policy.limits
             self._limits_by_id = {rule.id: rule for rule in policy.limits}
         self._pins = pins
         self.version += 1
         self._views.clear()
+
+    def observe_guardrails(
+        self, metrics: Metrics | None, audit: Callable[[dict[str, Any]], None] | None
+    ) -> None:
+        """Where the guardrails count and audit (now and after every reload)."""
+        self._guard_outputs = (metrics, audit)
+        if self.guard is not None:
+            self.guard.observe(metrics, audit)
 
     def reload(self) -> bool:
         """Re-read the files; a bad file is logged and the old policy stays. True if it changed."""
@@ -183,6 +224,7 @@ class Access:
             sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
         }
         self._shapes = tool_shapes(servers)
+        self._own_secrets = own_secrets(servers)  # read by the guardrails at the next policy load
         self.version += 1
         self._views.clear()
 

@@ -57,7 +57,7 @@ from proxy.confirm.question import (
 from proxy.errors import InvalidRequestState, MethodNotFound, RemoteError
 from proxy.metrics import Metrics
 from proxy.middleware.authorize import AuditLog
-from proxy.pipeline import CallContext, Handler, tool_error
+from proxy.pipeline import CallContext, GuardQuestion, Handler, tool_error
 from proxy.policy.model import DEFAULT_CONFIRM_TIMEOUT, Confirmation
 from proxy.protocol import jsonrpc
 from proxy.protocol.results import is_input_required
@@ -107,6 +107,25 @@ def approval_mark(need: Need) -> str:
     return hashlib.sha256(orjson.dumps(facts)).hexdigest()[:32]
 
 
+def _with_guardrail(
+    rule_ids: tuple[str, ...], confirm: Confirmation, guarded: GuardQuestion
+) -> tuple[tuple[str, ...], Confirmation]:
+    """A confirm rule's question and a guardrail's as one: every rule named, every reason, the
+    shorter timeout, remembered only as far as both let, and the approvers either names."""
+    other = guarded.confirm
+    remembers = {confirm.remember, other.remember}
+    remember = "none" if "none" in remembers else ("minutes" if "minutes" in remembers else "session")
+    minutes = [c.remember_minutes for c in (confirm, other) if c.remember == "minutes"]
+    return tuple(sorted({*rule_ids, *guarded.rule_ids})), Confirmation(
+        reasons=tuple(dict.fromkeys((*confirm.reasons, *other.reasons))),
+        timeout=min(confirm.timeout, other.timeout),
+        remember=remember,  # type: ignore[arg-type]
+        remember_minutes=min(minutes) if remember == "minutes" else 0,
+        remember_any_arguments=confirm.remember_any_arguments and other.remember_any_arguments,
+        approver_roles=confirm.approver_roles | other.approver_roles,
+    )
+
+
 def _pin_key(ctx: CallContext, change: PinChange) -> RememberKey:
     """An identity approved this new definition of the tool: asked once, whatever the arguments."""
     drift = change.drift
@@ -146,12 +165,12 @@ class Confirm:
         if self._remembered(ctx, decision, decision.confirm):
             self._settled(ctx, decision, "remembered", how="remembered")
             return await self._run(ctx, decision, call_next, ctx)
-        if not summary_of(ctx.arguments).complete:  # nobody approves what they cannot see
+        if not summary_of(ctx.shown_arguments).complete:  # nobody approves what they cannot see
             return self._refused(ctx, decision, "too_large", how="none")
         if decision.confirm.approver_roles and self._approvals is not None:
             return await self._by_approver(ctx, decision, self._approvals, call_next)
         asked = self._asked(ctx, decision)
-        params = question(asked, ctx.arguments)
+        params = question(asked, ctx.shown_arguments)
         if not ctx.caller.supports(_ELICIT, params):
             return self._refused(ctx, decision, "unavailable", how="none")
         if ctx.caller.stateless:
@@ -169,8 +188,13 @@ class Confirm:
         change = self._access.pin_change(ctx.entry) if ctx.entry is not None else None
         if change is not None and self._memory.approved(_pin_key(ctx, change)):
             change = None
+        guarded = ctx.guard_question
         if decision.effect == "confirm" and decision.confirm is not None:
+            if guarded is not None:  # both ask: one question, the most cautious of the two
+                return Need(*_with_guardrail(decision.rule_ids, decision.confirm, guarded), change)
             return Need(decision.rule_ids, decision.confirm, change)
+        if guarded is not None:
+            return Need(guarded.rule_ids, guarded.confirm, change)
         if change is not None:
             return Need(("pins",), PIN_QUESTION, change)
         return None
@@ -315,7 +339,7 @@ class Confirm:
             caller_key=identity.key,
             roles=tuple(sorted(confirmation.approver_roles)),
             reason=confirmation.reason,
-            summary=summarise_arguments(ctx.arguments),
+            summary=summarise_arguments(ctx.shown_arguments),
             deadline=self._clock() + confirmation.timeout,
             call=hashlib.sha256(call).hexdigest()[:32],
         )

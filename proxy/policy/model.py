@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +25,9 @@ from pydantic import (
 )
 
 from proxy.ratelimit.rules import LimitRule
+
+if TYPE_CHECKING:  # the guardrail rules build on this module's conditions
+    from proxy.guardrails.loading import Guardrails
 
 __all__ = [
     "ANONYMOUS",
@@ -410,6 +413,7 @@ class PolicyDocument(_Model):
     default: Omittable[Default] = None
     rules: tuple[Rule, ...] = ()
     limits: tuple[Any, ...] = ()  # rate limits: parsed by proxy.ratelimit.rules (policies/RATELIMITS.md)
+    guardrails: Any = None  # parsed by proxy.guardrails.loading (docs/reference/guardrails.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +429,7 @@ class Policy:
     default: Default
     rules: tuple[Rule, ...]
     limits: tuple[LimitRule, ...] = ()
+    guardrails: Guardrails | None = None  # None: no guardrails section in any file
 
     def __post_init__(self) -> None:
         seen: set[str] = set()

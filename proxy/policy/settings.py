@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from proxy.policy.guardrail_settings import GuardrailSettings
+
 __all__ = ["AuditSettings", "PinSettings", "PolicySettings"]
 
 
@@ -42,6 +44,7 @@ class PolicySettings(_Model):
     validate_results: bool = True
     pins: PinSettings = PinSettings()
     audit: AuditSettings = AuditSettings()
+    guardrails: GuardrailSettings = GuardrailSettings()  # how guardrail rules run; hooks
     # Where people reach Manifold, for the approval links of `approver: {role: r}` rules
     # (default http://<listen.host>:<listen.port>); the page is <this>/approvals/<id>.
     approvals_url: str | None = None
