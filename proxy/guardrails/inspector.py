@@ -50,6 +50,13 @@ SELECTED: Final[Mapping[Direction, tuple[str, ...]]] = {
         "annotations",
     ),
 }
+# Object keys are text a model reads where a peer chose them freely: argument names, schema
+# property names. In results they are mostly structure (content blocks), so only values count.
+_KEYS: Final = frozenset({"tool_arguments", "sampling_results", "definitions", "elicitation_requests"})
+# Where MCP content blocks travel (their binary payloads are not text).
+_CONTENT: Final = frozenset(
+    {"tool_results", "resource_contents", "prompt_messages", "sampling_requests", "sampling_results"}
+)
 # What the detectors are told the text is (proxy.guard.detect.scanner.KINDS).
 _KIND: Final[Mapping[Direction, str]] = {
     "tool_arguments": "text",
@@ -117,6 +124,8 @@ class Inspector:
                 value,
                 max_chars=self.max_bytes - found.size,
                 max_depth=self.max_depth,
+                keys=direction in _KEYS,
+                content=direction in _CONTENT,
                 base=(key,),
             )
             found.blocks.extend(part.blocks)

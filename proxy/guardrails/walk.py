@@ -7,7 +7,8 @@ walk stopped early (``truncated``: the byte bound or the depth bound was reached
 past it was not inspected, and the caller says so). A block that crosses the byte bound is cut
 at it: a span found in the cut block is a span in the original string too.
 
-Binary payloads are not text: the ``data`` of image and audio content and the ``blob`` of
+A content block's ``type`` and ``mimeType`` are the protocol's structure, not text: left out.
+Binary payloads are not text either: the ``data`` of image and audio content and the ``blob`` of
 resource contents are left out (base64 of a picture is neither a secret nor an instruction),
 and counted in :attr:`Texts.skipped_bytes`.
 
@@ -29,6 +30,10 @@ KEY: Final = "\x00key"  # a path step meaning "the key itself" (``(KEY, name)``)
 Step: TypeAlias = str | int | tuple[str, str]
 Path: TypeAlias = tuple[Step, ...]
 _BINARY_TYPES: Final = frozenset({"image", "audio"})
+# A content block's own structure (its type and media type) is the protocol's, not text a peer
+# chose: left out, so that text split over consecutive blocks is scanned as consecutive text.
+_CONTENT_TYPES: Final = frozenset({"text", "image", "audio", "resource", "resource_link"})
+_STRUCTURE: Final = frozenset({"type", "mimeType"})
 
 
 @dataclass(slots=True)
@@ -64,19 +69,26 @@ class Texts:
             self.why = why
 
 
-def texts(value: Any, *, max_chars: int, max_depth: int, keys: bool = True, base: Path = ()) -> Texts:
+def texts(
+    value: Any, *, max_chars: int, max_depth: int, keys: bool = True, content: bool = False, base: Path = ()
+) -> Texts:
     """Every string in ``value`` (and its object keys when ``keys``), within the bounds.
 
     ``max_chars`` bounds the characters inspected (a UTF-8 byte bound would need encoding; a
     character is at least a byte, so a character bound is never looser than the configured bytes);
-    ``max_depth`` bounds the nesting followed. ``base`` prefixes every path.
+    ``max_depth`` bounds the nesting followed. ``content``: ``value`` holds MCP content (results,
+    resource contents, messages), whose binary payloads and block structure are left out; never
+    for what a client sends as arguments (an argument named ``blob`` is text like any other).
+    ``base`` prefixes every path.
     """
     found = Texts()
-    _walk(value, base, 0, found, max_chars, max_depth, keys)
+    _walk(value, base, 0, found, max_chars, max_depth, keys, content)
     return found
 
 
-def _walk(value: Any, path: Path, depth: int, found: Texts, budget: int, max_depth: int, keys: bool) -> bool:
+def _walk(
+    value: Any, path: Path, depth: int, found: Texts, budget: int, max_depth: int, keys: bool, content: bool
+) -> bool:
     """Depth first; False once a bound stopped the walk."""
     if isinstance(value, str):
         return found.add(value, path, budget)
@@ -84,14 +96,18 @@ def _walk(value: Any, path: Path, depth: int, found: Texts, budget: int, max_dep
         if depth >= max_depth:
             found._stop("depth")
             return False
-        binary = value.get("type") in _BINARY_TYPES
+        kind = value.get("type") if content else None
+        block = isinstance(kind, str) and kind in _CONTENT_TYPES
+        binary = kind in _BINARY_TYPES
         for key, item in value.items():
-            if (binary and key == "data") or (key == "blob" and isinstance(item, str)):
+            if (binary and key == "data") or (content and key == "blob" and "uri" in value):
                 found.skipped_bytes += len(item) if isinstance(item, str) else 0
+                continue
+            if block and key in _STRUCTURE and isinstance(item, str):
                 continue
             if keys and isinstance(key, str) and not found.add(key, (*path, (KEY, key)), budget):
                 return False
-            if not _walk(item, (*path, key), depth + 1, found, budget, max_depth, keys):
+            if not _walk(item, (*path, key), depth + 1, found, budget, max_depth, keys, content):
                 return False
         return True
     if isinstance(value, list | tuple):
@@ -99,7 +115,7 @@ def _walk(value: Any, path: Path, depth: int, found: Texts, budget: int, max_dep
             found._stop("depth")
             return False
         for index, item in enumerate(value):
-            if not _walk(item, (*path, index), depth + 1, found, budget, max_depth, keys):
+            if not _walk(item, (*path, index), depth + 1, found, budget, max_depth, keys, content):
                 return False
     return True
 
