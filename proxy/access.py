@@ -25,6 +25,7 @@ from proxy.config import ServerConfig
 from proxy.errors import ConfigError
 from proxy.files import stamps
 from proxy.policy import (
+    ANONYMOUS,
     CAUTIOUS,
     Decision,
     EffectiveAnnotations,
@@ -38,7 +39,7 @@ from proxy.policy import (
     pin_new,
     rewrite_definition,
 )
-from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change
+from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change, tool_hash
 from proxy.policy.settings import PolicySettings
 from proxy.policy_files import load_pins, load_policy, save_pins
 from proxy.ratelimit.rules import LimitRule
@@ -47,7 +48,16 @@ if TYPE_CHECKING:  # guardrails are built (and their detectors imported) only fo
     from proxy.guardrails.guard import Guard
     from proxy.metrics import Metrics
 
-__all__ = ["Access", "PinChange", "PinsStore", "ServedTools", "renames", "tool_shapes"]
+__all__ = [
+    "Access",
+    "PinChange",
+    "PinsStore",
+    "ServedTools",
+    "own_secrets",
+    "quarantine_key",
+    "renames",
+    "tool_shapes",
+]
 
 logger = logging.getLogger("proxy.access")
 
@@ -117,6 +127,15 @@ def renames(servers: Mapping[str, ServerConfig]) -> dict[tuple[str, str], str]:
     return {(sid, tool): o.name for sid, s in servers.items() for tool, o in s.tools.items() if o.name}
 
 
+def quarantine_key(entry: Entry) -> str:
+    """Where the pins file keeps the definition an operator accepted out of quarantine."""
+    return f"quarantine:{pin_key(entry.server_id, entry.original_name)}"
+
+
+def _why(reason: str, detectors: Sequence[str]) -> str:
+    return f"{reason} (found: {', '.join(detectors)})" if detectors else reason
+
+
 _SECRET_NAME: Final = re.compile(r"(?i)token|secret|passw|api_?key|credential|auth")
 
 
@@ -167,6 +186,10 @@ class Access:
         self._changes: dict[str, PinChange] = {}
         self._views: LRUCache[tuple[Any, ...], tuple[Mapping[str, Any], ...]] = LRUCache(maxsize=512)
         self.guard: Guard | None = None  # the policy's guardrails, when it has any
+        # Definitions judged by the guardrails (server, tool, definition hash) -> (effect, why),
+        # and the tools quarantined now: namespaced name -> (acceptance key, definition hash).
+        self._judged: LRUCache[tuple[str, str, str], tuple[str, str]] = LRUCache(maxsize=16384)
+        self.quarantined: dict[str, tuple[str, str]] = {}
         self._guard_outputs: tuple[Metrics | None, Callable[[dict[str, Any]], None] | None] = (None, None)
         self._own_secrets = own_secrets(servers)
 
@@ -192,6 +215,7 @@ class Access:
             if self.guard is not None:
                 self.guard.close()
             self.guard = guard
+            self._judged.clear()
             self.engine = PolicyEngine(policy)
             self.limits = policy.limits
             self._limits_by_id = {rule.id: rule for rule in policy.limits}
@@ -269,6 +293,8 @@ class Access:
                 continue
             definitions[entry.name] = shape_definition(definitions[entry.name], shape)
         self._unmatched_overrides(catalog)
+        if self.guard is not None:
+            blocked.update(self._quarantine(catalog.entries, blocked))
         mode = self.settings.pins.mode
         if mode != "off":
             # The file is the source of truth: `manifold pins accept` may have changed it.
@@ -299,6 +325,41 @@ class Access:
                 self._pins = pins
                 self._pins_store.save(pins)
         return ServedTools(catalog, definitions, effective, blocked)
+
+    def _quarantine(self, entries: Sequence[Entry], blocked: Mapping[str, str]) -> dict[str, str]:
+        """The tools whose definitions a guardrail rule quarantines and no operator accepted:
+        namespaced name -> why. Judged on what the server sent, once per definition."""
+        from proxy.guardrails.engine import GuardSubject
+
+        assert self.guard is not None
+        accepted = load_pins(self.settings.pins.path) if self.settings.pins.path else {}
+        held: dict[str, str] = {}
+        self.quarantined = {}
+        for entry in entries:
+            if entry.name in blocked:
+                continue
+            subject = GuardSubject("definitions", entry.server_id, "tool", entry.canonical)
+            digest = tool_hash(entry)
+            key = (entry.server_id, entry.original_name, digest)
+            judged = self._judged.get(key)
+            if judged is None:
+                found = self.guard.inspect_now(ANONYMOUS, subject, entry.definition)
+                judged = (
+                    ("allow", "") if found is None else (found.effect, _why(found.reason, found.detectors))
+                )
+                self._judged[key] = judged
+            verdict, why = judged
+            if verdict != "quarantine" or accepted.get(quarantine_key(entry)) == digest:
+                continue
+            self.quarantined[entry.name] = (quarantine_key(entry), digest)
+            held[entry.name] = (
+                f"Manifold is withholding this tool: its definition is {why}; an operator "
+                "must accept it (manifold pins accept --tool <name>)."
+            )
+            if (entry.name, digest) not in self._reported:
+                self._reported.add((entry.name, digest))
+                logger.warning("tool %r quarantined: %s", entry.name, why)
+        return held
 
     def _note_changes(self, catalog: Catalog, drifts: Sequence[Drift]) -> None:
         drifted = {drift.key: drift for drift in drifts}

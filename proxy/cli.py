@@ -76,8 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     subject.add_argument("--resource", help="a resource URI")
     subject.add_argument("--log-level-of", metavar="SERVER", help="changing this shared server's log level")
     explain.add_argument("--json", action="store_true", help="print JSON")
-    pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
-    pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
+    pins = add("pins", "Tool pins: accept changed or quarantined tool definitions (policy.pins, guardrails).")
+    pins.add_argument(
+        "action", choices=["accept"], help="accept the drifted and quarantined definitions into the pins file"
+    )
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
     from proxy.credentials.cli import add_parser as add_credentials
 

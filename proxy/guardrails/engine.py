@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
-from proxy.guardrails.rules import Direction, GuardMatch, GuardRule
+from proxy.guardrails.rules import DIRECTIONS, Direction, GuardMatch, GuardRule
 from proxy.policy.engine import _confirmation
 from proxy.policy.model import Confirmation, Identity
 
@@ -219,6 +219,26 @@ class GuardEngine:
                 self._cache.clear()
             self._cache[key] = found
         return found
+
+    def explain(
+        self, identity: Identity, server_id: str, kind: str, name: str, endpoint: str = ""
+    ) -> dict[str, list[dict[str, object]]]:
+        """Which guardrail rules may apply to ``identity`` on this subject, per direction, and on
+        what they act (``manifold explain``): ``{direction: [{rule, effect, detectors, hook}]}``."""
+        report: dict[str, list[dict[str, object]]] = {}
+        for direction in DIRECTIONS:
+            subject = GuardSubject(direction, server_id, kind, name, endpoint)  # type: ignore[arg-type]
+            for candidate in self.candidates(identity, subject):
+                rule = candidate.compiled.rule
+                report.setdefault(direction, []).append(
+                    {
+                        "rule": rule.id,
+                        "effect": rule.effect,
+                        "detectors": list(rule.match.detectors or ("*",)),
+                        **({"hook": rule.hook} if rule.hook else {}),
+                    }
+                )
+        return report
 
     def decide(self, identity: Identity, subject: GuardSubject, detectors: Collection[str]) -> GuardDecision:
         """The decision on content in which ``detectors`` found something (may be empty)."""
