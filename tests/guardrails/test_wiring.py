@@ -33,7 +33,7 @@ def access(tmp_path: Path, policy: str, guardrails: GuardrailSettings | None = N
 
 def test_a_rule_naming_an_unconfigured_hook_is_refused(tmp_path: Path) -> None:
     with pytest.raises(
-        ConfigError, match="guardrail rule 'dlp' names hook 'dlp', which policy.guardrails.hooks"
+        ConfigError, match=r"guardrail rule 'dlp' names hook 'dlp', which policy\.guardrails\.hooks"
     ):
         access(tmp_path, HOOKED).load()
 
