@@ -14,11 +14,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar, Final
 
+from proxy.guard.detect import content, personal, secret_shapes, signals
+from proxy.guard.detect.decode import encoded_runs
+from proxy.guard.detect.engine import ALL_KINDS, Compiled, Rule, compile_rule, literal
 from proxy.guard.detect.findings import BlockFinding, Finding
+from proxy.guard.detect.normalise import normalise
 
 __all__ = ["KINDS", "Scanner", "ScannerSettings"]
 
-KINDS: Final = frozenset({"text", "result", "definition"})
+KINDS: Final = ALL_KINDS
+_MIN_OWN_SECRET: Final = 8
 _EMPTY: Final[Mapping[str, str]] = MappingProxyType({})
 _NO_WORDS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({})
 
@@ -92,17 +97,53 @@ class Scanner:
     )
 
     def __init__(self, settings: ScannerSettings, detectors: frozenset[str] | None = None) -> None:
-        unknown = {n for n in (detectors or frozenset()) - self.DETECTORS if not n.startswith("custom:")}
+        rules = [*_builtin_rules(settings), *_custom_rules(settings)]
+        known = self.DETECTORS | {rule.detector for rule in rules}
+        unknown = (detectors or frozenset()) - known
         if unknown:
             raise ValueError(f"unknown detectors: {', '.join(sorted(unknown))}")
         self.settings = settings
-        self.detectors = detectors
+        self.detectors: frozenset[str] = known if detectors is None else detectors
+        chosen = [rule for rule in rules if rule.detector in self.detectors]
+        compiled = [compile_rule(rule) for rule in chosen]
+        self._by_kind: dict[str, tuple[Compiled, ...]] = {
+            kind: tuple(c for c in compiled if kind in c.rule.kinds) for kind in KINDS
+        }
+        self._hidden = "hidden_text" in self.detectors
 
     def scan(self, text: str, *, kind: str = "text") -> tuple[Finding, ...]:
-        """The findings in ``text``, sorted by start; spans in ``text`` as given."""
+        """The findings in ``text``, sorted by start; spans in ``text`` as given.
+
+        Raises:
+            ValueError: ``kind`` is not one of :data:`KINDS`.
+        """
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}; one of {', '.join(sorted(KINDS))}")
-        return ()
+        norm = normalise(text, json_escapes=self.settings.decode)
+        found: list[Finding] = [
+            Finding(rule.detector, rule.category, *norm.span(start, end))
+            for rule, start, end in self._match(norm.text, kind)
+        ]
+        if self._hidden:
+            found.extend(Finding("hidden_text", "injection", start, end) for start, end in norm.hidden)
+        if self.settings.decode:
+            for start, end, decoded in encoded_runs(norm.text):
+                inner = normalise(decoded).text
+                span = norm.span(start, end)
+                found.extend(
+                    Finding(rule.detector, rule.category, *span)
+                    for rule, _, _ in self._match(inner, kind)
+                    if rule.detector != "binary_content"
+                )
+        return _resolve(found)
+
+    def _match(self, text: str, kind: str) -> list[tuple[Rule, int, int]]:
+        encoded = text.encode("utf-8", "surrogatepass")
+        return [
+            (compiled.rule, start, end)
+            for compiled in self._by_kind[kind]
+            for start, end in compiled.spans(text, encoded)
+        ]
 
     def scan_blocks(
         self, blocks: Sequence[str], *, kind: str = "text", separator: str = "\n"
@@ -124,3 +165,47 @@ class Scanner:
                     piece = Finding(finding.detector, finding.category, lo - begin, hi - begin)
                     found.append(BlockFinding(index, piece))
         return tuple(found)
+
+
+def _builtin_rules(settings: ScannerSettings) -> list[Rule]:
+    return [
+        *secret_shapes.RULES,
+        *personal.RULES,
+        *signals.injection_rules(),
+        *signals.poisoning_rules(),
+        *signals.hidden_rules(),
+        *signals.exfil_rules(settings.allowed_hosts),
+        *content.RULES,
+    ]
+
+
+def _custom_rules(settings: ScannerSettings) -> list[Rule]:
+    rules: list[Rule] = []
+    own = sorted({s for s in settings.own_secrets if len(s) >= _MIN_OWN_SECRET}, key=len, reverse=True)
+    if own:
+        rules.append(Rule("manifold_secret", "secret", "|".join(literal(s) for s in own)))
+    for name, pattern in settings.custom_patterns.items():
+        rules.append(Rule(f"custom:{name}", "pii", pattern))
+    for name, words in settings.word_lists.items():
+        alternatives = "|".join(literal(w) for w in sorted(set(words), key=len, reverse=True) if w.strip())
+        if alternatives:
+            edge = r"[^\pL\pN_]"
+            rules.append(Rule(f"custom:{name}", "pii", f"(?i)(?:^|{edge})({alternatives})(?:{edge}|$)", 1))
+    return rules
+
+
+def _resolve(found: list[Finding]) -> tuple[Finding, ...]:
+    """Sorted, without duplicates; a generic assignment that a named secret detector also found
+    is left to the named one, and matches inside a private-key block are the block's."""
+    unique = sorted(set(found), key=lambda f: (f.start, -f.end, f.detector))
+    named = [f for f in unique if f.category == "secret" and f.detector != "generic_secret"]
+    blocks = [f for f in unique if f.detector == "private_key"]
+    kept: list[Finding] = []
+    for f in unique:
+        if f.detector == "generic_secret" and any(n.start < f.end and f.start < n.end for n in named):
+            continue
+        inside = any(b.start <= f.start and f.end <= b.end for b in blocks)
+        if f.category == "secret" and f.detector != "private_key" and inside:
+            continue
+        kept.append(f)
+    return tuple(kept)
