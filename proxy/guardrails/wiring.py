@@ -4,6 +4,7 @@ the config's ``policy.guardrails`` settings (what ``manifold check`` and every r
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from collections.abc import Iterable
 
 from proxy.errors import ConfigError
@@ -15,7 +16,20 @@ from proxy.guardrails.inspector import Inspector
 from proxy.guardrails.loading import Guardrails
 from proxy.policy.guardrail_settings import GuardrailSettings
 
-__all__ = ["build_guard"]
+__all__ = ["build_guard", "needed_detectors"]
+
+
+def needed_detectors(guardrails: Guardrails) -> frozenset[str] | None:
+    """The detectors some rule can act on, or None for every one: a rule (or an unless) naming no
+    detectors acts on any finding, and an ``inspect`` rule sends every finding to its hook. The
+    rest are not run: each detector costs a pass over every message."""
+    every = Scanner.DETECTORS | guardrails.custom
+    names: set[str] = set()
+    for rule in guardrails.rules:
+        if rule.match.detectors is None:
+            return None
+        names.update(n for n in every if any(fnmatch.fnmatchcase(n, g) for g in rule.match.detectors))
+    return frozenset(names)
 
 
 def build_guard(

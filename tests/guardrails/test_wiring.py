@@ -75,3 +75,20 @@ def test_own_secrets_are_header_values_and_secret_looking_environment_only() -> 
         {"id": "r", "url": "http://127.0.0.1:1/mcp", "headers": {"X-Api": "header-secret-value"}}
     )
     assert own_secrets({"gh": server, "r": remote}) == ("ghp_0123456789abcdef", "header-secret-value")
+
+
+def test_only_the_detectors_rules_name_are_run() -> None:
+    from proxy.guardrails.loading import Guardrails
+    from proxy.guardrails.rules import GuardRule
+    from proxy.guardrails.wiring import needed_detectors
+
+    def rules(*matches: dict[str, object]) -> Guardrails:
+        made = [
+            GuardRule.model_validate({"id": f"r{i}", "effect": "deny", "match": m})
+            for i, m in enumerate(matches)
+        ]
+        return Guardrails(tuple(made), patterns={"ticket": "T-[0-9]+"})
+
+    named = needed_detectors(rules({"detectors": ["aws_*"]}, {"detectors": ["custom:*", "inspection_limit"]}))
+    assert named == frozenset({"aws_access_key", "aws_secret_key", "custom:ticket"})
+    assert needed_detectors(rules({"detectors": ["email"]}, {"servers": ["gh"]})) is None
