@@ -65,6 +65,10 @@ guardrails:
     - id: poisoned-definitions
       effect: quarantine
       match: {detectors: [tool_poisoning, injection, hidden_text]}
+    - id: ask-before-mailing-out
+      effect: confirm
+      match: {directions: [tool_arguments], detectors: [email], tools: ["g.typed"]}
+      confirm: {reason: "This call carries an e-mail address.", timeout: 20}
     - id: watch-email
       effect: audit
       match: {detectors: [email]}
@@ -285,3 +289,34 @@ async def test_over_manifold_stdio_a_key_is_redacted_before_it_leaves(tmp_path: 
         assert "g.notes" not in names
     lines = (tmp_path / "received.jsonl").read_bytes().splitlines()
     assert [orjson.loads(line) for line in lines] == [{"note": "[REDACTED:aws_access_key]"}] * 2
+
+
+class Person:
+    """An elicitation callback that records each question and approves."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def __call__(self, context: Any, params: Any) -> Any:
+        from mcp.types import ElicitResult
+
+        self.asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": True})
+
+
+@ERAS
+async def test_a_confirm_shows_the_finding_redacted_and_runs_the_call_once_approved(
+    manifold: RunningManifold, era: str
+) -> None:
+    before = len(received(manifold))
+    person = Person()
+    options: dict[str, Any] = {"mode": "legacy"} if era == "legacy" else {"mode": V, "cache": None}
+    with anyio.fail_after(60):
+        async with Client(manifold.url, elicitation_callback=person, **options) as session:
+            result = await session.call_tool("g.typed", {"note": "mail dana@example.net the report"})
+    assert not result.is_error, text_of(result)
+    (asked,) = person.asked
+    assert "This call carries an e-mail address." in asked
+    assert "dana@example.net" not in asked
+    assert "[REDACTED:email]" in asked
+    assert received(manifold)[before:] == [{"note": "mail dana@example.net the report"}]
