@@ -9,6 +9,7 @@ sees.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
+import orjson
 from cachetools import LRUCache
 
 from proxy.catalog.merge import Catalog, Entry
@@ -132,6 +134,11 @@ def quarantine_key(entry: Entry) -> str:
     return f"quarantine:{pin_key(entry.server_id, entry.original_name)}"
 
 
+def definition_hash(definition: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of a prompt's or resource's definition (canonical JSON)."""
+    return "sha256:" + hashlib.sha256(orjson.dumps(definition, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
 def _why(reason: str, detectors: Sequence[str]) -> str:
     return f"{reason} (found: {', '.join(detectors)})" if detectors else reason
 
@@ -190,6 +197,10 @@ class Access:
         # and the tools quarantined now: namespaced name -> (acceptance key, definition hash).
         self._judged: LRUCache[tuple[str, str, str], tuple[str, str]] = LRUCache(maxsize=16384)
         self.quarantined: dict[str, tuple[str, str]] = {}
+        # Prompts and resources whose definitions are quarantined: (kind, canonical name or URI)
+        # -> the refusal's reason. Hidden from lists and refused as missing, as denied ones are.
+        self._held: dict[tuple[str, str], str] = {}
+        self.held_keys: dict[str, tuple[str, str]] = {}  # name or URI -> (acceptance key, hash)
         self._guard_outputs: tuple[Metrics | None, Callable[[dict[str, Any]], None] | None] = (None, None)
         self._own_secrets = own_secrets(servers)
 
@@ -263,13 +274,59 @@ class Access:
         return self._limits_by_id.get(rule_id)
 
     def decide(self, identity: Identity, subject: Subject) -> Decision:
+        if self._held and (held := self._held.get((subject.kind, subject.name))) is not None:
+            return Decision("deny", ("quarantine",), (held,))
         return _ALLOW_ALL if self.engine is None else self.engine.decide(identity, subject)
+
+    def judge_definitions(self, kind: str, items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
+        """Quarantine the prompts or resources (``kind``) among ``items`` — (server id, canonical
+        name or URI, definition) — that a guardrail rule holds and no operator accepted; release
+        the rest. Each definition is judged once (by its hash)."""
+        if self.guard is None:
+            changed = any(key[0] == kind for key in self._held)
+            self._held = {key: why for key, why in self._held.items() if key[0] != kind}
+            self.held_keys = {
+                n: k for n, k in self.held_keys.items() if not k[0].startswith(f"quarantine:{kind}:")
+            }
+        else:
+            from proxy.guardrails.engine import GuardSubject
+
+            accepted = load_pins(self.settings.pins.path) if self.settings.pins.path else {}
+            held = {key: why for key, why in self._held.items() if key[0] != kind}
+            self.held_keys = {
+                n: k for n, k in self.held_keys.items() if not k[0].startswith(f"quarantine:{kind}:")
+            }
+            for server_id, name, definition in items:
+                digest = definition_hash(definition)
+                key = (server_id, f"{kind}:{name}", digest)
+                judged = self._judged.get(key)
+                if judged is None:
+                    subject = GuardSubject("definitions", server_id, kind, name)  # type: ignore[arg-type]
+                    found = self.guard.inspect_now(ANONYMOUS, subject, definition)
+                    judged = (
+                        ("allow", "")
+                        if found is None
+                        else (found.effect, _why(found.reason, found.detectors))
+                    )
+                    self._judged[key] = judged
+                accept_key = f"quarantine:{kind}:{server_id}/{name}"
+                if judged[0] == "quarantine" and accepted.get(accept_key) != digest:
+                    self.held_keys[name] = (accept_key, digest)
+                    held[(kind, name)] = f"Manifold is withholding this {kind}: its definition is {judged[1]}"
+                    if (name, digest) not in self._reported:
+                        self._reported.add((name, digest))
+                        logger.warning("%s %r quarantined: %s", kind, name, judged[1])
+            changed = held != self._held
+            self._held = held
+        if changed:
+            self.version += 1  # the views (and cursors) of every identity follow
+            self._views.clear()
 
     def allows(self, identity: Identity, subject: Subject) -> bool:
         """Whether lists show ``subject`` to ``identity`` (and so whether it exists for them)."""
         if self.engine is None or self.settings.dry_run:
             return True
-        return self.engine.decide(identity, subject).visible
+        return self.decide(identity, subject).visible
 
     # ---- tools: trust and pins ------------------------------------------------------
 

@@ -223,11 +223,8 @@ async def pins_accept(config: Config, args: argparse.Namespace) -> int:
     settings = config.policy.pins
     async with Gateway(config).running() as gateway:
         entries = gateway.catalogs.tools.entries
-        quarantined = {
-            name: held
-            for name, held in gateway.access.quarantined.items()
-            if not args.tool or name in args.tool
-        }
+        held = {**gateway.access.held_keys, **gateway.access.quarantined}  # prompts, resources; tools
+        quarantined = {name: key for name, key in held.items() if not args.tool or name in args.tool}
     pins = load_pins(settings.path)
     drifts = []
     if settings.mode != "off":

@@ -78,7 +78,7 @@ guardrails:
 def guard_server(tmp: Path, *, poison: str | None = POISON, resource_text: str = "plain") -> dict[str, Any]:
     args = [SERVER, "--record", str(tmp / "received.jsonl"), "--resource-text", resource_text]
     if poison is not None:
-        args += ["--poison", poison]
+        args += ["--poison", poison, "--poison-prompt", POISON]
     return {"command": sys.executable, "args": args}
 
 
@@ -203,6 +203,18 @@ async def test_a_poisoned_tool_is_quarantined_hidden_and_unknown(manifold: Runni
     assert "quarantined by guardrail rule poisoned-definitions" in refusal
     assert ".ssh" not in refusal
     assert "quarantined" in manifold.log()
+
+
+@ERAS
+async def test_a_poisoned_prompt_is_quarantined_hidden_and_missing(
+    manifold: RunningManifold, era: str
+) -> None:
+    async with client(manifold, era) as session:
+        names = [prompt.name for prompt in (await session.list_prompts()).prompts]
+        assert names == ["g.briefing"]
+        with pytest.raises(MCPError) as raised:
+            await session.get_prompt("g.digest", {"text": "x"})
+    assert raised.value.error.code == -32602
 
 
 @ERAS
