@@ -5,4 +5,6 @@ spans out. It is pure: no I/O, no anyio, no clock; every regular expression runs
 cost is linear in the text whatever a client or a server sends. Walking JSON, byte and depth
 bounds, the policy effects (deny, redact, confirm, quarantine, audit) and the external hooks live
 with the enforcement side and call into it.
+
+May import: nothing of Manifold's (pinned in tests/test_architecture.py).
 """

@@ -20,10 +20,10 @@ import anyio
 import anyio.to_thread
 import orjson
 
-from proxy.guardrails.engine import GuardDecision, GuardSubject
 from proxy.guardrails.hooks import Hook, HookAnswer, HookFailure, request_body
 from proxy.guardrails.inspector import SELECTED, Inspection, Inspector
-from proxy.metrics import Metrics
+from proxy.observe.metrics import Metrics
+from proxy.policy.guardrail_engine import GuardDecision, GuardSubject
 from proxy.policy.model import Confirmation, ConfirmOptions, Identity
 
 __all__ = ["THREADS", "Guard", "Verdict"]

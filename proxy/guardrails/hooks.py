@@ -39,9 +39,9 @@ import anyio
 import orjson
 from cachetools import TTLCache
 
-from proxy.guardrails.engine import GuardSubject
-from proxy.outbound.h1 import Client, HttpError
-from proxy.policy.guardrail_settings import HookSettings
+from proxy.config.guardrails import HookSettings
+from proxy.outbound.over_http.h1 import Client, HttpError
+from proxy.policy.guardrail_engine import GuardSubject
 from proxy.policy.model import Identity
 
 __all__ = ["CONTRACT", "Hook", "HookAnswer", "HookFailure", "read_answer", "request_body"]

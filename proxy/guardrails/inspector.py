@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy.guard.detect import BlockFinding, Finding, Scanner, redact
-from proxy.guardrails.engine import GuardDecision, GuardEngine, GuardSubject, _Candidate
-from proxy.guardrails.names import LIMIT_DETECTOR
-from proxy.guardrails.rules import Direction
 from proxy.guardrails.walk import Path, Texts, replace, texts
+from proxy.policy.guardrail_engine import GuardDecision, GuardEngine, GuardSubject, _Candidate
+from proxy.policy.guardrail_loader import LIMIT_DETECTOR
+from proxy.policy.guardrails import Direction
 from proxy.policy.model import Identity
 
 __all__ = ["LIMIT_DETECTOR", "SELECTED", "Inspection", "Inspector"]

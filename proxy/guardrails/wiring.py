@@ -7,14 +7,14 @@ import dataclasses
 import fnmatch
 from collections.abc import Iterable
 
-from proxy.errors import ConfigError
+from proxy.config.guardrails import GuardrailSettings
+from proxy.core.errors import ConfigError
 from proxy.guard.detect import Scanner, ScannerSettings
-from proxy.guardrails.engine import GuardEngine
 from proxy.guardrails.guard import Guard
 from proxy.guardrails.hooks import Hook
 from proxy.guardrails.inspector import Inspector
-from proxy.guardrails.loading import Guardrails
-from proxy.policy.guardrail_settings import GuardrailSettings
+from proxy.policy.guardrail_engine import GuardEngine
+from proxy.policy.guardrail_loader import Guardrails
 
 __all__ = ["build_guard", "needed_detectors"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main as manifold
+from proxy.cli.commands import main as manifold
 from proxy.policy.loader import parse_policy_text
 
 REPO = Path(__file__).resolve().parents[2]

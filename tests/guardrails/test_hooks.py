@@ -6,8 +6,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from proxy.guardrails.engine import GuardSubject
 from proxy.guardrails.hooks import CONTRACT, HookFailure, read_answer, request_body
+from proxy.policy.guardrail_engine import GuardSubject
 from proxy.policy.model import Identity
 
 SENT = {"arguments": {"note": "x"}}

@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
-from proxy.guardrails.engine import GuardEngine, GuardSubject
 from proxy.guardrails.inspector import Inspector
-from proxy.guardrails.rules import GuardRule
+from proxy.policy.guardrail_engine import GuardEngine, GuardSubject
+from proxy.policy.guardrails import GuardRule
 from proxy.policy.model import Identity
 from tests.guardrails.scanners import AWS_KEY, PatternScanner
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from proxy.access import Access, quarantine_key
 from proxy.catalog.merge import ServerSlice, build_catalog
 from proxy.catalog.naming import NamingCodec
-from proxy.config import ServerConfig
+from proxy.config.model import ServerConfig
+from proxy.config.policy import PinSettings, PolicySettings
+from proxy.config.policy_files import save_pins
+from proxy.enforce.access import Access, quarantine_key
 from proxy.guardrails.guard import Guard
 from proxy.guardrails.inspector import Inspector
 from proxy.policy.model import Identity
 from proxy.policy.pins import tool_hash
-from proxy.policy.settings import PinSettings, PolicySettings
-from proxy.policy_files import save_pins
 from tests.guardrails.scanners import PatternScanner
 
 ALICE = Identity("alice", frozenset(), "api_key")
@@ -88,7 +88,7 @@ def test_each_definition_is_scanned_once_not_on_every_list(tmp_path: Path) -> No
 
 
 def test_a_poisoned_prompt_or_resource_is_hidden_and_refused_until_accepted(tmp_path: Path) -> None:
-    from proxy.access import definition_hash
+    from proxy.enforce.access import definition_hash
     from proxy.policy.engine import Subject
 
     loaded = access(tmp_path)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from proxy.access import Access, own_secrets
-from proxy.config import ServerConfig
-from proxy.errors import ConfigError
-from proxy.policy.guardrail_settings import GuardrailSettings, HookSettings
-from proxy.policy.settings import PinSettings, PolicySettings
+from proxy.config.guardrails import GuardrailSettings, HookSettings
+from proxy.config.model import ServerConfig
+from proxy.config.policy import PinSettings, PolicySettings
+from proxy.core.errors import ConfigError
+from proxy.enforce.access import Access, own_secrets
 
 HOOKED = """\
 version: 1
@@ -78,9 +78,9 @@ def test_own_secrets_are_header_values_and_secret_looking_environment_only() -> 
 
 
 def test_only_the_detectors_rules_name_are_run() -> None:
-    from proxy.guardrails.loading import Guardrails
-    from proxy.guardrails.rules import GuardRule
     from proxy.guardrails.wiring import needed_detectors
+    from proxy.policy.guardrail_loader import Guardrails
+    from proxy.policy.guardrails import GuardRule
 
     def rules(*matches: dict[str, object]) -> Guardrails:
         made = [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.guardrails.engine import GuardEngine, GuardSubject
+from proxy.config.policy_files import load_policy
+from proxy.policy.guardrail_engine import GuardEngine, GuardSubject
 from proxy.policy.model import Identity
-from proxy.policy_files import load_policy
 from tests.policies.tables import POLICIES, person
 
 POLICY = load_policy(POLICIES / "examples" / "guardrails.yaml")
