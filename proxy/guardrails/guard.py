@@ -9,6 +9,7 @@ built, and nothing of the detectors imported, unless a policy has guardrail rule
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -144,6 +145,12 @@ class Guard:
         hooked: list[tuple[str, str]] = []
         if inspection.decision.hooks and inspection.decision.effect != "deny":
             inspection = await self._ask_hooks(identity, subject, message, inspection, hooked)
+            if inspection.edited is not None and any(outcome == "redact" for _, outcome in hooked):
+                # A hook's edits are inspected as what will be passed on: an edit must not bring
+                # in what the rules refuse (the detectors' verdict applies to the final bytes).
+                again = self.inspector.inspect(candidates, subject, inspection.edited)
+                if again.decision.effect == "deny":
+                    inspection = dataclasses.replace(again, edited=None)
         return self._finish(identity, subject, message, inspection, started, tuple(hooked))
 
     async def _ask_hooks(
