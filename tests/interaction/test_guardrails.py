@@ -332,3 +332,30 @@ async def test_a_confirm_shows_the_finding_redacted_and_runs_the_call_once_appro
     assert "dana@example.net" not in asked
     assert "[REDACTED:email]" in asked
     assert received(manifold)[before:] == [{"note": "mail dana@example.net the report"}]
+
+
+def test_explain_names_the_guardrail_rules_per_direction_and_a_quarantined_tool(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.interaction.harness import MANIFOLD
+
+    path = write_config(tmp_path / "m.yaml", config(tmp_path))
+
+    def explain(tool: str) -> Any:
+        done = subprocess.run(
+            [*MANIFOLD, "explain", "--config", str(path), "--identity", "ann", "--tool", tool, "--json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return orjson.loads(done.stdout)
+
+    report = explain("g.record")
+    rules = {direction: [r["rule"] for r in found] for direction, found in report["guardrails"].items()}
+    assert rules["tool_arguments"] == ["keys-never-leave", "no-tickets-out", "watch-email"]
+    assert "no-injection-in" in rules["tool_results"]
+    assert "quarantined" not in report
+    assert explain("g.notes")["quarantined"] is True

@@ -152,3 +152,17 @@ def test_a_rule_about_who_asks_never_applies_to_definitions() -> None:
     about_roles = rule(id="r", effect="audit", match={"roles": ["dev"]})
     assert "definitions" not in about_roles.directions
     assert "definitions" in rule(id="s", effect="audit", match={}).directions
+
+
+def test_explain_lists_per_direction_the_rules_that_may_apply_to_who_and_what() -> None:
+    engine = GuardEngine(RULES)
+    report = engine.explain(ALICE, "gh", "tool", "gh.create_issue")
+    assert report["tool_arguments"] == [
+        {"rule": "ask-email-out", "effect": "confirm", "detectors": ["email"]},
+        {"rule": "audit-email", "effect": "audit", "detectors": ["email"]},
+        {"rule": "redact-keys", "effect": "redact", "detectors": ["aws_*"]},
+    ]
+    assert [r["rule"] for r in report["definitions"]] == ["audit-email", "poisoned"]
+    assert "ask-email-out" not in [
+        r["rule"] for r in engine.explain(ADMIN, "gh", "tool", "gh.x")["tool_arguments"]
+    ]
