@@ -47,32 +47,37 @@ guardrails:
 
 
 @contextmanager
-def hook_service(tmp: Path, token: str = TOKEN) -> Iterator[str]:
+def hook_service(tmp: Path, token: str = TOKEN, tls: tuple[Path, Path, Path] | None = None) -> Iterator[str]:
     """The hook service as its own process; yields its URL once it answers."""
     port = free_port()
     args = [sys.executable, HOOK, "--port", str(port), "--token", token, "--log", str(tmp / "hook.jsonl")]
+    if tls is not None:
+        args += ["--tls", *map(str, tls)]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while True:
             try:
-                with _health(port):
+                with _health(port, tls is not None):
                     break
             except OSError:
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise
                 time.sleep(0.05)  # a port that is not open yet has no event to wait on
-        yield f"http://127.0.0.1:{port}/inspect"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}/inspect"
     finally:
         process.kill()
         process.wait(timeout=5)
 
 
 @contextmanager
-def _health(port: int) -> Iterator[None]:
+def _health(port: int, tls: bool = False) -> Iterator[None]:
     import socket
 
     with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+        if tls:  # listening is ready enough: the handshake itself needs a client certificate
+            yield
+            return
         conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         if not conn.recv(64).startswith(b"HTTP/1.1 200"):
             raise OSError("not ready")
@@ -256,3 +261,73 @@ async def test_a_hook_edit_that_brings_in_what_the_rules_refuse_is_refused(tmp_p
             assert result.is_error
             assert "no-keys-out" in text_of(result)
             assert received(running)[before:] == []
+
+
+def _pki(directory: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, all PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def issue(name: str, key: Any, issuer: Any, issuer_key: Any, *, ca: bool, ip: bool = False) -> Any:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if ip:
+            san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+            builder = builder.add_extension(san, critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    files: dict[str, Path] = {}
+
+    def write(label: str, cert: Any, key: Any) -> None:
+        files[f"{label}.pem"] = directory / f"{label}.pem"
+        files[f"{label}.pem"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        files[f"{label}.key"] = directory / f"{label}.key"
+        files[f"{label}.key"].write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test ca")])
+    write("ca", issue("test ca", ca_key, ca_name, ca_key, ca=True), ca_key)
+    for label, ip in (("server", True), ("client", False)):
+        key = ec.generate_private_key(ec.SECP256R1())
+        write(label, issue(label, key, ca_name, ca_key, ca=False, ip=ip), key)
+    return files
+
+
+async def test_mtls_to_the_hook_with_our_certificate_and_its_ca(tmp_path: Path) -> None:
+    pki = _pki(tmp_path)
+    (tmp_path / "with").mkdir()
+    (tmp_path / "without").mkdir()
+    with hook_service(tmp_path, tls=(pki["server.pem"], pki["server.key"], pki["ca.pem"])) as url:
+        trusted = manifold_config(tmp_path, url)
+        mtls = {"cert": str(pki["client.pem"]), "key": str(pki["client.key"]), "ca": str(pki["ca.pem"])}
+        trusted["policy"]["guardrails"]["hooks"]["dlp"]["tls"] = mtls
+        async with running_manifold(tmp_path / "with", trusted) as running:
+            allowed = await call(running, "g.record", {"note": "over mtls"})
+            denied = await call(running, "g.record", {"mode": "deny", "note": "over mtls"})
+        without = manifold_config(tmp_path, url)
+        without["policy"]["guardrails"]["hooks"]["dlp"]["tls"] = {"ca": str(pki["ca.pem"])}
+        async with running_manifold(tmp_path / "without", without) as running:
+            refused = await call(running, "g.record", {"note": "no client certificate"})
+    assert not allowed.is_error, text_of(allowed)
+    assert "the DLP service refuses this" in text_of(denied)
+    assert refused.is_error  # the hook refused the handshake: no usable answer, failure closed
+    assert "gave no usable answer" in text_of(refused)
