@@ -112,7 +112,11 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
 
 
 def _files(manifold: RunningManifold, name: str) -> list[dict[str, Any]]:
-    path = Path(manifold.log_path).parent / name
+    return _files_in(Path(manifold.log_path).parent, name)
+
+
+def _files_in(directory: Path, name: str) -> list[dict[str, Any]]:
+    path = directory / name
     return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
 
 
@@ -331,3 +335,26 @@ async def test_mtls_to_the_hook_with_our_certificate_and_its_ca(tmp_path: Path) 
     assert "the DLP service refuses this" in text_of(denied)
     assert refused.is_error  # the hook refused the handshake: no usable answer, failure closed
     assert "gave no usable answer" in text_of(refused)
+
+
+async def test_the_hook_never_has_more_requests_in_flight_than_its_concurrency(tmp_path: Path) -> None:
+    with hook_service(tmp_path) as url:
+        config = manifold_config(tmp_path, url)
+        config["policy"]["guardrails"]["hooks"]["dlp"].update({"concurrency": 1, "timeout": 10})
+        async with running_manifold(tmp_path, config) as running:
+            results: list[Any] = []
+
+            async def one(index: int) -> None:
+                results.append(await call(running, "g.record", {"mode": "slow", "note": f"call {index}"}))
+
+            async with anyio.create_task_group() as tg:
+                for index in range(3):
+                    tg.start_soon(one, index)
+    assert [result.is_error for result in results] == [False, False, False]  # each waited for the slot
+    sent = [
+        line
+        for line in _files_in(tmp_path, "hook.jsonl")
+        if line["content"]["arguments"].get("mode") == "slow"
+    ]
+    assert len(sent) == 3
+    assert max(line["in_flight"] for line in sent) == 1
