@@ -26,7 +26,7 @@ TOP_LEVEL_MAX = 5  # modules directly under proxy/
 # package -> the packages it may import. Bottom to top: each row names only rows above it.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "core": frozenset(),
-    "guard": frozenset(),  # the detectors: pure, text in and findings out
+    "guard": frozenset(),  # pure detection (proxy.guard.detect): text in, findings out
     "protocol": frozenset({"core"}),
     "catalog": frozenset({"core", "protocol"}),
     "policy": frozenset({"core", "catalog", "guard"}),  # guardrail rules name the detectors

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -296,9 +297,10 @@ def report(include_cost: bool) -> str:
         ]
         for label, per_kib, runs in cost(scanner):
             out.append(f"| {label} | {per_kib:.1f} | {runs} |")
+        loadavg = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         out += [
             "",
-            f"Python {sys.version.split()[0]}; single thread, on the machine that ran `make guard-eval`.",
+            f"Python {sys.version.split()[0]}, one thread; load average (1, 5, 15 min) after: {loadavg}.",
         ]
     return "\n".join(out) + "\n"
 

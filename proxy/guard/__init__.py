@@ -6,5 +6,5 @@ cost is linear in the text whatever a client or a server sends. Walking JSON, by
 bounds, the policy effects (deny, redact, confirm, quarantine, audit) and the external hooks live
 with the enforcement side and call into it.
 
-May import: nothing of Manifold's (pinned in tests/test_architecture.py).
+May import: nothing of Manifold's (pinned in tests/test_architecture.py); the standard library and RE2 only.
 """

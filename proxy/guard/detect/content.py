@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import string
 from typing import Final
 
 from proxy.guard.detect.engine import ALL_KINDS, Rule
@@ -39,6 +40,7 @@ _MAGIC: Final = (
     (b"ID3", "audio/mpeg"),
     (b"fLaC", "audio/flac"),
 )
+_CONTROL: Final = bytes([*range(0x00, 0x09), *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])
 _TEXT_BYTES: Final = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D, 0x1B}
 _TEXT_TYPES: Final = (
     "text/",
@@ -116,10 +118,11 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule(
         "binary_content",
         "content",
-        r"(?:^|[^A-Za-z0-9+/:,])([A-Za-z0-9+/]{256,}={0,2})(?:[^A-Za-z0-9+/=]|$)",
+        r"([A-Za-z0-9+/]{256,}={0,2})(?:[^A-Za-z0-9+/=]|$)",
         1,
         _blob,
         ALL_KINDS,
+        not_after=string.ascii_letters + string.digits + "+/:,",
     ),
     Rule(
         "binary_content",
@@ -129,5 +132,6 @@ RULES: Final[tuple[Rule, ...]] = (
         1,
         None,
         ALL_KINDS,
+        gate=lambda probe: len(probe.encoded.translate(None, _CONTROL)) != len(probe.encoded),
     ),
 )

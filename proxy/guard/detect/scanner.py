@@ -16,7 +16,7 @@ from typing import ClassVar, Final
 
 from proxy.guard.detect import content, personal, secret_shapes, signals
 from proxy.guard.detect.decode import encoded_runs
-from proxy.guard.detect.engine import ALL_KINDS, Compiled, Rule, compile_rule, literal
+from proxy.guard.detect.engine import ALL_KINDS, Compiled, Prefilter, Rule, compile_rule, literal
 from proxy.guard.detect.findings import BlockFinding, Finding
 from proxy.guard.detect.normalise import normalise
 
@@ -109,6 +109,7 @@ class Scanner:
         self._by_kind: dict[str, tuple[Compiled, ...]] = {
             kind: tuple(c for c in compiled if kind in c.rule.kinds) for kind in KINDS
         }
+        self._prefilters = {kind: Prefilter(rules) for kind, rules in self._by_kind.items()}
         self._hidden = "hidden_text" in self.detectors
 
     def scan(self, text: str, *, kind: str = "text") -> tuple[Finding, ...]:
@@ -141,7 +142,7 @@ class Scanner:
         encoded = text.encode("utf-8", "surrogatepass")
         return [
             (compiled.rule, start, end)
-            for compiled in self._by_kind[kind]
+            for compiled in self._prefilters[kind].candidates(encoded)
             for start, end in compiled.spans(text, encoded)
         ]
 

@@ -14,20 +14,39 @@ from __future__ import annotations
 
 import base64
 import binascii
+import string
 from typing import Final
 
 from proxy.guard.detect.checks import base62_crc32_ok, entropy, jwt_ok, placeholder
-from proxy.guard.detect.engine import Rule
+from proxy.guard.detect.engine import Check, Gate, Rule
 
 __all__ = ["GENERIC_ENTROPY", "RULES"]
 
 GENERIC_ENTROPY: Final = 3.0
 
 
-def _token(body: str, alphabet: str = "A-Za-z0-9_-") -> str:
-    """``body`` with a character outside ``alphabet`` (or the text's edge) on each side, as
-    capture group 1."""
-    return f"(?:^|[^{alphabet}])({body})(?:[^{alphabet}]|$)"
+_ALNUM: Final = string.ascii_letters + string.digits
+_ALPHABETS: Final = {
+    "A-Za-z0-9_-": _ALNUM + "_-",
+    "A-Za-z0-9_": _ALNUM + "_",
+    "A-Za-z0-9": _ALNUM,
+}
+
+
+def _token(
+    detector: str,
+    body: str,
+    check: Check | None = None,
+    alphabet: str = "A-Za-z0-9_-",
+    gate: Gate | None = None,
+) -> Rule:
+    """``body`` bounded on each side by a character outside ``alphabet`` (or the text's edge).
+
+    The right boundary is in the pattern; the left one is checked by the engine, so that the
+    pattern starts with ``body``'s literal prefix (see :class:`~proxy.guard.detect.engine.Rule`).
+    """
+    pattern = f"({body})(?:[^{alphabet}]|$)"
+    return Rule(detector, "secret", pattern, 1, check or _real, not_after=_ALPHABETS[alphabet], gate=gate)
 
 
 def _real(text: str, start: int, end: int) -> bool:
@@ -57,14 +76,6 @@ def _random_enough(text: str, start: int, end: int) -> bool:
     return not placeholder(value) and entropy(value) >= 3.5
 
 
-_CREDENTIAL_WORDS: Final = ("key", "token", "secret", "bearer", "password", "credential", "sig=", "auth")
-
-
-def _credential_context(text: str, start: int, end: int) -> bool:
-    before = text[max(0, start - 40) : start].lower()
-    return any(word in before for word in _CREDENTIAL_WORDS) and _random_enough(text, start, end)
-
-
 _CODE_REFERENCE: Final = frozenset("._")
 
 
@@ -80,8 +91,8 @@ def _generic(text: str, start: int, end: int) -> bool:
     return letters and others and entropy(value) >= GENERIC_ENTROPY
 
 
-def _secret(detector: str, pattern: str, check: object = _real, group: int = 1) -> Rule:
-    return Rule(detector, "secret", pattern, group, check)  # type: ignore[arg-type]
+def _secret(detector: str, pattern: str, check: Check | None = _real, gate: Gate | None = None) -> Rule:
+    return Rule(detector, "secret", pattern, 1, check, gate=gate)
 
 
 _KEYWORD: Final = (
@@ -93,14 +104,14 @@ _VALUE: Final = r"([^\s\"'`,;<>(){}\[\]]{8,200})"
 
 RULES: Final[tuple[Rule, ...]] = (
     # Cloud.
-    _secret("aws_access_key", _token(r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}", "A-Za-z0-9")),
+    _token("aws_access_key", r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}|A3T[A-Z0-9]{17}", None, "A-Za-z0-9"),
     _secret(
         "aws_secret_key",
         r"(?i)(?:aws_?secret_?access_?key|secret_?access_?key|aws_?secret)[\"']?\s*[:=]\s*[\"']?"
         r"([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)",
         _random_enough,
     ),
-    _secret("gcp_api_key", _token(r"AIza[0-9A-Za-z_-]{35}")),
+    _token("gcp_api_key", r"AIza[0-9A-Za-z_-]{35}"),
     _secret("gcp_service_account", r"\"private_key_id\"\s*:\s*\"([0-9a-f]{40})\""),
     _secret(
         "azure_storage_key",
@@ -110,47 +121,51 @@ RULES: Final[tuple[Rule, ...]] = (
     # A 512-bit base64 value (an Azure storage key's shape) given as a credential.
     _secret(
         "azure_storage_key",
-        r"(?:^|[^A-Za-z0-9+/])([A-Za-z0-9+/]{86}==)(?:[^A-Za-z0-9+/=]|$)",
-        _credential_context,
+        r"(?i)(?:key|token|secret|bearer|password|credential|auth|sig)[^\n]{0,30}?[^A-Za-z0-9+/]"
+        r"([A-Za-z0-9+/]{86}==)(?:[^A-Za-z0-9+/=]|$)",
+        _random_enough,
+        gate=lambda probe: b"==" in probe.encoded,
     ),
     # Version control and package registries.
-    _secret("github_token", _token(r"gh[pousr]_[A-Za-z0-9]{36}", "A-Za-z0-9_"), _crc),
-    _secret("github_token", _token(r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}", "A-Za-z0-9_")),
-    _secret(
+    _token("github_token", r"gh[pousr]_[A-Za-z0-9]{36}", _crc, "A-Za-z0-9_"),
+    _token("github_token", r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}", None, "A-Za-z0-9_"),
+    _token(
         "gitlab_token",
-        r"(?:^|[^A-Za-z0-9_-])((?:gl(?:pat|dt|rt|ptt|ft|soat|agent|cbt|imt|oas)-[0-9A-Za-z_-]{20,300}"
-        r"(?:\.[0-9a-z]{2}\.[0-9a-z]{7,9})?|GR1348941[0-9A-Za-z_-]{20}))(?:[^A-Za-z0-9_-]|$)",
+        r"gl(?:pat|dt|rt|ptt|ft|soat|agent|cbt|imt|oas)-[0-9A-Za-z_-]{20,300}(?:\.[0-9a-z]{2}\.[0-9a-z]{7,9})?"
+        r"|GR1348941[0-9A-Za-z_-]{20}",
     ),
-    _secret("npm_token", _token(r"npm_[A-Za-z0-9]{36}", "A-Za-z0-9_"), _crc),
-    _secret("pypi_token", _token(r"pypi-AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,}")),
+    _token("npm_token", r"npm_[A-Za-z0-9]{36}", _crc, "A-Za-z0-9_"),
+    _token("pypi_token", r"pypi-AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,}"),
     # Chat.
-    _secret("slack_token", _token(r"xox[abeoprs]-[0-9]{6,}-[0-9A-Za-z-]{10,250}")),
-    _secret("slack_token", _token(r"xapp-[0-9]-[A-Z0-9]+-[0-9]+-[a-f0-9]{32,}")),
+    _token("slack_token", r"xox[abeoprs]-[0-9]{6,}-[0-9A-Za-z-]{10,250}"),
+    _token("slack_token", r"xapp-[0-9]-[A-Z0-9]+-[0-9]+-[a-f0-9]{32,}"),
     _secret(
         "slack_webhook",
         r"(https://hooks\.slack\.com/(?:services/T[A-Z0-9]{6,12}/B[A-Z0-9]{6,12}/[A-Za-z0-9]{20,32}|"
         r"(?:workflows|triggers)/T[A-Z0-9]{6,12}/[A-Za-z0-9/]{20,120}))",
     ),
-    _secret(
-        "discord_token", _token(r"[A-Za-z0-9_-]{23,28}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}"), _discord
+    # A bot token's head is a user id in base64: digits encode to [MNO][DTjz][AEIMQUYcgk]...
+    _token(
+        "discord_token",
+        r"[MNO][DTjz][AEIMQUYcgk][A-Za-z0-9_-]{20,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
+        _discord,
     ),
     _secret(
         "discord_webhook",
         r"(https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/[A-Za-z0-9_-]{60,68})",
     ),
     # Payments and messaging providers.
-    _secret("stripe_key", _token(r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{24,247}", "A-Za-z0-9_")),
-    _secret("stripe_key", _token(r"whsec_[A-Za-z0-9]{32,}", "A-Za-z0-9_")),
-    _secret("twilio_key", _token(r"SK[0-9a-f]{32}", "A-Za-z0-9")),
-    _secret("sendgrid_key", _token(r"SG\.[0-9A-Za-z_-]{22}\.[0-9A-Za-z_-]{43}")),
+    _token("stripe_key", r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{24,247}", None, "A-Za-z0-9_"),
+    _token("stripe_key", r"whsec_[A-Za-z0-9]{32,}", None, "A-Za-z0-9_"),
+    _token("twilio_key", r"SK[0-9a-f]{32}", None, "A-Za-z0-9", lambda probe: b"SK" in probe.encoded),
+    _token("sendgrid_key", r"SG\.[0-9A-Za-z_-]{22}\.[0-9A-Za-z_-]{43}"),
     # LLM providers.
-    _secret(
-        "openai_key",
-        _token(r"sk-(?:(?:proj|svcacct|admin)-)?[A-Za-z0-9_-]{16,200}T3BlbkFJ[A-Za-z0-9_-]{16,200}"),
+    _token(
+        "openai_key", r"sk-(?:(?:proj|svcacct|admin)-)?[A-Za-z0-9_-]{16,200}T3BlbkFJ[A-Za-z0-9_-]{16,200}"
     ),
-    _secret("openai_key", _token(r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}")),
-    _secret("anthropic_key", _token(r"sk-ant-(?:api|admin|oat|ort)[0-9]{2}-[A-Za-z0-9_-]{80,120}")),
-    _secret("huggingface_token", _token(r"(?:hf_|api_org_)[A-Za-z]{34}", "A-Za-z0-9_")),
+    _token("openai_key", r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}"),
+    _token("anthropic_key", r"sk-ant-(?:api|admin|oat|ort)[0-9]{2}-[A-Za-z0-9_-]{80,120}"),
+    _token("huggingface_token", r"(?:hf_|api_org_)[A-Za-z]{34}", None, "A-Za-z0-9_"),
     # Keys and tokens by structure.
     _secret(
         "private_key",
@@ -165,7 +180,7 @@ RULES: Final[tuple[Rule, ...]] = (
         None,
     ),
     _secret("private_key", r"(PuTTY-User-Key-File-[0-9]+: [\s\S]{0,200}?Private-Lines: [0-9]+)", None),
-    _secret("jwt", _token(r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*"), _jwt),
+    _token("jwt", r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*", _jwt),
     # Generic assignments: key = value, "key": "value", <key>value</key>, --key value.
     # The key starts a line or follows a delimiter (an assignment, not prose that names a word).
     _secret(

@@ -11,6 +11,7 @@ is taken as talk *about* injection and dropped. The held-out numbers in
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from typing import Final
 from urllib.parse import parse_qsl, urlsplit
@@ -71,8 +72,16 @@ def _addressed(text: str, start: int, end: int) -> bool:
     return not any(word in before for word in _META)
 
 
+_WORD: Final = string.ascii_letters + string.digits + "_"
+
+
 def _rule(detector: str, category: str, pattern: str, check: Check | None, kinds: frozenset[str]) -> Rule:
-    return Rule(detector, category, pattern, 0, check, kinds)
+    """A case-insensitive rule; a leading ``\\b`` becomes the engine's left-boundary check (it
+    would make RE2 step through every byte instead of skipping to the first literal)."""
+    not_after = ""
+    if pattern.startswith(r"\b"):
+        pattern, not_after = pattern[2:], _WORD
+    return Rule(detector, category, "(?i)" + pattern, 0, check, kinds, not_after=not_after)
 
 
 _OVERRIDE_VERB: Final = r"(?:ignore|disregard|forget|override|bypass|skip|drop|abandon)"
@@ -84,6 +93,12 @@ _GUIDANCE: Final = (
     r"messages?|commands?|constraints|programming|policies|restrictions)"
 )
 _MODEL: Final = r"(?:ai|assistant|model|llm|agent|chatbot|claude|gpt|chatgpt|copilot|gemini|bot)"
+# Without "ai": two letters are too short for RE2's prefilter to use ("ai:" is spelled out instead).
+_MODEL_LONG: Final = r"(?:assistant|model|llm|agent|chatbot|claude|gpt|chatgpt|copilot|gemini|bot)"
+_MODEL_ORDER: Final = (
+    r"(?:ignore|disregard|forget|you\s+must|do\s+not|reveal|send|call|run|approve|delete|stop|execute|forward|"
+    r"email|open|read|print)"
+)
 _SENSITIVE: Final = (
     r"(?:\.env\b|api[ _-]?keys?|secrets|credentials|passwords?|session[ _-]?tokens?|access[ _-]?tokens?|"
     r"environment[ _-]variables?|ssh[ _-]keys?|private[ _-]keys?|id_rsa|cookies)"
@@ -123,12 +138,10 @@ _INJECTION: Final = (
     r"<\s*important\s*>",
     # Address the model.
     rf"\b(?:note|message|attention|reminder|(?:hidden|secret)\s+instructions?)\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+)?{_MODEL}s?\b",
-    rf"\b(?:attention|hey|dear|hi|hello)\s*,?\s+{_MODEL}\b(?:\s+agents?)?\s*[:,!]",
+    rf"\b(?:attention|hey|dear|hello)\s*,?\s+{_MODEL}\b(?:\s+agents?)?\s*[:,!]",
     rf"\bfor\s+the\s+{_MODEL}\s*,\s*not\s+(?:for\s+)?the\s+(?:human|user|reader)",
-    rf"(?:^|[\n>\-]\s*|\s){_MODEL}\s*:\s*(?:ignore|disregard|forget|you\s+must|do\s+not|reveal|send|call|run|"
-    r"approve|delete|stop)",
-    rf"\b{_MODEL}\s*,\s*(?:please\s+)?(?:ignore|disregard|forget|you\s+must|do\s+not|stop|approve|send|call|run|"
-    r"execute|delete|forward|email|reveal|open|read|print)\b",
+    rf"\b{_MODEL_LONG}\s*[:,]\s*(?:please\s+)?{_MODEL_ORDER}\b",
+    rf"\bai[:,]\s*(?:please\s+)?{_MODEL_ORDER}\b",
     r"\bas\s+an\s+ai(?:\s+language\s+model)?,?\s+you\s+(?:are\s+required|must|should|will|have\s+to)\b",
     r"\bwhen\s+you\s+read\s+this\b",
     r"\b(?:reveal|print|output|repeat|show|leak|disclose|dump)\s+(?:your|the|its)\s+(?:hidden\s+|system\s+|"
@@ -176,18 +189,16 @@ _POISONING: Final = (
 
 def injection_rules() -> tuple[Rule, ...]:
     """Instructions addressed to the model: every kind of text."""
-    everywhere = tuple(_rule("injection", "injection", "(?i)" + p, _addressed, ALL_KINDS) for p in _INJECTION)
+    everywhere = tuple(_rule("injection", "injection", p, _addressed, ALL_KINDS) for p in _INJECTION)
     flowing = frozenset({"text", "result"})
-    return everywhere + tuple(
-        _rule("injection", "injection", "(?i)" + p, _addressed, flowing) for p in _REACH
-    )
+    return everywhere + tuple(_rule("injection", "injection", p, _addressed, flowing) for p in _REACH)
 
 
 def poisoning_rules() -> tuple[Rule, ...]:
     """Tool descriptions that reach for other tools, for the user's credentials or files, or
     hide from the user: definitions only (in a result these words are ordinary)."""
     kinds = frozenset({"definition"})
-    return tuple(_rule("tool_poisoning", "injection", "(?i)" + p, None, kinds) for p in _POISONING)
+    return tuple(_rule("tool_poisoning", "injection", p, None, kinds) for p in _POISONING)
 
 
 def _comment(text: str, start: int, end: int) -> bool:
@@ -240,6 +251,8 @@ def _carries_data(url: str, image: bool) -> bool:
     """Whether a URL's query or path could carry a payload: a query value (or, for an image,
     any query value of 8+ characters; a link needs 20+), or a path segment of 24+ data-like
     characters (hex, base64, percent-encoding)."""
+    if "?" not in url and "#" not in url and max(map(len, url.split("/"))) < 24:
+        return False  # the common case, decided without parsing
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -264,29 +277,34 @@ def exfil_rules(allowed_hosts: Sequence[str]) -> tuple[Rule, ...]:
     def check(image: bool) -> Check:
         def exfil(text: str, start: int, end: int) -> bool:
             url = text[start:end]
+            if not _carries_data(url, image):
+                return False
             try:
                 host = urlsplit(url).hostname or ""
             except ValueError:
                 host = ""
-            return not host_allowed(host, allowed) and _carries_data(url, image)
+            return not host_allowed(host, allowed)
 
         return exfil
 
+    def markdown(text: str, start: int, end: int) -> bool:
+        close = text.rfind("](", max(0, start - 1010), start)
+        line_start = text.rfind("\n", 0, close) + 1
+        opening = text.rfind("[", max(line_start, close - 300), close)
+        if close < 0 or opening < 0:
+            return False
+        image = opening > 0 and text[opening - 1] == "!"
+        return check(image)(text, start, end)
+
     return (
+        # The span is the URL of a markdown link or image: found by its "](", then the opening
+        # "[" looked for on the same line (so the scan skips from "](" to "](", not "[" to "[").
         Rule(
             "exfil_link",
             "injection",
-            r"!\[[^\]\n]{0,300}\]\(\s*<?(https?://[^\s)>]{1,1000})",
+            r"\]\(\s*<?(https?://[^\s)>]{1,1000})",
             1,
-            check(True),
-            ALL_KINDS,
-        ),
-        Rule(
-            "exfil_link",
-            "injection",
-            r"(?:^|[^!])\[[^\]\n]{0,300}\]\(\s*<?(https?://[^\s)>]{1,1000})",
-            1,
-            check(False),
+            markdown,
             ALL_KINDS,
         ),
         Rule(
