@@ -43,6 +43,9 @@ guardrails:
       effect: inspect
       hook: lenient
       match: {directions: [tool_arguments], tools: ["g.answer"]}
+    - id: no-keys-out
+      effect: deny
+      match: {directions: [tool_arguments], detectors: [aws_access_key]}
 """
 
 
@@ -251,20 +254,12 @@ async def test_a_hook_that_crashes_fails_each_call_by_its_own_mode(tmp_path: Pat
     assert text_of(healthy) == "still served"
 
 
-async def test_a_hook_edit_that_brings_in_what_the_rules_refuse_is_refused(tmp_path: Path) -> None:
-    policy = POLICY + (
-        "    - id: no-keys-out\n      effect: deny\n"
-        "      match: {directions: [tool_arguments], detectors: [aws_access_key]}\n"
-    )
-    with hook_service(tmp_path) as url:
-        config = manifold_config(tmp_path, url)
-        (tmp_path / "policy.yaml").write_text(policy)
-        async with running_manifold(tmp_path, config) as running:
-            before = len(received(running))
-            result = await call(running, "g.record", {"mode": "smuggle", "note": "harmless"})
-            assert result.is_error
-            assert "no-keys-out" in text_of(result)
-            assert received(running)[before:] == []
+async def test_a_hook_edit_that_brings_in_what_the_rules_refuse_is_refused(manifold: RunningManifold) -> None:
+    before = len(received(manifold))
+    result = await call(manifold, "g.record", {"mode": "smuggle", "note": "harmless"})
+    assert result.is_error
+    assert "no-keys-out" in text_of(result)
+    assert received(manifold)[before:] == []
 
 
 def _pki(directory: Path) -> dict[str, Path]:
