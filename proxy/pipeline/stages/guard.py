@@ -36,6 +36,7 @@ from proxy.core.errors import GuardrailDenied
 from proxy.enforce.access import Access
 from proxy.pipeline.context import CallContext, GuardQuestion, Handler, tool_error
 from proxy.policy import SchemaValidators
+from proxy.policy.guardrail_engine import both_ask
 from proxy.protocol.results import is_input_required
 
 __all__ = ["GUARDRAIL_KEY", "Guard", "GuardedRequest"]
@@ -88,13 +89,7 @@ class Guard:
                         )
                     ctx = dataclasses.replace(ctx, params=verdict.message)
                 if verdict.effect == "confirm" and verdict.confirm is not None:
-                    shown = verdict.shown.get("arguments") if verdict.shown is not None else None
-                    question = GuardQuestion(
-                        verdict.rule_ids,
-                        verdict.confirm,
-                        shown if isinstance(shown, Mapping) else ctx.arguments,
-                    )
-                    ctx = dataclasses.replace(ctx, guard_question=question)
+                    ctx = dataclasses.replace(ctx, guard_question=self._question(ctx, verdict))
         result = await call_next(ctx)
         if not isinstance(result, dict):
             return result
@@ -125,6 +120,19 @@ class Guard:
                     )
             return edited
         return result
+
+    def _question(self, ctx: CallContext, verdict: Any) -> GuardQuestion:
+        """What the confirm stage asks: this guardrail's question, joined with a confirm rule's
+        when one applies too (one question, the most cautious of the two), showing the arguments
+        with every finding redacted."""
+        rule_ids, confirm = verdict.rule_ids, verdict.confirm
+        if ctx.subject is not None:
+            decision = self._access.decide(ctx.caller.identity, ctx.subject)
+            if decision.effect == "confirm" and decision.confirm is not None:
+                rule_ids = tuple(sorted({*decision.rule_ids, *rule_ids}))
+                confirm = both_ask(decision.confirm, confirm)
+        shown = verdict.shown.get("arguments") if verdict.shown is not None else None
+        return GuardQuestion(rule_ids, confirm, shown if isinstance(shown, Mapping) else ctx.arguments)
 
     def _arguments_problems(self, ctx: CallContext, arguments: object) -> list[str]:
         if not isinstance(arguments, Mapping):

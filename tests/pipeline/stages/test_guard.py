@@ -49,9 +49,9 @@ guardrails:
 
 
 def guarded(
-    tmp_path: Path, extra: str = GUARDRAILS, *, dry_run: bool = False
+    tmp_path: Path, extra: str = GUARDRAILS, *, dry_run: bool = False, policy: str = POLICY
 ) -> tuple[Access, PatternScanner]:
-    access = access_for(tmp_path, POLICY + extra, dry_run=dry_run)
+    access = access_for(tmp_path, policy + extra, dry_run=dry_run)
     assert access.guard is not None
     scanner = PatternScanner()
     inspector = Inspector(access.guard.inspector.engine, scanner, max_bytes=100_000, max_depth=32)
@@ -236,3 +236,27 @@ async def test_a_detector_that_fails_denies_that_call_only(setup: Any) -> None:
     assert (
         await stage(tool_context(served, "gh.create_issue", arguments={"title": "calm"}), fine) is fine.result
     )
+
+
+ASK_CREATING = POLICY.replace(
+    "rules:\n",
+    "rules:\n"
+    "  - {id: allow-creating, effect: allow, match: {tools: [gh.create_*]}}\n"
+    "  - {id: ask-creating, effect: confirm, match: {tools: [gh.create_*]}, "
+    "confirm: {timeout: 30, remember: session}}\n",
+    1,
+)
+
+
+async def test_a_guardrail_and_a_confirm_rule_ask_one_question_the_most_cautious(tmp_path: Path) -> None:
+    access, _ = guarded(tmp_path, policy=ASK_CREATING)
+    call_next = Recorder()
+    await Guard(access, SchemaValidators())(
+        tool_context(served_tools(access), "gh.create_issue", arguments={"title": "mail bob@example.com"}),
+        call_next,
+    )
+    question = call_next.seen[0].guard_question
+    assert question is not None
+    assert question.rule_ids == ("ask-before-mailing", "ask-creating")
+    assert question.confirm.timeout == 30  # the shorter of 120 and 30
+    assert question.confirm.remember == "none"  # remembered only as far as both let
