@@ -3,9 +3,10 @@ within a byte and depth bound, and edits written back without touching the rest.
 
 :func:`texts` walks a JSON value depth first, in document order, and yields one
 :class:`Texts`: the strings (``blocks``), where each one sits (``paths``), and whether the
-walk stopped early (``truncated``: the byte bound or the depth bound was reached; what lies
-past it was not inspected, and the caller says so). A block that crosses the byte bound is cut
-at it: a span found in the cut block is a span in the original string too.
+walk stopped early (``truncated``: the byte bound, the depth bound or :data:`MAX_BLOCKS`
+strings was reached; what lies past it was not inspected, and the caller says so). A block
+that crosses the byte bound is cut at it: a span found in the cut block is a span in the
+original string too.
 
 A content block's ``type`` and ``mimeType`` are the protocol's structure, not text: left out.
 Binary payloads are not text either: the ``data`` of image and audio content and the ``blob`` of
@@ -24,9 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
-__all__ = ["KEY", "Path", "Texts", "replace", "texts"]
+__all__ = ["KEY", "MAX_BLOCKS", "Path", "Texts", "replace", "texts"]
 
 KEY: Final = "\x00key"  # a path step meaning "the key itself" (``(KEY, name)``), not its value
+MAX_BLOCKS: Final = 65_536  # strings kept per message; past it the walk stops ("count")
 Step: TypeAlias = str | int | tuple[str, str]
 Path: TypeAlias = tuple[Step, ...]
 _BINARY_TYPES: Final = frozenset({"image", "audio"})
@@ -43,13 +45,16 @@ class Texts:
     blocks: list[str] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)
     truncated: bool = False
-    why: str = ""  # "bytes" or "depth" when truncated
+    why: str = ""  # "bytes", "depth" or "count" when truncated
     size: int = 0  # characters inspected
     cut: str | None = None  # the whole string of the last block, when the bound cut it
     skipped_bytes: int = 0  # binary payloads left out
 
     def add(self, text: str, path: Path, budget: int) -> bool:
         """Keep ``text`` (cut to what is left of ``budget``); False once the budget is spent."""
+        if len(self.blocks) >= MAX_BLOCKS:  # a million one-letter strings: each costs a path
+            self._stop("count")
+            return False
         left = budget - self.size
         if left <= 0:
             self._stop("bytes")

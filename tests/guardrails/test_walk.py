@@ -55,3 +55,11 @@ def test_replace_edits_values_and_keys_and_shares_the_rest() -> None:
 
 def test_a_bare_string_is_replaced_whole() -> None:
     assert replace("abc", {(): "x"}) == "x"
+
+
+def test_a_flood_of_tiny_strings_stops_at_the_block_count_and_says_so() -> None:
+    from proxy.guardrails.walk import MAX_BLOCKS
+
+    found = texts(["a"] * (MAX_BLOCKS + 10), max_chars=10 * MAX_BLOCKS, max_depth=10)
+    assert len(found.blocks) == MAX_BLOCKS
+    assert (found.truncated, found.why) == (True, "count")
