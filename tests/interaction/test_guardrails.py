@@ -359,3 +359,24 @@ def test_explain_names_the_guardrail_rules_per_direction_and_a_quarantined_tool(
     assert "no-injection-in" in rules["tool_results"]
     assert "quarantined" not in report
     assert explain("g.notes")["quarantined"] is True
+
+
+async def test_the_npm_reference_servers_echo_is_redacted_on_its_way_back(tmp_path: Path) -> None:
+    from tests.interaction.harness import everything_server
+
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: allow\nguardrails:\n  rules:\n"
+        "    - id: results-redacted\n      effect: redact\n"
+        "      match: {directions: [tool_results], detectors: [aws_access_key]}\n"
+    )
+    config = {
+        "servers": {"everything": everything_server()},
+        "policy": {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}},
+    }
+    async with running_manifold(tmp_path, config) as running:
+        for era in ("legacy", "modern"):
+            async with client(running, era) as session:
+                result = await session.call_tool("everything.echo", {"message": f"key {AWS_KEY} here"})
+            assert not result.is_error, text_of(result)
+            assert AWS_KEY not in text_of(result)
+            assert "key [REDACTED:aws_access_key] here" in text_of(result)
