@@ -13,6 +13,7 @@ import resource
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
@@ -27,6 +28,7 @@ from proxy.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.redaction import url_secrets
 from proxy.reloader import Reloader
+from proxy.tracing import Running, started
 
 __all__ = ["main"]
 
@@ -291,6 +293,14 @@ def _reloader(
     return reloader
 
 
+@asynccontextmanager
+async def _traced(config: Config) -> AsyncIterator[Running | None]:
+    """Tracing on for the block when the config or the OTEL_* variables say so (proxy.tracing);
+    before the gateway is built, whose call pipeline wraps its stages in spans only then."""
+    with started(config.tracing, os.environ) as running:
+        yield running
+
+
 async def _serve(config: Config, args: argparse.Namespace) -> int:
     from proxy.inbound.observers import warnings
     from proxy.inbound.server import bind, serve
@@ -307,7 +317,13 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     # Listening at once: /healthz answers while servers connect, /readyz waits for the required
     # ones, and a server that connects later joins the catalog (clients hear list_changed).
-    async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="none") as gateway:
+    async with (
+        _traced(config) as traced,
+        anyio.create_task_group() as tg,
+        Gateway(config).running(wait_for="none") as gateway,
+    ):
+        if traced is not None:
+            traced.count_drops(gateway.metrics.trace_spans_dropped)
         reloader = _reloader(gateway, config, args, tg)
         tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
         await tg.start(
@@ -363,7 +379,13 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
     # Unlike serve, every server's first attempt is waited for: a stdio client (a desktop app) has
     # no /readyz to ask, lists tools as soon as it has initialized, and not every one re-lists on
     # list_changed. Its start-up is paid once per launch, not by other clients.
-    async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="all") as gateway:
+    async with (
+        _traced(config) as traced,
+        anyio.create_task_group() as tg,
+        Gateway(config).running(wait_for="all") as gateway,
+    ):
+        if traced is not None:
+            traced.count_drops(gateway.metrics.trace_spans_dropped)
         reloader = _reloader(gateway, config, args, tg)
         tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
         inbound = gateway.endpoints[name] if name else gateway.inbound

@@ -109,6 +109,7 @@ from proxy.policy.settings import PolicySettings
 from proxy.protocol.jsonrpc import DEFAULT_MAX_DEPTH, MAX_DEPTH_CEILING
 from proxy.ratelimit import RateLimitSettings
 from proxy.redaction import redact_text, redact_url
+from proxy.tracing.settings import TracingSettings
 
 __all__ = [
     "CatalogConfig",
@@ -611,6 +612,7 @@ class Config(_Model):
     logging: LogSettings = LogSettings()
     discovery: DiscoverySettings = DiscoverySettings()
     credentials: CredentialStoreSettings = CredentialStoreSettings()
+    tracing: TracingSettings = TracingSettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
 

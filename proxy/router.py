@@ -56,6 +56,8 @@ from proxy.protocol.uris import normalize_uri
 from proxy.quota import Quota
 from proxy.server_logs import ServerLogs
 from proxy.sessions import Sessions
+from proxy.tracing import active as tracing
+from proxy.tracing.active import RequestTrace
 
 __all__ = ["CAPABILITIES", "Router", "SERVER_INFO"]
 
@@ -94,6 +96,15 @@ def _too_many(duplicate: bool, maximum: int) -> InvalidRequest:
     return LimitExceeded(
         "too many requests in flight in this session", limit="max_in_flight_per_session", maximum=maximum
     )
+
+
+def _traced(method: str, params: Any, request_id: RequestId, session: Any) -> RequestTrace | None:
+    """The span of one client request, when tracing is on (the one check it costs when off)."""
+    tracer = tracing.tracer
+    if tracer is None:
+        return None
+    carried = params if isinstance(params, Mapping) else {}
+    return tracer.request(method, carried, request_id, session, tracing.HEADERS.get())
 
 
 def _string(params: Mapping[str, Any], key: str, method: str) -> str:
@@ -188,16 +199,24 @@ class Router:
         # The client may cancel this request by id (notifications/cancelled): its own scope.
         with anyio.CancelScope() as scope, self._metrics.in_flight():
             session.in_flight[request_id] = scope
+            params = message.get("params") or {}
+            traced = _traced(message["method"], params, request_id, session)
             try:
-                params = message.get("params") or {}
                 result = await self._request(
                     InboundRequest(session, stream), message["method"], params, request_id
                 )
+                if traced is not None:
+                    traced.result(message["method"], result)
                 return self._boundary.respond(request_id, result, session=session)
             except Exception as exc:
-                return self._boundary.answer(exc, request_id, method=message["method"], session=session)
+                response = self._boundary.answer(exc, request_id, method=message["method"], session=session)
+                if traced is not None:
+                    traced.failed(response)
+                return response
             finally:
                 session.in_flight.pop(request_id, None)
+                if traced is not None:
+                    traced.end()
         return None  # cancelled by the client: the spec says nothing is sent back
 
     async def handle_stateless(self, caller: StatelessCaller, message: Message, stream: Deliver) -> Message:
@@ -208,14 +227,23 @@ class Router:
         but cancellation (the client closed the response stream)."""
         request_id = message["id"]
         with self._metrics.in_flight():
+            params = message.get("params") or {}
+            traced = _traced(message["method"], params, request_id, caller)
             try:
-                params = message.get("params") or {}
                 result = await self._stateless(
                     InboundRequest(caller, stream), message["method"], params, request_id
                 )
+                if traced is not None:
+                    traced.result(message["method"], result)
                 return self._boundary.respond(request_id, result, session=caller)
             except Exception as exc:
-                return self._boundary.answer(exc, request_id, method=message["method"], session=caller)
+                response = self._boundary.answer(exc, request_id, method=message["method"], session=caller)
+                if traced is not None:
+                    traced.failed(response)
+                return response
+            finally:
+                if traced is not None:
+                    traced.end()
 
     def _notification(self, session: ClientSession, message: Message) -> None:
         method = message["method"]

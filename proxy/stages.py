@@ -28,6 +28,7 @@ from proxy.middleware.validate import Validate
 from proxy.pipeline import Middleware
 from proxy.policy import SchemaValidators
 from proxy.ratelimit import LimitBackend, make_backend
+from proxy.tracing.stage import traced
 
 if TYPE_CHECKING:  # the oauth credentials mode, with its OAuth client, only when configured
     from proxy.credentials.on_behalf import OnBehalf
@@ -90,7 +91,7 @@ def stages(config: Config, parts: Parts) -> list[Middleware]:
         from proxy.middleware.sign_in import SignInStage
 
         built.append(SignInStage(parts.on_behalf, parts.sign_ins))
-    return built
+    return traced(built)  # each stage in a span of its own when tracing is on
 
 
 def audit_log(config: Config, metrics: Metrics) -> AuditLog | None:

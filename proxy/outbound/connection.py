@@ -84,6 +84,9 @@ from proxy.protocol.headers import ParamHeader, param_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.results import CacheHint
 from proxy.protocol.subscriptions import LISTEN
+from proxy.tracing import active as tracing
+from proxy.tracing.active import ClientTrace, RelayTrace
+from proxy.tracing.w3c import clean_meta
 
 __all__ = [
     "AnswerError",
@@ -149,6 +152,7 @@ class _Pending:
     response: Message | None = None
     failure: ServerUnavailable | None = None
     progress_token: Any = None  # the client's own token, when the request carried one
+    trace: ClientTrace | None = None  # its span, when tracing is on and a client's request is traced
 
 
 class ServerConnection:
@@ -452,6 +456,8 @@ class ServerConnection:
                 slot.relay.notify(
                     jsonrpc.notification(method, {**params, "progressToken": slot.progress_token})
                 )
+                if slot.trace is not None:
+                    slot.trace.event(method)
         elif method in CHANGED:
             self._stale.update(CHANGED[method])
             self._refresh.set()
@@ -466,6 +472,8 @@ class ServerConnection:
             slot = self._pending.get(related) if isinstance(related, int) else None
             if slot is not None and slot.relay is not None:
                 slot.relay.notify(message)
+                if slot.trace is not None:
+                    slot.trace.event(method)
             else:
                 self._listener.server_notification(self.server_id, untagged(message))
 
@@ -477,6 +485,8 @@ class ServerConnection:
         Cancelled (the server's ``notifications/cancelled``): nothing is written back.
         """
         request_id: RequestId = message["id"]
+        traced: RelayTrace | None = None
+        failure: Exception | None = None
         try:
             with scope:
                 try:
@@ -488,9 +498,21 @@ class ServerConnection:
                         method=message["method"],
                         server_id=self.server_id,
                     )
-                    result = await relay.request(message["method"], message.get("params"))
+                    params = message.get("params")
+                    slot = self._pending.get(related) if isinstance(related, int) else None
+                    if slot is not None and slot.trace is not None:
+                        traced = slot.trace.relayed(message["method"], params)
+                        params = traced.meta(params)
+                    elif (
+                        isinstance(params, dict)
+                        and isinstance(meta := params.get("_meta"), dict)
+                        and (cleaned := clean_meta(meta)) is not None
+                    ):
+                        params = {**params, "_meta": cleaned}
+                    result = await relay.request(message["method"], params)
                     reply = jsonrpc.result_response(request_id, result)
                 except Exception as exc:
+                    failure = exc
                     reply = self._answer_error(exc, request_id)
                 await self._reply(link, reply, request_id)
         except Exception as exc:  # answer_error itself failed: the server still gets an answer
@@ -498,6 +520,8 @@ class ServerConnection:
             with contextlib.suppress(ServerUnavailable, Unencodable):
                 await link.send(_internal_error_reply(request_id))
         finally:
+            if traced is not None:
+                traced.end(failure)
             if self._server_requests.get(request_id) is scope:
                 del self._server_requests[request_id]
             if not self._server_requests:
@@ -643,6 +667,18 @@ class ServerConnection:
             params = dict(params or {})
             params["_meta"] = {**(params.get("_meta") or {}), **envelope(relay)}
         meta = params.get("_meta") if params else None
+        traced = tracing.CURRENT.get() if tracing.tracer is not None else None
+        if traced is not None:
+            # Our CLIENT span is the server's parent: the caller's context is replaced by it.
+            slot.trace = traced.client(method, params, self.server_id, request_id)
+            params = slot.trace.params(params)
+            meta = params["_meta"]
+        elif isinstance(meta, dict) and (cleaned := clean_meta(meta)) is not None:
+            # Not traced, but a client's malformed or oversized trace context is still not
+            # passed on as it came (W3C: ignored, or truncated).
+            assert params is not None
+            params = {**params, "_meta": cleaned}
+            meta = cleaned
         if relay is not None and isinstance(meta, dict) and "progressToken" in meta:
             # Tokens are the client's; on a shared connection they could collide, so the server
             # sees our request id as the token, and progress is mapped back on the way out.
@@ -655,6 +691,8 @@ class ServerConnection:
         if specs and params is not None:
             arguments = params.get("arguments")
             headers = param_headers(specs, arguments if isinstance(arguments, dict) else {})
+        if slot.trace is not None:
+            headers = {**(headers or {}), **slot.trace.headers()}
         try:
             await link.send(jsonrpc.request(request_id, method, params), headers=headers)
             # math.inf (a listen stream) has no timer: it waits for its answer or its end.
@@ -667,18 +705,31 @@ class ServerConnection:
             if timed_out:
                 await self._cancel(link, request_id, "timeout")
                 raise ServerTimeout(self.server_id, method, timeout)
-        except anyio.get_cancelled_exc_class():
+        except anyio.get_cancelled_exc_class() as exc:
             # Our caller was cancelled: tell the server, under its id, and stop waiting.
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_GRACE):
                 await self._cancel(link, request_id, "cancelled by the client")
+            if slot.trace is not None:
+                slot.trace.end(failure=exc)
+            raise
+        except Exception as exc:
+            if slot.trace is not None:
+                slot.trace.end(failure=exc)
             raise
         finally:
             del self._pending[request_id]
         if slot.failure is not None:
+            if slot.trace is not None:
+                slot.trace.end(failure=slot.failure)
             raise slot.failure
         assert slot.response is not None
         if "error" in slot.response:
-            raise RemoteError(self.server_id, slot.response["error"])
+            failure = RemoteError(self.server_id, slot.response["error"])
+            if slot.trace is not None:
+                slot.trace.end(failure=failure)
+            raise failure
+        if slot.trace is not None:
+            slot.trace.end(slot.response["result"])
         return slot.response["result"]
 
     async def _cancel(self, link: Link, request_id: int, reason: str) -> None:
