@@ -126,7 +126,11 @@ def provider(resolved: Resolved, dropped: Dropped) -> TracerProvider:
         }
     )
     limits = SpanLimits(max_span_attribute_length=resolved.max_attribute_length)
-    traces = TracerProvider(resource=resource, sampler=_sampler(resolved), span_limits=limits)
+    # No exit hook of the SDK's own: it would wait up to 30 s for a collector that hangs;
+    # shut_down waits a bounded time instead.
+    traces = TracerProvider(
+        resource=resource, sampler=_sampler(resolved), span_limits=limits, shutdown_on_exit=False
+    )
     batch = BatchSpanProcessor(
         _Counting(_exporter(resolved), dropped),
         max_queue_size=resolved.max_queue_size,

@@ -15,7 +15,7 @@ from proxy.tracing.spans import SpanFactory
 class Traces:
     def __init__(self) -> None:
         self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider(sampler=ParentBased(ALWAYS_ON))
+        self.provider = TracerProvider(sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.factory = SpanFactory(self.provider.get_tracer("test"), identity=False, max_length=64)
 

@@ -53,10 +53,13 @@ class Queueing:
     def on_end(self, span: ReadableSpan) -> None:
         self._queue.appendleft(span)
 
+    def shutdown(self) -> None:
+        pass
+
 
 def test_a_full_queue_drops_spans_without_waiting_and_counts_each() -> None:
     counted: list[tuple[str, int]] = []
-    provider = TracerProvider()
+    provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(_Bounded(Queueing(2), 2, lambda r, n: counted.append((r, n))))  # type: ignore[arg-type]
     tracer = provider.get_tracer("test")
     for _ in range(5):
