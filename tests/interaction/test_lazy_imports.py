@@ -69,6 +69,9 @@ LAZY = (
     "jsonschema",
     "jwt",
     "opentelemetry",
+    "grpc",
+    "google.protobuf",
+    "requests",
     "re2",
     "redis",
     "referencing",
@@ -90,6 +93,8 @@ LAZY = (
     "proxy.outbound.streamable_http",
     "proxy.policy.patterns",
     "proxy.ratelimit.redis",
+    "proxy.tracing.export",
+    "proxy.tracing.spans",
 )
 
 SECRET = "an-hs256-test-secret-of-at-least-32-bytes!"
@@ -225,3 +230,17 @@ def test_a_bad_jwt_issuer_is_still_refused_before_anything_starts(tmp_path: Path
     assert "auth.jwt[0].jwks_file" in result.stderr
     if command == "check":
         assert result.returncode == 2
+
+
+async def test_a_config_with_tracing_on_loads_the_sdk_and_its_http_exporter_only(tmp_path: Path) -> None:
+    # Nobody listens at the endpoint: export fails, quietly, and the call is served all the same.
+    config = {
+        "tracing": {"enabled": True, "endpoint": f"http://127.0.0.1:{free_port()}", "export_timeout_ms": 200},
+        "servers": {"one": fixture_server("one")},
+    }
+    async with serving(tmp_path, config) as served, aiohttp.ClientSession() as http:
+        assert "one.echo" in await list_tools(http, served.manifold.url, {})
+    loaded = served.modules()
+    assert {"opentelemetry.sdk.trace", "proxy.tracing.spans", "proxy.tracing.export"} <= loaded
+    assert "opentelemetry.exporter.otlp.proto.http.trace_exporter" in loaded
+    assert "grpc" not in loaded  # the gRPC exporter only for protocol grpc
