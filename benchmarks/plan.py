@@ -26,6 +26,7 @@ __all__ = [
     "manifold_config",
     "materialize",
     "stdio_server",
+    "wants_otlp",
 ]
 
 # The fixture's tools besides tool_000 … tool_{T-1} (tests/fixtures/fixture_server.py).
@@ -55,7 +56,9 @@ class Plan:
     client_rounds: int = 2  # the HTTP client comparison
     client_duration: float = 1.0
     client_candidates: tuple[str, ...] = ("raw", "h11", "aiohttp", "httpx", "httpx2")
-    middlewares: tuple[str, ...] = ("policy", "validation", "ratelimit", "metrics", "access-log")
+    middlewares: tuple[str, ...] = (
+        "policy", "validation", "ratelimit", "metrics", "access-log", "tracing-100", "tracing-10",
+    )  # fmt: skip
     middleware_servers: int = 1  # K for the middleware on/off runs
     sse_direct: bool = True  # also the fixture in SSE mode, directly
     profile_seconds: float = 8.0  # py-spy per profiled Manifold (0: no profile)
@@ -201,6 +204,34 @@ MIDDLEWARES: Final[dict[str, Overlay]] = {
         files={"bench-allow-all.yaml": _ALLOW_ALL, "bench-limits.yaml": _NO_REAL_LIMIT},
         note="one global limit nobody reaches (with the allow-all policy it is loaded with)",
     ),
+    # Tracing (proxy.tracing): every call a root trace (the load generator sends no traceparent),
+    # sampled at 100 % or 10 %, exported over OTLP/HTTP to a real receiver on loopback (`{otlp}`,
+    # tests/fixtures/otlp_receiver.py, decoding every request): the cost is Manifold's spans,
+    # propagation and export thread. The target: at most 1.15x "all off" at 10 %.
+    "tracing-100": Overlay(
+        on={
+            "tracing": {
+                "enabled": True,
+                "endpoint": "{otlp}",
+                "sampler": "traceidratio",
+                "sampler_ratio": 1.0,
+            }
+        },
+        off={"tracing": {"enabled": False}},
+        note="OpenTelemetry spans for every call (100 % sampled), OTLP/HTTP to a loopback receiver",
+    ),
+    "tracing-10": Overlay(
+        on={
+            "tracing": {
+                "enabled": True,
+                "endpoint": "{otlp}",
+                "sampler": "traceidratio",
+                "sampler_ratio": 0.1,
+            }
+        },
+        off={"tracing": {"enabled": False}},
+        note="the same at 10 % sampling (unsampled calls still get ids and propagate them)",
+    ),
     "metrics": Overlay(
         on={"metrics": {"enabled": True}},
         off={"metrics": {"enabled": False}},
@@ -231,15 +262,27 @@ def deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str,
     return merged
 
 
-def materialize(value: Any, directory: Path) -> Any:
-    """``value`` with ``{dir}`` in every string replaced by ``directory``."""
+def materialize(value: Any, directory: Path, otlp: str = "") -> Any:
+    """``value`` with ``{dir}`` in every string replaced by ``directory`` (and ``{otlp}`` by the
+    OTLP receiver's URL)."""
     if isinstance(value, str):
-        return value.replace("{dir}", str(directory))
+        return value.replace("{dir}", str(directory)).replace("{otlp}", otlp)
     if isinstance(value, Mapping):
-        return {key: materialize(item, directory) for key, item in value.items()}
+        return {key: materialize(item, directory, otlp) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [materialize(item, directory) for item in value]
+        return [materialize(item, directory, otlp) for item in value]
     return value
+
+
+def wants_otlp(value: Any) -> bool:
+    """Whether a config fragment names the OTLP receiver (``{otlp}``)."""
+    if isinstance(value, str):
+        return "{otlp}" in value
+    if isinstance(value, Mapping):
+        return any(wants_otlp(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(wants_otlp(item) for item in value)
+    return False
 
 
 def stdio_server(name: str, *, tools: int, page_size: int) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from proxy.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.redaction import url_secrets
 from proxy.reloader import Reloader
-from proxy.tracing import Running, started
+from proxy.tracing import Running, TracingUnavailable, started
 
 __all__ = ["main"]
 
@@ -124,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = anyio.run(_runner(args.command), config, args, backend_options=_loop_options())
     except KeyboardInterrupt:
         return 130
+    except TracingUnavailable as exc:
+        print(f"manifold: {exc}", file=sys.stderr)
+        return 2
     return code
 
 

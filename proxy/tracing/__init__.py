@@ -26,9 +26,13 @@ from proxy.tracing.settings import TracingSettings, resolve
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
-__all__ = ["Running", "TraceIds", "started"]
+__all__ = ["Running", "TraceIds", "TracingUnavailable", "started"]
 
 logger = logging.getLogger("proxy.tracing")
+
+
+class TracingUnavailable(RuntimeError):
+    """Tracing is switched on, but the OpenTelemetry packages (the ``tracing`` extra) are missing."""
 
 
 class TraceIds(logging.Filter):
@@ -71,7 +75,7 @@ def started(settings: TracingSettings, env: Mapping[str, str]) -> Iterator[Runni
     """Tracing on, as ``settings`` and ``env`` say, for the block; None when it is off.
 
     Raises:
-        ImportError: tracing is switched on but the ``tracing`` extra is not installed.
+        TracingUnavailable: tracing is switched on but the ``tracing`` extra is not installed.
     """
     resolved = resolve(settings, env)
     if resolved is None:
@@ -81,7 +85,7 @@ def started(settings: TracingSettings, env: Mapping[str, str]) -> Iterator[Runni
         from proxy.tracing.export import provider, shut_down
         from proxy.tracing.spans import SpanFactory
     except ImportError as exc:
-        raise ImportError(
+        raise TracingUnavailable(
             "tracing is switched on (the tracing: section or an OTEL_* variable) but the OpenTelemetry "
             "packages are missing: pip install 'mcp-manifold[tracing]'"
         ) from exc

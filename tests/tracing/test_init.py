@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import pytest
 
@@ -45,3 +46,13 @@ def test_a_log_line_written_while_a_request_is_traced_names_the_trace(
     assert not hasattr(before, "trace_id")
     assert during.trace_id == request.trace_id  # type: ignore[attr-defined]
     assert during.span_id == request.span_id  # type: ignore[attr-defined]
+
+
+def test_on_without_the_extra_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "proxy.tracing.export", None)  # as if OpenTelemetry were missing
+    with (
+        pytest.raises(TracingUnavailable, match=r"mcp-manifold\[tracing\]"),
+        started(TracingSettings(enabled=True), {}),
+    ):
+        pass
+    assert active.tracer is None
