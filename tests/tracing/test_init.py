@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from proxy.tracing import TraceIds, active, started
+from proxy.tracing import TraceIds, TracingUnavailable, active, started
 from proxy.tracing.settings import TracingSettings
 from tests.tracing.conftest import Traces
 from tests.tracing.test_spans import Session
