@@ -500,6 +500,9 @@ class ServerConnection:
                     )
                     params = message.get("params")
                     slot = self._pending.get(related) if isinstance(related, int) else None
+                    if slot is None and tracing.tracer is not None:
+                        # Not named (stdio has no way to): the call relay_for chose is the one.
+                        slot = next((s for s in self._pending.values() if s.relay is relay), None)
                     if slot is not None and slot.trace is not None:
                         traced = slot.trace.relayed(message["method"], params)
                         params = traced.meta(params)

@@ -26,8 +26,9 @@ import anyio
 import orjson
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp.types import TextContent
+from mcp.types import CreateMessageRequestParams, CreateMessageResult, TextContent
 from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
 
@@ -39,6 +40,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 RECEIVER = Path(__file__).resolve().parents[1] / "fixtures" / "otlp_receiver.py"
+RELAY = Path(__file__).resolve().parents[1] / "fixtures" / "relay_server.py"
 SECRET_HEADER = "s3cr3t-bearer-value-for-the-trace-test"
 POLICY = """\
 version: 1
@@ -146,6 +148,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             "servers": {
                 "fx": {"url": f"http://127.0.0.1:{fx_port}/mcp", "headers": {"X-Api-Key": SECRET_HEADER}},
                 "st": traced_stdio("st"),
+                "rl": {"command": sys.executable, "args": [str(RELAY), "--name", "rl"], "era": "handshake"},
             },
             "policy": {
                 "files": [str(tmp / "policy.yaml")],
@@ -247,6 +250,37 @@ async def test_a_denial_a_timeout_and_a_crash_are_error_spans(stack: Stack) -> N
     assert outbound["status"] == "ERROR"
     assert outbound["attributes"]["error.type"] == "server_unavailable"
     assert _one(spans, "SERVER", "tools/call st.crash")["status"] == "ERROR"
+
+
+async def test_a_servers_request_reaches_the_client_with_the_call_trace_and_progress_is_an_event(
+    stack: Stack,
+) -> None:
+    asked: list[dict[str, Any]] = []
+
+    async def sampling(
+        context: ClientRequestContext, params: CreateMessageRequestParams
+    ) -> CreateMessageResult:
+        asked.append(dict(context.meta or {}))
+        return CreateMessageResult(role="assistant", content=TextContent(type="text", text="yes"), model="m")
+
+    async def progressed(progress: float, total: float | None, message: str | None) -> None:
+        pass
+
+    trace_id = secrets.randbits(128) | 1
+    tid = f"{trace_id:032x}"
+    async with Client(stack.manifold.url, mode="legacy", sampling_callback=sampling) as client:
+        with client_trace(trace_id, 11):
+            await client.call_tool("rl.sample", {"prompt": "p"})
+            await client.call_tool("rl.progress", {"steps": 2}, progress_callback=progressed)
+    spans = await stack.receiver.trace(
+        tid,
+        lambda s: _has("CLIENT", "sampling/createMessage")(s) and _has("CLIENT", "tools/call progress")(s),
+    )
+    relayed = _one(spans, "CLIENT", "sampling/createMessage")
+    assert relayed["parent_span_id"] == _one(spans, "CLIENT", "tools/call sample")["span_id"]
+    (meta,) = asked
+    assert meta["traceparent"] == f"00-{tid}-{relayed['span_id']}-01"
+    assert _one(spans, "CLIENT", "tools/call progress")["events"] == ["notifications/progress"] * 2
 
 
 async def test_latency_exemplars_carry_the_trace_id(stack: Stack) -> None:
