@@ -46,6 +46,7 @@ _NAMED: Final = {"tools/call": "gen_ai.tool.name", "prompts/get": "gen_ai.prompt
 _NETWORK: Final = {"stdio": "pipe", "http": "tcp"}
 _NOTHING: Final = Carried()
 _OURS: Final = "dev.manifold/outcome"
+_NAMES_KEPT: Final = 4096
 
 
 def _target(method: str, params: Mapping[str, Any] | None) -> str | None:
@@ -71,10 +72,21 @@ class SpanFactory:
         self._tracer = tracer
         self._identity = identity
         self._max = max_length
+        self._names: dict[str, str] = {}
 
     def text(self, value: str) -> str:
         """An attribute value as it may be exported: credentials redacted, length bounded."""
         return redact_text(value[: self._max * 4])[: self._max]
+
+    def name(self, value: str) -> str:
+        """:meth:`text` of a name that recurs (a method, a tool, a server id), remembered: the
+        catalog bounds them, and at 100 % sampling each call names several."""
+        named = self._names.get(value)
+        if named is None:
+            if len(self._names) >= _NAMES_KEPT:
+                self._names.clear()
+            named = self._names[value] = self.text(value)
+        return named
 
     def request(
         self,
@@ -99,21 +111,22 @@ class SpanFactory:
             Context() if parent is None else set_span_in_context(NonRecordingSpan(_span_context(parent)))
         )
         target = _target(method, params)
-        name = method if target is None else f"{method} {target}"
-        span = self._tracer.start_span(self.text(name), context=context, kind=SpanKind.SERVER, links=links)
+        # Named in full (and redacted) only once it is known to be recorded: most are not, at 10 %.
+        span = self._tracer.start_span(method, context=context, kind=SpanKind.SERVER, links=links)
         if span.is_recording():
-            attributes: dict[str, Any] = {"mcp.method.name": self.text(method)}
+            span.update_name(self.name(method if target is None else f"{method} {target}"))
+            attributes: dict[str, Any] = {"mcp.method.name": self.name(method)}
             if request_id is not None:
                 attributes["jsonrpc.request.id"] = self.text(str(request_id))
             if target is not None:
-                attributes[_NAMED[method]] = self.text(target)
+                attributes[_NAMED[method]] = self.name(target)
             if method == "tools/call":
                 attributes["gen_ai.operation.name"] = "execute_tool"
             elif method == "resources/read" and isinstance(uri := params.get("uri"), str):
                 attributes["mcp.resource.uri"] = self.text(uri)
             version = getattr(session, "protocol_version", None)
             if isinstance(version, str):
-                attributes["mcp.protocol.version"] = self.text(version)
+                attributes["mcp.protocol.version"] = self.name(version)
             session_id = getattr(session, "id", None)
             if isinstance(session_id, str) and session_id:
                 # Hashed: the id is a bearer credential for the session.
@@ -129,6 +142,16 @@ class SpanFactory:
             from_meta.baggage if from_meta.parent is not None or from_meta.baggage else from_headers.baggage
         )
         return RequestSpan(self, span, tracestate, baggage)
+
+
+class _Unrecorded:
+    """The stage of a request that is not recorded: nothing to start or end."""
+
+    def end(self, outcome: str | None = None) -> None:
+        pass
+
+
+_UNRECORDED: Final = _Unrecorded()
 
 
 class StageSpan:
@@ -155,28 +178,25 @@ def _failure_type(failure: BaseException) -> tuple[str, str | None]:
     return type(failure).__qualname__, None
 
 
-def _propagated(
-    params: Mapping[str, Any] | None, span: Span, tracestate: str | None, baggage: str | None
-) -> dict[str, Any]:
-    """``params`` whose ``_meta`` names ``span`` as the parent (the caller's carrier keys replaced)."""
-    out = dict(params or {})
-    meta = out.get("_meta")
-    meta = {k: v for k, v in meta.items() if k not in CARRIER_KEYS} if isinstance(meta, Mapping) else {}
-    meta.update(_carrier(span, tracestate, baggage))
-    out["_meta"] = meta
-    return out
-
-
 def _carrier(span: Span, tracestate: str | None, baggage: str | None) -> dict[str, str]:
     context = span.get_span_context()
-    carrier = {
-        "traceparent": format_traceparent(context.trace_id, context.span_id, context.trace_flags.sampled)
-    }
+    sampled = context.trace_flags.sampled
+    carrier = {"traceparent": format_traceparent(context.trace_id, context.span_id, sampled)}
     if tracestate is not None:
         carrier["tracestate"] = tracestate
     if baggage is not None:
         carrier["baggage"] = baggage
     return carrier
+
+
+def _with_carrier(params: Mapping[str, Any] | None, carrier: Mapping[str, str]) -> dict[str, Any]:
+    """``params`` whose ``_meta`` carries ``carrier`` (the caller's carrier keys replaced)."""
+    out = dict(params or {})
+    meta = out.get("_meta")
+    meta = {k: v for k, v in meta.items() if k not in CARRIER_KEYS} if isinstance(meta, Mapping) else {}
+    meta.update(carrier)
+    out["_meta"] = meta
+    return out
 
 
 class RelaySpan:
@@ -186,7 +206,7 @@ class RelaySpan:
         self._baggage = baggage
 
     def meta(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
-        return _propagated(params, self._span, self._tracestate, self._baggage)
+        return _with_carrier(params, _carrier(self._span, self._tracestate, self._baggage))
 
     def end(self, failure: BaseException | None = None) -> None:
         if failure is not None and self._span.is_recording():
@@ -202,16 +222,17 @@ class ClientSpan:
         self._span = span
         self._tracestate = tracestate
         self._baggage = baggage
+        self._carrier = _carrier(span, tracestate, baggage)  # the same in _meta and in headers
 
     def params(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
-        return _propagated(params, self._span, self._tracestate, self._baggage)
+        return _with_carrier(params, self._carrier)
 
     def headers(self) -> dict[str, str]:
-        return _carrier(self._span, self._tracestate, self._baggage)
+        return dict(self._carrier)
 
     def event(self, method: str) -> None:
         if self._span.is_recording():
-            self._span.add_event(self._factory.text(method))
+            self._span.add_event(self._factory.name(method))
 
     def relayed(self, method: str, params: Mapping[str, Any] | None) -> RelaySpan:
         links = None
@@ -223,7 +244,7 @@ class ClientSpan:
             self._factory.text(method), context=context, kind=SpanKind.CLIENT, links=links
         )
         if span.is_recording():
-            span.set_attribute("mcp.method.name", self._factory.text(method))
+            span.set_attribute("mcp.method.name", self._factory.name(method))
         return RelaySpan(span, self._tracestate, self._baggage)
 
     def end(self, result: Any = None, failure: BaseException | None = None) -> None:
@@ -251,6 +272,7 @@ class RequestSpan:
         self.trace_id = f"{context.trace_id:032x}"
         self.span_id = f"{context.span_id:016x}"
         self._sampled = context.trace_flags.sampled
+        self._recording = span.is_recording()
         self._context: Context | None = None
         self._token: Token[active.RequestTrace | None] = active.CURRENT.set(self)
 
@@ -263,7 +285,9 @@ class RequestSpan:
             self._context = set_span_in_context(self._span)
         return self._context
 
-    def stage(self, name: str) -> StageSpan:
+    def stage(self, name: str) -> StageSpan | _Unrecorded:
+        if not self._recording:  # nothing under an unrecorded request is recorded either
+            return _UNRECORDED
         span = self._factory._tracer.start_span(name, context=self._parent(), kind=SpanKind.INTERNAL)
         if span.is_recording():
             span.set_attribute("manifold.stage", name)
@@ -277,16 +301,19 @@ class RequestSpan:
         request_id: RequestId | None = None,
     ) -> ClientSpan:
         factory = self._factory
+        if not self._recording:
+            # Unrecorded: the server is told this request's own (unsampled) context; no span of ours.
+            return ClientSpan(factory, self._span, self._tracestate, self._baggage)
         target = _target(method, params)
-        name = method if target is None else f"{method} {target}"
-        span = factory._tracer.start_span(factory.text(name), context=self._parent(), kind=SpanKind.CLIENT)
+        span = factory._tracer.start_span(method, context=self._parent(), kind=SpanKind.CLIENT)
         if span.is_recording():
+            span.update_name(factory.name(method if target is None else f"{method} {target}"))
             attributes: dict[str, Any] = {
-                "mcp.method.name": factory.text(method),
-                "manifold.server.id": factory.text(server_id),
+                "mcp.method.name": factory.name(method),
+                "manifold.server.id": factory.name(server_id),
             }
             if target is not None:
-                attributes[_NAMED[method]] = factory.text(target)
+                attributes[_NAMED[method]] = factory.name(target)
             if method == "tools/call":
                 attributes["gen_ai.operation.name"] = "execute_tool"
             if request_id is not None:
