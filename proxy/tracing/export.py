@@ -12,7 +12,9 @@ sampled flag; a root trace is sampled as ``sampler`` says (``OTEL_TRACES_SAMPLER
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -35,6 +37,12 @@ __all__ = ["Dropped", "provider"]
 
 Dropped = Callable[[str, int], None]  # told (reason, count) of spans that never left
 _SHUTDOWN_WAIT: Final = 2.0  # seconds a stop waits for the last export
+_WARN_EVERY: Final = 60.0  # seconds between two warnings about failed exports
+
+logger = logging.getLogger("proxy.tracing.export")
+# The SDK logs every retry and every dropped batch (a line a second while a collector is down);
+# Manifold counts them instead, and says so at most once a minute (_Counting).
+_SDK_LOGGERS: Final = ("opentelemetry.exporter", "opentelemetry.sdk._shared_internal")
 
 
 def _sampler(resolved: Resolved) -> Sampler:
@@ -66,9 +74,12 @@ def _exporter(resolved: Resolved) -> SpanExporter:
 class _Counting(SpanExporter):
     """The exporter, telling of every span a failed export lost."""
 
-    def __init__(self, inner: SpanExporter, dropped: Dropped) -> None:
+    def __init__(self, inner: SpanExporter, dropped: Dropped, endpoint: str = "") -> None:
         self._inner = inner
         self._dropped = dropped
+        self._endpoint = endpoint
+        self._warned = -_WARN_EVERY
+        self._lost = 0  # spans lost since the last warning
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
@@ -77,6 +88,15 @@ class _Counting(SpanExporter):
             result = SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
             self._dropped("export_failed", len(spans))
+            self._lost += len(spans)
+            if (now := time.monotonic()) - self._warned >= _WARN_EVERY:
+                logger.warning(
+                    "tracing: could not export %d spans to %s (the collector refused, timed out or is "
+                    "down); calls are unaffected; manifold_trace_spans_dropped_total counts them",
+                    self._lost,
+                    self._endpoint,
+                )
+                self._warned, self._lost = now, 0
         return result
 
     def shutdown(self) -> None:
@@ -131,8 +151,10 @@ def provider(resolved: Resolved, dropped: Dropped) -> TracerProvider:
     traces = TracerProvider(
         resource=resource, sampler=_sampler(resolved), span_limits=limits, shutdown_on_exit=False
     )
+    for name in _SDK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     batch = BatchSpanProcessor(
-        _Counting(_exporter(resolved), dropped),
+        _Counting(_exporter(resolved), dropped, resolved.endpoint),
         max_queue_size=resolved.max_queue_size,
         schedule_delay_millis=resolved.schedule_delay_ms,
         max_export_batch_size=resolved.max_export_batch_size,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Sequence
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -76,3 +78,14 @@ def test_the_sdks_batch_processor_still_has_the_queue_that_is_counted() -> None:
         assert queue.maxlen == 2
     finally:
         batch.shutdown()  # type: ignore[no-untyped-call]
+
+
+def test_failed_exports_are_said_once_a_minute_not_once_a_batch(caplog: pytest.LogCaptureFixture) -> None:
+    counting = _Counting(
+        Broken(SpanExportResult.FAILURE), lambda r, n: None, "http://collector:4318/v1/traces"
+    )
+    with caplog.at_level(logging.WARNING, logger="proxy.tracing.export"):
+        for _ in range(5):
+            counting.export([])
+    (warning,) = caplog.records
+    assert "http://collector:4318/v1/traces" in warning.getMessage()
