@@ -181,7 +181,7 @@ limits:
 
 # ---------------------------------------------------------------------------------------------
 # MIDDLEWARE OVERLAYS: one entry per middleware on the tools/call path.
-# The keys are those of proxy/config.py (`policy:`, `metrics:`, `logging:`; rate limits live in
+# The keys are those of proxy/config/model.py (`policy:`, `metrics:`, `logging:`; rate limits live in
 # policy files). When a key changes, change its entry here: each run's report says which entries
 # `manifold check` (or Manifold's startup) rejected, and why, and skips them. Each "on" must let
 # every call through: the cost measured is the check, never a refusal. The call targets outside
@@ -199,7 +199,7 @@ MIDDLEWARES: Final[dict[str, Overlay]] = {
         off={"policy": {"validate_arguments": False, "validate_results": False}},
         note="arguments against the tool's inputSchema (echo's is a plain object schema; no outputSchema)",
     ),
-    "ratelimit": Overlay(  # limits live in a policy file (proxy/ratelimit/rules.py)
+    "ratelimit": Overlay(  # limits live in a policy file (proxy/policy/limits.py)
         on={"policy": {"files": ["{dir}/bench-allow-all.yaml", "{dir}/bench-limits.yaml"]}},
         files={"bench-allow-all.yaml": _ALLOW_ALL, "bench-limits.yaml": _NO_REAL_LIMIT},
         note="one global limit nobody reaches (with the allow-all policy it is loaded with)",

@@ -127,7 +127,7 @@ def spawn_manifold(name: str, workdir: Path, config: dict[str, Any]) -> Spawned:
 
 _CHECK_MANY: Final = """
 import contextlib, io, json, sys
-from proxy.cli import main
+from proxy.cli.commands import main
 verdicts = {}
 for path in sys.argv[1:]:
     err = io.StringIO()

@@ -3,13 +3,15 @@
     settings   the ``tracing:`` section and the ``OTEL_*`` variables → on or off, and how (pure)
     w3c        traceparent / tracestate / baggage read defensively, rebuilt, never passed as sent (pure)
     active     what the hot path asks: is tracing on, which request is traced (no OpenTelemetry)
-    stage      the pipeline stages wrapped in spans
     spans      the spans themselves, on the OpenTelemetry SDK
     export     the SDK's provider: OTLP HTTP/gRPC, batch export, bounded queue, drops counted
 
 The OpenTelemetry packages are an optional extra (``pip install mcp-manifold[tracing]``) and are
 imported only by :func:`start` once the config or the environment switches tracing on; with it
 off, nothing of them is loaded and a call pays one ``None`` check per place that could trace.
+The pipeline's stages are wrapped in spans by :mod:`proxy.pipeline.stages.traced`.
+
+May import: config, core, protocol (pinned in tests/test_architecture.py).
 """
 
 from __future__ import annotations

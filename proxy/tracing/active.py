@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from proxy.protocol.jsonrpc import Message, RequestId
+from proxy.protocol.jsonrpc import RequestId
 
 __all__ = [
     "CURRENT",
@@ -27,6 +27,7 @@ __all__ = [
     "RequestTrace",
     "StageTrace",
     "Tracer",
+    "begin",
     "ids",
     "tracer",
 ]
@@ -97,11 +98,10 @@ class RequestTrace(Protocol):
         """A span for the request sent to ``server_id`` (``request_id``: its id there)."""
         ...
 
-    def result(self, method: str, result: Any) -> None: ...
-
-    def failed(self, response: Message) -> None: ...
-
-    def end(self) -> None: ...
+    def end(self, ended: Any = None) -> None:
+        """``ended``: the request's result, or the error response it was answered with (None:
+        cancelled)."""
+        ...
 
 
 class Tracer(Protocol):
@@ -120,6 +120,14 @@ tracer: Tracer | None = None  # set by proxy.tracing.start while tracing is on
 # The client request being traced in this task, and the trace headers of its HTTP request.
 CURRENT: ContextVar[RequestTrace | None] = ContextVar("manifold_trace", default=None)
 HEADERS: ContextVar[Mapping[str, str] | None] = ContextVar("manifold_trace_headers", default=None)
+
+
+def begin(method: str, params: Any, request_id: RequestId, session: Any) -> RequestTrace | None:
+    """The span of one client request, when tracing is on (the one check it costs when off)."""
+    if tracer is None:
+        return None
+    carried = params if isinstance(params, Mapping) else {}
+    return tracer.request(method, carried, request_id, session, HEADERS.get())
 
 
 def ids() -> tuple[str, str] | None:

@@ -1,4 +1,5 @@
-"""The ``tracing:`` section, and what it and the standard ``OTEL_*`` variables decide together.
+"""What the ``tracing:`` section (:mod:`proxy.config.tracing`) and the standard ``OTEL_*`` variables
+decide together.
 
 Pure: the section and an environment mapping in, a frozen :class:`Resolved` (or None: tracing is
 off) out. Tracing is on when the section says ``enabled: true``, or, with ``enabled`` left unset,
@@ -14,49 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from proxy.config.tracing import Protocol, Sampler, TracingSettings
 
 __all__ = ["DEFAULT_ENDPOINTS", "Protocol", "Resolved", "Sampler", "TracingSettings", "resolve"]
 
-Protocol = Literal["http/protobuf", "grpc"]
-Sampler = Literal[
-    "always_on",
-    "always_off",
-    "traceidratio",
-    "parentbased_always_on",
-    "parentbased_always_off",
-    "parentbased_traceidratio",
-]
 DEFAULT_ENDPOINTS: Final[Mapping[str, str]] = {
     "http/protobuf": "http://localhost:4318",
     "grpc": "http://localhost:4317",
 }
-
-
-class TracingSettings(BaseModel):
-    """The ``tracing:`` section of the config (every key optional)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    # None: on when OTEL_TRACES_EXPORTER or an OTLP endpoint variable is set.
-    enabled: bool | None = None
-    protocol: Protocol | None = None  # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL; default http/protobuf
-    # The collector's base URL (http/protobuf posts to <endpoint>/v1/traces); OTEL_EXPORTER_OTLP_ENDPOINT.
-    endpoint: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)  # added to OTEL_EXPORTER_OTLP_HEADERS
-    service_name: str | None = None  # OTEL_SERVICE_NAME; default "manifold"
-    sampler: Sampler | None = None  # OTEL_TRACES_SAMPLER; default parentbased_always_on
-    sampler_ratio: float | None = Field(default=None, ge=0.0, le=1.0)  # OTEL_TRACES_SAMPLER_ARG
-    max_queue_size: int = Field(default=2048, ge=1, le=1_000_000)  # spans waiting for export
-    max_export_batch_size: int = Field(default=512, ge=1, le=100_000)
-    schedule_delay_ms: int = Field(default=1000, ge=1, le=60_000)
-    export_timeout_ms: int = Field(default=10_000, ge=1, le=120_000)
-    # Put the caller's identity (its name) on the request span as enduser.id: off by default,
-    # since subjects can be personal data.
-    identity: bool = False
-    max_attribute_length: int = Field(default=1024, ge=16, le=65_536)  # longer values are cut
 
 
 @dataclass(frozen=True, slots=True)

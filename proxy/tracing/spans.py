@@ -9,7 +9,7 @@ Named and attributed per the OpenTelemetry semantic conventions for MCP (``docs/
 
 The request span's parent is the ``traceparent`` of the request's ``params._meta``, else that of
 its HTTP headers; when both are valid and differ, ``_meta`` is the parent and the header context
-a link. Every string attribute goes through :func:`proxy.redaction.redact_text` and is cut to
+a link. Every string attribute goes through :func:`proxy.core.redaction.redact_text` and is cut to
 ``max_attribute_length``; nothing from the arguments or results is recorded. Attributes are
 built only for spans that are sampled: an unsampled request costs a span id and the propagation.
 """
@@ -34,9 +34,9 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-from proxy.errors import RemoteError, ServerTimeout, ServerUnavailable
+from proxy.core.errors import RemoteError, ServerTimeout, ServerUnavailable
+from proxy.core.redaction import redact_text
 from proxy.protocol.jsonrpc import Message, RequestId
-from proxy.redaction import redact_text
 from proxy.tracing import active
 from proxy.tracing.w3c import CARRIER_KEYS, Carried, Parent, format_traceparent, read_carrier
 
@@ -321,7 +321,19 @@ class RequestSpan:
             span.set_attributes(attributes)
         return ClientSpan(factory, span, self._tracestate, self._baggage)
 
-    def result(self, method: str, result: Any) -> None:
+    def end(self, ended: Any = None) -> None:
+        """``ended``: the result, or the JSON-RPC error response the request was answered with."""
+        if isinstance(ended, dict) and "jsonrpc" in ended and "error" in ended:
+            self._failed(ended)
+        else:
+            self._result(ended)
+        try:
+            active.CURRENT.reset(self._token)
+        except ValueError:  # ended in another context than it began: nothing of ours to restore
+            active.CURRENT.set(None)
+        self._span.end()
+
+    def _result(self, result: Any) -> None:
         if not self._span.is_recording() or not isinstance(result, dict):
             return
         if result.get("isError") is True:
@@ -332,7 +344,7 @@ class RequestSpan:
                 self._span.set_attribute("manifold.outcome", self._factory.text(ours))
             self._span.set_status(StatusCode.ERROR)
 
-    def failed(self, response: Message) -> None:
+    def _failed(self, response: Message) -> None:
         error = response.get("error")
         if not self._span.is_recording() or not isinstance(error, dict):
             return
@@ -342,10 +354,3 @@ class RequestSpan:
         self._span.set_status(
             StatusCode.ERROR, self._factory.text(message) if isinstance(message, str) else None
         )
-
-    def end(self) -> None:
-        try:
-            active.CURRENT.reset(self._token)
-        except ValueError:  # ended in another context than it began: nothing of ours to restore
-            active.CURRENT.set(None)
-        self._span.end()

@@ -9,9 +9,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from proxy.config.credentials import CredentialStoreSettings, decode_key
 from proxy.credentials.redis_store import RedisStore
 from proxy.credentials.sealing import Sealer, Unsealable, new_key
-from proxy.credentials.settings import CredentialStoreSettings, decode_key
 from proxy.credentials.store import StoreError
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
@@ -37,6 +37,7 @@ async def test_an_unreachable_redis_is_a_store_error_without_its_password() -> N
         await unreachable.aclose()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
 async def test_entries_round_trip_sealed_and_a_copied_entry_does_not_open(tmp_path: Path) -> None:
     async with running_redis(tmp_path) as redis:

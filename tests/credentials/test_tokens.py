@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from proxy.core.errors import ConfigError
 from proxy.credentials.tokens import (
     MemoryVault,
     Pending,
@@ -19,7 +20,6 @@ from proxy.credentials.tokens import (
     sealer_from_key,
     slot,
 )
-from proxy.errors import ConfigError
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
 pytestmark = pytest.mark.anyio
@@ -99,6 +99,7 @@ async def redis_url(tmp_path: Path) -> AsyncIterator[str]:
         yield server.url
 
 
+@pytest.mark.slow
 async def test_the_redis_vault_is_shared_sealed_and_takes_once(redis_url: str) -> None:
     key = os.urandom(32)
     vaults = [RedisVault(Redis.from_url(redis_url), key_prefix="t:") for _ in range(2)]

@@ -24,10 +24,13 @@ from typing import Any, Final, NoReturn
 import pytest
 import yaml
 
-from proxy.config import Config, config_from_mapping
-from proxy.policy_files import load_policy
+from proxy.config.loading import config_from_mapping
+from proxy.config.model import Config
+from proxy.config.policy_files import load_policy
 from tests.deploy.promql import DEPLOY, run
 from tests.deploy.test_dockerfile import BY_NAME, copies
+
+pytestmark = pytest.mark.slow
 
 COMPOSE: Final = DEPLOY / "compose.yaml"
 CHECK_JSONSCHEMA_INSTALL: Final = "pip install check-jsonschema  (it ships the Compose Specification schema)"

@@ -34,7 +34,7 @@ from tests.interaction.harness import (
     write_config,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 KEYS = {

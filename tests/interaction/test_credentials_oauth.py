@@ -28,16 +28,16 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
 from yarl import URL
 
-from proxy.config import load_config
+from proxy.config.loading import load_config
 from proxy.credentials.sealing import new_key
-from proxy.credentials.store import open_store
+from proxy.credentials.stores import open_store
 from proxy.protocol import versions
 from tests.credentials.world import CLIENT_SECRET, INTROSPECTION_SECRET, Browser, World, world
 from tests.fixtures.spawn import free_port
 from tests.interaction.harness import MANIFOLD, REPO, RunningManifold, running_manifold, write_config
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 MODES = [pytest.param(V, id="2026-07-28"), pytest.param("legacy", id="2025-11-25")]

@@ -33,7 +33,7 @@ from proxy.protocol import versions
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold, write_config
 from tests.interaction.test_policy import ListChanged, connect, text_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 ERAS = ["legacy", V]

@@ -35,7 +35,7 @@ from tests.interaction.harness import (
 )
 from tests.interaction.test_policy import api_keys, audit_path, audited, bearer, connect, text_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 LONG = "create_or_update_a_pull_request_review_comment_with_suggestions"  # 62 characters
 HIDE_ADD = """\

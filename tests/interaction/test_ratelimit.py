@@ -29,7 +29,7 @@ from mcp.types import CallToolResult, TextContent
 from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
 from tests.ratelimit.redis_server import REDIS_SERVER, RedisServer, running_redis
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 KEYS = {
     "alice": "mfd_alice-ratelimit-key-0123456789abcdefghijklm",

@@ -23,7 +23,7 @@ from mcp.types import TextContent
 from proxy.protocol import stateless, versions
 from tests.interaction.harness import REPO, everything_server, fixture_server, write_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 RELAY = str(REPO / "tests" / "fixtures" / "relay_server.py")
 V = versions.LATEST_STATELESS

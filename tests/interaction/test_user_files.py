@@ -28,7 +28,7 @@ from tests.fixtures.spawn import fixture_command, free_port
 from tests.interaction.harness import REPO, RunningManifold, _spawn, _terminating, _wait_healthy
 from tests.interaction.test_policy import text_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @asynccontextmanager

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.errors import MessageTooLarge
+from proxy.core.errors import MessageTooLarge
 from proxy.protocol.sse import SSEDecoder, SSEEvent, encode_event
 
 
@@ -64,6 +64,7 @@ def test_events_come_out_alike_however_the_bytes_are_chunked() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_many_short_lines_in_one_chunk_are_decoded_in_linear_time() -> None:
     # A quadratic decoder copies the rest of the chunk per line: this would take minutes.
     chunk = b"\n" * 2_000_000 + b"data: x\n\n"

@@ -8,7 +8,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from proxy.errors import RemoteError, ServerTimeout, ServerUnavailable
+from proxy.core.errors import RemoteError, ServerTimeout, ServerUnavailable
 from proxy.tracing import active
 from tests.tracing.conftest import Traces
 
@@ -143,8 +143,7 @@ def test_failures_name_their_error_type(traces: Traces) -> None:
     for name, failure in failures.items():
         request.client("tools/call", {"name": name}, "s").end(failure=failure)
     request.client("tools/call", {"name": "d"}, "s").end({"isError": True, "content": []})
-    request.failed({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "unknown tool"}})
-    request.end()
+    request.end({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "unknown tool"}})
     spans = _spans(traces)
     kinds = {name: dict(spans[f"tools/call {name}"].attributes or {})["error.type"] for name in "abcd"}
     assert kinds == {"a": "-32603", "b": "timeout", "c": "server_unavailable", "d": "tool_error"}
@@ -167,3 +166,12 @@ def test_a_server_request_relayed_to_the_client_is_a_child_of_the_call_and_carri
     assert span.parent.span_id == spans["tools/call search"].context.span_id
     assert meta["traceparent"][36:52] == f"{span.context.span_id:016x}"
     assert [link.context.span_id for link in span.links] == [int(HEADER_TP[36:52], 16)]
+
+
+def test_a_call_manifold_answered_itself_is_a_tool_error_that_says_why(traces: Traces) -> None:
+    request = traces.factory.request("tools/call", _call(), 1, Session(), None)
+    request.end({"content": [], "isError": True, "_meta": {"dev.manifold/outcome": "rate_limited"}})
+    span = _spans(traces)["tools/call github.search"]
+    assert span.status.status_code is StatusCode.ERROR
+    assert dict(span.attributes or {})["error.type"] == "tool_error"
+    assert dict(span.attributes or {})["manifold.outcome"] == "rate_limited"
