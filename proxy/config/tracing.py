@@ -37,10 +37,12 @@ class TracingSettings(BaseModel):
     service_name: str | None = None  # OTEL_SERVICE_NAME; default "manifold"
     sampler: Sampler | None = None  # OTEL_TRACES_SAMPLER; default parentbased_always_on
     sampler_ratio: float | None = Field(default=None, ge=0.0, le=1.0)  # OTEL_TRACES_SAMPLER_ARG
-    max_queue_size: int = Field(default=2048, ge=1, le=1_000_000)  # spans waiting for export
-    max_export_batch_size: int = Field(default=512, ge=1, le=100_000)
-    schedule_delay_ms: int = Field(default=1000, ge=1, le=60_000)
-    export_timeout_ms: int = Field(default=10_000, ge=1, le=120_000)
+    # The batch export (None: the OTEL_BSP_* variable, else the OpenTelemetry default).
+    max_queue_size: int | None = Field(default=None, ge=1, le=1_000_000)  # spans waiting; 2048
+    max_export_batch_size: int | None = Field(default=None, ge=1, le=100_000)  # 512
+    schedule_delay_ms: int | None = Field(default=None, ge=1, le=60_000)  # 5000
+    # One export with its retries (OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT); 10000.
+    export_timeout_ms: int | None = Field(default=None, ge=1, le=120_000)
     # Put the caller's identity (its name) on the request span as enduser.id: off by default,
     # since subjects can be personal data.
     identity: bool = False

@@ -114,6 +114,7 @@ def resolve(settings: TracingSettings, env: Mapping[str, str]) -> Resolved | Non
         or "manifold"
     )
     sampler, ratio = _sampler(settings, env)
+    queue = _number(settings.max_queue_size, env, ("OTEL_BSP_MAX_QUEUE_SIZE",), 2048)
     return Resolved(
         protocol=protocol,
         endpoint=endpoint,
@@ -122,13 +123,32 @@ def resolve(settings: TracingSettings, env: Mapping[str, str]) -> Resolved | Non
         resource_attributes=resource,
         sampler=sampler,
         ratio=ratio,
-        max_queue_size=settings.max_queue_size,
-        max_export_batch_size=min(settings.max_export_batch_size, settings.max_queue_size),
-        schedule_delay_ms=settings.schedule_delay_ms,
-        export_timeout_ms=settings.export_timeout_ms,
+        max_queue_size=queue,
+        max_export_batch_size=min(
+            _number(settings.max_export_batch_size, env, ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",), 512), queue
+        ),
+        schedule_delay_ms=_number(settings.schedule_delay_ms, env, ("OTEL_BSP_SCHEDULE_DELAY",), 5000),
+        export_timeout_ms=_number(
+            settings.export_timeout_ms,
+            env,
+            ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"),
+            10_000,
+        ),
         identity=settings.identity,
         max_attribute_length=settings.max_attribute_length,
     )
+
+
+def _number(value: int | None, env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
+    """The section's ``value``, else the first of the variables ``names`` that is a positive
+    integer, else ``default`` (a variable that is not one is ignored, as the spec allows)."""
+    if value is not None:
+        return value
+    for name in names:
+        text = env.get(name, "").strip()
+        if text.isdigit() and 0 < int(text) <= 1_000_000:
+            return int(text)
+    return default
 
 
 def _signal_url(base: str, protocol: Protocol) -> str:

@@ -99,3 +99,24 @@ def test_a_bad_sampler_variable_falls_back_rather_than_failing(name: str, arg: s
     assert resolved is not None
     assert resolved.sampler in ("parentbased_always_on", "traceidratio")
     assert 0.0 <= resolved.ratio <= 1.0
+
+
+def test_the_batch_export_takes_the_section_then_the_bsp_variables_then_the_defaults() -> None:
+    env = {"OTEL_TRACES_EXPORTER": "otlp"}
+    default = resolve(OFF, env)
+    assert default is not None
+    assert (default.max_queue_size, default.max_export_batch_size) == (2048, 512)
+    assert (default.schedule_delay_ms, default.export_timeout_ms) == (5000, 10_000)
+    env |= {
+        "OTEL_BSP_MAX_QUEUE_SIZE": "100",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "400",  # more than the queue: cut to it
+        "OTEL_BSP_SCHEDULE_DELAY": "nonsense",  # not a number: the default
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "2500",
+    }
+    from_env = resolve(OFF, env)
+    assert from_env is not None
+    assert (from_env.max_queue_size, from_env.max_export_batch_size) == (100, 100)
+    assert (from_env.schedule_delay_ms, from_env.export_timeout_ms) == (5000, 2500)
+    section = resolve(TracingSettings(schedule_delay_ms=50, max_queue_size=10), env)
+    assert section is not None
+    assert (section.schedule_delay_ms, section.max_queue_size) == (50, 10)
