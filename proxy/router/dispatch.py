@@ -164,9 +164,9 @@ class Router:
         # The client may cancel this request by id (notifications/cancelled): its own scope.
         with anyio.CancelScope() as scope, self._metrics.in_flight():
             session.in_flight[request_id] = scope
-            params = message.get("params") or {}
-            traced, ended = tracing.begin(message["method"], params, request_id, session), None
+            traced, ended = tracing.begin(message["method"], message.get("params"), request_id, session), None
             try:
+                params = message.get("params") or {}
                 ended = await self._request(
                     InboundRequest(session, stream), message["method"], params, request_id
                 )
@@ -176,8 +176,7 @@ class Router:
                 return ended
             finally:
                 session.in_flight.pop(request_id, None)
-                if traced is not None:
-                    traced.end(ended)
+                traced.end(ended)
         return None  # cancelled by the client: the spec says nothing is sent back
 
     async def handle_stateless(self, caller: StatelessCaller, message: Message, stream: Deliver) -> Message:
@@ -188,9 +187,9 @@ class Router:
         but cancellation (the client closed the response stream)."""
         request_id = message["id"]
         with self._metrics.in_flight():
-            params = message.get("params") or {}
-            traced, ended = tracing.begin(message["method"], params, request_id, caller), None
+            traced, ended = tracing.begin(message["method"], message.get("params"), request_id, caller), None
             try:
+                params = message.get("params") or {}
                 ended = await self._stateless(
                     InboundRequest(caller, stream), message["method"], params, request_id
                 )
@@ -199,8 +198,13 @@ class Router:
                 ended = self._boundary.answer(exc, request_id, method=message["method"], session=caller)
                 return ended
             finally:
-                if traced is not None:
-                    traced.end(ended)
+                traced.end(ended)
+
+    async def warm_search(self) -> None:
+        """Until cancelled: keep the tool search's vectors embedded as the catalog changes, off
+        the loop (nothing to do without discovery or its model)."""
+        if self._discovery is not None:
+            await self._discovery.warm(self._catalogs)
 
     def _notification(self, session: ClientSession, message: Message) -> None:
         method = message["method"]
@@ -318,6 +322,8 @@ class Router:
         discovery = self._discovery
         if discovery is not None and name in discovery.names:
             view = await self._opened(inbound)
+            if name != discovery.names.call:
+                await discovery.prepare(view.served, inbound)  # the index, built off the loop
             answer = discovery.answer(view.served, inbound, name, params.get("arguments"))
             if not isinstance(answer, Call):
                 return answer

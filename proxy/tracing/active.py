@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from proxy.protocol.jsonrpc import RequestId
 
@@ -122,10 +122,20 @@ CURRENT: ContextVar[RequestTrace | None] = ContextVar("manifold_trace", default=
 HEADERS: ContextVar[Mapping[str, str] | None] = ContextVar("manifold_trace_headers", default=None)
 
 
-def begin(method: str, params: Any, request_id: RequestId, session: Any) -> RequestTrace | None:
-    """The span of one client request, when tracing is on (the one check it costs when off)."""
+class _Off:
+    """What :func:`begin` gives when tracing is off: one shared object whose end does nothing."""
+
+    def end(self, ended: Any = None) -> None:
+        pass
+
+
+_OFF: Final = _Off()
+
+
+def begin(method: str, params: Any, request_id: RequestId, session: Any) -> RequestTrace | _Off:
+    """The span of one client request (when tracing is off, a shared no-op: nothing allocated)."""
     if tracer is None:
-        return None
+        return _OFF
     carried = params if isinstance(params, Mapping) else {}
     return tracer.request(method, carried, request_id, session, HEADERS.get())
 
