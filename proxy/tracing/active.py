@@ -82,6 +82,11 @@ class RequestTrace(Protocol):
     def span_id(self) -> str: ...
 
     @property
+    def recording(self) -> bool:
+        """Whether this request's spans are recorded (sampled); nothing under it is otherwise."""
+        ...
+
+    @property
     def exemplar(self) -> dict[str, str] | None:
         """``{"trace_id": …}`` for a latency histogram, when this trace is sampled."""
         ...

@@ -277,6 +277,10 @@ class RequestSpan:
         self._token: Token[active.RequestTrace | None] = active.CURRENT.set(self)
 
     @property
+    def recording(self) -> bool:
+        return self._recording
+
+    @property
     def exemplar(self) -> dict[str, str] | None:
         return {"trace_id": self.trace_id} if self._sampled else None
 

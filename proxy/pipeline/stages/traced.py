@@ -43,7 +43,7 @@ class Traced:
 
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
         current = active.CURRENT.get()
-        if current is None:
+        if current is None or not current.recording:  # most calls, at a low sampling ratio
             return await self._stage(ctx, call_next)
         span = current.stage(self.name)
         handed_on = False

@@ -83,3 +83,23 @@ def test_stages_are_wrapped_only_while_tracing_is_on(traces: Traces) -> None:
     assert isinstance(wrapped[1], Traced)
     active.tracer = None
     assert traced(stages) is stages
+
+
+async def test_under_an_unsampled_request_a_stage_runs_as_it_is(traces: Traces) -> None:
+    unsampled = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}
+    request = traces.factory.request("tools/call", {"name": "s.t", "_meta": unsampled}, 1, Session(), None)
+    handed: list[Handler] = []
+
+    async def stage(ctx: CallContext, call_next: Handler) -> Any:
+        handed.append(call_next)
+        return await call_next(ctx)
+
+    async def server(ctx: CallContext) -> Any:
+        return {"content": []}
+
+    try:
+        await Traced(stage, "policy")(call_context(), server)
+    finally:
+        request.end()
+    assert handed == [server]  # not wrapped: nothing is recorded under it
+    assert traces.finished() == []
