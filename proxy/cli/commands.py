@@ -77,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     subject.add_argument("--resource", help="a resource URI")
     subject.add_argument("--log-level-of", metavar="SERVER", help="changing this shared server's log level")
     explain.add_argument("--json", action="store_true", help="print JSON")
+    explain.add_argument(
+        "--live",
+        action="store_true",
+        help="start the servers and decide from the live catalog, even for a name the config resolves",
+    )
     pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
     pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
@@ -253,9 +258,20 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
     from proxy.credentials.wiring import check_modes
     from proxy.enforce.access import Access
 
-    Access(config.policy, {s.id: s for s in config.enabled_servers()}).load()
-    Authenticator.from_settings(config.auth, os.environ)
-    check_modes(config)
+    # Each of these stops at its own problems; the command lists every one's.
+    steps: list[Callable[[], object]] = [
+        Access(config.policy, {s.id: s for s in config.enabled_servers()}).load,
+        functools.partial(Authenticator.from_settings, config.auth, os.environ),
+        functools.partial(check_modes, config),
+    ]
+    found: list[str] = []
+    for step in steps:
+        try:
+            step()
+        except ConfigError as exc:
+            found.append(str(exc))
+    if found:
+        raise ConfigError("\n".join(found))
     from proxy.inbound.observers import warnings
 
     for warning in [*config.auth.warnings(config.listen.host), *warnings(config)]:
@@ -384,6 +400,11 @@ async def bounded_lines(
         yield last
 
 
+def _for_one_client(gateway: Gateway) -> Gateway:
+    gateway.connections.for_one_client()
+    return gateway
+
+
 async def _stdio(config: Config, args: argparse.Namespace) -> int:
     from proxy.enforce.confirm.approvals import approver_rules
     from proxy.inbound.stdio import serve_stdio
@@ -403,10 +424,12 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
     # Unlike serve, every server's first attempt is waited for: a stdio client (a desktop app) has
     # no /readyz to ask, lists tools as soon as it has initialized, and not every one re-lists on
     # list_changed. Its start-up is paid once per launch, not by other clients.
+    # Its shared servers start for its one client, with that client's capabilities, once its first
+    # request says what they are (proxy.inbound.stdio). Tracing is on before the gateway is built.
     async with (
         _traced(config) as traced,
         anyio.create_task_group() as tg,
-        Gateway(config).running(wait_for="all") as gateway,
+        _for_one_client(Gateway(config)).running(wait_for="all") as gateway,
     ):
         if traced is not None:
             traced.count_drops(gateway.metrics.trace_spans_dropped)
@@ -426,6 +449,7 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
             logger.error("the stdio identity may not use endpoint %r (its roles)", name)
             tg.cancel_scope.cancel()
             return 2
-        await serve_stdio(inbound, _stdin_lines(config.limits.max_request_bytes), write)
+        lines = _stdin_lines(config.limits.max_request_bytes)
+        await serve_stdio(inbound, lines, write, client_arrived=gateway.connections.client_arrived)
         tg.cancel_scope.cancel()
     return 0

@@ -19,6 +19,7 @@ import argparse
 import sys
 from typing import Final
 
+from proxy.cli.secret_input import read_secret
 from proxy.config.model import Config
 from proxy.credentials.sealing import new_key
 from proxy.credentials.secret import KIND
@@ -29,7 +30,6 @@ from proxy.policy.model import IdentityKey
 __all__ = ["add_parser", "keygen", "run"]
 
 _SOURCES: Final = ("api_key", "jwt", "oauth", "stdio")
-_SECRET_LINE_LIMIT: Final = 1024 * 1024 + 2
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -109,7 +109,7 @@ async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> 
             raise ValueError(
                 f"server {args.server!r} has credentials.mode {mode!r}; set takes secrets for 'secret'"
             )
-        secret = sys.stdin.readline(_SECRET_LINE_LIMIT).rstrip("\r\n")
+        secret = read_secret(sys.stdin)  # one line, whole, or refused (nothing dropped)
         await store.put(KIND, args.server, holder, secret)
         print(f"stored a secret for {holder[2]} ({holder[0]}) to server {args.server}")
         return 0

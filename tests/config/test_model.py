@@ -1115,3 +1115,63 @@ def test_per_identity_is_another_name_for_per_client() -> None:
         {"servers": {"fs": {"command": "x", "session_mode": "per_identity"}}}, environ={}
     )
     assert [s.session_mode for s in config.enabled_servers()] == ["per_client"]
+
+
+# --- YAML 1.1 booleans where a mode is expected ----------------------------------------------
+
+
+def _models_with_off_modes() -> list[tuple[str, type[pydantic.BaseModel], str]]:
+    """Every (path, settings model, field) of the config whose value is a mode with an ``off``."""
+    import typing
+
+    found: list[tuple[str, type[pydantic.BaseModel], str]] = []
+    seen: set[type[pydantic.BaseModel]] = set()
+
+    def models_in(annotation: Any) -> list[type[pydantic.BaseModel]]:
+        if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+            return [annotation]
+        return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
+
+    def literals_in(annotation: Any) -> set[Any]:
+        if typing.get_origin(annotation) is typing.Literal:
+            return set(typing.get_args(annotation))
+        return {v for arg in typing.get_args(annotation) for v in literals_in(arg)}
+
+    def walk(model: type[pydantic.BaseModel], path: str) -> None:
+        if model in seen:
+            return
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            if "off" in literals_in(field.annotation):
+                found.append((f"{path}{name}", model, name))
+            for inner in models_in(field.annotation):
+                walk(inner, f"{path}{name}.")
+
+    walk(Config, "")
+    return found
+
+
+def test_every_mode_with_an_off_takes_a_bare_yaml_off() -> None:
+    modes = _models_with_off_modes()
+    assert {path for path, _, _ in modes} >= {"policy.pins.mode", "discovery.mode"}
+    for path, model, name in modes:
+        assert getattr(model.model_validate({name: False}), name) == "off", path
+
+
+def test_policy_pins_mode_off_unquoted_is_accepted_like_discovery_mode_off(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "servers: {a: {command: x}}\n"
+        "policy: {pins: {mode: off}}\n"
+        "discovery: {mode: off}\n"
+        "endpoints: {e: {discovery: {mode: off}}}\n"
+    )
+    config = load_config(path)
+    assert (config.policy.pins.mode, config.discovery.mode) == ("off", "off")
+    assert config.endpoints["e"].discovery is not None
+    assert config.endpoints["e"].discovery.mode == "off"
+
+
+def test_a_bare_on_where_no_mode_is_called_on_is_refused_naming_the_modes() -> None:
+    message = error_of({"policy": {"pins": {"mode": True}}})
+    assert "policy.pins.mode: must be 'off', 'warn', 'block' or 'confirm' (got 'on')" in message
