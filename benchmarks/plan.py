@@ -57,8 +57,15 @@ class Plan:
     client_duration: float = 1.0
     client_candidates: tuple[str, ...] = ("raw", "h11", "aiohttp", "httpx", "httpx2")
     middlewares: tuple[str, ...] = (
-        "policy", "validation", "ratelimit", "metrics", "access-log", "tracing-100", "tracing-10",
-    )  # fmt: skip
+        "policy",
+        "validation",
+        "ratelimit",
+        "metrics",
+        "access-log",
+        "guardrails",
+        "tracing-100",
+        "tracing-10",
+    )
     middleware_servers: int = 1  # K for the middleware on/off runs
     sse_direct: bool = True  # also the fixture in SSE mode, directly
     profile_seconds: float = 8.0  # py-spy per profiled Manifold (0: no profile)
@@ -169,6 +176,14 @@ rules:
     effect: allow
     match: {}
 """
+_EVERY_DETECTOR = """\
+version: 1
+guardrails:
+  rules:
+    - id: bench-every-detector
+      effect: audit
+      match: {directions: [tool_arguments, tool_results]}
+"""
 _NO_REAL_LIMIT = """\
 version: 1
 default: allow
@@ -231,6 +246,12 @@ MIDDLEWARES: Final[dict[str, Overlay]] = {
         },
         off={"tracing": {"enabled": False}},
         note="the same at 10 % sampling (unsampled calls still get ids and propagate them)",
+    ),
+    "guardrails": Overlay(  # rules live in a policy file (docs/reference/guardrails.md)
+        on={"policy": {"files": ["{dir}/bench-allow-all.yaml", "{dir}/bench-guardrails.yaml"]}},
+        files={"bench-allow-all.yaml": _ALLOW_ALL, "bench-guardrails.yaml": _EVERY_DETECTOR},
+        note="every built-in detector on each call's arguments and result (audit: nothing refused); "
+        "the 4 KiB figures are benchmarks.guard_cost's",
     ),
     "metrics": Overlay(
         on={"metrics": {"enabled": True}},

@@ -82,8 +82,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start the servers and decide from the live catalog, even for a name the config resolves",
     )
-    pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
-    pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
+    pins = add("pins", "Tool pins: accept changed or quarantined tool definitions (policy.pins, guardrails).")
+    pins.add_argument(
+        "action", choices=["accept"], help="accept the drifted and quarantined definitions into the pins file"
+    )
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
     from proxy.cli.credentials import add_parser as add_credentials
 
@@ -258,23 +260,30 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
     from proxy.credentials.wiring import check_modes
     from proxy.enforce.access import Access
 
+    access = Access(config.policy, {s.id: s for s in config.enabled_servers()})
     # Each of these stops at its own problems; the command lists every one's.
     steps: list[Callable[[], object]] = [
-        Access(config.policy, {s.id: s for s in config.enabled_servers()}).load,
+        access.load,
         functools.partial(Authenticator.from_settings, config.auth, os.environ),
         functools.partial(check_modes, config),
     ]
-    found: list[str] = []
+    stopped: list[str] = []
     for step in steps:
         try:
             step()
         except ConfigError as exc:
-            found.append(str(exc))
-    if found:
-        raise ConfigError("\n".join(found))
+            stopped.append(str(exc))
+    if stopped:
+        raise ConfigError("\n".join(stopped))
     from proxy.inbound.observers import warnings
 
-    for warning in [*config.auth.warnings(config.listen.host), *warnings(config)]:
+    found = [*config.auth.warnings(config.listen.host), *warnings(config)]
+    if config.auth.oauth is not None:
+        from proxy.auth.scope_roles import granted_roles, unmapped_scope_warnings
+
+        rules = access.engine.policy.rules if access.engine is not None else ()
+        found += unmapped_scope_warnings(config.auth.oauth, granted_roles(rules, config.metrics.role))
+    for warning in found:
         print(f"warning: {warning}", file=sys.stderr)
     servers = ", ".join(config.servers) or "none"
     policy = f", policy: {', '.join(config.policy.files)}" if config.policy.files else ""

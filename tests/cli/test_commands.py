@@ -246,3 +246,23 @@ def test_explain_starts_no_server_for_a_name_the_config_resolves_and_prints_only
     assert live.returncode == 1
     assert live.stdout == ""
     assert "no such tool: s.get_it" in live.stderr
+
+
+@pytest.mark.slow
+def test_check_warns_about_each_role_a_scope_could_carry_when_scopes_are_roles(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: deny\nrules:\n  - {id: admins, effect: allow, match: {roles: [admin]}}\n"
+    )
+    oauth = {
+        "resource": "https://mcp.example.test/mcp",
+        "authorization_servers": [{"issuer": "https://id.test"}],
+    }
+    policy = {"files": [str(tmp_path / "policy.yaml")]}
+    risky = write_config(
+        tmp_path / "r.yaml", {"auth": {"oauth": {**oauth, "scopes_as_roles": True}}, "policy": policy}
+    )
+    done = run("check", "--config", str(risky))
+    assert done.returncode == 0, done.stderr
+    assert "warning: role 'admin' (policy rule 'admins') is granted to any token carrying" in done.stderr
+    safe = write_config(tmp_path / "s.yaml", {"auth": {"oauth": oauth}, "policy": policy})
+    assert "role 'admin'" not in run("check", "--config", str(safe)).stderr

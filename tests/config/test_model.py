@@ -423,6 +423,10 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_AUTH__OAUTH__NAME_CLAIM": "preferred_username",
     "MANIFOLD_AUTH__OAUTH__RESOURCE_NAME": "Acme tools",
     "MANIFOLD_AUTH__OAUTH__INTROSPECTION_CACHE": "5",
+    "MANIFOLD_AUTH__OAUTH__SCOPES_AS_ROLES": "true",
+    "MANIFOLD_AUTH__OAUTH__CA_FILE": "/etc/manifold/corp-ca.pem",
+    "MANIFOLD_AUTH__OAUTH__INTROSPECTIONS_PER_CLIENT": "5",
+    "MANIFOLD_AUTH__OAUTH__INTROSPECTIONS_PER_SECOND": "5",
     "MANIFOLD_POLICY": '{"dry_run": true}',
     "MANIFOLD_POLICY__FILES": '["policies/default.yaml"]',
     "MANIFOLD_POLICY__DRY_RUN": "true",
@@ -435,6 +439,11 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_POLICY__AUDIT": '{"path": "-"}',
     "MANIFOLD_POLICY__AUDIT__PATH": "/var/log/manifold/audit.jsonl",
     "MANIFOLD_POLICY__APPROVALS_URL": "https://manifold.example.com",
+    "MANIFOLD_POLICY__GUARDRAILS": '{"max_depth": 32}',
+    "MANIFOLD_POLICY__GUARDRAILS__MAX_BYTES": "2097152",
+    "MANIFOLD_POLICY__GUARDRAILS__MAX_DEPTH": "16",
+    "MANIFOLD_POLICY__GUARDRAILS__IN_THREAD_BYTES": "0",
+    "MANIFOLD_POLICY__GUARDRAILS__HOOKS": '{"dlp": {"url": "https://dlp.example/i", "failure": "open"}}',
     "MANIFOLD_POLICY__AUDIT__INCLUDE_ARGUMENTS": "true",
     "MANIFOLD_RATE_LIMITS": '{"backend": "redis"}',
     "MANIFOLD_RATE_LIMITS__BACKEND": "redis",
@@ -491,6 +500,7 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_CREDENTIALS__TIMEOUT": "1.5",
     "MANIFOLD_CREDENTIALS__CALLBACK_URL": "https://gw.example.com/oauth/callback",
     "MANIFOLD_CREDENTIALS__SIGNIN_TIMEOUT": "300",
+    "MANIFOLD_CREDENTIALS__ALLOW_INSECURE_HTTP": "true",
 }
 # What a few samples need from the file to be valid on their own.
 _OAUTH = {
@@ -515,6 +525,10 @@ SAMPLE_FILES: dict[str, dict[str, Any]] = {
             "NAME_CLAIM",
             "RESOURCE_NAME",
             "INTROSPECTION_CACHE",
+            "SCOPES_AS_ROLES",
+            "CA_FILE",
+            "INTROSPECTIONS_PER_CLIENT",
+            "INTROSPECTIONS_PER_SECOND",
         )
     },
 }
