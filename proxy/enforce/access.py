@@ -35,6 +35,7 @@ from proxy.policy import (
     Decision,
     EffectiveAnnotations,
     Identity,
+    Policy,
     PolicyEngine,
     ServerTrust,
     Subject,
@@ -222,6 +223,7 @@ class Access:
         self.held_keys: dict[str, tuple[str, str]] = {}  # name or URI -> (acceptance key, hash)
         self._guard_outputs: tuple[Metrics | None, Callable[[dict[str, Any]], None] | None] = (None, None)
         self._own_secrets = own_secrets(servers)
+        self._pending_guard: Guard | None = None  # read with the policy, not installed yet
 
     # ---- the policy in force ----------------------------------------------------------
 
@@ -233,14 +235,37 @@ class Access:
         """
         # Everything is read before anything is installed: a bad pins file must not leave a new
         # policy deciding while the views (same version) still show the old one.
+        self._install(*self._read())
+
+    def _read(self) -> tuple[Policy | None, dict[str, str]]:
+        """The policy and pins on disk (nothing installed).
+
+        Raises:
+            ConfigError: a file is missing or invalid.
+        """
         policy = load_policy(list(self.settings.files)) if self.settings.files else None
         pins = self._read_pins() if self.settings.pins.mode != "off" else self._pins
-        guard = None
-        if policy is not None and policy.guardrails is not None and policy.guardrails.rules:
-            from proxy.guardrails.wiring import build_guard
+        # Built now, so that a rule naming an unconfigured hook is refused with the rest of the
+        # files; installed with the policy (a reload that changes nothing drops it unused).
+        self._pending_guard = self._build_guard(policy)
+        return policy, pins
 
-            guard = build_guard(policy.guardrails, self.settings.guardrails, own_secrets=self._own_secrets)
-            guard.observe(*self._guard_outputs)
+    def _build_guard(self, policy: Policy | None) -> Guard | None:
+        """The guard for ``policy``'s guardrail rules, or None without any.
+
+        Raises:
+            ConfigError: a rule names a hook the config lacks, or a hook's mTLS files are unusable.
+        """
+        if policy is None or policy.guardrails is None or not policy.guardrails.rules:
+            return None
+        from proxy.guardrails.wiring import build_guard
+
+        guard = build_guard(policy.guardrails, self.settings.guardrails, own_secrets=self._own_secrets)
+        guard.observe(*self._guard_outputs)
+        return guard
+
+    def _install(self, policy: Policy | None, pins: dict[str, str]) -> None:
+        guard, self._pending_guard = self._pending_guard, None
         if policy is not None:
             if self.guard is not None:
                 self.guard.close()
@@ -262,14 +287,27 @@ class Access:
             self.guard.observe(metrics, audit)
 
     def reload(self) -> bool:
-        """Re-read the files; a bad file is logged and the old policy stays. True if it changed."""
+        """Re-read the files; a bad file is logged and the old policy stays. True if what they
+        say changed: the same rules and pins read again change nothing (no new version, so no
+        view, cursor or client hears of it), and with neither policy files nor pins there is
+        nothing to read."""
         self._files = stamps(self.settings.files)
+        if not self.settings.files and self.settings.pins.mode == "off":
+            return False
         try:
-            self.load()
+            policy, pins = self._read()
         except ConfigError as exc:
             logger.error("policy reload refused, the previous policy stays in force:\n%s", exc)
             return False
-        logger.info("policy reloaded from %s (version %d)", ", ".join(self.settings.files), self.version)
+        in_force = self.engine.policy if self.engine is not None else None
+        if policy == in_force and pins == self._pins:
+            logger.debug("policy and pins read again: unchanged (version %d)", self.version)
+            return False
+        read = [f"policy files {', '.join(self.settings.files)}"] if policy != in_force else []
+        if pins != self._pins:
+            read.append(f"pins {self.settings.pins.path}")
+        self._install(policy, pins)
+        logger.info("policy reloaded: %s changed (version %d)", " and ".join(read), self.version)
         return True
 
     def servers_changed(self, servers: Mapping[str, ServerConfig]) -> None:

@@ -45,10 +45,11 @@ class Probe:
 
     def __init__(self, encoded: bytes) -> None:
         self.encoded = encoded
-        self._numbers: tuple[bytes, ...] | None = None
+        self._numbers: bytes | None = None
 
     @property
-    def numbers(self) -> tuple[bytes, ...]:
+    def numbers(self) -> bytes:
+        """The shapes of the number-like stretches, joined by ``_`` (a byte no needle holds)."""
         if self._numbers is None:
             found = []
             pos, size = 0, len(self.encoded)
@@ -56,9 +57,9 @@ class Probe:
                 start, end = _NUMBERS.Match(_UNANCHORED, self.encoded, pos, size)[0]
                 if start < 0:
                     break
-                found.append(self.encoded[start:end].translate(_SHAPE))
+                found.append(self.encoded[start:end])
                 pos = end
-            self._numbers = tuple(found)
+            self._numbers = b"_".join(found).translate(_SHAPE)
         return self._numbers
 
 

@@ -77,7 +77,8 @@ def _shaped(*needles: bytes) -> Gate:
     :class:`~proxy.guard.detect.engine.Probe`)."""
 
     def gate(probe: Probe) -> bool:
-        return any(needle in shape for shape in probe.numbers for needle in needles)
+        numbers = probe.numbers
+        return any(needle in numbers for needle in needles)
 
     return gate
 
