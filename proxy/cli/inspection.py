@@ -149,6 +149,13 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
         "rules": list(decision.rule_ids),
         "reason": decision.reason,
     }
+    if access.guard is not None and subject.kind != "log_level":
+        # The guardrail rules that read what flows to and from it, per direction.
+        report["guardrails"] = access.guard.inspector.engine.explain(
+            identity, subject.server_id, subject.kind, subject.name
+        )
+        if shown_as is not None and (shown_as in access.quarantined or shown_as in access.held_keys):
+            report["quarantined"] = True  # known from a live catalog only
     if decision.confirm is not None:  # allowed once a person approves: who, how long, remembered
         confirm = decision.confirm
         report["confirm"] = {
@@ -159,14 +166,6 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
             "remember_any_arguments": confirm.remember_any_arguments,
             "reasons": list(confirm.reasons),
         }
-    guard = access.guard
-    if guard is not None and subject.kind != "log_level":
-        # The guardrail rules that read what flows to and from it, per direction.
-        report["guardrails"] = guard.inspector.engine.explain(
-            identity, subject.server_id, subject.kind, subject.name
-        )
-        if shown_as is not None and shown_as in access.quarantined:
-            report["quarantined"] = True
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -223,6 +223,7 @@ class Access:
         self.held_keys: dict[str, tuple[str, str]] = {}  # name or URI -> (acceptance key, hash)
         self._guard_outputs: tuple[Metrics | None, Callable[[dict[str, Any]], None] | None] = (None, None)
         self._own_secrets = own_secrets(servers)
+        self._pending_guard: Guard | None = None  # read with the policy, not installed yet
 
     # ---- the policy in force ----------------------------------------------------------
 
@@ -244,17 +245,27 @@ class Access:
         """
         policy = load_policy(list(self.settings.files)) if self.settings.files else None
         pins = self._read_pins() if self.settings.pins.mode != "off" else self._pins
+        # Built now, so that a rule naming an unconfigured hook is refused with the rest of the
+        # files; installed with the policy (a reload that changes nothing drops it unused).
+        self._pending_guard = self._build_guard(policy)
         return policy, pins
 
-    def _install(self, policy: Policy | None, pins: dict[str, str]) -> None:
-        """Install what :meth:`_read` read; the guardrails are built first, so a failure there
-        (a ConfigError) installs nothing."""
-        guard = None
-        if policy is not None and policy.guardrails is not None and policy.guardrails.rules:
-            from proxy.guardrails.wiring import build_guard
+    def _build_guard(self, policy: Policy | None) -> Guard | None:
+        """The guard for ``policy``'s guardrail rules, or None without any.
 
-            guard = build_guard(policy.guardrails, self.settings.guardrails, own_secrets=self._own_secrets)
-            guard.observe(*self._guard_outputs)
+        Raises:
+            ConfigError: a rule names a hook the config lacks, or a hook's mTLS files are unusable.
+        """
+        if policy is None or policy.guardrails is None or not policy.guardrails.rules:
+            return None
+        from proxy.guardrails.wiring import build_guard
+
+        guard = build_guard(policy.guardrails, self.settings.guardrails, own_secrets=self._own_secrets)
+        guard.observe(*self._guard_outputs)
+        return guard
+
+    def _install(self, policy: Policy | None, pins: dict[str, str]) -> None:
+        guard, self._pending_guard = self._pending_guard, None
         if policy is not None:
             if self.guard is not None:
                 self.guard.close()
@@ -295,11 +306,7 @@ class Access:
         read = [f"policy files {', '.join(self.settings.files)}"] if policy != in_force else []
         if pins != self._pins:
             read.append(f"pins {self.settings.pins.path}")
-        try:
-            self._install(policy, pins)
-        except ConfigError as exc:
-            logger.error("policy reload refused, the previous policy stays in force:\n%s", exc)
-            return False
+        self._install(policy, pins)
         logger.info("policy reloaded: %s changed (version %d)", " and ".join(read), self.version)
         return True
 

@@ -341,9 +341,20 @@ def test_explain_names_the_guardrail_rules_per_direction_and_a_quarantined_tool(
 
     path = write_config(tmp_path / "m.yaml", config(tmp_path))
 
-    def explain(tool: str) -> Any:
+    def explain(tool: str, *live: str) -> Any:
         done = subprocess.run(
-            [*MANIFOLD, "explain", "--config", str(path), "--identity", "ann", "--tool", tool, "--json"],
+            [
+                *MANIFOLD,
+                "explain",
+                "--config",
+                str(path),
+                "--identity",
+                "ann",
+                "--tool",
+                tool,
+                "--json",
+                *live,
+            ],
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -358,7 +369,7 @@ def test_explain_names_the_guardrail_rules_per_direction_and_a_quarantined_tool(
     assert rules["tool_arguments"] == ["keys-never-leave", "no-tickets-out", "watch-email"]
     assert "no-injection-in" in rules["tool_results"]
     assert "quarantined" not in report
-    assert explain("g.notes")["quarantined"] is True
+    assert explain("g.notes", "--live")["quarantined"] is True  # known from the live catalog
 
 
 async def test_the_npm_reference_servers_echo_is_redacted_on_its_way_back(tmp_path: Path) -> None:
