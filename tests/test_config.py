@@ -583,8 +583,14 @@ def test_every_setting_can_be_overridden_from_the_environment(variable: str) -> 
 
 
 def documented_overrides() -> list[str]:
-    """Every ``MANIFOLD_X=value`` example in the README and the config module's docstring."""
-    texts = [README.read_text(encoding="utf-8"), proxy.config.__doc__ or "", proxy.overrides.__doc__ or ""]
+    """Every ``MANIFOLD_X=value`` example in the README, the documentation and the config module's
+    docstring."""
+    pages = [README, *sorted((README.parent / "docs").rglob("*.md"))]
+    texts = [
+        *(page.read_text(encoding="utf-8") for page in pages),
+        proxy.config.__doc__ or "",
+        proxy.overrides.__doc__ or "",
+    ]
     found = {
         match for text in texts for match in re.findall(r"MANIFOLD_[A-Z0-9_]+=(?:'[^']*'|[^`'\s]+)", text)
     }

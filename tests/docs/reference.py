@@ -109,7 +109,9 @@ def _models(annotation: Any) -> tuple[list[type[BaseModel]], str]:
             found += models
             how = how or member_how
         return found, how
-    if origin in (dict, typing.Mapping) or (origin is not None and getattr(origin, "__name__", "") == "Mapping"):
+    if origin in (dict, typing.Mapping) or (
+        origin is not None and getattr(origin, "__name__", "") == "Mapping"
+    ):
         models, _ = _models(typing.get_args(annotation)[-1])
         return models, ".*"
     if origin in (tuple, list, frozenset, set):
