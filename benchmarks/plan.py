@@ -178,7 +178,7 @@ limits:
 
 # ---------------------------------------------------------------------------------------------
 # MIDDLEWARE OVERLAYS: one entry per middleware on the tools/call path.
-# The keys are those of proxy/config.py (`policy:`, `metrics:`, `logging:`; rate limits live in
+# The keys are those of proxy/config/model.py (`policy:`, `metrics:`, `logging:`; rate limits live in
 # policy files). When a key changes, change its entry here: each run's report says which entries
 # `manifold check` (or Manifold's startup) rejected, and why, and skips them. Each "on" must let
 # every call through: the cost measured is the check, never a refusal. The call targets outside

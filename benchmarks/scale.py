@@ -24,11 +24,11 @@ in time, a session not opened) is counted by kind and reported; any makes the sc
 The step is bounded by ``plan.scale_seconds``: overrunning it is reported as a failure of this
 step, not of the whole run.
 
-Limits (``proxy/config.py`` ``LimitsConfig``): every benchmark Manifold keeps 20,000 sessions per
+Limits (``proxy/config/model.py`` ``LimitsConfig``): every benchmark Manifold keeps 20,000 sessions per
 identity (:func:`benchmarks.plan.manifold_config`); the calls use one session each, so
 ``max_in_flight_per_session`` (64) is never approached; ``max_connections`` is raised only when
 the calls' connections would not fit under it (the default, 2,000, holds 1,000 calls). Manifold
-raises its own ``RLIMIT_NOFILE`` (``proxy/cli.py``); the load generator raises its soft limit to
+raises its own ``RLIMIT_NOFILE`` (``proxy/cli/main.py``); the load generator raises its soft limit to
 the hard one here.
 """
 

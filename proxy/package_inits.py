@@ -8,7 +8,7 @@ which Manifold uses (it builds its own ``Config`` and ``Server``). ``prometheus_
 Together about 3 MiB of an idle Manifold's ~55 (issue #20).
 
 Importing this module registers both (:func:`defer_init`), so it must come before anything that
-imports them: :mod:`proxy.cli`, the process's entry point, imports it first. Code that imports
+imports them: :mod:`proxy.cli.main`, the process's entry point, imports it first. Code that imports
 Manifold's modules some other way (tests, benchmarks) gets the plain packages, which behave the same.
 
 :func:`defer_init` registers such a package in ``sys.modules`` as the loader would, with its

@@ -85,7 +85,7 @@ def test_a_missing_package_is_left_to_the_plain_import_to_report() -> None:
 def test_after_manifold_is_imported_uvicorn_and_prometheus_client_still_offer_everything() -> None:
     script = """
 import sys
-import proxy.cli
+import proxy.cli.main
 assert "uvicorn.main" not in sys.modules and "prometheus_client.exposition" not in sys.modules
 import uvicorn
 from prometheus_client import REGISTRY, Counter, generate_latest

@@ -41,7 +41,7 @@ from proxy.catalog.merge import Catalog, ServerSlice, build_catalog
 from proxy.catalog.meta_tools import MetaNames, describe_result, meta_definitions, search_result
 from proxy.catalog.naming import NamingCodec
 from proxy.catalog.search import FIELDS, Field, ToolIndex
-from proxy.discovery.settings import DiscoverySettings
+from proxy.config.discovery import DiscoverySettings
 
 HERE = Path(__file__).resolve().parent
 README = HERE.parent / "README.md"

@@ -1,6 +1,6 @@
 """Inbound authentication: who is calling Manifold's HTTP endpoint (and its stdio one).
 
-- :mod:`proxy.auth.settings`: the ``auth`` config section and the anonymous-access decision.
+- :mod:`proxy.config.auth`: the ``auth`` config section and the anonymous-access decision.
 - :mod:`proxy.auth.apikeys`: API keys, stored as SHA-256 digests; :func:`generate_api_key`.
 - :mod:`proxy.auth.jwt` and :mod:`proxy.auth.jwks`: bearer JWTs and their issuers' key sets.
 - :mod:`proxy.auth.authenticator`: headers in, :data:`AuthResult` out.
@@ -10,7 +10,7 @@ Deciding what an identity may do is not here: that is :mod:`proxy.policy`.
 
 from proxy.auth.apikeys import generate_api_key
 from proxy.auth.authenticator import Authenticated, Authenticator, AuthResult, FailureReason, Rejected
-from proxy.auth.settings import AnonymousSettings, ApiKey, AuthSettings, JwtIssuer, StdioIdentity
+from proxy.config.auth import AnonymousSettings, ApiKey, AuthSettings, JwtIssuer, StdioIdentity
 
 __all__ = [
     "AnonymousSettings",

@@ -20,8 +20,8 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from proxy.auth.settings import ApiKey
-from proxy.errors import ConfigError
+from proxy.config.auth import ApiKey
+from proxy.core.errors import ConfigError
 from proxy.policy.model import Identity
 
 __all__ = ["KEY_PREFIX", "MIN_ENV_KEY_LENGTH", "ApiKeyTable", "digest", "generate_api_key", "stored_form"]

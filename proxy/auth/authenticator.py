@@ -3,7 +3,7 @@
 Credentials, in the order they are looked at:
 
 - no ``Authorization`` and no ``X-API-Key``: the anonymous identity if anonymous access is on
-  (see :mod:`proxy.auth.settings`), else :attr:`FailureReason.MISSING`;
+  (see :mod:`proxy.config.auth`), else :attr:`FailureReason.MISSING`;
 - ``X-API-Key: <key>``, or ``Authorization: Bearer <key>``: a configured API key;
 - ``Authorization: Bearer <JWT>``: a token from a configured issuer: an OAuth authorization
   server's access token for this resource (``auth.oauth``, :mod:`proxy.auth.oauth`) or a token
@@ -34,7 +34,7 @@ import anyio.abc
 from cachetools import TLRUCache
 
 from proxy.auth.apikeys import ApiKeyTable, digest
-from proxy.auth.settings import AuthSettings
+from proxy.config.auth import AuthSettings
 from proxy.policy.model import Identity
 
 if TYPE_CHECKING:  # loaded by from_settings when auth.jwt or auth.oauth asks (PyJWT, aiohttp)

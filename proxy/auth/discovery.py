@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 
 from proxy.auth.jwks import Fetch, JwksError, JwksUrl, SigningKey, fetch_url
-from proxy.auth.oauth_settings import OAuthSettings, check_https_url
+from proxy.config.oauth import OAuthSettings, check_https_url
 
 __all__ = ["DiscoveredKeys", "ServerMetadata", "check_servers", "metadata_urls", "parse_metadata"]
 

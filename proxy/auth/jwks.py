@@ -26,7 +26,7 @@ import anyio
 import anyio.abc
 from jwt import PyJWK, PyJWTError
 
-from proxy.errors import ManifoldError
+from proxy.core.errors import ManifoldError
 
 __all__ = ["Fetch", "JwksError", "JwksFile", "JwksUrl", "KeySet", "KeySource", "SigningKey", "fetch_url"]
 

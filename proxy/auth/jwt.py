@@ -29,8 +29,8 @@ import anyio.abc
 import jwt
 
 from proxy.auth.jwks import Fetch, JwksError, JwksFile, JwksUrl, KeySource
-from proxy.auth.settings import JwtIssuer
-from proxy.errors import ConfigError
+from proxy.config.auth import JwtIssuer
+from proxy.core.errors import ConfigError
 from proxy.policy.model import Identity
 
 __all__ = ["MESSAGES", "JwtVerifier", "TokenRejected", "VerifiedToken", "claim", "signing_key"]

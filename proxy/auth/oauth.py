@@ -29,7 +29,7 @@ from proxy.auth.discovery import DiscoveredKeys
 from proxy.auth.introspection import IntrospectionError, Introspector, Post
 from proxy.auth.jwks import Fetch
 from proxy.auth.jwt import MESSAGES, TokenRejected, claim, signing_key
-from proxy.auth.oauth_settings import AuthorizationServer, OAuthSettings
+from proxy.config.oauth import AuthorizationServer, OAuthSettings
 from proxy.policy.model import Identity
 
 __all__ = ["OAuthVerifier", "SignedIn", "granted_scopes"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from proxy.auth.oauth_settings import OAuthSettings
+from proxy.config.oauth import OAuthSettings
 
 __all__ = ["WELL_KNOWN", "metadata_document", "metadata_paths"]
 

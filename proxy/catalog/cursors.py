@@ -12,7 +12,7 @@ Wire form: URL-safe base64 without padding of::
 The scope tag is a keyed hash, so the scope (an identity's view) is bound but not readable.
 The MAC is HMAC-SHA256 over everything before it, truncated to 16 bytes. Decoding checks, in
 order: type, shape, canonical base64, MAC, generation, scope; each failure is an
-:class:`~proxy.errors.InvalidParams` whose ``data["reason"]`` is one of ``"not_a_string"``,
+:class:`~proxy.core.errors.InvalidParams` whose ``data["reason"]`` is one of ``"not_a_string"``,
 ``"malformed"``, ``"bad_mac"``, ``"stale"``, ``"wrong_scope"``, ``"past_end"``.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from proxy.errors import InvalidParams
+from proxy.core.errors import InvalidParams
 
 __all__ = ["MIN_KEY_BYTES", "CursorCodec", "Page", "paginate"]
 

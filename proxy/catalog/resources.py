@@ -24,7 +24,7 @@ import orjson
 
 from proxy.catalog.merge import ServerSlice
 from proxy.catalog.uri_templates import CompiledTemplate, UriSubject, compile_template
-from proxy.errors import InvalidParams
+from proxy.core.errors import InvalidParams
 from proxy.protocol.uris import normalize_uri
 
 __all__ = ["EMPTY_RESOURCES", "ResourceIndex", "UriCollision", "build_resource_index"]

@@ -1,16 +1,16 @@
 """Credentials to servers: whose credentials a request to a server carries.
 
-A server's ``credentials.mode`` (:mod:`proxy.credentials.settings`) decides:
+A server's ``credentials.mode`` (:mod:`proxy.config.credentials`) decides:
 
 - ``shared``: the configured ``headers``/``env``, for everybody (no source is asked);
 - ``secret``: the identity's own secret from the credential store (:mod:`proxy.credentials.secret`);
 - ``oauth`` / ``exchange``: a token Manifold gets for the identity (their own modules).
 
 Each non-shared mode is a :class:`CredentialSource`. Its :class:`Credentials` are what the
-identity's own connection to the server is built with (:mod:`proxy.per_client`): headers merged
+identity's own connection to the server is built with (:mod:`proxy.servers.per_client`): headers merged
 over the configured ones for an HTTP server, environment merged over the configured one for a
 stdio server's process. A source that has nothing for the identity raises
-:class:`~proxy.errors.SignInNeeded`, which the boundary turns into an error naming the server
+:class:`~proxy.core.errors.SignInNeeded`, which the boundary turns into an error naming the server
 and what the user must do. The caller's own inbound token is never among them.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from proxy.errors import SignInNeeded
+from proxy.core.errors import SignInNeeded
 from proxy.policy.model import Identity
 
 __all__ = ["CredentialSource", "Credentials", "SignInNeeded", "Sources"]

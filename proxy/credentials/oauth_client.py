@@ -28,8 +28,8 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import aiohttp
 
 from proxy.auth.discovery import metadata_urls
+from proxy.core.errors import ManifoldError
 from proxy.credentials.tokens import TokenSet
-from proxy.errors import ManifoldError
 
 __all__ = [
     "AuthServer",

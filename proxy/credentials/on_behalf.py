@@ -45,6 +45,7 @@ from urllib.parse import urlencode
 import anyio
 from cachetools import TTLCache
 
+from proxy.core.errors import ManifoldError
 from proxy.credentials.oauth_client import (
     AuthServer,
     OAuthClientError,
@@ -57,7 +58,6 @@ from proxy.credentials.oauth_client import (
     token_audiences,
 )
 from proxy.credentials.tokens import Pending, TokenSet, TokenStore
-from proxy.errors import ManifoldError
 from proxy.policy.model import Identity
 
 __all__ = ["CallbackRefused", "Clients", "OAuthServer", "OnBehalf", "SignIn"]

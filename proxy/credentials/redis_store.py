@@ -16,11 +16,11 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from proxy.config.credentials import CredentialStoreSettings
+from proxy.core.redaction import redact_url
 from proxy.credentials.sealing import Sealer, bound_to
-from proxy.credentials.settings import CredentialStoreSettings
 from proxy.credentials.store import Stored, StoreError, check_value
 from proxy.policy.model import IdentityKey
-from proxy.redaction import redact_url
 
 __all__ = ["RedisStore"]
 

@@ -15,7 +15,7 @@ from typing import Final
 
 import orjson
 
-from proxy.credentials.settings import KEY_BYTES
+from proxy.config.credentials import KEY_BYTES
 
 __all__ = ["Sealer", "Unsealable", "bound_to", "new_key"]
 

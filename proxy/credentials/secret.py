@@ -3,7 +3,7 @@
 Looked up on every request that goes to the server (one ``stat`` for the file store, one GET for
 Redis), so a revoked or replaced secret takes effect on the identity's next call: its running
 connection, built with the old one, is stopped and the next starts with the new
-(:mod:`proxy.per_client`). The secret goes into a header (HTTP servers, the configured template)
+(:mod:`proxy.servers.per_client`). The secret goes into a header (HTTP servers, the configured template)
 or into the environment of the identity's own process (stdio servers), and is told to the
 redaction of logs as it is loaded.
 """
@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from proxy.config import ServerConfig
+from proxy.config.credentials import SecretCredentials
+from proxy.config.model import ServerConfig
+from proxy.core.errors import ServerUnavailable, SignInNeeded
+from proxy.core.redaction import remember_more
 from proxy.credentials import Credentials
 from proxy.credentials.sealing import Unsealable
-from proxy.credentials.settings import SecretCredentials
 from proxy.credentials.store import SecretStore, StoreError
-from proxy.errors import ServerUnavailable, SignInNeeded
 from proxy.policy.model import Identity
-from proxy.redaction import remember_more
 
 __all__ = ["KIND", "SecretSource"]
 

@@ -30,8 +30,8 @@ from typing import Any, Final, Protocol
 import anyio
 import orjson
 
+from proxy.config.credentials import CredentialStoreSettings
 from proxy.credentials.sealing import Sealer, bound_to
-from proxy.credentials.settings import CredentialStoreSettings
 from proxy.policy.model import IdentityKey
 
 __all__ = [

@@ -13,7 +13,7 @@
 
 Either way the header is ``Authorization: Bearer <the server's own token>``; the caller's token
 never leaves Manifold. A source with nothing for the identity raises
-:class:`~proxy.errors.SignInNeeded`; the sign-in stage (:mod:`proxy.middleware.sign_in`) asks
+:class:`~proxy.core.errors.SignInNeeded`; the sign-in stage (:mod:`proxy.pipeline.stages.sign_in`) asks
 the user before a tool call gets that far.
 """
 
@@ -28,14 +28,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from proxy.config import Config, ServerConfig
+from proxy.config.credentials import ExchangeCredentials, OAuthCredentials
+from proxy.config.model import Config, ServerConfig
+from proxy.core.errors import ConfigError, ServerUnavailable, SignInNeeded
+from proxy.core.redaction import remember_more
 from proxy.credentials import Credentials, CredentialSource
 from proxy.credentials.inbound import InboundTokens
-from proxy.credentials.settings import ExchangeCredentials, OAuthCredentials
 from proxy.credentials.store import SecretStore, StoreError
-from proxy.errors import ConfigError, ServerUnavailable, SignInNeeded
 from proxy.policy.model import Identity
-from proxy.redaction import remember_more
 
 if TYPE_CHECKING:  # loaded only when a server is in mode oauth or exchange (aiohttp, redis, AES-GCM)
     from proxy.auth.authenticator import Authenticator
@@ -116,7 +116,7 @@ def _holder(identity_key: Sequence[str]) -> tuple[str, str, str]:
 
 
 def _bearer(server_id: str, token: str, label: str) -> Credentials:
-    # Not remembered verbatim (short-lived, many: proxy.redaction): a log line shows it only in an
+    # Not remembered verbatim (short-lived, many: proxy.core.redaction): a log line shows it only in an
     # Authorization header, after "Bearer" or as a JWT, and those are redacted by pattern.
     return Credentials(headers={"Authorization": f"Bearer {token}"}, label=label)
 

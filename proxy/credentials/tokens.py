@@ -28,7 +28,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from redis.asyncio import Redis
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 __all__ = [
     "MemoryVault",

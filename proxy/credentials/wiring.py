@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from proxy.config import Config, ServerConfig
+from proxy.config.model import Config, ServerConfig
+from proxy.core.errors import ConfigError
 from proxy.credentials import CredentialSource, Sources
 from proxy.credentials.secret import SecretSource
 from proxy.credentials.store import SecretStore, StoreError, open_store
-from proxy.errors import ConfigError
 
 __all__ = ["BUILDERS", "Builder", "check_modes", "open_credential_store", "sources_for"]
 

@@ -15,7 +15,7 @@ sees as a broken server. Below it, a client is told 503 and when to come back.
 
 :func:`refusal` builds the whole HTTP response for a refusal once, at start: the connection
 layer writes it without an ASGI app, so its body is the JSON-RPC error the fault boundary
-makes of the :class:`~proxy.errors.LimitExceeded` (naming the limit), with ``Connection: close``.
+makes of the :class:`~proxy.core.errors.LimitExceeded` (naming the limit), with ``Connection: close``.
 
 A refused connection is drained for a moment before it is closed (a close with unread bytes
 resets the connection, which can destroy the answer), and holds a descriptor meanwhile: past
@@ -32,8 +32,8 @@ from typing import Final
 
 import orjson
 
-from proxy.boundary import wire_error
-from proxy.errors import LimitExceeded
+from proxy.core.errors import LimitExceeded
+from proxy.observe.boundary import wire_error
 
 __all__ = [
     "FILES_PER_SERVER",

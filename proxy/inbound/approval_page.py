@@ -7,7 +7,8 @@ or token, as they would send to ``/mcp``; nothing is stored and no cookie is set
 authenticate, hold one of the approver roles, and not be the caller's own. Then the page shows
 the decision, as it does for anybody who opens it afterwards.
 
-Served under the same Host and Origin checks as ``/mcp`` (:class:`~proxy.inbound.http.OriginPolicy`),
+Served under the same Host and Origin checks as ``/mcp``
+(:class:`~proxy.inbound.streamable_http.OriginPolicy`),
 and also to the host and origin of ``policy.approvals_url`` (where the links point), and to an
 ``Origin`` naming the Host asked (the page's own form, same-origin). A POST must also come from
 a browser page of an allowed origin (``Origin`` present and allowed, ``Sec-Fetch-Site`` not
@@ -30,10 +31,10 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from proxy.auth.authenticator import Authenticated, Authenticator
-from proxy.confirm.approvals import Approval, Approvals, State
-from proxy.inbound.http import OriginPolicy
+from proxy.enforce.confirm.approvals import Approval, Approvals, State
 from proxy.inbound.pages import PAGE_HEADERS, CredentialFlood, address_of
 from proxy.inbound.pages import refused as refused_here
+from proxy.inbound.streamable_http import OriginPolicy
 
 __all__ = ["approval_routes", "render"]
 
@@ -88,7 +89,8 @@ def render(approval: Approval | None, *, token: str, now: float, message: str | 
         f"<dt>Answer needed by</dt><dd>{_when(approval.deadline)}</dd>",
         "</dl>",
         '<h2 id="arguments">Arguments</h2>',
-        # Whole, never cut (proxy.confirm.question): scrolls when long; focusable to scroll by keyboard.
+        # Whole, never cut (proxy.enforce.confirm.question): scrolls when long; focusable to scroll
+        # by keyboard.
         f'<pre aria-labelledby="arguments" tabindex="0">{e(approval.summary)}</pre>',
     ]
     if message:

@@ -43,10 +43,10 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from proxy.boundary import Boundary
-from proxy.config import LimitsConfig
-from proxy.errors import LimitExceeded
+from proxy.config.model import LimitsConfig
+from proxy.core.errors import LimitExceeded
 from proxy.inbound.admission import RETRY_AFTER, Admission, ConnectionBudget, connection_cap, refusal
+from proxy.observe.boundary import Boundary
 
 __all__ = ["ConnectionGuard", "GuardedHttpProtocol"]
 

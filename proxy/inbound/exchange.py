@@ -12,8 +12,8 @@ from typing import Final
 
 import anyio
 
-from proxy.inbound.contract import Endpoint
-from proxy.inbound.session import StatelessCaller
+from proxy.clients.contract import Endpoint
+from proxy.clients.session import StatelessCaller
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
 from proxy.protocol.stateless import Envelope

@@ -12,7 +12,7 @@ hold on every listener (the main one, and ``metrics.port``):
 - **/healthz and /readyz** tell everyone the status and how many servers are in each state.
   Per-server details (ids, why a server is down, its stderr lines, lists cut by a limit, which
   required servers are awaited) go only to an identity holding ``metrics.role``, with any
-  credential in them redacted (:func:`proxy.logs.redact_text`). Without a credential the
+  credential in them redacted (:func:`proxy.observe.logs.redact_text`). Without a credential the
   counts; with a bad one, 401.
 - **/metrics** needs a credential and ``metrics.role`` when ``metrics.require_auth`` says so;
   unset, that is once any credential (``auth.api_keys``, ``auth.jwt``) is configured. Its series
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.auth.authenticator import Authenticator, FailureReason, Rejected
-from proxy.config import Config
-from proxy.inbound.http import OriginPolicy
-from proxy.logs import redact_text
-from proxy.metrics import MetricsSettings
+from proxy.config.model import Config
+from proxy.inbound.streamable_http import OriginPolicy
+from proxy.observe.logs import redact_text
+from proxy.observe.metrics import MetricsSettings
 from proxy.outbound.connection import ServerState
 
 __all__ = [

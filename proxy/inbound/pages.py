@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.inbound.http import OriginPolicy
+from proxy.inbound.streamable_http import OriginPolicy
 from proxy.ratelimit import LimitCheck, MemoryBackend
 
 __all__ = ["PAGE_HEADERS", "CredentialFlood", "address_of", "refused"]

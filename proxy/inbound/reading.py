@@ -3,16 +3,16 @@ arrays, and in the size of the parts Manifold keeps (``limits.max_request_bytes`
 ``max_depth``, ``max_containers``, ``max_*_bytes``).
 
 Each refusal made here is counted here (``manifold_limit_refusals_total{limit}``), once: the
-transports answer these refusals themselves, outside :meth:`proxy.boundary.Boundary.answer`.
+transports answer these refusals themselves, outside :meth:`proxy.observe.boundary.Boundary.answer`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from proxy.boundary import Boundary
-from proxy.config import LimitsConfig
-from proxy.errors import LimitExceeded, MessageTooLarge
+from proxy.config.model import LimitsConfig
+from proxy.core.errors import LimitExceeded, MessageTooLarge
+from proxy.observe.boundary import Boundary
 from proxy.protocol import jsonrpc
 from proxy.protocol.bounds import PartBounds
 from proxy.protocol.jsonrpc import Message

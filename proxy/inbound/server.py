@@ -1,7 +1,7 @@
 """The HTTP server around the MCP endpoint: routes, probes, metrics, access log, uvicorn.
 
-    /mcp       the MCP endpoint (proxy.inbound.http): the whole catalog
-    /mcp/NAME  a configured endpoint's view of it (proxy.endpoints); only configured names,
+    /mcp       the MCP endpoint (proxy.inbound.streamable_http): the whole catalog
+    /mcp/NAME  a configured endpoint's view of it (proxy.views.endpoints); only configured names,
                matched exactly (no normalisation: /mcp/../mcp and /mcp/%2e%2e are 404)
     /healthz   200 while the process runs, with how many servers are in each state
     /readyz    200 once every server marked ``required`` is up, else 503
@@ -37,11 +37,9 @@ from uvicorn.config import Config
 from uvicorn.server import Server
 
 from proxy.auth.resource import metadata_document, metadata_paths
-from proxy.boundary import supervised
+from proxy.clients.contract import Inbound
 from proxy.inbound.approval_page import approval_routes
 from proxy.inbound.connection_guard import ConnectionGuard
-from proxy.inbound.contract import Inbound
-from proxy.inbound.http import McpEndpoint, OriginPolicy, Receive, Scope, Send
 from proxy.inbound.observers import (
     Observers,
     Refusal,
@@ -50,8 +48,10 @@ from proxy.inbound.observers import (
     metrics_require_auth,
     public_health,
 )
-from proxy.logs import log_access
-from proxy.metrics import Metrics
+from proxy.inbound.streamable_http import McpEndpoint, OriginPolicy, Receive, Scope, Send
+from proxy.observe.boundary import supervised
+from proxy.observe.logs import log_access
+from proxy.observe.metrics import Metrics
 
 __all__ = ["bind", "build_app", "metrics_app", "serve"]
 

@@ -35,9 +35,9 @@ from proxy.auth.authenticator import Authenticated, Authenticator
 from proxy.credentials.oauth_client import OAuthClientError
 from proxy.credentials.on_behalf import CallbackRefused, OnBehalf
 from proxy.credentials.store import StoreError
-from proxy.inbound.http import OriginPolicy
 from proxy.inbound.pages import PAGE_HEADERS, CredentialFlood, address_of
 from proxy.inbound.pages import refused as refused_here
+from proxy.inbound.streamable_http import OriginPolicy
 
 __all__ = ["CALLBACK_PATH", "START_PATH", "signin_routes"]
 

@@ -31,12 +31,12 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from proxy.boundary import wire_error
-from proxy.errors import InvalidRequest, MessageTooLarge, ProtocolError, request_id_of
-from proxy.inbound.contract import Inbound
+from proxy.clients.contract import Inbound
+from proxy.clients.session import ClientSession
+from proxy.core.errors import InvalidRequest, MessageTooLarge, ProtocolError, request_id_of
 from proxy.inbound.reading import Reader
-from proxy.inbound.session import ClientSession
 from proxy.inbound.stdio_stateless import StatelessRequests, initialize_refused
+from proxy.observe.boundary import wire_error
 from proxy.protocol import jsonrpc, stateless
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 

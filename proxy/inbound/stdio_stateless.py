@@ -3,7 +3,7 @@
 stdio has no per-request stream: a request's progress and the log lines it opted into are
 lines on stdout like everything else, written before its response, and the client cancels a
 request with ``notifications/cancelled {requestId}`` (the HTTP binding closes the stream
-instead). ``subscriptions/listen`` is answered with its stream (``proxy.inbound.listen``) as
+instead). ``subscriptions/listen`` is answered with its stream (``proxy.clients.listen_streams``) as
 more lines, until the client cancels it the same way. ``proxy.inbound.stdio`` decides the era
 and hands each validated request here.
 """
@@ -16,12 +16,12 @@ from contextlib import AsyncExitStack
 
 import anyio
 
-from proxy.boundary import wire_error
-from proxy.errors import LimitExceeded, ProtocolError, UnsupportedVersion
-from proxy.inbound.contract import Inbound
+from proxy.clients.contract import Inbound
+from proxy.clients.listen_streams import pump
+from proxy.clients.session import StatelessCaller, cancel_named
+from proxy.core.errors import LimitExceeded, ProtocolError, UnsupportedVersion
 from proxy.inbound.exchange import Exchange, caller_of
-from proxy.inbound.listen import pump
-from proxy.inbound.session import StatelessCaller, cancel_named
+from proxy.observe.boundary import wire_error
 from proxy.protocol import versions
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.stateless import Envelope

@@ -54,7 +54,7 @@ from typing import Any, Final, Protocol
 import anyio
 import anyio.abc
 
-from proxy.errors import (
+from proxy.core.errors import (
     INTERNAL_ERROR,
     InvalidRequest,
     LimitExceeded,
@@ -95,7 +95,7 @@ __all__ = [
     "backoff_delay",
 ]
 
-# The error response to a server's request that failed (``proxy.boundary.wire_error``).
+# The error response to a server's request that failed (``proxy.observe.boundary.wire_error``).
 AnswerError = Callable[[Exception, RequestId], Message]
 # Told of each unexpected error (logged already) and where it happened: "outbound.connection" (a
 # connected lifetime ended by it; a restart follows), "outbound.dispatch" (one message from the

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy import __version__
-from proxy.errors import ServerProtocolError, ServerUnavailable
+from proxy.core.errors import ServerProtocolError, ServerUnavailable
 from proxy.outbound.relay import Relay
 from proxy.protocol import versions
 from proxy.protocol.asks import ASKED_CAPABILITIES

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from proxy.config import LimitsConfig, ServerConfig
-from proxy.outbound.stdio import StdioTransport
+from proxy.config.model import LimitsConfig, ServerConfig
+from proxy.outbound.over_stdio.transport import StdioTransport
 from proxy.outbound.transport import Transport
 
 __all__ = ["transport_for"]
@@ -39,7 +39,7 @@ def transport_for(
         )
     assert server.url is not None
     assert server.transport != "stdio"
-    from proxy.outbound.http import http_transport  # loads only when an HTTP server is configured
+    from proxy.outbound.over_http.modes import http_transport  # loads only when an HTTP server is configured
 
     return http_transport(
         server.id,

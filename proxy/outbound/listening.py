@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import anyio
 
-from proxy.errors import (
+from proxy.core.errors import (
     InvalidParams,
     MethodNotFound,
     ProtocolError,

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from proxy.errors import RemoteError, ServerProtocolError
+from proxy.core.errors import RemoteError, ServerProtocolError
 from proxy.protocol.results import CacheHint, hint_of, merge_cache
 
 __all__ = ["CHANGED", "LIST_KINDS", "Drained", "Fetch", "drain", "offered"]

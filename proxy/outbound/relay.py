@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from proxy.errors import NoClientToAsk
+from proxy.core.errors import NoClientToAsk
 from proxy.protocol.jsonrpc import Message, RequestId
 
 __all__ = ["Relay", "relay_for"]

@@ -33,7 +33,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from proxy.errors import MessageTooDeep, ProtocolError, ServerProtocolError, ServerUnavailable
+from proxy.core.errors import MessageTooDeep, ProtocolError, ServerProtocolError, ServerUnavailable
 from proxy.protocol.jsonrpc import Message, RequestId
 
 __all__ = ["Diagnostics", "Failed", "Link", "Received", "Transport", "unusable_answer"]

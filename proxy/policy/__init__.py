@@ -11,7 +11,7 @@ Deciding is apart from enforcing: this package decides and returns data; the req
 * :mod:`~proxy.policy.validation`: arguments and structured results against the tool's schemas.
 * :mod:`~proxy.policy.pins`: tool definition hashes, drift, and the pins file's contents.
 
-The files themselves are read and written by :mod:`proxy.policy_files`.
+The files themselves are read and written by :mod:`proxy.config.policy_files`.
 """
 
 from __future__ import annotations

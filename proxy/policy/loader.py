@@ -12,7 +12,7 @@ Every problem is reported, one line each, naming the file, the rule (index and i
 and the value: ``team.yaml: rules[2] (id 'gh-readers'): match.tools[0]: unclosed '[' …``.
 
 Pure: text or parsed data and a source name in. Reading the files is
-:func:`proxy.policy_files.load_policy`'s job.
+:func:`proxy.config.policy_files.load_policy`'s job.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pydantic_core import ErrorDetails
 
 # These parsers reject duplicate keys, which plain YAML would silently resolve
 # to the last one: exactly the kind of slip a security policy must not absorb.
-from proxy.documents import parse_document, show_value
-from proxy.errors import ConfigError
+from proxy.core.documents import parse_document, show_value
+from proxy.core.errors import ConfigError
 from proxy.policy.model import AnnotationMatch, ConfirmOptions, Default, Match, Policy, PolicyDocument, Rule
 from proxy.ratelimit.rules import LimitRule, parse_limits
 

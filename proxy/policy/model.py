@@ -416,7 +416,7 @@ class PolicyDocument(_Model):
 class Policy:
     """Every loaded rule and the one default: what :class:`~proxy.policy.engine.PolicyEngine` runs.
 
-    Build it with :func:`proxy.policy_files.load_policy` (or directly, in tests).
+    Build it with :func:`proxy.config.policy_files.load_policy` (or directly, in tests).
 
     Raises:
         ValueError: two rules share an id (the loader reports that as a ConfigError first).

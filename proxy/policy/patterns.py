@@ -7,7 +7,7 @@ validator class whose ``pattern``, ``patternProperties`` and ``additionalPropert
 matches ``patternProperties`` too) use RE2 instead, with jsonschema's own error messages.
 
 What RE2 cannot run, :func:`backtracks` reports, and the caller runs that schema where it can be
-killed (a worker process: :mod:`proxy.middleware.validate`):
+killed (a worker process: :mod:`proxy.pipeline.stages.validate`):
 
 * a pattern RE2 refuses: backreferences, lookaround, possessive or atomic groups, a repeat count
   past 1000, a program past :data:`_MAX_MEM`. These are the constructs only a backtracking engine

@@ -16,12 +16,12 @@ does is the operator's choice of mode:
   drift as the reason, until the operator accepts the new definition (re-pins it with
   :func:`accept`, e.g. from a CLI command).
 * ``confirm``: a drifted tool is served, but each identity is asked (like a ``confirm`` policy
-  rule asks: :mod:`proxy.middleware.confirm`) before its first call of the new definition, with
+  rule asks: :mod:`proxy.pipeline.stages.confirm`) before its first call of the new definition, with
   the change summarised (:func:`summarise_change`); an operator's accept ends the asking.
 
 Pins are kept in a small JSON file, ``{"version": 1, "pins": {key: hash}}``. This module only
 turns its bytes into pins (:func:`parse_pins`) and back (:func:`render_pins`); reading and
-writing it (atomically) is :mod:`proxy.policy_files`' job, which keeps this package pure.
+writing it (atomically) is :mod:`proxy.config.policy_files`' job, which keeps this package pure.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Final, Literal, TypeAlias
 import orjson
 
 from proxy.catalog.merge import Entry
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 
 __all__ = [
     "PINNED_FIELDS",

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import LimitExceeded
+from proxy.core.errors import LimitExceeded
 from proxy.protocol.jsonrpc import Message
 from proxy.protocol.stateless import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.errors import MessageTooLarge
+from proxy.core.errors import MessageTooLarge
 
 __all__ = ["LineBuffer", "LineTooLong"]
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from proxy.errors import HeaderMismatch
+from proxy.core.errors import HeaderMismatch
 
 __all__ = [
     "METHOD_HEADER",

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import orjson
 
-from proxy.errors import InvalidRequest, LimitExceeded, MessageTooDeep, ParseError, Unencodable
+from proxy.core.errors import InvalidRequest, LimitExceeded, MessageTooDeep, ParseError, Unencodable
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",

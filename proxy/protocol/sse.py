@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.errors import MessageTooLarge
+from proxy.core.errors import MessageTooLarge
 
 __all__ = ["SSEDecoder", "SSEEvent", "encode_event"]
 

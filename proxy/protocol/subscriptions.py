@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from proxy.errors import InvalidParams
+from proxy.core.errors import InvalidParams
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
 

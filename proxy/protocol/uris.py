@@ -17,7 +17,7 @@ What :func:`normalize_uri` does (RFC 3986 §6.2.2, and RFC 8089 for ``file``):
 * the empty path of an ``http(s)``/``ws(s)`` URI with a host becomes ``/``, and the scheme's
   default port (or an empty one) is dropped.
 
-What it refuses (:class:`~proxy.errors.InvalidParams`, naming the problem), for every caller
+What it refuses (:class:`~proxy.core.errors.InvalidParams`, naming the problem), for every caller
 alike, because no normalization can say what a server makes of it:
 
 * a ``%`` not followed by two hex digits;
@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from proxy.errors import InvalidParams
+from proxy.core.errors import InvalidParams
 
 __all__ = ["normalize_uri", "remove_dot_segments"]
 

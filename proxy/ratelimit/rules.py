@@ -42,7 +42,7 @@ from pydantic import (
     field_validator,
 )
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 from proxy.ratelimit.gcra import LimitCheck
 
 __all__ = [

@@ -5,8 +5,8 @@ import re
 import pytest
 
 from proxy.auth.apikeys import ApiKeyTable, digest, generate_api_key
-from proxy.auth.settings import ApiKey
-from proxy.errors import ConfigError
+from proxy.config.auth import ApiKey
+from proxy.core.errors import ConfigError
 from proxy.policy.model import Identity
 
 ENV_KEY = "mfd_from-the-environment-0123456789"

@@ -8,7 +8,7 @@ import pytest
 from proxy.auth.apikeys import generate_api_key
 from proxy.auth.authenticator import Authenticated, Authenticator, AuthResult, FailureReason, Rejected
 from proxy.auth.jwt import JwtVerifier, VerifiedToken
-from proxy.auth.settings import AuthSettings
+from proxy.config.auth import AuthSettings
 from proxy.policy.model import Identity
 from tests.auth.keys import AUDIENCE, ISSUER, SECRET, claims, sign
 

@@ -11,8 +11,8 @@ import pytest
 
 from proxy.auth.authenticator import Authenticated, Authenticator, Rejected
 from proxy.auth.jwks import JwksError, JwksFile, JwksUrl, KeySet, fetch_url
-from proxy.auth.settings import AuthSettings
-from proxy.errors import ConfigError
+from proxy.config.auth import AuthSettings
+from proxy.core.errors import ConfigError
 from tests.auth.keys import AUDIENCE, ISSUER, JwksServer, claims, jwks, public_jwk, rsa_key, serving, sign
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.auth.authenticator import Authenticated, Authenticator, FailureReason, Rejected
-from proxy.auth.settings import AuthSettings
+from proxy.config.auth import AuthSettings
 from proxy.policy.model import Identity
 from tests.auth.keys import (
     AUDIENCE,

@@ -21,9 +21,9 @@ from proxy.auth.introspection import IntrospectionError, Introspector
 from proxy.auth.jwks import JwksError
 from proxy.auth.jwt import TokenRejected
 from proxy.auth.oauth import OAuthVerifier, granted_scopes
-from proxy.auth.oauth_settings import OAuthSettings
 from proxy.auth.resource import metadata_document, metadata_paths
-from proxy.auth.settings import AuthSettings
+from proxy.config.auth import AuthSettings
+from proxy.config.oauth import OAuthSettings
 from tests.auth.keys import SECRET, claims, public_jwk, rsa_key, sign
 
 pytestmark = pytest.mark.anyio

@@ -196,7 +196,7 @@ def test_manifold_check_tells_which_config_fragments_this_manifold_accepts(tmp_p
 
 def test_collapsed_stacks_are_summarized_by_function_and_by_area() -> None:
     lines = [
-        f"<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);handle ({REPO}/proxy/app.py:10);"
+        f"<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);handle ({REPO}/proxy/app/gateway.py:10);"
         f"dumps ({REPO}/proxy/protocol/jsonrpc.py:50) 3",
         "<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);"
         "data_received (/v/lib/python3.11/site-packages/uvicorn/protocols/http/httptools_impl.py:9) 1",
@@ -206,4 +206,7 @@ def test_collapsed_stacks_are_summarized_by_function_and_by_area() -> None:
     assert profile.self_top[0].where == "proxy/protocol/jsonrpc.py:dumps"
     assert profile.self_top[0].share == 0.75
     assert profile.areas == {"manifold": 0.75, "uvicorn": 0.25}
-    assert profile.manifold_inclusive[0].where in ("proxy/app.py:handle", "proxy/protocol/jsonrpc.py:dumps")
+    assert profile.manifold_inclusive[0].where in (
+        "proxy/app/gateway.py:handle",
+        "proxy/protocol/jsonrpc.py:dumps",
+    )

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from proxy.catalog.cursors import MIN_KEY_BYTES, CursorCodec, Page, paginate
-from proxy.errors import INVALID_PARAMS, InvalidParams
+from proxy.core.errors import INVALID_PARAMS, InvalidParams
 
 KEY = b"k" * 32
 CODEC = CursorCodec(KEY)

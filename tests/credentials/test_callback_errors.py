@@ -12,14 +12,14 @@ import pytest
 from starlette.applications import Starlette
 
 from proxy.auth.authenticator import Authenticator
+from proxy.core.errors import ServerUnavailable
 from proxy.credentials.oauth_client import AuthServer, Registered
 from proxy.credentials.on_behalf import CallbackRefused, OAuthServer, OnBehalf
 from proxy.credentials.store import StoreError
 from proxy.credentials.token_modes import OAuthSource
 from proxy.credentials.tokens import MemoryVault, Pending, Sealer, TokenSet
-from proxy.errors import ServerUnavailable
-from proxy.inbound.http import OriginPolicy
 from proxy.inbound.signin_page import signin_routes
+from proxy.inbound.streamable_http import OriginPolicy
 from proxy.policy.model import Identity
 
 pytestmark = pytest.mark.anyio

@@ -9,9 +9,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from proxy.config.credentials import CredentialStoreSettings, decode_key
 from proxy.credentials.redis_store import RedisStore
 from proxy.credentials.sealing import Sealer, Unsealable, new_key
-from proxy.credentials.settings import CredentialStoreSettings, decode_key
 from proxy.credentials.store import StoreError
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 

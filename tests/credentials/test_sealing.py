@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.config.credentials import decode_key
 from proxy.credentials.sealing import Sealer, Unsealable, bound_to, new_key
-from proxy.credentials.settings import decode_key
 
 ALICE = ("api_key", "", "alice")
 BOB = ("api_key", "", "bob")

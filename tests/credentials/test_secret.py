@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import config_from_mapping
+from proxy.config.model import config_from_mapping
+from proxy.core.errors import ServerUnavailable, SignInNeeded
+from proxy.core.redaction import redact_text
 from proxy.credentials import Credentials, Sources
 from proxy.credentials.sealing import Unsealable, new_key
 from proxy.credentials.secret import SecretSource
 from proxy.credentials.store import Stored, StoreError
-from proxy.errors import ServerUnavailable, SignInNeeded
 from proxy.policy.model import Identity, IdentityKey
-from proxy.redaction import redact_text
 
 pytestmark = pytest.mark.anyio
 

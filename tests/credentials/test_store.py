@@ -10,8 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from proxy.config.credentials import CredentialStoreSettings, decode_key
 from proxy.credentials.sealing import Sealer, Unsealable, new_key
-from proxy.credentials.settings import CredentialStoreSettings, decode_key
 from proxy.credentials.store import EnvStore, FileStore, StoreError, StoreReadOnly, open_store
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.config import Config, config_from_mapping
+from proxy.config.model import Config, config_from_mapping
+from proxy.core.errors import ConfigError, SignInNeeded
 from proxy.credentials.inbound import InboundTokens
 from proxy.credentials.oauth_client import AuthServer, Registered
 from proxy.credentials.on_behalf import OAuthServer, OnBehalf
@@ -23,7 +24,6 @@ from proxy.credentials.token_modes import (
 )
 from proxy.credentials.tokens import MemoryVault, Pending, Sealer
 from proxy.credentials.wiring import BUILDERS, open_credential_store, sources_for
-from proxy.errors import ConfigError, SignInNeeded
 from proxy.policy.model import ANONYMOUS, Identity
 
 pytestmark = pytest.mark.anyio
@@ -191,7 +191,7 @@ async def test_a_users_token_is_not_added_to_the_verbatim_redaction_list(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Thousands of short-lived tokens would each recompile the pattern on the event loop.
-    import proxy.redaction as redaction
+    import proxy.core.redaction as redaction
 
     monkeypatch.setattr(redaction, "_learned", {})
     source = OAuthSource(_Signed())  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
+from proxy.core.errors import ConfigError
 from proxy.credentials.tokens import (
     MemoryVault,
     Pending,
@@ -19,7 +20,6 @@ from proxy.credentials.tokens import (
     sealer_from_key,
     slot,
 )
-from proxy.errors import ConfigError
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
 pytestmark = pytest.mark.anyio

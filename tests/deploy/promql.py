@@ -12,7 +12,7 @@ from typing import Final
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.metrics import Metrics, MetricsSettings
+from proxy.observe.metrics import Metrics, MetricsSettings
 
 __all__ = ["DEPLOY", "METRIC_NAME", "exposed_metric_names", "find_promtool", "referenced_metrics", "run"]
 

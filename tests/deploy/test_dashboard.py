@@ -10,7 +10,7 @@ from typing import Any, get_args
 import pytest
 import yaml
 
-from proxy.metrics import OUTCOMES, Effect
+from proxy.observe.metrics import OUTCOMES, Effect
 from tests.deploy.promql import DEPLOY, referenced_metrics, run
 
 DASHBOARD = DEPLOY / "grafana" / "manifold-dashboard.json"

@@ -333,6 +333,6 @@ def test_the_build_context_leaves_out_what_the_image_does_not_need(path: str) ->
 def test_the_dockerignore_matcher_follows_dockers_rules() -> None:
     rules = [(False, _pattern("*")), (True, _pattern("proxy")), (False, _pattern("**/__pycache__"))]
     assert ignored("README.md", rules)
-    assert not ignored("proxy/app.py", rules)
+    assert not ignored("proxy/app/gateway.py", rules)
     assert ignored("proxy/__pycache__/app.pyc", rules)
     assert ignored("proxy/inbound/__pycache__", rules)

@@ -25,11 +25,11 @@ import pytest
 import yaml
 
 from proxy.auth.authenticator import Authenticator
-from proxy.config import Config, config_from_mapping, load_config
-from proxy.inbound.http import OriginPolicy
+from proxy.config.model import Config, config_from_mapping, load_config
+from proxy.config.policy_files import load_policy
 from proxy.inbound.observers import Observers, metrics_require_auth
+from proxy.inbound.streamable_http import OriginPolicy
 from proxy.policy.loader import document_from_mapping
-from proxy.policy_files import load_policy
 from tests.deploy.promql import DEPLOY
 from tests.deploy.test_dockerfile import BY_NAME
 

@@ -16,8 +16,9 @@ headings, and table rows whose first cell names a metric or a limit.
 Run ``python -m tests.docs.reference`` to print a reference row (key, type, default) for every
 config key, e.g. to start the table of a new section.
 
-The imports of the modules that define these lists are the three at the top of this file: when a
-module moves, this is the one place to follow it.
+The imports of the modules that define these lists (and of ``manifold`` itself, which the config
+blocks are checked with) are the four at the top of this file: when a module moves, this is the
+one place to follow it.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from proxy.cli import _parser as manifold_parser
-from proxy.config import Config, LimitsConfig
-from proxy.metrics import Metrics
+from proxy.cli.main import _parser as manifold_parser
+from proxy.cli.main import main as manifold_main
+from proxy.config.model import Config, LimitsConfig
+from proxy.observe.metrics import Metrics
 
 __all__ = [
     "DOCS",
@@ -52,6 +54,7 @@ __all__ = [
     "documented_paths",
     "first_cells",
     "limit_names",
+    "manifold_main",
     "metric_families",
     "reference_text",
     "shown_default",

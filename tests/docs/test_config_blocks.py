@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main as manifold
 from tests.docs.reference import DOCS, REPO
+from tests.docs.reference import manifold_main as manifold
 
 _FENCE = re.compile(r'^```ya?ml title="manifold\.yaml"\n(.*?)^```', re.MULTILINE | re.DOTALL)
 # A variable with a default (``${VAR:-default}``) is left unset: the default is what is shown.

@@ -18,8 +18,8 @@ from typing import Any, Final
 import anyio
 import orjson
 
-from proxy.app import Gateway
-from proxy.config import config_from_mapping
+from proxy.app.gateway import Gateway
+from proxy.config.model import config_from_mapping
 from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import MemoryTransport, answer

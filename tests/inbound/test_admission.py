@@ -6,7 +6,7 @@ from http import HTTPStatus
 
 import orjson
 
-from proxy.errors import LimitExceeded
+from proxy.core.errors import LimitExceeded
 from proxy.inbound.admission import (
     DRAINING,
     FILES_PER_SERVER,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from proxy.confirm.approvals import Approval
+from proxy.enforce.confirm.approvals import Approval
 from proxy.inbound.approval_page import render
 
 RECORD = Approval.new(

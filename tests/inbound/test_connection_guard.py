@@ -16,11 +16,11 @@ import anyio.abc
 import pytest
 import uvicorn
 
-from proxy.boundary import Boundary
-from proxy.config import LimitsConfig
+from proxy.config.model import LimitsConfig
 from proxy.inbound.connection_guard import ConnectionGuard
 from proxy.inbound.server import bind
-from proxy.metrics import Where
+from proxy.observe.boundary import Boundary
+from proxy.observe.metrics import Where
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.config import Config
+from proxy.config.model import Config
 from proxy.inbound.observers import (
     detailed_health,
     ip_literal,

@@ -19,12 +19,12 @@ import anyio
 import orjson
 import pytest
 
-from proxy.inbound import stateless as stateless_http
-from proxy.inbound.http import McpEndpoint, OriginPolicy
+from proxy.inbound import stateless_http
+from proxy.inbound.streamable_http import McpEndpoint, OriginPolicy
 from proxy.protocol import stateless, versions
 from proxy.protocol.headers import encode_header_value
 from proxy.protocol.sse import SSEDecoder
-from proxy.router import CAPABILITIES
+from proxy.router.dispatch import CAPABILITIES
 from tests.inbound.memory_server import INITIALIZE, META, TOOLS, Server, V, request, running, valid
 from tests.protocol.schemas import validator
 

@@ -21,7 +21,7 @@ import orjson
 import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from proxy.app import Gateway
+from proxy.app.gateway import Gateway
 from proxy.inbound.stdio import serve_stdio
 from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY

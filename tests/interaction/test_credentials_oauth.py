@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
 from yarl import URL
 
-from proxy.config import load_config
+from proxy.config.model import load_config
 from proxy.credentials.sealing import new_key
 from proxy.credentials.store import open_store
 from proxy.protocol import versions

@@ -1,4 +1,4 @@
-"""The event loop: uvloop when it is installed, asyncio's own when it is not (``proxy.cli``).
+"""The event loop: uvloop when it is installed, asyncio's own when it is not (``proxy.cli.main``).
 
 Each test runs the real ``manifold serve`` in its own interpreter, once with uvloop importable and
 once with it made unimportable (as on a platform that has none), lists tools through it, and
@@ -46,7 +46,7 @@ try:
     uvloop.Loop.run_forever = run_forever_uv
 except ImportError:
     pass
-from proxy.cli import main
+from proxy.cli.main import main
 code = main(sys.argv[3:])
 with open(sys.argv[1], "w") as out:
     out.write(" ".join(loops))

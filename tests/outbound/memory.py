@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from proxy.errors import ServerUnavailable
+from proxy.core.errors import ServerUnavailable
 from proxy.outbound.transport import Failed, Received
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message

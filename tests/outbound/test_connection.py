@@ -7,8 +7,14 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.boundary import wire_error
-from proxy.errors import MessageTooLarge, RemoteError, ServerProtocolError, ServerTimeout, ServerUnavailable
+from proxy.core.errors import (
+    MessageTooLarge,
+    RemoteError,
+    ServerProtocolError,
+    ServerTimeout,
+    ServerUnavailable,
+)
+from proxy.observe.boundary import wire_error
 from proxy.outbound.connection import ServerConnection, ServerState, backoff_delay
 from proxy.outbound.transport import Failed, Transport
 from proxy.protocol import jsonrpc
@@ -456,8 +462,8 @@ async def test_a_failure_that_names_no_request_fails_every_call_in_flight_and_th
 
 
 async def test_every_restart_is_counted_in_the_metric_the_first_one_included() -> None:
-    from proxy.connections import ServerHealth
-    from proxy.metrics import Metrics
+    from proxy.observe.metrics import Metrics
+    from proxy.servers.connections import ServerHealth
 
     metrics = Metrics(process_metrics=False)
     health = ServerHealth(metrics, ["mem"])

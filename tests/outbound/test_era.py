@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import ServerProtocolError, ServerUnavailable
+from proxy.core.errors import ServerProtocolError, ServerUnavailable
 from proxy.outbound.era import Era, Introduction, envelope, mirror_tools, parse_discover, parse_initialize
 from proxy.protocol.headers import ParamHeader
 from proxy.protocol.jsonrpc import Message

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.errors import InvalidParams, MethodNotFound, RemoteError, ServerUnavailable
+from proxy.core.errors import InvalidParams, MethodNotFound, RemoteError, ServerUnavailable
 from proxy.outbound.listening import Listening, listen_filter, untagged
 from proxy.protocol.jsonrpc import Message
 

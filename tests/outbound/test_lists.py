@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import RemoteError, ServerProtocolError
+from proxy.core.errors import RemoteError, ServerProtocolError
 from proxy.outbound.lists import CHANGED, LIST_KINDS, Drained, drain, offered
 from proxy.protocol.results import CacheHint
 

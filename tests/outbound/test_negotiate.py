@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.boundary import wire_error
+from proxy.observe.boundary import wire_error
 from proxy.outbound.connection import ServerConnection, ServerState
 from proxy.outbound.era import Era
 from proxy.protocol.jsonrpc import Message

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import NoClientToAsk
+from proxy.core.errors import NoClientToAsk
 from proxy.outbound.relay import Relay, relay_for
 from proxy.protocol.jsonrpc import Message
 

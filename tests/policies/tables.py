@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from proxy.config.policy_files import load_policy
 from proxy.policy.annotations import CAUTIOUS, EffectiveAnnotations
 from proxy.policy.engine import PolicyEngine, Subject
 from proxy.policy.model import ANONYMOUS, Effect, Identity
-from proxy.policy_files import load_policy
 
 __all__ = [
     "ANONYMOUS",

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 from proxy.policy.loader import document_from_mapping
 from tests.policies.tables import POLICIES
 

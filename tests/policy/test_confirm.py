@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 from proxy.policy.engine import PolicyEngine
 from proxy.policy.loader import combine, document_from_mapping
 from proxy.policy.model import Identity

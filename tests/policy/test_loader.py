@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 from proxy.policy.loader import combine, document_from_mapping, parse_policy_text
 from proxy.policy.model import Policy
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.catalog.merge import Entry
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 from proxy.policy.pins import (
     Drift,
     accept,

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.errors import LimitExceeded
+from proxy.core.errors import LimitExceeded
 from proxy.protocol.bounds import PartBounds
 from proxy.protocol.stateless import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from proxy.errors import MessageTooLarge
+from proxy.core.errors import MessageTooLarge
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.protocol.versions import LATEST, SUPPORTED, negotiate
 

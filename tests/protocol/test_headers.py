@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from mcp.shared import inbound as sdk
 
-from proxy.errors import HEADER_MISMATCH, ProtocolError
+from proxy.core.errors import HEADER_MISMATCH, ProtocolError
 from proxy.protocol import headers
 from proxy.protocol.headers import Headers, ParamHeader
 

@@ -13,7 +13,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.errors import ManifoldError, MessageTooDeep, MessageTooLarge
+from proxy.core.errors import ManifoldError, MessageTooDeep, MessageTooLarge
 from proxy.protocol import jsonrpc
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.protocol.sse import SSEDecoder

@@ -6,7 +6,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.errors import InvalidRequest, LimitExceeded, MessageTooDeep, ParseError, Unencodable
+from proxy.core.errors import InvalidRequest, LimitExceeded, MessageTooDeep, ParseError, Unencodable
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import MessageKind
 

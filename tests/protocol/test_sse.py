@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.errors import MessageTooLarge
+from proxy.core.errors import MessageTooLarge
 from proxy.protocol.sse import SSEDecoder, SSEEvent, encode_event
 
 

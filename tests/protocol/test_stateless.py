@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from mcp.shared import inbound as sdk
 
-from proxy.boundary import wire_error
-from proxy.errors import (
+from proxy.core.errors import (
     HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -24,6 +23,7 @@ from proxy.errors import (
     RemoteError,
     ResourceNotFound,
 )
+from proxy.observe.boundary import wire_error
 from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.headers import Headers, encode_header_value
 from proxy.protocol.stateless import Envelope

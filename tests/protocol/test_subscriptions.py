@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.errors import InvalidParams
+from proxy.core.errors import InvalidParams
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.subscriptions import (
     SUBSCRIPTION_ID_KEY,

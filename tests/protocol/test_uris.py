@@ -6,7 +6,7 @@ import fnmatch
 
 import pytest
 
-from proxy.errors import InvalidParams
+from proxy.core.errors import InvalidParams
 from proxy.protocol.uris import normalize_uri, remove_dot_segments
 
 DENY = "file:///secret*"

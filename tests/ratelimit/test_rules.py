@@ -8,7 +8,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from proxy.errors import ConfigError
+from proxy.core.errors import ConfigError
 from proxy.ratelimit import RateLimitSettings, denial_message, retry_meta
 from proxy.ratelimit.gcra import LimitCheck
 from proxy.ratelimit.rules import (

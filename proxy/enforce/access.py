@@ -1,0 +1,350 @@
+"""Who sees what: the policy, annotation trust and tool pins, applied to the merged catalogs.
+
+The policy package decides (pure); this module keeps the state that deciding needs at run
+time: the engine in force (swapped atomically on reload), each server's trust, the pins file,
+and per-identity views of the lists (cached per catalog generation and policy version).
+The same decision filters a list and gates a call, so what an identity cannot call it never
+sees.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import anyio
+from cachetools import LRUCache
+
+from proxy.catalog.merge import Catalog, Entry
+from proxy.catalog.resources import ResourceIndex
+from proxy.catalog.shaping import ToolShape, problems, shape_definition
+from proxy.config.model import ServerConfig
+from proxy.config.policy import PolicySettings
+from proxy.config.policy_files import load_pins, load_policy, save_pins
+from proxy.core.errors import ConfigError
+from proxy.core.files import stamps
+from proxy.policy import (
+    CAUTIOUS,
+    Decision,
+    EffectiveAnnotations,
+    Identity,
+    PolicyEngine,
+    ServerTrust,
+    Subject,
+    blocked_names,
+    compare,
+    effective_for_entry,
+    pin_new,
+    rewrite_definition,
+)
+from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change
+from proxy.ratelimit.rules import LimitRule
+
+__all__ = ["Access", "PinChange", "PinsStore", "ServedTools", "renames", "tool_shapes"]
+
+logger = logging.getLogger("proxy.enforce.access")
+
+_ALLOW_ALL: Final = Decision("allow", (), ("no policy is configured; everything is allowed",))
+_WATCH_INTERVAL: Final = 2.0
+
+
+class PinsStore(Protocol):
+    """Where new pins go: saved now, or soon (:class:`~proxy.enforce.pins_writer.PinsWriter`)."""
+
+    def save(self, pins: Mapping[str, str]) -> None: ...
+
+    def unwritten(self) -> Mapping[str, str]: ...
+
+
+@dataclass(frozen=True)
+class _SaveNow:
+    path: str
+
+    def save(self, pins: Mapping[str, str]) -> None:
+        save_pins(self.path, pins)
+
+    def unwritten(self) -> Mapping[str, str]:
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class PinChange:
+    """A drifted tool under ``pins.mode: confirm``: asked about before an identity's first call."""
+
+    drift: Drift
+    summary: str  # what changed (:func:`proxy.policy.pins.summarise_change`)
+
+
+@dataclass(frozen=True)
+class ServedTools:
+    """One tools catalog as clients may be shown it: effective annotations, blocked tools out."""
+
+    catalog: Catalog
+    definitions: Mapping[str, Mapping[str, Any]]  # namespaced name -> definition clients see
+    effective: Mapping[str, EffectiveAnnotations]
+    blocked: Mapping[str, str]  # namespaced name -> why (a pin drift, an override that does not fit)
+
+    def subject(self, name: str) -> Subject:
+        entry = self.catalog.by_name[name]
+        return Subject.tool(entry, self.effective.get(name, CAUTIOUS))
+
+
+def tool_shapes(servers: Mapping[str, ServerConfig]) -> dict[tuple[str, str], ToolShape]:
+    """Every configured tool override, by (server id, the server's own tool name)."""
+    return {
+        (sid, tool): ToolShape(
+            name=override.name,
+            title=override.title,
+            description=override.description,
+            fixed={a: o.fixed for a, o in override.arguments.items() if "fixed" in o.model_fields_set},
+            defaults={a: o.default for a, o in override.arguments.items() if "default" in o.model_fields_set},
+            hidden=frozenset(a for a, o in override.arguments.items() if o.hidden),
+        )
+        for sid, server in servers.items()
+        for tool, override in server.tools.items()
+    }
+
+
+def renames(servers: Mapping[str, ServerConfig]) -> dict[tuple[str, str], str]:
+    """The names overrides give tools instead of their servers' own: (server id, tool) -> name."""
+    return {(sid, tool): o.name for sid, s in servers.items() for tool, o in s.tools.items() if o.name}
+
+
+class Access:
+    def __init__(
+        self,
+        settings: PolicySettings,
+        servers: Mapping[str, ServerConfig],
+        *,
+        on_drift: Callable[[str], None] | None = None,
+        pins_store: PinsStore | None = None,
+    ) -> None:
+        """``pins_store``: how new pins are saved. The gateway passes a
+        :class:`~proxy.enforce.pins_writer.PinsWriter`, which writes off the event loop; the default
+        writes at once, on the caller's thread (for the CLI and tests)."""
+        self.settings = settings
+        self._on_drift = on_drift
+        self._pins_store = pins_store or _SaveNow(settings.pins.path)
+        self._trust = {
+            sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
+        }
+        self._shapes = tool_shapes(servers)
+        self.engine: PolicyEngine | None = None
+        self.limits: tuple[LimitRule, ...] = ()
+        self._limits_by_id: dict[str, LimitRule] = {}
+        self.version = 0  # moves on every successful reload; views and cursors follow it
+        self._files = stamps(settings.files)
+        self._pins: dict[str, str] = {}
+        if settings.pins.mode != "off":
+            self._pins = self._read_pins()
+        self._reported: set[tuple[str, str]] = set()
+        # pins.mode confirm: the definition last seen matching its pin (to say what changed),
+        # and the tools drifted now, by pin key.
+        self._approved: dict[str, dict[str, Any]] = {}
+        self._changes: dict[str, PinChange] = {}
+        self._views: LRUCache[tuple[Any, ...], tuple[Mapping[str, Any], ...]] = LRUCache(maxsize=512)
+
+    # ---- the policy in force ----------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the policy files.
+
+        Raises:
+            ConfigError: a file is missing or invalid (the policy in force is not changed).
+        """
+        # Everything is read before anything is installed: a bad pins file must not leave a new
+        # policy deciding while the views (same version) still show the old one.
+        policy = load_policy(list(self.settings.files)) if self.settings.files else None
+        pins = self._read_pins() if self.settings.pins.mode != "off" else self._pins
+        if policy is not None:
+            self.engine = PolicyEngine(policy)
+            self.limits = policy.limits
+            self._limits_by_id = {rule.id: rule for rule in policy.limits}
+        self._pins = pins
+        self.version += 1
+        self._views.clear()
+
+    def reload(self) -> bool:
+        """Re-read the files; a bad file is logged and the old policy stays. True if it changed."""
+        self._files = stamps(self.settings.files)
+        try:
+            self.load()
+        except ConfigError as exc:
+            logger.error("policy reload refused, the previous policy stays in force:\n%s", exc)
+            return False
+        logger.info("policy reloaded from %s (version %d)", ", ".join(self.settings.files), self.version)
+        return True
+
+    def servers_changed(self, servers: Mapping[str, ServerConfig]) -> None:
+        """The servers changed (a config reload): their trust and tool overrides are these now."""
+        self._trust = {
+            sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
+        }
+        self._shapes = tool_shapes(servers)
+        self.version += 1
+        self._views.clear()
+
+    async def watch(self, on_change: Any) -> None:
+        """Reload when a policy file changes (polled: inotify is not portable)."""
+        while True:
+            await anyio.sleep(_WATCH_INTERVAL)
+            if stamps(self.settings.files) != self._files and self.reload():
+                on_change()
+
+    def limit(self, rule_id: str) -> LimitRule | None:
+        return self._limits_by_id.get(rule_id)
+
+    def decide(self, identity: Identity, subject: Subject) -> Decision:
+        return _ALLOW_ALL if self.engine is None else self.engine.decide(identity, subject)
+
+    def allows(self, identity: Identity, subject: Subject) -> bool:
+        """Whether lists show ``subject`` to ``identity`` (and so whether it exists for them)."""
+        if self.engine is None or self.settings.dry_run:
+            return True
+        return self.engine.decide(identity, subject).visible
+
+    # ---- tools: trust and pins ------------------------------------------------------
+
+    def serve_tools(self, catalog: Catalog) -> ServedTools:
+        """Apply trust (effective annotations) and pins to a freshly merged tools catalog."""
+        effective = {e.name: effective_for_entry(e, self._trust.get(e.server_id)) for e in catalog.entries}
+        definitions = {e.name: rewrite_definition(e.definition, effective[e.name]) for e in catalog.entries}
+        blocked: dict[str, str] = {}
+        for entry in catalog.entries:
+            shape = self._shapes.get((entry.server_id, entry.original_name))
+            if shape is None:
+                continue
+            # Checked against what the server sent, every time it lists: a tool whose override
+            # does not fit is withheld, never served without its fixed arguments.
+            unfit = problems(entry.server_id, entry.original_name, entry.definition, shape)
+            if unfit:
+                blocked[entry.name] = f"Manifold is withholding this tool: {'; '.join(unfit)}."
+                if (entry.name, unfit[0]) not in self._reported:
+                    self._reported.add((entry.name, unfit[0]))
+                    logger.error("tool override does not fit, the tool is withheld: %s", "; ".join(unfit))
+                continue
+            definitions[entry.name] = shape_definition(definitions[entry.name], shape)
+        self._unmatched_overrides(catalog)
+        mode = self.settings.pins.mode
+        if mode != "off":
+            # The file is the source of truth: `manifold pins accept` may have changed it.
+            self._pins = self._read_pins()
+            drifts = compare(self._pins, catalog.entries)
+            for drift in drifts:
+                if (drift.key, drift.new_hash) not in self._reported:
+                    self._reported.add((drift.key, drift.new_hash))
+                    action = {
+                        "block": "hidden until accepted (manifold pins accept)",
+                        "confirm": "served; each identity is asked before its first call of it",
+                    }.get(mode, "served")
+                    logger.warning("pin drift: %s; %s", drift.describe(), action)
+                    if self._on_drift is not None:
+                        self._on_drift(drift.server)
+            names = blocked_names(drifts, mode)
+            blocked.update(
+                {
+                    d.name: f"Manifold is withholding this tool: {d.describe()}."
+                    for d in drifts
+                    if d.name in names
+                }
+            )
+            if mode == "confirm":
+                self._note_changes(catalog, drifts)
+            pins = pin_new(self._pins, catalog.entries)
+            if pins != self._pins:
+                self._pins = pins
+                self._pins_store.save(pins)
+        return ServedTools(catalog, definitions, effective, blocked)
+
+    def _note_changes(self, catalog: Catalog, drifts: Sequence[Drift]) -> None:
+        drifted = {drift.key: drift for drift in drifts}
+        for entry in catalog.entries:
+            key = pin_key(entry.server_id, entry.original_name)
+            drift = drifted.get(key)
+            if drift is None:
+                self._changes.pop(key, None)
+                self._approved[key] = {f: entry.definition[f] for f in PINNED_FIELDS if f in entry.definition}
+            else:
+                self._changes[key] = PinChange(
+                    drift, summarise_change(self._approved.get(key), entry.definition)
+                )
+
+    def pin_change(self, entry: Entry) -> PinChange | None:
+        """The drift of ``entry``'s tool under ``pins.mode: confirm``, if it has drifted."""
+        return self._changes.get(pin_key(entry.server_id, entry.original_name))
+
+    def _unmatched_overrides(self, catalog: Catalog) -> None:
+        """Warn (once each) of an override for a tool its server, which has listed, does not list."""
+        listed = {(e.server_id, e.original_name) for e in catalog.entries}
+        servers = {server for server, _ in listed}
+        for server, tool in self._shapes:
+            if server in servers and (server, tool) not in listed and (server, tool) not in self._reported:
+                self._reported.add((server, tool))
+                logger.warning(
+                    "server %r lists no tool %r; its override in servers.%s.tools applies to nothing",
+                    server,
+                    tool,
+                    server,
+                )
+
+    def _read_pins(self) -> dict[str, str]:
+        """The pins file, over the pins asked to be saved but not on disk yet: the file wins
+        where both have a key (``manifold pins accept`` writes it)."""
+        return {**self._pins_store.unwritten(), **load_pins(self.settings.pins.path)}
+
+    def tool_visible(self, served: ServedTools, name: str, identity: Identity) -> bool:
+        return (
+            name in served.definitions
+            and name not in served.blocked
+            and self.allows(identity, served.subject(name))
+        )
+
+    # ---- per-identity views ----------------------------------------------------------
+
+    def tools_view(self, served: ServedTools, identity: Identity) -> tuple[Mapping[str, Any], ...]:
+        key = ("tools", served.catalog.generation, frozenset(served.blocked), self.version, identity)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = tuple(
+                served.definitions[e.name]
+                for e in served.catalog.entries
+                if e.name not in served.blocked and self.allows(identity, served.subject(e.name))
+            )
+        return view
+
+    def prompts_view(self, catalog: Catalog, identity: Identity) -> Sequence[Mapping[str, Any]]:
+        if self.engine is None:
+            return catalog.definitions
+        key = ("prompts", catalog.generation, self.version, identity)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = tuple(
+                e.definition for e in catalog.entries if self.allows(identity, Subject.prompt(e))
+            )
+        return view
+
+    def resources_view(
+        self, index: ResourceIndex, identity: Identity, *, templates: bool
+    ) -> Sequence[Mapping[str, Any]]:
+        items, owners = (index.templates, index.by_template) if templates else (index.resources, index.by_uri)
+        if self.engine is None:
+            return items
+        key = (
+            "templates" if templates else "resources",
+            index.generation,
+            index.templates_generation,
+            self.version,
+            identity,
+        )
+        view = self._views.get(key)
+        if view is None:
+            # What policy sees of a listed resource is its normal form, as of a URI a client names.
+            names = tuple(t["uriTemplate"] for t in items) if templates else index.resource_uris
+            view = self._views[key] = tuple(
+                item
+                for item, name in zip(items, names, strict=True)
+                if self.allows(identity, Subject.resource(name, owners[name]))
+            )
+        return view

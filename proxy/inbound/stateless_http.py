@@ -1,0 +1,275 @@
+"""Streamable HTTP, inbound, revision 2026-07-28: one self-contained POST per request.
+
+``McpEndpoint`` hands a request here (after Origin, Host and authentication) when its
+``MCP-Protocol-Version`` header names no handshake revision, or when it carries a stateless
+``_meta`` envelope and neither that header nor a session id. No session is minted, required or
+echoed: the caller is who its credentials say, with the capabilities its ``_meta`` declares,
+for this one request. What happens, the first failure wins (the spec's "Server Validation"):
+
+    not POST → 405 · Accept without JSON and SSE → 406 · not JSON content → 415 · too big → 413
+    not JSON → -32700 · not one request or notification → -32600 · a notification → 202, dropped
+    routing headers repeated, _meta, headers ↔ body, version → -32020 / -32602 / -32022
+    Mcp-Param-* ↔ the served tool's inputSchema → -32020
+    the gateway: an unknown or removed method -32601, an undeclared capability -32021, …
+
+Errors go out as JSON with the status of ``protocol.stateless.HTTP_STATUS`` (and without an ``id``
+when none could be read: the 2026-07-28 schema has no null ids). A response is JSON unless the
+request has something to say first (progress, a log line it opted into): then it is an SSE
+stream, status 200, kept alive while the request is silent. Closing the response stream is the
+cancel: a disconnect cancels the request (the server behind gets ``notifications/cancelled``)
+and nothing more is sent for it.
+
+``subscriptions/listen`` is the exception: once classified like any request, it is answered
+with an SSE stream only (406 unless ``Accept`` names it), and served by
+``proxy.clients.listen_streams`` until the client closes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from typing import Any, Final
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+from cachetools import LRUCache
+
+from proxy.clients.contract import Endpoint, Inbound
+from proxy.clients.listen_streams import stream_sse
+from proxy.clients.session import StatelessCaller
+from proxy.core.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, request_id_of
+from proxy.inbound.asgi import (
+    JSON_HEADERS,
+    Receive,
+    Scope,
+    Send,
+    cancel_on_disconnect,
+    header,
+    read_body,
+    respond,
+)
+from proxy.inbound.exchange import Exchange, caller_of
+from proxy.inbound.reading import Reader
+from proxy.observe.boundary import wire_error
+from proxy.policy.model import Identity
+from proxy.protocol import jsonrpc, stateless, versions
+from proxy.protocol.headers import VERSION_HEADER, Headers, ParamHeader, check_param_headers, x_mcp_headers
+from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
+from proxy.protocol.sse import encode_event
+from proxy.protocol.subscriptions import LISTEN, Filter
+
+__all__ = ["StatelessEndpoint", "is_stateless_header"]
+
+logger = logging.getLogger("proxy.inbound.stateless_http")
+
+# Answer with JSON if the request is done within this long without a notification; past it,
+# commit to SSE and keep the stream alive with a comment line every as long.
+_DEFER: Final = 15.0
+_KEEPALIVE: Final = 15.0
+_SSE: Final = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_PING: Final = b": ping\n\n"
+_NOT_ONE_MESSAGE: Final = "Body must be a single JSON-RPC request or notification object"
+
+
+def is_stateless_header(version: str | None) -> bool:
+    """Whether an ``MCP-Protocol-Version`` header routes a request to the stateless path: present,
+    and not a handshake revision (an unknown one too: the stateless path names what is served)."""
+    return version is not None and version not in versions.HANDSHAKE
+
+
+class StatelessEndpoint:
+    def __init__(self, inbound: Inbound, read: Reader) -> None:
+        self._endpoint: Endpoint = inbound.endpoint
+        self._read = read
+        # namespaced tool name -> (the definition served, its Mcp-Param-* annotations)
+        self._specs: LRUCache[str, tuple[Mapping[str, Any], tuple[ParamHeader, ...]]] = LRUCache(4096)
+
+    async def post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one POST whose ``MCP-Protocol-Version`` header routed it here."""
+        accept = header(scope, b"accept")
+        if accept is not None and not _accepts_json_and_sse(accept):
+            return await _refuse(
+                send, 406, "Not Acceptable: Accept must include application/json and text/event-stream"
+            )
+        content_type = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+        if content_type != "application/json":
+            return await _refuse(send, 415, "Unsupported Media Type: POST application/json")
+        body = await read_body(receive, self._read.max_bytes)
+        if body is None:
+            refusal = self._read.too_large("Payload Too Large: the request body")
+            body = jsonrpc.encode(wire_error(refusal, None, stateless=True))
+            return await respond(send, 413, body, JSON_HEADERS)
+        try:
+            decoded = self._read.decode(body)
+        except ProtocolError as exc:
+            return await _reply(send, _error(exc, request_id_of(exc)))
+        try:
+            if not isinstance(decoded, dict):
+                raise InvalidRequest(_NOT_ONE_MESSAGE)
+            message = jsonrpc.validate(decoded)
+        except ProtocolError as exc:
+            request_id = decoded.get("id") if isinstance(decoded, dict) else None
+            readable = isinstance(request_id, str | int) and not isinstance(request_id, bool)
+            return await _reply(send, _error(InvalidRequest(exc.message), request_id if readable else None))
+        return await self.answer(scope, message, len(body), receive, send)
+
+    async def answer(self, scope: Scope, message: Message, size: int, receive: Receive, send: Send) -> None:
+        """Serve one validated JSON-RPC message (the body, of ``size`` bytes, was read already)."""
+        headers = Headers.of(
+            (bytes(k).decode("latin-1"), bytes(v).decode("latin-1"))
+            for k, v in scope["headers"]
+            if bytes(k).startswith(b"mcp-")
+        )
+        kind = jsonrpc.kind_of(message)
+        if kind is MessageKind.RESPONSE:  # clients send none: the server asks nothing at 2026-07-28
+            return await _reply(send, _error(InvalidRequest(_NOT_ONE_MESSAGE), None))
+        if kind is MessageKind.NOTIFICATION:
+            # None is defined for clients on HTTP (closing the stream is the cancel): dropped.
+            version = headers.get(VERSION_HEADER)
+            if not versions.is_stateless(version):
+                return await _reply(send, _error(stateless.unsupported(version or ""), None))
+            return await respond(send, 202)
+        request_id: RequestId = message["id"]
+        identity: Identity = scope["manifold.identity"]
+        try:
+            self._read.check(message, size)
+            version = headers.get(VERSION_HEADER)
+            if (
+                version is not None
+                and not versions.is_stateless(version)
+                and not stateless.has_envelope(message)
+            ):
+                # Not a stateless request at all, but a revision we do not know: say which we do.
+                raise stateless.unsupported(version)
+            envelope = stateless.classify(message, headers)
+            self._check_param_headers(message, headers, identity)
+        except ProtocolError as exc:
+            return await _reply(send, _error(exc, request_id))
+        caller = caller_of(envelope, identity, "http")
+        if message["method"] == LISTEN:
+            return await self._listen(scope, caller, message, receive, send)
+        return await self._exchange(caller, message, receive, send)
+
+    async def _listen(
+        self, scope: Scope, caller: StatelessCaller, message: Message, receive: Receive, send: Send
+    ) -> None:
+        """``subscriptions/listen``: the response is the stream of notifications, always SSE."""
+        accept = header(scope, b"accept")
+        if accept is None or not _accepts_sse(accept):
+            return await _refuse(
+                send, 406, "Not Acceptable: subscriptions/listen answers with text/event-stream"
+            )
+        async with AsyncExitStack() as stack:
+            try:
+                requested = Filter.parse(message["params"])
+                listen = self._endpoint.listen(caller, message["id"], requested)
+                subscription = await stack.enter_async_context(listen)
+            except ProtocolError as exc:  # a bad filter; too many streams open (LimitExceeded)
+                return await _reply(send, _error(exc, message["id"]))
+            return await stream_sse(subscription, receive, send)
+
+    def _check_param_headers(self, message: Message, headers: Headers, identity: Identity) -> None:
+        """Rung 10: the ``Mcp-Param-*`` headers of a ``tools/call`` against the tool as served.
+
+        Raises:
+            HeaderMismatch: a header and its argument disagree.
+        """
+        if message["method"] != "tools/call":
+            return
+        params = message["params"]
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict | None):
+            return  # the gateway refuses the call itself
+        definition = self._endpoint.tool_definition(name, identity)
+        if definition is None:
+            return  # unknown or hidden: the router answers that, exactly as for a missing tool
+        specs = self._param_specs(name, definition)
+        if specs:
+            check_param_headers(specs, arguments or {}, headers)
+
+    def _param_specs(self, name: str, definition: Mapping[str, Any]) -> tuple[ParamHeader, ...]:
+        cached = self._specs.get(name)
+        if cached is not None and cached[0] is definition:
+            return cached[1]
+        specs = x_mcp_headers(definition.get("inputSchema"))
+        self._specs[name] = (definition, specs)
+        return specs
+
+    async def _exchange(
+        self, caller: StatelessCaller, message: Message, receive: Receive, send: Send
+    ) -> None:
+        """Run the request; answer JSON, or SSE once it has a notification to send first."""
+        exchange = Exchange(self._endpoint, caller, message)
+        notes = exchange.notes
+        async with notes, anyio.create_task_group() as tg:
+            tg.start_soon(cancel_on_disconnect, receive, tg.cancel_scope)
+            tg.start_soon(exchange.run)
+            first = await _next(notes, _DEFER)
+            if first is None and exchange.answer is not None:
+                response = exchange.answer
+                await respond(send, stateless.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
+            else:
+                await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+                note = first
+                while True:
+                    body = encode_event(jsonrpc.encode(note)) if note is not None else _PING
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                    try:
+                        note = await _next(notes, _KEEPALIVE, end=True)
+                    except anyio.EndOfStream:
+                        break
+                assert exchange.answer is not None
+                final = encode_event(jsonrpc.encode(exchange.answer))
+                await send({"type": "http.response.body", "body": final, "more_body": False})
+            tg.cancel_scope.cancel()
+
+
+async def _next(
+    notes: MemoryObjectReceiveStream[Message], wait: float, *, end: bool = False
+) -> Message | None:
+    """The next notification; None after ``wait`` seconds of silence, or (unless ``end``) when
+    the request is answered.
+
+    Raises:
+        anyio.EndOfStream: the request is answered, and ``end`` asked to be told so.
+    """
+    with anyio.move_on_after(wait):
+        try:
+            return await notes.receive()
+        except anyio.EndOfStream:
+            if end:
+                raise
+    return None
+
+
+def _accepts_json_and_sse(accept: str) -> bool:
+    types = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+    if "*/*" in types:
+        return True
+    return bool(types & {"application/json", "application/*"}) and bool(
+        types & {"text/event-stream", "text/*"}
+    )
+
+
+def _accepts_sse(accept: str) -> bool:
+    types = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+    return bool(types & {"text/event-stream", "text/*", "*/*"})
+
+
+def _error(exc: ProtocolError, request_id: RequestId | None) -> Message:
+    return wire_error(exc, request_id, stateless=True)  # an unreadable id is left out, not null
+
+
+async def _reply(send: Send, response: Message) -> None:
+    await respond(send, stateless.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
+
+
+async def _refuse(send: Send, status: int, message: str) -> None:
+    """An HTTP-level refusal, before any JSON-RPC was read."""
+    body = jsonrpc.encode({"jsonrpc": "2.0", "error": {"code": INVALID_REQUEST, "message": message}})
+    await respond(send, status, body, JSON_HEADERS)

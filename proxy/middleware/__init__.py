@@ -1,1 +1,0 @@
-"""Stages of the call pipeline (see proxy.pipeline for their order and contract)."""

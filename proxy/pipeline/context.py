@@ -1,0 +1,146 @@
+"""The call path: the context a forwarded request carries, and its stages.
+
+Every request Manifold forwards to a server (``tools/call``, ``prompts/get``,
+``resources/read``, ``completion/complete`` …) runs, outermost first::
+
+    Router (the request's fault boundary: proxy.observe.boundary) → measure → authorize (audit)
+        → shape (tool overrides' arguments) → validate → ratelimit
+        → Forward (connection and era bridge: proxy.pipeline.forward)
+
+A stage with nothing to do is left out (``Gateway._stages``); a test pins the order. Each stage
+is ``async (ctx, call_next) -> result``; :func:`compose` builds the chain once. No stage turns
+an exception into an answer: :func:`proxy.observe.boundary.wire_error` does, at the router.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from proxy.catalog.merge import Entry
+from proxy.core.errors import (
+    HiddenByPolicy,
+    ProtocolError,
+    RemoteError,
+    ServerTimeout,
+    ServerUnavailable,
+)
+from proxy.outbound.relay import Relay
+from proxy.protocol.jsonrpc import RequestId
+
+if TYPE_CHECKING:
+    from proxy.observe.metrics import Outcome
+    from proxy.policy.engine import Subject
+    from proxy.policy.model import Identity
+
+__all__ = [
+    "CallContext",
+    "Caller",
+    "Handler",
+    "Middleware",
+    "compose",
+    "outcome_of",
+    "tool_error",
+]
+
+logger = logging.getLogger("proxy.pipeline.context")
+
+
+class Caller(Relay, Protocol):
+    """Who asked, and the way back to them: a client's request in progress, whatever its
+    transport and era (:class:`proxy.clients.session.InboundRequest`)."""
+
+    @property
+    def identity(self) -> Identity: ...
+
+    @property
+    def stateless(self) -> bool:
+        """A 2026-07-28 caller: no session; it is asked through ``input_required`` results."""
+        ...
+
+    def supports(self, method: str, params: dict[str, Any] | None) -> bool:
+        """Whether the caller declared the capability a server's ``method`` request needs."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """One resolved request to a server, immutable while it travels the pipeline."""
+
+    caller: Caller  # who asked, and the way back to them
+    request_id: RequestId
+    method: str
+    server_id: str
+    name: str  # the namespaced tool or prompt name, or the resource URI
+    params: Mapping[str, Any]  # as the server gets them: names already un-namespaced
+    entry: Entry | None = None  # the catalog entry, for tools and prompts
+    subject: Subject | None = None  # what the policy decides about
+    endpoint: str = ""  # the named endpoint the request came in on ("": /mcp)
+
+    @property
+    def arguments(self) -> Mapping[str, Any]:
+        arguments = self.params.get("arguments")
+        return arguments if isinstance(arguments, Mapping) else {}
+
+
+Handler = Callable[[CallContext], Awaitable[Any]]
+Middleware = Callable[[CallContext, Handler], Awaitable[Any]]
+
+
+def compose(stages: Sequence[Middleware], endpoint: Handler) -> Handler:
+    """Wrap ``endpoint`` in ``stages``; the first stage is the outermost."""
+    handler = endpoint
+    for stage in reversed(stages):
+        handler = _bind(stage, handler)
+    return handler
+
+
+def _bind(stage: Middleware, call_next: Handler) -> Handler:
+    async def run(ctx: CallContext) -> Any:
+        return await stage(ctx, call_next)
+
+    return run
+
+
+OUTCOME_KEY = "dev.manifold/outcome"
+
+
+def tool_error(text: str, *, outcome: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A tool result Manifold answers itself, telling the model what went wrong (``isError``).
+
+    ``_meta`` says, machine-readably, why Manifold (not the tool) answered: ``denied``,
+    ``not_confirmed`` (a person did not approve it), ``rate_limited``, ``invalid_arguments`` or
+    ``invalid_result``.
+    """
+    return {
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "_meta": {OUTCOME_KEY: outcome, **(meta or {})},
+    }
+
+
+def outcome_of(ended: object) -> Outcome:
+    """How a forwarded request ended, in the words metrics and the audit log use."""
+    if isinstance(ended, BaseException):
+        if isinstance(ended, ServerTimeout):
+            return "timeout"
+        if isinstance(ended, ServerUnavailable | RemoteError):
+            return "server_error"
+        if isinstance(ended, HiddenByPolicy):
+            return "denied"
+        if isinstance(ended, ProtocolError):
+            return "invalid"
+        return "cancelled" if not isinstance(ended, Exception) else "error"
+    if isinstance(ended, dict) and ended.get("isError"):
+        meta = ended.get("_meta")
+        ours = meta.get(OUTCOME_KEY) if isinstance(meta, dict) else None
+        if ours in ("denied", "not_confirmed"):
+            return "denied"
+        if ours == "rate_limited":
+            return "rate_limited"
+        return "invalid" if ours == "invalid_arguments" else "tool_error"
+    if isinstance(ended, dict) and ended.get("resultType") == "input_required":
+        return "input_required"
+    return "ok"

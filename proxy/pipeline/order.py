@@ -1,0 +1,111 @@
+"""The call pipeline's stages, outermost first: the order is declared here once (a test pins it).
+
+    Measure → Authorize (+ audit) → Shape → Validate → RateLimit → Confirm → SignIn → (forward)
+
+A stage that has nothing to do is left out, so switched-off features cost nothing. Confirm is
+last but one: nobody is asked to approve a call that a later check would refuse. SignIn (servers
+in ``credentials.mode: oauth``) is last: nobody signs in for a call that would be refused.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from proxy.config.model import Config
+from proxy.enforce.access import Access
+from proxy.enforce.confirm.approvals import Approvals
+from proxy.enforce.confirm.memory import Memory
+from proxy.observe.metrics import Metrics
+from proxy.pipeline.bridge.state import RequestStates
+from proxy.pipeline.context import Middleware
+from proxy.pipeline.stages.authorize import AuditLog, Authorize
+from proxy.pipeline.stages.confirm import Confirm
+from proxy.pipeline.stages.metrics import Measure
+from proxy.pipeline.stages.ratelimit import RateLimit
+from proxy.pipeline.stages.shape import Shape
+from proxy.pipeline.stages.validate import Validate
+from proxy.policy import SchemaValidators
+from proxy.ratelimit import LimitBackend, make_backend
+
+if TYPE_CHECKING:  # the oauth credentials mode, with its OAuth client, only when configured
+    from proxy.credentials.on_behalf import OnBehalf
+
+__all__ = ["Parts", "audit_log", "limiter", "stages"]
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What the stages are built from (the composition root makes these)."""
+
+    access: Access
+    metrics: Metrics
+    audit: AuditLog | None
+    limiter: LimitBackend | None
+    questions: RequestStates
+    approvals: Approvals
+    on_behalf: OnBehalf | None = None  # credentials.mode oauth: users' sign-ins
+    sign_ins: RequestStates | None = None  # the sign-in stage's input_required states
+    states: RequestStates | None = None  # the forwarded calls' states (proxy.pipeline.bridge), to check marks
+
+
+def stages(config: Config, parts: Parts) -> list[Middleware]:
+    """The stages ``config`` switches on, outermost first."""
+    policy = config.policy
+    built: list[Middleware] = []
+    if config.metrics.enabled:
+        built.append(Measure(parts.metrics))
+    if policy.files or parts.audit is not None:
+        modes = {
+            sid: s.credentials.mode for sid, s in config.servers.items() if s.credentials.mode != "shared"
+        }
+        built.append(Authorize(parts.access, parts.audit, parts.metrics, credential_modes=modes))
+    if (shape := Shape.of(config.servers)) is not None:
+        built.append(shape)  # after authorize (audited), before validate (the shaped call)
+    if policy.validate_arguments or policy.validate_results:
+        built.append(
+            Validate(
+                SchemaValidators(),
+                arguments=policy.validate_arguments,
+                results=policy.validate_results,
+                in_thread_bytes=config.limits.validate_in_thread_bytes,
+            )
+        )
+    if parts.limiter is not None:
+        built.append(RateLimit(parts.access, parts.limiter, parts.metrics))
+    if policy.files or policy.pins.mode == "confirm":
+        built.append(
+            Confirm(
+                parts.access,
+                parts.questions,
+                Memory(),
+                parts.metrics,
+                parts.audit,
+                parts.approvals,
+                forwarded=parts.states,
+            )
+        )
+    if parts.on_behalf is not None and parts.sign_ins is not None:
+        from proxy.pipeline.stages.sign_in import SignInStage
+
+        built.append(SignInStage(parts.on_behalf, parts.sign_ins))
+    return built
+
+
+def audit_log(config: Config, metrics: Metrics) -> AuditLog | None:
+    """The audit log ``policy.audit`` asks for, if any (its writer runs with the gateway)."""
+    if not config.policy.audit.path:
+        return None
+    refused = functools.partial(metrics.limit_refused, "audit_buffer_bytes")  # a stalled disk
+    return AuditLog(config.policy.audit, buffer_bytes=config.limits.audit_buffer_bytes, on_dropped=refused)
+
+
+def limiter(config: Config, metrics: Metrics) -> LimitBackend | None:
+    """Where rate-limit buckets live; None without policy files (limits are written in them)."""
+    if not config.policy.files:
+        return None
+    backend = config.rate_limits.backend
+    return make_backend(
+        config.rate_limits, on_backend_error=lambda _: metrics.rate_limit_backend_error(backend)
+    )

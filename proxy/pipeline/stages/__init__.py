@@ -1,0 +1,1 @@
+"""Stages of the call pipeline (see proxy.pipeline.context for their order and contract)."""

@@ -1,0 +1,369 @@
+"""The merged catalogs: what every server listed, merged under namespaced names, and the view of
+it each identity is served, page by page.
+
+Server connections tell :meth:`Catalogs.listed` each list they drained; the merge is pure
+(:mod:`proxy.catalog.merge`, :mod:`proxy.catalog.resources`), this keeps its result, the policy's
+view of it (:class:`~proxy.enforce.access.Access`) and the encoded pages. When what clients see changes
+(a merge, a policy reload) it says which kind changed through ``on_change``; telling the clients
+is the composition root's wiring, not this module's business.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import orjson
+from cachetools import LRUCache
+
+from proxy.catalog.cursors import CursorCodec, paginate
+from proxy.catalog.merge import EMPTY_CATALOG, Catalog, Entry, ServerSlice, build_catalog, replace_slice
+from proxy.catalog.naming import NamingCodec
+from proxy.catalog.resources import EMPTY_RESOURCES, ResourceIndex, build_resource_index
+from proxy.core.errors import InvalidParams, ResourceNotFound
+from proxy.core.keys import fingerprint
+from proxy.enforce.access import Access, ServedTools
+from proxy.observe.metrics import Metrics
+from proxy.outbound.lists import LIST_KINDS
+from proxy.policy import Identity, Subject
+from proxy.protocol import results
+from proxy.protocol.results import CacheHint
+
+__all__ = ["Catalogs", "HintSource", "Snapshot"]
+
+logger = logging.getLogger("proxy.views.catalogs")
+
+_PAGES: Final = 2048  # encoded pages kept: (view, generation, cursor, hint) -> bytes
+# Freshness of what Manifold answers 2026-07-28 callers from its catalog when no server said more.
+_DEFAULT_TTL_MS: Final = 0
+
+
+class HintSource(Protocol):
+    """What a server's connection said of each list's freshness (2026-07-28 servers only)."""
+
+    @property
+    def cache_hints(self) -> Mapping[str, CacheHint]: ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a client can be shown of the catalogs at one moment: what an endpoint's view
+    (:mod:`proxy.views.endpoints`) takes and gives."""
+
+    tools: Catalog
+    served: ServedTools
+    prompts: Catalog
+    resources: ResourceIndex
+    slices: Mapping[str, tuple[ServerSlice, ...]]  # list kind -> the slices it was merged from
+
+
+class Catalogs:
+    def __init__(
+        self,
+        prefixes: Mapping[str, str],  # server id -> its namespace prefix, in config order
+        *,
+        codec: NamingCodec,
+        cursors: CursorCodec,
+        access: Access,
+        metrics: Metrics,
+        page_size: int,
+        hints: Mapping[str, HintSource],
+        private: bool,
+        on_change: Callable[[str], None],
+        measured: bool = True,  # its sizes are the servers' (one client's own view's are not)
+        name: str = "",  # the endpoint this serves ("": the whole catalog at /mcp)
+        renames: Mapping[tuple[str, str], str] | None = None,  # tool overrides' names
+    ) -> None:
+        self._measured = measured
+        self._renames = renames
+        self.name = name
+        self._followers: list[Callable[[bool], None]] = []
+        self._prefixes = prefixes
+        self._codec = codec
+        self._cursors = cursors
+        self._access = access
+        self._metrics = metrics
+        self._page_size = page_size
+        self._hints = hints
+        self._private = private  # a policy is in force: one identity's view is not another's
+        self._on_change = on_change
+        self._slices = {
+            kind: tuple(ServerSlice(s, p, ()) for s, p in prefixes.items()) for kind in LIST_KINDS
+        }
+        self.tools: Catalog = EMPTY_CATALOG
+        self.served: ServedTools = access.serve_tools(EMPTY_CATALOG)
+        self.prompts: Catalog = EMPTY_CATALOG
+        self.resources: ResourceIndex = EMPTY_RESOURCES
+        # A warm list request costs one dict lookup and no re-encoding of the definitions.
+        self._pages: LRUCache[tuple[str, str, str | None, CacheHint | None], orjson.Fragment] = LRUCache(
+            maxsize=_PAGES
+        )
+
+    # ---- what servers listed ---------------------------------------------------------------
+
+    def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
+        """One server's whole list of ``kind`` as it drained it: merge, and say if it changed."""
+        if server_id not in self._prefixes:  # removed by a reload as its connection stopped
+            return
+        slices = replace_slice(self._slices[kind], ServerSlice(server_id, self._prefixes[server_id], items))
+        self._slices[kind] = slices
+        if kind == "tools" and self._measured:
+            self._metrics.catalog_size(server_id, len(items))
+        named = kind in ("tools", "prompts")
+        if self._merge_named(kind, slices) if named else self._merge_resources():
+            self._on_change(kind)
+        for follower in self._followers:
+            follower(False)
+
+    def slices(self, kind: str) -> Sequence[ServerSlice]:
+        """What each server listed of ``kind``, in config order (a client's own view starts from it)."""
+        return self._slices[kind]
+
+    def _merge_named(self, kind: str, slices: Sequence[ServerSlice]) -> bool:
+        old: Catalog = self.tools if kind == "tools" else self.prompts
+        catalog = build_catalog(slices, self._codec, self._renames if kind == "tools" else None)
+        for collision in catalog.collisions:
+            if collision not in old.collisions:
+                logger.warning("%s name collision: %s", kind, collision.describe())
+        for server, reason in catalog.invalid:
+            logger.warning("server %s: skipped one of its %s: %s", server, kind, reason)
+        changed = catalog.generation != old.generation
+        if kind == "prompts":
+            self.prompts = catalog
+            return changed
+        self.tools = catalog
+        blocked_before = self.served.blocked
+        self.served = self._access.serve_tools(catalog)
+        return changed or self.served.blocked != blocked_before
+
+    def _merge_resources(self) -> bool:
+        before = self.resources
+        self.resources = build_resource_index(self._slices["resources"], self._slices["resourceTemplates"])
+        for collision in self.resources.collisions:
+            if collision not in before.collisions:
+                logger.warning("URI collision: %s", collision.describe())
+        return (self.resources.generation, self.resources.templates_generation) != (
+            before.generation,
+            before.templates_generation,
+        )
+
+    def servers_changed(self, *, force: Sequence[str] = ()) -> None:
+        """The servers changed (a config reload): the prefixes and renames this was given (the
+        caller changed them in place) are read again, the lists of a server no longer among them
+        drop out, and each kind is merged anew. ``on_change`` hears once of each kind that
+        changed, and of each kind in ``force`` (a restarted server's overrides may have changed
+        what it lists without changing what it sent)."""
+        for kind in LIST_KINDS:
+            self._slices[kind] = tuple(
+                ServerSlice(piece.server_id, self._prefixes[piece.server_id], piece.items)
+                for piece in self._slices[kind]
+                if piece.server_id in self._prefixes
+            )
+        changed = {kind for kind in ("tools", "prompts") if self._merge_named(kind, self._slices[kind])}
+        if self._merge_resources():
+            changed.add("resources")
+        self._pages.clear()
+        for kind in ("tools", "prompts", "resources"):
+            if kind in changed or kind in force:
+                self._on_change(kind)
+        for follower in self._followers:
+            follower(False)
+
+    def policy_changed(self) -> None:
+        """The policy was reloaded: what each identity may see may have changed."""
+        self.served = self._access.serve_tools(self.tools)
+        self._pages.clear()
+        for kind in ("tools", "prompts", "resources"):
+            self._on_change(kind)
+        for follower in self._followers:
+            follower(True)
+
+    # ---- views of another catalog (endpoints) ------------------------------------------------
+
+    def follow(self, follower: Callable[[bool], None]) -> None:
+        """Call ``follower`` after every merge (``False``) and policy reload (``True``)."""
+        self._followers.append(follower)
+
+    def viewed(
+        self, name: str, view: Callable[[Snapshot], Snapshot], on_change: Callable[[str], None]
+    ) -> Catalogs:
+        """The catalogs of endpoint ``name``: ``view`` of these (which also names its entries),
+        taken again after every merge and policy reload, and paged and looked up as these are,
+        its cursors its own. ``on_change`` hears of the changes of the view only."""
+        catalogs = Catalogs(
+            {},
+            codec=self._codec,  # unused: a view merges nothing
+            cursors=self._cursors,
+            access=self._access,
+            metrics=self._metrics,
+            page_size=self._page_size,
+            hints=self._hints,
+            private=self._private,
+            on_change=on_change,
+            name=name,
+        )
+        catalogs.show(view(self.snapshot()))
+        self.follow(
+            lambda policy_changed: catalogs.show(view(self.snapshot()), policy_changed=policy_changed)
+        )
+        return catalogs
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.tools, self.served, self.prompts, self.resources, dict(self._slices))
+
+    def show(self, view: Snapshot, *, policy_changed: bool = False) -> None:
+        """Serve ``view`` (an endpoint's view of another :class:`Catalogs`) instead of merging:
+        tell ``on_change`` of each list whose content changed, or of all after a policy reload."""
+        before = self.snapshot()
+        self.tools, self.served, self.prompts, self.resources = (
+            view.tools,
+            view.served,
+            view.prompts,
+            view.resources,
+        )
+        self._slices = {kind: tuple(view.slices.get(kind, ())) for kind in LIST_KINDS}
+        if policy_changed:
+            self._pages.clear()
+        changed = {
+            "tools": policy_changed
+            or view.tools.generation != before.tools.generation
+            or view.served.blocked != before.served.blocked,
+            "prompts": policy_changed or view.prompts.generation != before.prompts.generation,
+            "resources": policy_changed
+            or (view.resources.generation, view.resources.templates_generation)
+            != (before.resources.generation, before.resources.templates_generation),
+        }
+        for kind, moved in changed.items():
+            if moved:
+                self._on_change(kind)
+
+    # ---- lookups ---------------------------------------------------------------------------
+
+    def tool(self, name: str) -> Entry | None:
+        return self.tools.by_name.get(name)
+
+    def prompt(self, name: str) -> Entry:
+        """The prompt ``name`` names. Whether the policy hides it is the authorize stage's call.
+
+        Raises:
+            InvalidParams: no server lists a prompt of that name.
+        """
+        entry = self.prompts.by_name.get(name)
+        if entry is None:
+            raise InvalidParams(f"unknown prompt: {name}")
+        return entry
+
+    def route(self, uri: str) -> str:
+        """The server a resource URI (or template) belongs to.
+
+        Raises:
+            ResourceNotFound: no server serves it.
+        """
+        server = self.resources.by_template.get(uri) or self.resources.route(uri)
+        if server is None:
+            raise ResourceNotFound.of(uri)
+        return server
+
+    def readable(self, uri: str, identity: Identity) -> str:
+        """The server of a (normalized) URI ``identity`` may read; a hidden one looks exactly like
+        a missing one.
+
+        Raises:
+            ResourceNotFound: no server serves it, or the policy hides it.
+        """
+        server = self.resources.route(uri)
+        if server is None or not self._access.allows(identity, Subject.resource(uri, server)):
+            raise ResourceNotFound.of(uri)
+        return server
+
+    def hides(self, subject: Subject, identity: Identity) -> bool:
+        """Whether the policy hides ``subject`` from ``identity`` (not listed; a call to it must
+        answer exactly as one to a missing thing, before anything else is checked)."""
+        return not self._access.allows(identity, subject)
+
+    def visible_definition(self, name: str, identity: Identity) -> Mapping[str, Any] | None:
+        """The definition of tool ``name`` as ``identity`` is shown it, if it is shown it."""
+        served = self.served
+        if not self._access.tool_visible(served, name, identity):
+            return None
+        return served.definitions.get(name)
+
+    # ---- pages -----------------------------------------------------------------------------
+
+    def cache_hint(self, kind: str | None = None) -> CacheHint:
+        """What a 2026-07-28 caller may do with an answer: for a merged list, the shortest
+        freshness and the most restrictive scope of the servers in it (one that gave none: stale
+        at once); and with a policy in force, what one identity is shown is not for another."""
+        private = self._private
+        default = CacheHint(_DEFAULT_TTL_MS, "public")
+        if kind is None:
+            return CacheHint(_DEFAULT_TTL_MS, "private" if private else "public")
+        servers = [piece.server_id for piece in self._slices[kind] if piece.items]
+        hints = [self._hints[s].cache_hints.get(kind, default) for s in servers]
+        merged = results.merge_cache(hints) if hints else default
+        return CacheHint(merged.ttl_ms, "private") if private else merged
+
+    def page(
+        self,
+        kind: str,
+        cursor: object,
+        identity: Identity,
+        *,
+        hint: CacheHint | None = None,
+        server_info: Mapping[str, Any] | None = None,
+    ) -> orjson.Fragment:
+        """One page of a merged list as ``identity`` may see it, encoded; shaped for a
+        2026-07-28 caller when ``hint`` is given.
+
+        Raises:
+            InvalidParams: the cursor is not one Manifold issued for this view.
+        """
+        if cursor is None:
+            self._metrics.list_request(kind)  # type: ignore[arg-type]
+        else:
+            self._metrics.list_page_served(kind)  # type: ignore[arg-type]
+        items, generation = self._view(kind, identity)
+        # A cursor is good only for the view it was cut from: the list kind and the identity (its
+        # key, name and roles: one issuer's alice may not page through another's).
+        # An endpoint's cursors are its own: one cut on /mcp/a is refused on /mcp/b.
+        scope = (
+            f"{kind}|{fingerprint(identity)}"
+            if not self.name
+            else f"{self.name}|{kind}|{fingerprint(identity)}"
+        )
+        key = (scope, generation, cursor if isinstance(cursor, str) else None, hint)
+        cached = self._pages.get(key) if cursor is None or isinstance(cursor, str) else None
+        if cached is not None:
+            return cached
+        page = paginate(
+            items,
+            cursor=cursor,
+            page_size=self._page_size,
+            codec=self._cursors,
+            generation=generation,
+            scope=scope,
+        )
+        result: dict[str, Any] = {kind: page.items}
+        if page.next_cursor is not None:
+            result["nextCursor"] = page.next_cursor
+        if hint is not None:
+            result = results.stateless(result, server_info=dict(server_info or {}), cache=hint)
+        fragment = orjson.Fragment(orjson.dumps(result))
+        self._pages[key] = fragment
+        return fragment
+
+    def _view(self, kind: str, identity: Identity) -> tuple[Sequence[Mapping[str, Any]], str]:
+        """What ``identity`` may see of one list, and the generation its cursors are bound to."""
+        access = self._access
+        if kind == "tools":
+            served = self.served
+            items = access.tools_view(served, identity)
+            return items, f"{served.catalog.generation}.{access.version}.{len(served.blocked)}"
+        if kind == "prompts":
+            return access.prompts_view(self.prompts, identity), f"{self.prompts.generation}.{access.version}"
+        index = self.resources
+        templates = kind == "resourceTemplates"
+        generation = index.templates_generation if templates else index.generation
+        return access.resources_view(index, identity, templates=templates), f"{generation}.{access.version}"

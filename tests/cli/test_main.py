@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from proxy.cli.main import bounded_lines
+from proxy.protocol.framing import LineTooLong
+from tests.interaction.harness import REPO, fixture_server, write_config
+
+MANIFOLD = [sys.executable, "-m", "proxy.cli.main"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*MANIFOLD, *args], capture_output=True, text=True, cwd=REPO, timeout=60, check=False
+    )
+
+
+def test_check_accepts_the_example_configs() -> None:
+    for name in ("examples/manifold.yaml", "examples/claude_desktop.json"):
+        done = run("check", "--config", name)
+        assert done.returncode == 0, done.stderr
+        assert "OK (2 servers: notes, clock)" in done.stdout
+
+
+def test_check_rejects_a_bad_config_naming_file_field_and_value(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("servers:\n  a:\n    command: x\n    request_timeout: -1\n")
+    done = run("check", "--config", str(bad))
+    assert done.returncode == 2
+    assert "bad.yaml" in done.stderr
+    assert "servers.a.request_timeout" in done.stderr
+    assert "-1" in done.stderr
+
+
+def test_check_warns_when_metrics_are_opened_to_everyone_while_credentials_are_configured(
+    tmp_path: Path,
+) -> None:
+    key = {"name": "ci", "key": "sha256:" + "a" * 64}
+    opened = write_config(
+        tmp_path / "m.yaml", {"auth": {"api_keys": [key]}, "metrics": {"require_auth": False}}
+    )
+    done = run("check", "--config", str(opened))
+    assert done.returncode == 0, done.stderr
+    assert "warning: metrics.require_auth is false while credentials are configured" in done.stderr
+    closed = write_config(tmp_path / "n.yaml", {"auth": {"api_keys": [key]}})
+    assert "metrics.require_auth" not in run("check", "--config", str(closed)).stderr
+
+
+def test_tools_prints_the_merged_catalog_and_reports_a_server_that_cannot_start(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "m.yaml",
+        {
+            "servers": {
+                "alpha": fixture_server("alpha", tools=2, page_size=1),
+                "ghost": {"command": "/nonexistent/server", "connect_timeout": 1},
+            }
+        },
+    )
+    done = run("tools", "--config", str(config), "--json")
+    assert done.returncode == 1  # a configured server is not ready
+    report = json.loads(done.stdout)
+    rows = {row["name"]: row for row in report["tools"]}
+    assert rows["alpha.tool_001"]["server"] == "alpha"
+    assert rows["alpha.tool_001"]["original_name"] == "tool_001"
+    assert report["servers"]["alpha"]["state"] == "ready"
+    assert report["servers"]["ghost"]["state"] == "backoff"
+    assert "cannot start" in report["servers"]["ghost"]["reason"]
+
+    table = run("tools", "--config", str(config))
+    assert "alpha.echo" in table.stdout
+    assert "server ghost: backoff" in table.stdout
+
+
+def test_tools_reports_name_collisions(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "m.yaml",
+        {
+            "servers": {
+                "one": {**fixture_server("one", tools=1, page_size=5), "prefix": ""},
+                "two": {**fixture_server("two", tools=1, page_size=5), "prefix": ""},
+            }
+        },
+    )
+    done = run("tools", "--config", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    names = [row["name"] for row in report["tools"]]
+    assert len(names) == len(set(names))
+    collided = {c["name"] for c in report["collisions"]}
+    assert {"echo", "tool_000"} <= collided
+    renamed = {c["renamed_to"] for c in report["collisions"]}
+    assert renamed <= set(names)
+
+
+def test_tools_and_explain_show_the_canonical_name_the_policy_matches(tmp_path: Path) -> None:
+    long = "secret_with_a_long_name"
+    st = fixture_server("st", tools=0)
+    evil = fixture_server("evil", tools=0)
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: allow\nrules:\n"
+        f"  - id: no-secret\n    effect: deny\n    match: {{tools: [st.{long}]}}\n"
+    )
+    config = write_config(
+        tmp_path / "m.yaml",
+        {
+            "naming": {"max_length": 20},
+            "policy": {"files": [str(tmp_path / "policy.yaml")]},
+            "servers": {
+                "evil": {**evil, "args": [*evil["args"], "--extra-tool", f"st.{long}"], "prefix": ""},
+                "st": {**st, "args": [*st["args"], "--extra-tool", long]},
+            },
+        },
+    )
+    done = run("tools", "--config", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    [secret] = [row for row in report["tools"] if row["original_name"] == long]
+    assert (secret["server"], secret["canonical_name"]) == ("st", f"st.{long}")
+    assert len(secret["name"]) == 20
+    assert [s["server"] for s in report["skipped"]] == ["evil"]
+    assert "namespace 'st.' of server 'st'" in report["skipped"][0]["reason"]
+
+    for spelling in (secret["name"], f"st.{long}"):
+        explained = run("explain", "--config", str(config), "--identity", "x", "--tool", spelling, "--json")
+        assert explained.returncode == 3, explained.stderr  # denied, by the rule on the canonical name
+        decision = json.loads(explained.stdout)
+        assert decision["rules"] == ["no-secret"]
+        assert decision["subject"] == {
+            "kind": "tool",
+            "name": f"st.{long}",
+            "server": "st",
+            "shown_as": secret["name"],
+        }
+
+
+def test_stdin_lines_past_the_limit_are_dropped_as_they_arrive_and_the_rest_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    chunks = [b'{"a":1}\n' + b"x" * 6, b"x" * 10, b"x\n{", b'"b":2}\n{"c":3}', b""]
+    asked: list[int] = []
+
+    async def read(size: int) -> bytes:
+        asked.append(size)
+        return chunks.pop(0)
+
+    async def lines() -> list[bytes | LineTooLong]:
+        return [line async for line in bounded_lines(read, 8)]
+
+    got = anyio.run(lines)
+    assert [line if isinstance(line, bytes) else type(line) for line in got] == [
+        b'{"a":1}',
+        LineTooLong,  # stands in for the dropped line, so that the client hears of it
+        b'{"b":2}',
+        b'{"c":3}',
+    ]
+    assert asked == [65536] * 5  # never asked for a whole line
+    assert [r.getMessage() for r in caplog.records] == [
+        "stdin: dropped a line from the client: a message line exceeded 8 bytes (limits.max_request_bytes)"
+    ]
+
+
+def test_explain_says_a_confirmed_tool_is_asked_about_by_whom_and_exits_4(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: allow\nrules:\n"
+        "  - id: ask\n    effect: confirm\n    match: {tools: [st.echo]}\n"
+        "    confirm: {approver: {role: admins}, timeout: 30}\n"
+    )
+    config = write_config(
+        tmp_path / "m.yaml",
+        {
+            "policy": {"files": [str(tmp_path / "policy.yaml")]},
+            "servers": {"st": fixture_server("st", tools=0)},
+        },
+    )
+    explained = run("explain", "--config", str(config), "--identity", "x", "--tool", "st.echo", "--json")
+    assert explained.returncode == 4, explained.stderr
+    decision = json.loads(explained.stdout)
+    assert (decision["effect"], decision["rules"]) == ("confirm", ["ask"])
+    assert decision["confirm"]["approver_roles"] == ["admins"]
+    assert decision["confirm"]["timeout"] == 30

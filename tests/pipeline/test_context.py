@@ -1,0 +1,77 @@
+"""The pipeline's order is declared once (proxy/pipeline/order.py) and pinned here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.app.gateway import Gateway
+from proxy.config.model import config_from_mapping
+from proxy.pipeline.context import CallContext, Handler, compose
+from proxy.pipeline.stages.authorize import Authorize
+from proxy.pipeline.stages.confirm import Confirm
+from proxy.pipeline.stages.metrics import Measure
+from proxy.pipeline.stages.ratelimit import RateLimit
+from proxy.pipeline.stages.shape import Shape
+from proxy.pipeline.stages.validate import Validate
+
+POLICY = "version: 1\ndefault: allow\n"
+
+
+def stages(tmp_path: Path, servers: dict[str, Any] | None = None, **sections: Any) -> list[type]:
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    config = config_from_mapping({**sections, "servers": servers or {}})
+    return [type(stage) for stage in Gateway(config)._stages()]
+
+
+def test_with_everything_on_the_order_is_measure_authorize_validate_ratelimit_confirm(
+    tmp_path: Path,
+) -> None:
+    # Confirm runs after authorize (a hidden tool answers as missing, nobody is asked about it)
+    # and last (nobody is asked about a call that invalid arguments or a rate limit would stop).
+    policy = {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}}
+    assert stages(tmp_path, policy=policy) == [Measure, Authorize, Validate, RateLimit, Confirm]
+
+
+def test_argument_shaping_runs_after_authorize_and_before_validate(tmp_path: Path) -> None:
+    policy = {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}}
+    shaped = {"gh": {"command": "x", "tools": {"t": {"arguments": {"owner": {"fixed": "acme"}}}}}}
+    assert stages(tmp_path, shaped, policy=policy) == [
+        Measure,
+        Authorize,
+        Shape,
+        Validate,
+        RateLimit,
+        Confirm,
+    ]
+    worded = {"gh": {"command": "x", "tools": {"t": {"description": "no arguments shaped"}}}}
+    assert Shape not in stages(tmp_path, worded, policy=policy)
+
+
+def test_switched_off_stages_are_left_out(tmp_path: Path) -> None:
+    off = {"validate_arguments": False, "validate_results": False, "pins": {"mode": "off"}}
+    assert stages(tmp_path, policy=off, metrics={"enabled": False}) == []
+
+
+@pytest.mark.anyio
+async def test_compose_runs_the_first_stage_outermost() -> None:
+    seen: list[str] = []
+
+    def stage(name: str) -> Any:
+        async def run(ctx: CallContext, call_next: Handler) -> Any:
+            seen.append(f"{name} in")
+            result = await call_next(ctx)
+            seen.append(f"{name} out")
+            return result
+
+        return run
+
+    async def endpoint(ctx: CallContext) -> str:
+        seen.append("endpoint")
+        return "done"
+
+    handler = compose([stage("a"), stage("b")], endpoint)
+    assert await handler(None) == "done"  # type: ignore[arg-type]
+    assert seen == ["a in", "b in", "endpoint", "b out", "a out"]
