@@ -39,3 +39,16 @@ def test_the_readmes_relative_links_reach_files() -> None:
 def test_the_readme_stays_short() -> None:
     lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
     assert lines <= _README_LINES_AT_MOST, "move details into docs/ and link them from the README's map"
+
+
+def test_the_quick_start_shows_the_readmes_client_snippet() -> None:
+    """The README's snippet is run against a real ``manifold serve`` (tests/interaction/
+    test_user_files.py); the quick start shows the same one, so it is run too."""
+
+    def snippets(text: str) -> list[str]:
+        return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+
+    readme = snippets((REPO / "README.md").read_text(encoding="utf-8"))
+    quick_start = snippets((DOCS / "guides" / "quick-start.md").read_text(encoding="utf-8"))
+    assert len(readme) == 1
+    assert quick_start == readme
