@@ -26,10 +26,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: proxy and tests
 
-from proxy.ratelimit.gcra import LimitCheck
+from proxy.policy.gcra import LimitCheck
+from proxy.policy.limits import limit_checks, parse_limits
 from proxy.ratelimit.memory import MemoryBackend
 from proxy.ratelimit.redis import RedisBackend
-from proxy.ratelimit.rules import limit_checks, parse_limits
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
 

@@ -196,7 +196,7 @@ MIDDLEWARES: Final[dict[str, Overlay]] = {
         off={"policy": {"validate_arguments": False, "validate_results": False}},
         note="arguments against the tool's inputSchema (echo's is a plain object schema; no outputSchema)",
     ),
-    "ratelimit": Overlay(  # limits live in a policy file (proxy/ratelimit/rules.py)
+    "ratelimit": Overlay(  # limits live in a policy file (proxy/policy/limits.py)
         on={"policy": {"files": ["{dir}/bench-allow-all.yaml", "{dir}/bench-limits.yaml"]}},
         files={"bench-allow-all.yaml": _ALLOW_ALL, "bench-limits.yaml": _NO_REAL_LIMIT},
         note="one global limit nobody reaches (with the allow-all policy it is loaded with)",

@@ -50,8 +50,6 @@ FILE_BUILTINS = {"open", "exec", "eval", "compile", "__import__"}
 
 PURE_PACKAGES = ("protocol", "catalog", "policy")
 PURE_MODULES = (
-    "ratelimit/gcra.py",
-    "ratelimit/rules.py",
     "outbound/era.py",
     "outbound/lists.py",
     "outbound/relay.py",
@@ -61,6 +59,8 @@ PURE_MODULES = (
     "config/reload_plan.py",
     # The leaves the cores lean on: the exception tree, the version, the document parsers.
     "core/errors.py",
+    "core/identity.py",
+    "core/algorithms.py",
     "core/redaction.py",
     "__init__.py",
     "core/documents.py",

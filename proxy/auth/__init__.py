@@ -6,6 +6,8 @@
 - :mod:`proxy.auth.authenticator`: headers in, :data:`AuthResult` out.
 
 Deciding what an identity may do is not here: that is :mod:`proxy.policy`.
+
+May import: config, core, policy (pinned in tests/test_architecture.py).
 """
 
 from proxy.auth.apikeys import generate_api_key

@@ -3,6 +3,8 @@
 * :mod:`~proxy.catalog.naming`: (prefix, original name) -> namespaced name.
 * :mod:`~proxy.catalog.merge`: every server's list -> one :class:`Catalog` with a routing map.
 * :mod:`~proxy.catalog.cursors`: Manifold's signed pagination cursors and :func:`paginate`.
+
+May import: core, protocol (pinned in tests/test_architecture.py).
 """
 
 from __future__ import annotations

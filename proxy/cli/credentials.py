@@ -22,7 +22,8 @@ from typing import Final
 from proxy.config.model import Config
 from proxy.credentials.sealing import new_key
 from proxy.credentials.secret import KIND
-from proxy.credentials.store import SecretStore, StoreError, open_store
+from proxy.credentials.store import SecretStore, StoreError
+from proxy.credentials.stores import open_store
 from proxy.policy.model import IdentityKey
 
 __all__ = ["add_parser", "keygen", "run"]

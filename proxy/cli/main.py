@@ -17,12 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import anyio
 import anyio.abc
 
-# First of ours: uvicorn's and prometheus_client's __init__ run only if something needs them.
-import proxy.package_inits  # noqa: F401
 from proxy import __version__
 from proxy.app.gateway import Gateway
 from proxy.app.reloader import Reloader
-from proxy.config.model import Config, load_config
+from proxy.config.loading import load_config
+from proxy.config.model import Config
 from proxy.core.errors import ConfigError
 from proxy.core.redaction import url_secrets
 from proxy.observe.logs import remember_secrets, setup_logging

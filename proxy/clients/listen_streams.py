@@ -7,9 +7,9 @@ unread is dropped (it says nothing new), and a client too slow to drain even tha
 stream (logged; ending it without a response tells the client to listen again and re-fetch,
 which is all a longer queue could have told it).
 
-A transport serves one listen request like this (the HTTP one is :func:`stream_sse`; stdio
-writes the same messages as lines, and cancels the block on ``notifications/cancelled`` for
-the listen request's id)::
+A transport serves one listen request like this (the HTTP one is
+:func:`proxy.inbound.listen_sse.stream_sse`; stdio writes the same messages as lines, and
+cancels the block on ``notifications/cancelled`` for the listen request's id)::
 
     requested = Filter.parse(params)        # InvalidParams: answer the request with the error
     async with endpoint.listen(caller, request_id, requested) as subscription:
@@ -31,26 +31,15 @@ from typing import Final
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from proxy.inbound.asgi import Receive, Send, cancel_on_disconnect
 from proxy.policy.model import Identity
-from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message, RequestId
-from proxy.protocol.sse import encode_event
 from proxy.protocol.subscriptions import Filter, acknowledgement, completion, event_key, tagged
 
-__all__ = ["Ending", "Listens", "Subscription", "pump", "stream_sse"]
+__all__ = ["Ending", "Listens", "Subscription", "pump"]
 
 logger = logging.getLogger("proxy.clients.listen_streams")
 
 BUFFERED: Final = 256  # distinct notifications a stream may hold unread before it is ended
-_KEEPALIVE: Final = 15.0  # seconds of silence before an SSE comment keeps the stream open
-_FINAL_WRITE: Final = 1.0  # seconds the last write of a stream ended from outside may take
-_PING: Final = b": ping\n\n"
-_SSE: Final = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 
 
 class Ending(enum.Enum):
@@ -204,45 +193,3 @@ async def pump(subscription: Subscription, write: Callable[[Message], Awaitable[
             return
         if message is not None:
             await write(message)
-
-
-async def stream_sse(subscription: Subscription, receive: Receive, send: Send) -> None:
-    """Serve ``subscription`` as the SSE response of its POST (status 200, always SSE), with a
-    ``: ping`` comment every ``_KEEPALIVE`` seconds of silence, until the client disconnects,
-    the stream is lost, or it ends (then the listen request's response is its last event).
-
-    If the serving task is cancelled from outside (the HTTP server shutting down, after its
-    grace period), the stream is ended gracefully before the cancellation goes on.
-    """
-    await send({"type": "http.response.start", "status": 200, "headers": _SSE})
-
-    async def abandon_when_lost(scope: anyio.CancelScope) -> None:
-        await subscription.lost.wait()
-        scope.cancel()
-
-    finished = False
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(cancel_on_disconnect, receive, tg.cancel_scope)
-            tg.start_soon(abandon_when_lost, tg.cancel_scope)
-            while True:
-                try:
-                    message = await subscription.next(_KEEPALIVE)
-                except anyio.EndOfStream:
-                    break
-                body = encode_event(jsonrpc.encode(message)) if message is not None else _PING
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            finished = True
-            tg.cancel_scope.cancel()
-    except anyio.get_cancelled_exc_class():
-        # Not the client (its disconnect is absorbed above): the server is going away.
-        if not finished and not subscription.completed and subscription.ending is not Ending.OVERFLOW:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_FINAL_WRITE):
-                final = encode_event(jsonrpc.encode(completion(subscription.id)))
-                await send({"type": "http.response.body", "body": final, "more_body": False})
-        raise
-    if not finished and subscription.ending is Ending.OVERFLOW:
-        # The writer was abandoned mid-stream: close the response if the client lets us.
-        with anyio.move_on_after(_FINAL_WRITE):
-            await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -47,8 +47,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from proxy.auth.algorithms import ASYMMETRIC_ALGORITHMS, HMAC_ALGORITHMS, is_loopback
 from proxy.config.oauth import OAuthSettings
+from proxy.core.algorithms import ASYMMETRIC_ALGORITHMS, HMAC_ALGORITHMS, is_loopback
 
 __all__ = [
     "ASYMMETRIC_ALGORITHMS",

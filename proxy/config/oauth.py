@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from proxy.auth.algorithms import ASYMMETRIC_ALGORITHMS, is_loopback
+from proxy.core.algorithms import ASYMMETRIC_ALGORITHMS, is_loopback
 
 __all__ = ["AuthorizationServer", "Introspection", "OAuthSettings", "check_https_url"]
 

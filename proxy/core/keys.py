@@ -13,7 +13,7 @@ import hmac
 
 import orjson
 
-from proxy.policy.model import Identity
+from proxy.core.identity import Identity
 
 __all__ = ["derive_key", "fingerprint"]
 

@@ -12,6 +12,8 @@ over the configured ones for an HTTP server, environment merged over the configu
 stdio server's process. A source that has nothing for the identity raises
 :class:`~proxy.core.errors.SignInNeeded`, which the boundary turns into an error naming the server
 and what the user must do. The caller's own inbound token is never among them.
+
+May import: auth, config, core, policy (pinned in tests/test_architecture.py).
 """
 
 from __future__ import annotations

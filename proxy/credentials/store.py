@@ -42,7 +42,6 @@ __all__ = [
     "StoreReadOnly",
     "SecretStore",
     "check_value",
-    "open_store",
 ]
 
 _FILE_LIMIT: Final = 64 * 1024 * 1024  # bytes of a store file Manifold reads at most
@@ -291,31 +290,3 @@ class EnvStore:
 
     async def aclose(self) -> None:
         return None
-
-
-def open_store(
-    settings: CredentialStoreSettings,
-    *,
-    redis_url: str,
-    environ: Mapping[str, str] | None = None,
-) -> SecretStore:
-    """The store ``settings`` name; no I/O here (Redis connects lazily).
-
-    ``redis_url``: the URL to use when ``settings.redis_url`` is unset (``rate_limits.redis_url``).
-
-    Raises:
-        StoreError: a sealed store without ``credentials.key``.
-    """
-    if settings.store == "env":
-        return EnvStore(settings.env_prefix, environ)
-    key = settings.key_bytes()
-    if key is None:
-        raise StoreError(
-            f"credentials.store is {settings.store}: credentials.key is required (its entries are sealed)"
-        )
-    sealer = Sealer(key)
-    if settings.store == "redis":
-        from proxy.credentials.redis_store import RedisStore  # the redis client is imported only if used
-
-        return RedisStore(settings.redis_url or redis_url, sealer, settings)
-    return FileStore(settings.path, sealer, settings)

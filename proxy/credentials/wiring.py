@@ -11,7 +11,8 @@ from proxy.config.model import Config, ServerConfig
 from proxy.core.errors import ConfigError
 from proxy.credentials import CredentialSource, Sources
 from proxy.credentials.secret import SecretSource
-from proxy.credentials.store import SecretStore, StoreError, open_store
+from proxy.credentials.store import SecretStore, StoreError
+from proxy.credentials.stores import open_store
 
 __all__ = ["BUILDERS", "Builder", "check_modes", "open_credential_store", "sources_for"]
 

@@ -39,8 +39,8 @@ from proxy.policy import (
     pin_new,
     rewrite_definition,
 )
+from proxy.policy.limits import LimitRule
 from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change
-from proxy.ratelimit.rules import LimitRule
 
 __all__ = ["Access", "PinChange", "PinsStore", "ServedTools", "renames", "tool_shapes"]
 

@@ -30,9 +30,9 @@ from typing import Any, Final
 
 from proxy.auth.authenticator import Authenticator, FailureReason, Rejected
 from proxy.config.model import Config
+from proxy.config.observe import MetricsSettings
 from proxy.inbound.streamable_http import OriginPolicy
 from proxy.observe.logs import redact_text
-from proxy.observe.metrics import MetricsSettings
 from proxy.outbound.connection import ServerState
 
 __all__ = [

@@ -36,7 +36,7 @@ from starlette.routing import Route
 from uvicorn.config import Config
 from uvicorn.server import Server
 
-from proxy.auth.resource import metadata_document, metadata_paths
+from proxy.auth.resource_metadata import metadata_document, metadata_paths
 from proxy.clients.contract import Inbound
 from proxy.inbound.approval_page import approval_routes
 from proxy.inbound.connection_guard import ConnectionGuard
@@ -164,7 +164,7 @@ def endpoint_paths(endpoints: Mapping[str, Inbound]) -> dict[str, str]:
 
     With ``auth.oauth`` each also has its Protected Resource Metadata at
     ``/.well-known/oauth-protected-resource/mcp/NAME``: the one resource (``auth.oauth.resource``)
-    covers them all (:func:`proxy.auth.resource.metadata_paths`).
+    covers them all (:func:`proxy.auth.resource_metadata.metadata_paths`).
     """
     return {"/mcp": "", **{f"/mcp/{name}": name for name in endpoints}}
 

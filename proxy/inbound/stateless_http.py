@@ -36,7 +36,6 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from cachetools import LRUCache
 
 from proxy.clients.contract import Endpoint, Inbound
-from proxy.clients.listen_streams import stream_sse
 from proxy.clients.session import StatelessCaller
 from proxy.core.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, request_id_of
 from proxy.inbound.asgi import (
@@ -50,6 +49,7 @@ from proxy.inbound.asgi import (
     respond,
 )
 from proxy.inbound.exchange import Exchange, caller_of
+from proxy.inbound.listen_sse import stream_sse
 from proxy.inbound.reading import Reader
 from proxy.observe.boundary import wire_error
 from proxy.policy.model import Identity

@@ -32,11 +32,11 @@ import re
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Final, Literal, TextIO
+from typing import Any, Final, TextIO
 
 import orjson
-from pydantic import BaseModel, ConfigDict
 
+from proxy.config.observe import LogFormat
 from proxy.core.redaction import REDACTED, redact_text, redact_url, remember_secrets
 
 __all__ = [
@@ -45,8 +45,6 @@ __all__ = [
     "ACCESS_LOGGER",
     "REDACTED",
     "JsonFormatter",
-    "LogFormat",
-    "LogSettings",
     "PlainFormatter",
     "RedactingFilter",
     "access_line",
@@ -58,7 +56,6 @@ __all__ = [
     "setup_logging",
 ]
 
-LogFormat = Literal["auto", "json", "plain"]
 
 ACCESS_LOGGER: Final = "manifold.access"  # not a module name: proxy.enforce.access is the policy's logger
 SESSION_PREFIX: Final = 8
@@ -76,15 +73,6 @@ _RECORD_ATTRS: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), No
     "color_message",  # uvicorn's copy of the message with terminal colour codes
 }
 _CORE_KEYS: Final = ("ts", "level", "logger", "message")
-
-
-class LogSettings(BaseModel):
-    """The ``logging:`` section of the config."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    format: LogFormat = "auto"
-    access_log: bool = True  # one line per inbound HTTP request, on the manifold.access logger
 
 
 # ---- redaction ----------------------------------------------------------------------------

@@ -55,9 +55,9 @@ from prometheus_client.metrics import Counter, Gauge, Histogram
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from proxy import __version__
+from proxy.config.observe import MetricsSettings
 
 __all__ = [
     "CONNECT_BUCKETS",
@@ -70,7 +70,6 @@ __all__ = [
     "Effect",
     "ListKind",
     "Metrics",
-    "MetricsSettings",
     "Outcome",
     "Where",
 ]
@@ -115,32 +114,6 @@ CONNECT_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 
 # Entries in the tool-call child cache; past it, new combinations still count (via labels()).
 _CACHE_LIMIT: Final = 65536
-
-
-class MetricsSettings(BaseModel):
-    """The ``metrics:`` section of the config."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    enabled: bool = True
-    path: str = "/metrics"
-    port: int | None = Field(default=None, ge=0, le=65535)  # None: served on the main listener
-    per_tool_latency: bool = True  # a `tool` label on the latency histogram
-    identity_labels: bool = False  # an `identity` label on manifold_tool_calls_total
-    # /metrics needs credentials and ``role``; None: on once any credential (api_keys, jwt) is
-    # configured (proxy.inbound.observers decides; an explicit False is warned about at start).
-    require_auth: bool | None = None
-    # The role that may scrape /metrics (when it needs credentials) and read per-server details
-    # in /healthz and /readyz: an operator's, since the series name every server and tool.
-    role: str = Field(default="observer", min_length=1)
-    max_tool_label_values: int = Field(default=2000, ge=1, le=100_000)
-
-    @field_validator("path")
-    @classmethod
-    def _a_free_path(cls, path: str) -> str:
-        if not path.startswith("/") or path.rstrip("/") in ("", "/mcp", "/healthz"):
-            raise ValueError(f"must be an absolute path other than /, /mcp and /healthz (got {path!r})")
-        return path
 
 
 class _Bounded:
@@ -511,8 +484,6 @@ class Metrics:
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The exposition body and its content type; OpenMetrics when ``accept`` asks for it."""
-        # Imported at the first scrape: the exposition module brings http.server, urllib and
-        # wsgiref with it (proxy.package_inits), ~1 MiB an unscraped Manifold does without.
         from prometheus_client.exposition import choose_encoder
 
         encoder: Callable[[CollectorRegistry], bytes]

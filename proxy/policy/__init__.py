@@ -12,6 +12,8 @@ Deciding is apart from enforcing: this package decides and returns data; the req
 * :mod:`~proxy.policy.pins`: tool definition hashes, drift, and the pins file's contents.
 
 The files themselves are read and written by :mod:`proxy.config.policy_files`.
+
+May import: catalog, core (pinned in tests/test_architecture.py).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from pydantic_core import ErrorDetails
 # to the last one: exactly the kind of slip a security policy must not absorb.
 from proxy.core.documents import parse_document, show_value
 from proxy.core.errors import ConfigError
+from proxy.policy.limits import LimitRule, parse_limits
 from proxy.policy.model import AnnotationMatch, ConfirmOptions, Default, Match, Policy, PolicyDocument, Rule
-from proxy.ratelimit.rules import LimitRule, parse_limits
 
 __all__ = ["combine", "document_from_mapping", "parse_policy_text"]
 

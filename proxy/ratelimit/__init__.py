@@ -11,6 +11,8 @@ A call is checked against every limit that applies to it and must pass all of th
 spends nothing anywhere. Backends never raise to say no: :meth:`LimitBackend.hit` answers with a
 :class:`LimitOutcome`, and a Redis failure becomes an outcome chosen by ``failure_mode``. The exact
 semantics for operators are in ``policies/RATELIMITS.md``.
+
+May import: config, policy (pinned in tests/test_architecture.py).
 """
 
 from __future__ import annotations
@@ -18,24 +20,21 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Literal, Protocol
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from proxy.ratelimit.gcra import LimitCheck, LimitOutcome
-from proxy.ratelimit.memory import MemoryBackend
-from proxy.ratelimit.rules import (
+from proxy.config.ratelimit import RateLimitSettings
+from proxy.policy.gcra import LimitCheck, LimitOutcome
+from proxy.policy.limits import (
     LimitMatch,
     LimitRule,
     Rate,
-    RateField,
     applicable,
     limit_checks,
     parse_limits,
 )
+from proxy.ratelimit.memory import MemoryBackend
 
 __all__ = [
-    "HttpFloodLimit",
     "LimitBackend",
     "LimitCheck",
     "LimitMatch",
@@ -43,7 +42,6 @@ __all__ = [
     "LimitRule",
     "MemoryBackend",
     "Rate",
-    "RateLimitSettings",
     "applicable",
     "denial_message",
     "limit_checks",
@@ -60,38 +58,6 @@ class LimitBackend(Protocol):
     async def hit(self, checks: Sequence[LimitCheck], now: float | None = None) -> LimitOutcome: ...
 
     async def aclose(self) -> None: ...
-
-
-class HttpFloodLimit(BaseModel):
-    """A per-address limit on HTTP requests, in process memory on each replica."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rate: RateField
-    burst: int = Field(default=1, ge=1, le=1_000_000)
-
-
-class RateLimitSettings(BaseModel):
-    """Where buckets live and what happens when that place cannot be reached."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    backend: Literal["memory", "redis"] = "memory"
-    # May carry a password: kept out of repr, and never echoed in an error.
-    redis_url: str = Field(default="redis://127.0.0.1:6379/0", repr=False)
-    key_prefix: str = Field(default="manifold:rl:", min_length=1, max_length=200)
-    failure_mode: Literal["fail_open", "fail_closed"] = "fail_open"
-    timeout: float = Field(default=0.25, gt=0, le=10, allow_inf_nan=False)
-    # Before any MCP parsing: requests per client address, answered 429 with Retry-After when
-    # exceeded. None (the default) leaves it off; e.g. {rate: 50/second, burst: 100}.
-    http: HttpFloodLimit | None = None
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis_scheme(cls, url: str) -> str:
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must start with redis://, rediss:// or unix://")
-        return url
 
 
 def make_backend(

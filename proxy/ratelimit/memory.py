@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from cachetools import TLRUCache
 
-from proxy.ratelimit.gcra import LimitCheck, LimitOutcome, evaluate
+from proxy.policy.gcra import LimitCheck, LimitOutcome, evaluate
 
 __all__ = ["DEFAULT_MAXSIZE", "MemoryBackend"]
 

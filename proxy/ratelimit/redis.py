@@ -1,7 +1,7 @@
 """The shared limit store: buckets in Redis, so every Manifold replica spends from one budget.
 
 One call is one round trip: a Lua script reads every bucket of the call, decides with the same
-arithmetic as :func:`proxy.ratelimit.gcra.evaluate` (operation for operation, so the answers are
+arithmetic as :func:`proxy.policy.gcra.evaluate` (operation for operation, so the answers are
 bit-identical), and writes all of them or none. Redis runs a script atomically, so concurrent
 replicas never interleave inside a call.
 
@@ -31,10 +31,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from proxy.ratelimit.gcra import LimitCheck, LimitOutcome
+from proxy.policy.gcra import LimitCheck, LimitOutcome
 
 if TYPE_CHECKING:
-    from proxy.ratelimit import RateLimitSettings
+    from proxy.config.ratelimit import RateLimitSettings
 
 __all__ = ["EPOCH", "FAIL_CLOSED_RETRY_AFTER", "LUA", "RedisBackend"]
 

@@ -21,7 +21,7 @@ from proxy.auth.introspection import IntrospectionError, Introspector
 from proxy.auth.jwks import JwksError
 from proxy.auth.jwt import TokenRejected
 from proxy.auth.oauth import OAuthVerifier, granted_scopes
-from proxy.auth.resource import metadata_document, metadata_paths
+from proxy.auth.resource_metadata import metadata_document, metadata_paths
 from proxy.config.auth import AuthSettings
 from proxy.config.oauth import OAuthSettings
 from tests.auth.keys import SECRET, claims, public_jwk, rsa_key, sign

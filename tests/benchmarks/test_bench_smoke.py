@@ -196,7 +196,8 @@ def test_manifold_check_tells_which_config_fragments_this_manifold_accepts(tmp_p
 
 def test_collapsed_stacks_are_summarized_by_function_and_by_area() -> None:
     lines = [
-        f"<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);handle ({REPO}/proxy/app/gateway.py:10);"
+        f"<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);"
+        f"handle ({REPO}/proxy/app/gateway.py:10);"
         f"dumps ({REPO}/proxy/protocol/jsonrpc.py:50) 3",
         "<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);"
         "data_received (/v/lib/python3.11/site-packages/uvicorn/protocols/http/httptools_impl.py:9) 1",

@@ -26,6 +26,7 @@ import pytest
 from proxy.app.gateway import Gateway
 from proxy.clients import listen_streams as listen
 from proxy.clients.listen_streams import Ending, Listens
+from proxy.inbound import listen_sse
 from proxy.inbound.streamable_http import McpEndpoint, OriginPolicy
 from proxy.policy.model import ANONYMOUS
 from proxy.protocol import jsonrpc
@@ -348,7 +349,7 @@ async def test_a_server_cancelling_the_stream_from_outside_still_ends_it_gracefu
 
 
 async def test_a_silent_stream_is_kept_alive(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(listen, "_KEEPALIVE", 0.01)
+    monkeypatch.setattr(listen_sse, "_KEEPALIVE", 0.01)
     async with listening(served.endpoint, listen_request(toolsListChanged=True)) as stream:
         await stream.next()
         with anyio.fail_after(5):

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.config.credentials import SecretCredentials, SharedCredentials
-from proxy.config.model import config_from_mapping
+from proxy.config.loading import config_from_mapping
 from proxy.core.errors import ConfigError
 from proxy.credentials.sealing import new_key
 
@@ -127,7 +127,7 @@ def test_a_sealed_store_needs_a_key_and_a_bad_key_is_not_repeated() -> None:
 
 
 def test_the_store_file_is_found_next_to_the_config_file(tmp_path: Any) -> None:
-    from proxy.config.model import load_config
+    from proxy.config.loading import load_config
 
     path = tmp_path / "manifold.yaml"
     path.write_text("credentials: {path: creds/c.json}\n")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from proxy.config.editor_files import input_variable
-from proxy.config.model import config_from_mapping, load_config
+from proxy.config.loading import config_from_mapping, load_config
 from proxy.core.errors import ConfigError
 
 

@@ -13,15 +13,8 @@ import pytest
 
 import proxy.config.model
 import proxy.config.overrides
-from proxy.config.model import (
-    CatalogConfig,
-    Config,
-    ListenConfig,
-    NamingConfig,
-    SessionsConfig,
-    config_from_mapping,
-    load_config,
-)
+from proxy.config.loading import config_from_mapping, load_config
+from proxy.config.model import CatalogConfig, Config, ListenConfig, NamingConfig, SessionsConfig
 from proxy.config.overrides import overridable
 from proxy.core.errors import ConfigError
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.config.model import Config, config_from_mapping
+from proxy.config.loading import config_from_mapping
+from proxy.config.model import Config
 from proxy.config.reload_plan import Plan, diff
 
 

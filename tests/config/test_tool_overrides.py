@@ -10,7 +10,7 @@ import pytest
 
 from proxy.catalog.merge import ServerSlice, build_catalog
 from proxy.catalog.naming import NamingCodec
-from proxy.config.model import config_from_mapping
+from proxy.config.loading import config_from_mapping
 from proxy.config.policy import PinSettings, PolicySettings
 from proxy.config.policy_files import load_pins
 from proxy.core.errors import ConfigError

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.config.model import config_from_mapping
+from proxy.config.loading import config_from_mapping
 from proxy.core.errors import ConfigError, ServerProtocolError, ServerUnavailable
 from proxy.core.redaction import REDACTED, redact_text, redact_url, remember_secrets, url_secrets
 from proxy.observe.logs import JsonFormatter, RedactingFilter

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config.model import config_from_mapping
+from proxy.config.loading import config_from_mapping
 from proxy.core.errors import ServerUnavailable, SignInNeeded
 from proxy.core.redaction import redact_text
 from proxy.credentials import Credentials, Sources

@@ -12,7 +12,8 @@ import pytest
 
 from proxy.config.credentials import CredentialStoreSettings, decode_key
 from proxy.credentials.sealing import Sealer, Unsealable, new_key
-from proxy.credentials.store import EnvStore, FileStore, StoreError, StoreReadOnly, open_store
+from proxy.credentials.store import EnvStore, FileStore, StoreError, StoreReadOnly
+from proxy.credentials.stores import open_store
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,8 @@ from typing import Any
 import anyio
 import pytest
 
-from proxy.config.model import Config, config_from_mapping
+from proxy.config.loading import config_from_mapping
+from proxy.config.model import Config
 from proxy.core.errors import ConfigError, SignInNeeded
 from proxy.credentials.inbound import InboundTokens
 from proxy.credentials.oauth_client import AuthServer, Registered

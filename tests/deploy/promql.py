@@ -12,7 +12,8 @@ from typing import Final
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.observe.metrics import Metrics, MetricsSettings
+from proxy.config.observe import MetricsSettings
+from proxy.observe.metrics import Metrics
 
 __all__ = ["DEPLOY", "METRIC_NAME", "exposed_metric_names", "find_promtool", "referenced_metrics", "run"]
 

@@ -24,7 +24,8 @@ from typing import Any, Final, NoReturn
 import pytest
 import yaml
 
-from proxy.config.model import Config, config_from_mapping
+from proxy.config.loading import config_from_mapping
+from proxy.config.model import Config
 from proxy.config.policy_files import load_policy
 from tests.deploy.promql import DEPLOY, run
 from tests.deploy.test_dockerfile import BY_NAME, copies

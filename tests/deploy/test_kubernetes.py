@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from proxy.auth.authenticator import Authenticator
-from proxy.config.model import Config, config_from_mapping, load_config
+from proxy.config.loading import config_from_mapping, load_config
+from proxy.config.model import Config
 from proxy.config.policy_files import load_policy
 from proxy.inbound.observers import Observers, metrics_require_auth
 from proxy.inbound.streamable_http import OriginPolicy

@@ -19,7 +19,7 @@ import anyio
 import orjson
 
 from proxy.app.gateway import Gateway
-from proxy.config.model import config_from_mapping
+from proxy.config.loading import config_from_mapping
 from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import MemoryTransport, answer

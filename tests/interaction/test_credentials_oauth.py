@@ -28,9 +28,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
 from yarl import URL
 
-from proxy.config.model import load_config
+from proxy.config.loading import load_config
 from proxy.credentials.sealing import new_key
-from proxy.credentials.store import open_store
+from proxy.credentials.stores import open_store
 from proxy.protocol import versions
 from tests.credentials.world import CLIENT_SECRET, INTROSPECTION_SECRET, Browser, World, world
 from tests.fixtures.spawn import free_port

@@ -13,13 +13,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from proxy.config.observe import LogFormat, LogSettings
 from proxy.observe.logs import (
     ACCESS_FLUSH_BYTES,
     ACCESS_FLUSH_SECONDS,
     ACCESS_LOGGER,
     REDACTED,
-    LogFormat,
-    LogSettings,
     access_line,
     log_access,
     redact_text,

@@ -6,7 +6,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from proxy.observe.metrics import OTHER, OUTCOMES, UNKNOWN, Metrics, MetricsSettings
+from proxy.config.observe import MetricsSettings
+from proxy.observe.metrics import OTHER, OUTCOMES, UNKNOWN, Metrics
 
 Labels = frozenset[tuple[str, str]]
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.app.gateway import Gateway
-from proxy.config.model import config_from_mapping
+from proxy.config.loading import config_from_mapping
 from proxy.pipeline.context import CallContext, Handler, compose
 from proxy.pipeline.stages.authorize import Authorize
 from proxy.pipeline.stages.confirm import Confirm

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.ratelimit import LimitBackend, RateLimitSettings, open_backend
-from proxy.ratelimit.gcra import LimitCheck
+from proxy.config.ratelimit import RateLimitSettings
+from proxy.policy.gcra import LimitCheck
+from proxy.ratelimit import LimitBackend, open_backend
 from proxy.ratelimit.memory import MemoryBackend
 from tests.ratelimit.clock import FakeClock
 

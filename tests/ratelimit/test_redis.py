@@ -13,8 +13,9 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from proxy.ratelimit import RateLimitSettings, denial_message, open_backend
-from proxy.ratelimit.gcra import LimitCheck, LimitOutcome
+from proxy.config.ratelimit import RateLimitSettings
+from proxy.policy.gcra import LimitCheck, LimitOutcome
+from proxy.ratelimit import denial_message, open_backend
 from proxy.ratelimit.memory import MemoryBackend
 from proxy.ratelimit.redis import FAIL_CLOSED_RETRY_AFTER, RedisBackend
 from tests.ratelimit.clock import FakeClock

@@ -15,7 +15,8 @@ import orjson
 import pytest
 
 from proxy.clients.session import ClientSession, InboundRequest, StatelessCaller
-from proxy.config.model import LimitsConfig, config_from_mapping
+from proxy.config.loading import config_from_mapping
+from proxy.config.model import LimitsConfig
 from proxy.core.errors import LimitExceeded, SignInNeeded
 from proxy.credentials import Credentials, Sources
 from proxy.credentials.sealing import new_key

@@ -13,7 +13,8 @@ from proxy.catalog.naming import NamingCodec
 from proxy.clients.listen_streams import Listens
 from proxy.clients.session_ids import SessionTokens
 from proxy.clients.sessions import Sessions
-from proxy.config.model import ServerConfig, config_from_mapping
+from proxy.config.loading import config_from_mapping
+from proxy.config.model import ServerConfig
 from proxy.config.policy import PolicySettings
 from proxy.core.errors import ConfigError, InvalidParams, ResourceNotFound
 from proxy.enforce.access import Access

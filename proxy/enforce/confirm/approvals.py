@@ -39,10 +39,10 @@ import orjson
 from cachetools import TTLCache
 
 from proxy.config.model import Config
+from proxy.config.ratelimit import HttpFloodLimit
 from proxy.core.errors import LimitExceeded
 from proxy.enforce.confirm.memory import spend_once
 from proxy.policy.model import Policy, RoleApprover
-from proxy.ratelimit import HttpFloodLimit
 
 if TYPE_CHECKING:  # redis is imported only when the records live there
     from redis.asyncio import Redis

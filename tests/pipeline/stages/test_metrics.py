@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from proxy.config.observe import MetricsSettings
 from proxy.core.errors import (
     HiddenByPolicy,
     InvalidParams,
@@ -13,7 +14,7 @@ from proxy.core.errors import (
     ServerTimeout,
     ServerUnavailable,
 )
-from proxy.observe.metrics import Metrics, MetricsSettings
+from proxy.observe.metrics import Metrics
 from proxy.pipeline.context import tool_error
 from proxy.pipeline.stages.metrics import Measure
 from tests.pipeline.stages.contexts import Recorder, call_context, cancelled_mid_call, sample, ticks

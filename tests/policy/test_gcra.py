@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.ratelimit.gcra import SLACK, LimitCheck, LimitOutcome, check, evaluate
+from proxy.policy.gcra import SLACK, LimitCheck, LimitOutcome, check, evaluate
 
 UNIX_NOW = 1_760_000_000.0  # TATs on Redis are this large: rounding must not show
 
@@ -135,7 +135,7 @@ def test_nonsense_limits_are_a_programming_error(interval: float, burst: int, co
 
 
 def test_slack_is_below_a_percent_of_the_shortest_interval() -> None:
-    from proxy.ratelimit.rules import MIN_INTERVAL
+    from proxy.policy.limits import MIN_INTERVAL
 
     assert SLACK <= MIN_INTERVAL / 100
 
@@ -188,10 +188,10 @@ def test_no_limits_allow_the_call_and_store_nothing() -> None:
     assert evaluate([], {}, 0.0) == (LimitOutcome(True, None, 0.0, None, 0.0), {})
 
 
-@pytest.mark.parametrize("module", ["gcra.py", "rules.py"])
+@pytest.mark.parametrize("module", ["gcra.py", "limits.py"])
 def test_the_pure_rate_limit_modules_import_no_io_and_no_clock(module: str) -> None:
     forbidden = {"anyio", "asyncio", "socket", "time", "redis", "cachetools", "subprocess", "logging"}
-    source = Path(__file__).resolve().parents[2] / "proxy" / "ratelimit" / module
+    source = Path(__file__).resolve().parents[2] / "proxy" / "policy" / module
     imported = []
     for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.Import):

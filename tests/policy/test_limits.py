@@ -8,10 +8,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from proxy.config.ratelimit import RateLimitSettings
 from proxy.core.errors import ConfigError
-from proxy.ratelimit import RateLimitSettings, denial_message, retry_meta
-from proxy.ratelimit.gcra import LimitCheck
-from proxy.ratelimit.rules import (
+from proxy.policy.gcra import LimitCheck
+from proxy.policy.limits import (
     LimitMatch,
     LimitRule,
     Rate,
@@ -20,6 +20,7 @@ from proxy.ratelimit.rules import (
     parse_limits,
     parse_rate,
 )
+from proxy.ratelimit import denial_message, retry_meta
 
 POLICY = """
 limits:

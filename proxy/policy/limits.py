@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from proxy.core.errors import ConfigError
-from proxy.ratelimit.gcra import LimitCheck
+from proxy.policy.gcra import LimitCheck
 
 __all__ = [
     "LimitMatch",
