@@ -7,7 +7,7 @@ NPM_STAMP := tests/npm/node_modules/.installed
 CONFORMANCE_STAMP := tests/conformance/node_modules/.installed
 CONFORMANCE_MODERN_STAMP := tests/conformance_modern/node_modules/.installed
 
-.PHONY: run desktop-config test lint typecheck unit docs docs-serve conformance bench discovery-eval soak system-deps fmt clean
+.PHONY: run desktop-config test test-fast lint typecheck unit docs docs-serve conformance bench discovery-eval soak system-deps fmt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ desktop-config:
 
 ## Lint, type-check and run every test.
 test: $(STAMP) $(NPM_STAMP) system-deps lint typecheck unit
+
+## The fast tier while working: every test that starts no process and waits on no wall clock
+## (under a minute and a half on a 2-core box). Tests that do carry the `slow` marker; --fast
+## makes a test that starts a process without it fail (tests/conftest.py).
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not slow" --fast
 
 lint: $(STAMP)
 	$(BIN)/ruff check proxy tests benchmarks examples

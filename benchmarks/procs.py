@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 REPO: Final = Path(__file__).resolve().parents[1]
-MANIFOLD: Final = (sys.executable, "-m", "proxy.cli.main")
+MANIFOLD: Final = (sys.executable, "-m", "proxy.cli")
 _CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 _POLL: Final = 0.1
 
@@ -116,7 +116,7 @@ def spawn_manifold(name: str, workdir: Path, config: dict[str, Any]) -> Spawned:
 
 _CHECK_MANY: Final = """
 import contextlib, io, json, sys
-from proxy.cli.main import main
+from proxy.cli.commands import main
 verdicts = {}
 for path in sys.argv[1:]:
     err = io.StringIO()

@@ -28,7 +28,7 @@ Limits (``proxy/config/model.py`` ``LimitsConfig``): every benchmark Manifold ke
 identity (:func:`benchmarks.plan.manifold_config`); the calls use one session each, so
 ``max_in_flight_per_session`` (64) is never approached; ``max_connections`` is raised only when
 the calls' connections would not fit under it (the default, 2,000, holds 1,000 calls). Manifold
-raises its own ``RLIMIT_NOFILE`` (``proxy/cli/main.py``); the load generator raises its soft limit to
+raises its own ``RLIMIT_NOFILE`` (``proxy/cli/commands.py``); the load generator raises its soft limit to
 the hard one here.
 """
 

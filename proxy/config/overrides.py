@@ -20,7 +20,10 @@ field that does not exist (with the closest one suggested), a path through a pla
 spellings of one variable. A name without ``__`` that is no field is left alone, though: it may be
 the operator's own variable, read by a ``${MANIFOLD_SESSION_SECRET}`` in the file.
 
-Pure: the environment is passed in, a mapping of plain data comes out.
+The variables are read into nested data by pydantic-settings (``EnvSettingsSource`` with
+``env_nested_delimiter="__"``, case-insensitive, JSON for complex fields); this module checks
+each name against the model first, so that a variable that names nothing is an error, and says
+which variable set what. The environment is passed in, a mapping of plain data comes out.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_settings import EnvSettingsSource
 
 from proxy.core.errors import ConfigError
 
@@ -107,16 +112,43 @@ def read_overrides(
             path, annotation = resolved
             if path in found:
                 raise ValueError(f"sets {'.'.join(path)} as {found[path][0]} does; keep one of them")
-            found[path] = (name, _decode(annotation, environ[name]))
+            _check_json(annotation, environ[name])
+            found[path] = (name, annotation)
         except ValueError as exc:
             problems.append(f"{name}: {exc}")
     if problems:
         raise ConfigError("\n".join(problems))
-    values: dict[str, Any] = {}
+    accepted = {name: environ[name] for name, _ in found.values()}
+    values = _Environment(model, accepted, prefix)()
     applied = sorted(found.items(), key=lambda item: (len(item[0]), item[0]))  # sections first
-    for path, (_, value) in applied:
-        _place(values, path, value)
+    for path, (_, annotation) in applied:
+        if environ[found[path][0]] == "null" and type(None) in _members(annotation):
+            _place(values, path, None)  # ``null`` unsets a field that may be unset
     return Overrides(values, tuple((path, name) for path, (name, _) in applied))
+
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' reading of ``MANIFOLD_*`` variables, from the mapping given."""
+
+    def __init__(self, model: type[BaseModel], environ: Mapping[str, str], prefix: str) -> None:
+        self._environ = environ
+        super().__init__(
+            model,  # type: ignore[arg-type]  # any model: only its fields are read
+            env_prefix=prefix,
+            env_nested_delimiter=_SEPARATOR,
+            case_sensitive=False,
+        )
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {name.lower(): value for name, value in self._environ.items()}
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        # pydantic-settings takes any class for JSON (a rate such as "50/second" too); the JSON
+        # that must be JSON was checked by name already (``_check_json``), so text stays text.
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError:
+            return value
 
 
 # --- the model's fields ------------------------------------------------------------------------
@@ -190,18 +222,16 @@ def _resolve(
     return path, annotation
 
 
-def _decode(annotation: Any, text: str) -> Any:
+def _check_json(annotation: Any, text: str) -> None:
+    """Raises ValueError naming the problem when a complex field's value is not JSON."""
     if _structured(annotation):
         try:
-            return json.loads(text)
+            json.loads(text)
         except json.JSONDecodeError as exc:
             # The value is not repeated: it may hold a key or a secret.
             raise ValueError(
                 f"must be JSON{_shape(annotation)}; {exc.msg} at line {exc.lineno}, column {exc.colno}"
             ) from None
-    if text == "null" and type(None) in _members(annotation):
-        return None
-    return text
 
 
 def _shape(annotation: Any) -> str:

@@ -33,7 +33,7 @@ from proxy.config.model import Config
 from proxy.config.observe import MetricsSettings
 from proxy.inbound.streamable_http import OriginPolicy
 from proxy.observe.logs import redact_text
-from proxy.outbound.connection import ServerState
+from proxy.outbound.health import ServerState
 
 __all__ = [
     "Observers",

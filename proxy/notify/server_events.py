@@ -13,7 +13,7 @@ from typing import Any
 
 from proxy.notify.list_changes import Notices
 from proxy.notify.server_logs import ServerLogs
-from proxy.outbound.connection import ServerState
+from proxy.outbound.health import ServerState
 from proxy.protocol.jsonrpc import Message
 from proxy.servers.connections import ServerHealth
 from proxy.views.catalogs import Catalogs

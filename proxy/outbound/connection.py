@@ -22,13 +22,8 @@ the request it was for (the transport says which), a message that breaks the rul
 and an unexpected error in one connected lifetime is logged, counted and followed by a restart,
 like any other failure. Only cancellation leaves :meth:`ServerConnection.run`.
 
-Health follows outcomes, not only the link: a connected server whose last
-``failures_until_unready`` calls all failed at the transport (unreachable, closed, or an answer
-that broke the protocol) is ``failing``: still served, so that one success makes it ``ready``
-again, but not counted as up. What a caller can provoke on a healthy server does not count: a
-tool's error, a JSON-RPC error the server answered, a timeout (a slow tool, a long argument) or an
-answer past a size or depth limit (a big file asked for): else one client could take a
-``required`` server, and with it the replica's ``/readyz``, out of service.
+Health follows outcomes, not only the link (:mod:`proxy.outbound.health`); the requests in
+flight are :mod:`proxy.outbound.pending`'s.
 
 The rules live beside it: ``era`` (the envelope, what a server says of itself, x-mcp-header
 tools), ``lists`` (paging), ``listening`` (the listen stream), ``relay`` (whose request it is).
@@ -40,16 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
-import itertools
 import logging
 import math
-import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -60,26 +51,25 @@ from proxy.core.errors import (
     LimitExceeded,
     ProtocolError,
     RemoteError,
-    ServerProtocolError,
     ServerTimeout,
     ServerUnavailable,
     Unencodable,
 )
 from proxy.outbound.era import (
     CLIENT_CAPABILITIES,
-    CLIENT_INFO,
     Era,
     Introduction,
     envelope,
     mirror_tools,
-    parse_discover,
-    parse_initialize,
 )
+from proxy.outbound.health import SERVING, ConnectionListener, Health, LimitHook, ServerState, backoff_delay
 from proxy.outbound.listening import WATCH_METHODS, Listening, untagged
 from proxy.outbound.lists import CHANGED, LIST_KINDS, drain, offered
+from proxy.outbound.negotiation import negotiate
+from proxy.outbound.pending import Pending, time_out
 from proxy.outbound.relay import Relay, relay_for
 from proxy.outbound.transport import Diagnostics, Failed, Link, Transport
-from proxy.protocol import jsonrpc, versions
+from proxy.protocol import jsonrpc
 from proxy.protocol.headers import ParamHeader, param_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.results import CacheHint
@@ -87,12 +77,8 @@ from proxy.protocol.subscriptions import LISTEN
 
 __all__ = [
     "AnswerError",
-    "ConnectionListener",
     "InternalErrorHook",
-    "LimitHook",
     "ServerConnection",
-    "ServerState",
-    "backoff_delay",
 ]
 
 # The error response to a server's request that failed (``proxy.observe.boundary.wire_error``).
@@ -101,54 +87,11 @@ AnswerError = Callable[[Exception, RequestId], Message]
 # connected lifetime ended by it; a restart follows), "outbound.dispatch" (one message from the
 # server dropped), "outbound.server_request" (one server request answered with -32603).
 InternalErrorHook = Callable[[str, BaseException], None]
-# Told of each limit a server's answer or list ran into (the refusal is counted by its name).
-LimitHook = Callable[[LimitExceeded], None]
 
 logger = logging.getLogger("proxy.outbound.connection")
 
 _STABLE_AFTER: Final = 30.0  # seconds up before a crash no longer counts toward the backoff
 _CANCEL_GRACE: Final = 1.0
-_DISCOVER_TIMEOUT: Final = 10.0  # a handshake-era server may ignore server/discover altogether
-
-
-class ServerState(enum.Enum):
-    STARTING = "starting"
-    READY = "ready"
-    FAILING = "failing"  # connected, but its last calls all failed at the transport
-    BACKOFF = "backoff"
-
-
-_SERVING: Final = frozenset({ServerState.READY, ServerState.FAILING})
-
-
-class ConnectionListener(Protocol):
-    """What a connection tells whoever listens to it. Called synchronously; must not block."""
-
-    def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None: ...
-
-    def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None: ...
-
-    def server_notification(self, server_id: str, message: Message) -> None:
-        """A notification related to no request (a log line, resources/updated)."""
-        ...
-
-
-def backoff_delay(attempt: int, *, base: float = 0.5, cap: float = 30.0, jitter: float = 0.2) -> float:
-    """Seconds to wait before restart number ``attempt`` (0-based), with ±``jitter`` spread."""
-    delay: float = min(cap, base * 2**attempt)
-    return delay * random.uniform(1 - jitter, 1 + jitter)
-
-
-@dataclass(slots=True)
-class _Pending:
-    relay: Relay | None
-    # Resolved once: False when answered or failed (see response, failure), True when timed out.
-    # A bare future and a timer rather than an anyio Event under move_on_after: this wait is on
-    # every call, and the scope and event cost several times more (the backend is asyncio).
-    outcome: asyncio.Future[bool]
-    response: Message | None = None
-    failure: ServerUnavailable | None = None
-    progress_token: Any = None  # the client's own token, when the request carried one
 
 
 class ServerConnection:
@@ -185,9 +128,10 @@ class ServerConnection:
         self.request_timeout = request_timeout
         self._max_pages = max_pages
         self._max_items = max_items
-        self._failures_until_unready = failures_until_unready
-        self._failures = 0  # calls failed at the transport in a row
         self._on_limit = on_limit
+        self.health = Health(
+            server_id, listener, failures_until_unready=failures_until_unready, on_limit=on_limit
+        )
         # The lists cut at max_items in this connected lifetime, by kind (shown in /healthz).
         self.capped: dict[str, int] = {}
         self._client_capabilities = (
@@ -197,8 +141,7 @@ class ServerConnection:
         # request of the client (roots/list after initialize) still have somewhere to go.
         self._default_relay = default_relay
         self._clock = clock
-        self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
+        self._pending = Pending(server_id)
         self._server_requests: dict[RequestId, anyio.CancelScope] = {}
         self._unasked = anyio.Event()  # set while no request of the server's waits for its answer
         self._unasked.set()
@@ -214,8 +157,6 @@ class ServerConnection:
         self._param_specs: dict[str, tuple[ParamHeader, ...]] = {}
         # What a 2026-07-28 server said of each list's freshness (ttlMs, cacheScope), by kind.
         self.cache_hints: dict[str, CacheHint] = {}
-        self.state = ServerState.STARTING
-        self.reason: str | None = None
         self.restarts = 0
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
@@ -235,7 +176,7 @@ class ServerConnection:
     def in_flight(self) -> int:
         """Client requests sent and not yet answered; Manifold's own (lists, a listen stream) are
         not counted. A ``per_client`` connection is idle at 0."""
-        return sum(1 for slot in self._pending.values() if slot.relay is not None)
+        return self._pending.in_flight
 
     # ---- public API -------------------------------------------------------------------
 
@@ -258,7 +199,7 @@ class ServerConnection:
             RemoteError: the server answered with a JSON-RPC error.
         """
         link = self._link
-        if link is None or self.state not in _SERVING:
+        if link is None or self.state not in SERVING:
             raise ServerUnavailable(self.server_id, self.reason or self.state.value)
         if self.stateless and method in WATCH_METHODS:
             return self._listening.watch(method, params, self.capabilities)
@@ -267,12 +208,12 @@ class ServerConnection:
                 link, method, params, self.request_timeout if timeout is None else timeout, relay
             )
         except ServerUnavailable as exc:  # timeouts and protocol errors included
-            self._outcome(exc)
+            self.health.outcome(exc)
             raise
         except RemoteError:
-            self._outcome(None)  # the server answered: it works
+            self.health.outcome(None)  # the server answered: it works
             raise
-        self._outcome(None)
+        self.health.outcome(None)
         return result
 
     async def answered(self, wait: float) -> None:
@@ -285,26 +226,15 @@ class ServerConnection:
     @property
     def serving(self) -> bool:
         """Whether requests go out to the server (it is connected, whether or not they succeed)."""
-        return self.state in _SERVING
+        return self.health.serving
 
-    def _outcome(self, failure: ServerUnavailable | None) -> None:
-        """Note how one call ended: ``failure`` at the transport, or None (answered)."""
-        cause = failure.__cause__ if failure is not None else None
-        if isinstance(cause, LimitExceeded) and self._on_limit is not None:
-            self._on_limit(cause)  # a transport's refusal, counted here: transports hold no metrics
-        if isinstance(failure, ServerTimeout) or isinstance(cause, LimitExceeded):
-            return  # the caller's doing as much as the server's: no sign of health either way
-        if failure is None:
-            self._failures = 0
-            if self.state is ServerState.FAILING:
-                logger.info("server %s: a call succeeded; ready again", self.server_id)
-                self._set_state(ServerState.READY, None)
-            return
-        self._failures += 1
-        if self._failures >= self._failures_until_unready and self.state is ServerState.READY:
-            reason = f"its last {self._failures} calls failed; the last: {failure.reason}"
-            logger.warning("server %s: failing: %s", self.server_id, reason)
-            self._set_state(ServerState.FAILING, reason)
+    @property
+    def state(self) -> ServerState:
+        return self.health.state
+
+    @property
+    def reason(self) -> str | None:
+        return self.health.reason
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         """Send a notification if connected; dropped silently otherwise (nothing waits for it)."""
@@ -327,7 +257,7 @@ class ServerConnection:
         attempt = 0
         # Told, not only set in __init__: a listener counts each STARTING after the first as a
         # restart, so a silent first start would make it count the first restart as the start.
-        self._set_state(ServerState.STARTING, None)
+        self.health.set(ServerState.STARTING, None)
         while True:
             started = self._clock()
             try:
@@ -336,17 +266,17 @@ class ServerConnection:
                 self._internal_error("outbound.connection", exc)
                 reason = f"internal error: {type(exc).__name__}"
             self._link = None
-            self._fail_pending(ServerUnavailable(self.server_id, reason))
+            self._pending.fail_all(ServerUnavailable(self.server_id, reason))
             if self._clock() - started >= _STABLE_AFTER:
                 attempt = 0
             delay = backoff_delay(attempt)
             attempt += 1
-            self._set_state(ServerState.BACKOFF, reason)
+            self.health.set(ServerState.BACKOFF, reason)
             logger.warning("server %s: %s; restarting in %.1fs", self.server_id, reason, delay)
             self.first_attempt_done.set()
             await anyio.sleep(delay)
             self.restarts += 1
-            self._set_state(ServerState.STARTING, None)
+            self.health.set(ServerState.STARTING, None)
 
     # ---- one connected lifetime ------------------------------------------------------
 
@@ -369,8 +299,7 @@ class ServerConnection:
                     tg.cancel_scope.cancel()
                     return down[0]
                 self._link = link
-                self._failures = 0
-                self._set_state(ServerState.READY, None)
+                self.health.connected()
                 for kind in LIST_KINDS:
                     self._listener.listed(self.server_id, kind, lists.get(kind, []))
                 self.first_attempt_done.set()
@@ -394,9 +323,9 @@ class ServerConnection:
                     if message.request_id is None:  # which one cannot be told: each may have been it
                         if isinstance(cause := message.error.__cause__, LimitExceeded) and self._on_limit:
                             self._on_limit(cause)  # once: the waiters each get a copy without it
-                        self._fail_pending(message.error)
+                        self._pending.fail_all(message.error)
                     else:
-                        self._settle(message.request_id, failure=message.error)
+                        self._pending.settle(message.request_id, failure=message.error)
                     continue
                 try:
                     await self._dispatch(link, message, related)
@@ -409,7 +338,7 @@ class ServerConnection:
     async def _dispatch(self, link: Link, message: Message, related: RequestId | None) -> None:
         kind = jsonrpc.kind_of(message)
         if kind is MessageKind.RESPONSE:
-            self._settle(message.get("id"), response=message)
+            self._pending.settle(message.get("id"), response=message)
         elif kind is MessageKind.REQUEST:
             request_id = message["id"]
             if message["method"] == "ping":
@@ -430,24 +359,12 @@ class ServerConnection:
         else:
             self._notification(message, related)
 
-    def _settle(
-        self, request_id: Any, *, response: Message | None = None, failure: ServerUnavailable | None = None
-    ) -> None:
-        """Hand request ``request_id`` its outcome; a second outcome for it, or one for an id
-        that is not waiting, is dropped."""
-        slot = self._pending.get(request_id) if type(request_id) is int else None
-        if slot is None or slot.outcome.done():
-            logger.debug("server %s: dropped an answer to unknown id %r", self.server_id, request_id)
-            return
-        slot.response, slot.failure = response, failure
-        slot.outcome.set_result(False)
-
     def _notification(self, message: Message, related: RequestId | None) -> None:
         method = message["method"]
         params = message.get("params") or {}
         if method == "notifications/progress":
             token = params.get("progressToken")
-            slot = self._pending.get(token) if isinstance(token, int) else None
+            slot = self._pending.get(token)
             if slot is not None and slot.relay is not None and slot.progress_token is not None:
                 slot.relay.notify(
                     jsonrpc.notification(method, {**params, "progressToken": slot.progress_token})
@@ -463,7 +380,7 @@ class ServerConnection:
             if scope is not None:
                 scope.cancel()
         else:
-            slot = self._pending.get(related) if isinstance(related, int) else None
+            slot = self._pending.get(related)
             if slot is not None and slot.relay is not None:
                 slot.relay.notify(message)
             else:
@@ -480,7 +397,7 @@ class ServerConnection:
         try:
             with scope:
                 try:
-                    in_flight = {our_id: slot.relay for our_id, slot in self._pending.items()}
+                    in_flight = self._pending.relays()
                     relay = relay_for(
                         related,
                         in_flight,
@@ -539,54 +456,23 @@ class ServerConnection:
     # ---- protocol steps --------------------------------------------------------------
 
     async def _negotiate(self, link: Link) -> None:
-        """Learn the server's era (PLAN §1.11): ``server/discover`` answered with a stateless revision
-        means 2026-07-28; any error, or no answer in time, means the handshake era.
+        async def call(method: str, params: dict[str, Any] | None, timeout: float, *, era: Era) -> Any:
+            return await self._call(link, method, params, timeout, era=era)
 
-        A server remembered (or pinned) as handshake-era gets ``initialize`` straight away; if it
-        refuses that as an unsupported revision (-32022: it was upgraded), it is probed again.
-        """
-        if self.era is not Era.HANDSHAKE:
-            if await self._discover(link):
-                return
-            if self._pinned:
-                raise ServerUnavailable(self.server_id, "it did not answer server/discover (era: stateless)")
-        try:
-            await self._handshake(link)
-        except RemoteError as exc:
-            if exc.error.get("code") != -32022 or self._pinned or not await self._discover(link):
-                raise
+        async def initialized() -> None:
+            await link.send(jsonrpc.notification("notifications/initialized"))
 
-    async def _discover(self, link: Link) -> bool:
-        timeout = min(_DISCOVER_TIMEOUT, self.connect_timeout / 3)
-        try:
-            result = await self._call(
-                link, "server/discover", {"_meta": envelope(None)}, timeout, era=Era.STATELESS
+        self._adopt(
+            await negotiate(
+                call,
+                server_id=self.server_id,
+                era=self.era,
+                pinned=self._pinned,
+                connect_timeout=self.connect_timeout,
+                client_capabilities=self._client_capabilities,
+                initialized=initialized,
             )
-        except (RemoteError, ServerUnavailable) as exc:
-            # An error, silence, or an unusable answer (an HTTP status, the legacy HTTP+SSE
-            # transport's refusal): not a 2026-07-28 server. A dead link fails initialize as well.
-            logger.debug("server %s: server/discover failed (%s): handshake era", self.server_id, exc)
-            return False
-        introduction = parse_discover(result)
-        if introduction is None:
-            return False
-        self._adopt(introduction)
-        return True
-
-    async def _handshake(self, link: Link) -> None:
-        result = await self._call(
-            link,
-            "initialize",
-            {
-                "protocolVersion": versions.LATEST,
-                "capabilities": self._client_capabilities,
-                "clientInfo": CLIENT_INFO,
-            },
-            self.connect_timeout,
-            era=Era.HANDSHAKE,
         )
-        self._adopt(parse_initialize(result, self.server_id))
-        await link.send(jsonrpc.notification("notifications/initialized"))
 
     def _adopt(self, introduction: Introduction) -> None:
         self.era = introduction.era
@@ -636,9 +522,8 @@ class ServerConnection:
         era: Era | None = None,
     ) -> Any:
         """``era``: speak this era whatever the server is thought to be (negotiation)."""
-        request_id = next(self._ids)
         loop = asyncio.get_running_loop()
-        slot = _Pending(relay, loop.create_future())
+        request_id, slot = self._pending.open(relay, loop)
         if (era or self.era) is Era.STATELESS:
             params = dict(params or {})
             params["_meta"] = {**(params.get("_meta") or {}), **envelope(relay)}
@@ -649,7 +534,6 @@ class ServerConnection:
             assert params is not None
             slot.progress_token = meta["progressToken"]
             params = {**params, "_meta": {**meta, "progressToken": request_id}}
-        self._pending[request_id] = slot
         specs = self._param_specs.get(str(params.get("name"))) if method == "tools/call" and params else None
         headers = None
         if specs and params is not None:
@@ -658,7 +542,7 @@ class ServerConnection:
         try:
             await link.send(jsonrpc.request(request_id, method, params), headers=headers)
             # math.inf (a listen stream) has no timer: it waits for its answer or its end.
-            timer = loop.call_later(timeout, _time_out, slot.outcome) if timeout < math.inf else None
+            timer = loop.call_later(timeout, time_out, slot.outcome) if timeout < math.inf else None
             try:
                 timed_out = await slot.outcome
             finally:
@@ -673,7 +557,7 @@ class ServerConnection:
                 await self._cancel(link, request_id, "cancelled by the client")
             raise
         finally:
-            del self._pending[request_id]
+            self._pending.close(request_id)
         if slot.failure is not None:
             raise slot.failure
         assert slot.response is not None
@@ -690,33 +574,7 @@ class ServerConnection:
     def retire(self, reason: str) -> None:
         """Its server was removed or replaced (a config reload): fail every request in flight
         with ``reason``, naming the server. Its owner cancels :meth:`run` besides."""
-        self._fail_pending(ServerUnavailable(self.server_id, reason))
-
-    def _fail_pending(self, failure: ServerUnavailable) -> None:
-        """Fail every request in flight that is still waiting with ``failure``: each with its own
-        instance, since each waiter raises it (a shared one would gather every waiter's frames)."""
-        for slot in self._pending.values():
-            if not slot.outcome.done():
-                slot.failure = _copy_of(failure)
-                slot.outcome.set_result(False)
-
-    def _set_state(self, state: ServerState, reason: str | None) -> None:
-        self.state, self.reason = state, reason
-        self._listener.state_changed(self.server_id, state, reason)
-
-
-def _time_out(outcome: asyncio.Future[bool]) -> None:
-    if not outcome.done():
-        outcome.set_result(True)
-
-
-def _copy_of(failure: ServerUnavailable) -> ServerUnavailable:
-    """A new instance saying what ``failure`` says (its cause left out: counted where it came)."""
-    if type(failure) is ServerProtocolError:
-        return ServerProtocolError(failure.server_id, failure.reason)
-    if type(failure) is ServerUnavailable:
-        return ServerUnavailable(failure.server_id, failure.reason)
-    return failure
+        self._pending.fail_all(ServerUnavailable(self.server_id, reason))
 
 
 def _internal_error_reply(request_id: RequestId) -> Message:

@@ -51,6 +51,7 @@ from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
 from proxy.protocol.uris import normalize_uri
+from proxy.router.params import session_of, string_param, too_many
 from proxy.servers.connections import Connections
 from proxy.servers.per_client import owner, owner_of
 from proxy.views.catalogs import Catalogs
@@ -75,32 +76,6 @@ _LISTS: Final = {method: kind for kind, (_, method) in LIST_KINDS.items()}
 
 Params = dict[str, Any]
 _Method = Callable[[InboundRequest, Params, RequestId], Awaitable[Any]]
-
-
-def _session(inbound: InboundRequest) -> ClientSession:
-    """The session of a request only the handshake era has (2026-07-28 removed it).
-
-    Raises:
-        MethodNotFound: a stateless caller sent it.
-    """
-    if not isinstance(inbound.session, ClientSession):
-        raise MethodNotFound("Method not found")
-    return inbound.session
-
-
-def _too_many(duplicate: bool, maximum: int) -> InvalidRequest:
-    if duplicate:  # its cancellation could not tell the two apart, nor its end free the right one
-        return InvalidRequest("a request with this id is still in flight in this session")
-    return LimitExceeded(
-        "too many requests in flight in this session", limit="max_in_flight_per_session", maximum=maximum
-    )
-
-
-def _string(params: Mapping[str, Any], key: str, method: str) -> str:
-    value = params.get(key)
-    if not isinstance(value, str):
-        raise InvalidParams(f'{method} needs a string "{key}"')
-    return value
 
 
 class Router:
@@ -183,7 +158,7 @@ class Router:
         request_id = message["id"]
         if request_id in session.in_flight or len(session.in_flight) >= self._max_in_flight:
             # Answered at once, never queued: a session's requests are bounded where they arrive.
-            refusal = _too_many(request_id in session.in_flight, self._max_in_flight)
+            refusal = too_many(request_id in session.in_flight, self._max_in_flight)
             return self._boundary.answer(refusal, request_id, method=message["method"], session=session)
         # The client may cancel this request by id (notifications/cancelled): its own scope.
         with anyio.CancelScope() as scope, self._metrics.in_flight():
@@ -273,10 +248,10 @@ class Router:
         return {}
 
     async def _initialize(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        session = _session(inbound)
+        session = session_of(inbound)
         if session.protocol_version is not None:
             raise InvalidRequest("this session is already initialized")
-        requested = _string(params, "protocolVersion", "initialize")
+        requested = string_param(params, "protocolVersion", "initialize")
         capabilities, client_info = params.get("capabilities") or {}, params.get("clientInfo") or {}
         if not isinstance(capabilities, dict) or not isinstance(client_info, dict):
             raise InvalidParams('initialize needs "capabilities" and "clientInfo" objects')
@@ -329,7 +304,7 @@ class Router:
         return await self._pipeline(ctx)
 
     async def _tools_call(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        name = _string(params, "name", "tools/call")
+        name = string_param(params, "name", "tools/call")
         discovery = self._discovery
         if discovery is not None and name in discovery.names:
             view = await self._opened(inbound)
@@ -385,7 +360,7 @@ class Router:
         return server
 
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
-        entry = await self._prompt(inbound, _string(params, "name", "prompts/get"))
+        entry = await self._prompt(inbound, string_param(params, "name", "prompts/get"))
         forwarded = {**params, "name": entry.original_name}
         subject = Subject.prompt(entry)
         ctx = CallContext(
@@ -413,7 +388,7 @@ class Router:
             raise InvalidParams('completion/complete needs a "ref" object')
         method = "completion/complete"
         if ref.get("type") == "ref/prompt":
-            name = _string(ref, "name", "a ref/prompt")
+            name = string_param(ref, "name", "a ref/prompt")
             entry = await self._prompt(inbound, name)
             forwarded = {**params, "ref": {**ref, "name": entry.original_name}}
             subject = Subject.prompt(entry)
@@ -437,7 +412,7 @@ class Router:
         Anything else is a concrete URI: normalized, routed and decided on as a read would be.
         """
         method = "completion/complete"
-        raw = self._bounded(_string(ref, "uri", "a ref/resource"))
+        raw = self._bounded(string_param(ref, "uri", "a ref/resource"))
         view = self._view(inbound)
         index = view.resources
         template_server = index.by_template.get(raw)
@@ -473,7 +448,7 @@ class Router:
     def _uri(self, params: Mapping[str, Any], key: str, what: str) -> str:
         """The URI a request names, bounded and normalized (:mod:`proxy.protocol.uris`) before
         anything routes, matches or keeps it."""
-        return normalize_uri(self._bounded(_string(params, key, what)))
+        return normalize_uri(self._bounded(string_param(params, key, what)))
 
     def _bounded(self, uri: str) -> str:
         # Characters, not bytes: a bound as good, without encoding what may be megabytes.
@@ -487,7 +462,7 @@ class Router:
 
     async def _subscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/subscribe")
-        session = _session(inbound)
+        session = session_of(inbound)
         view = self._view(inbound)
         held = view.resources.spelling(uri) in session.subscriptions
         if not held and len(session.subscriptions) >= self._max_subscriptions:
@@ -511,7 +486,7 @@ class Router:
 
     async def _unsubscribe(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         uri = self._uri(params, "uri", "resources/unsubscribe")
-        session = _session(inbound)
+        session = session_of(inbound)
         view = self._view(inbound)
         server = view.readable(uri, session.identity)
         uri = view.resources.spelling(uri)
@@ -604,5 +579,5 @@ class Router:
         if level not in LOG_LEVELS:
             raise InvalidParams(f"unknown log level {level!r}; one of: {', '.join(LOG_LEVELS)}")
         # The session's own filtering always; a shared server's level only as the policy lets.
-        await self._logs.set_level(_session(inbound), str(level))
+        await self._logs.set_level(session_of(inbound), str(level))
         return {}

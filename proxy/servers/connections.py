@@ -25,9 +25,10 @@ from proxy.credentials import Sources
 from proxy.observe.boundary import Boundary, wire_error
 from proxy.observe.logs import redact_text
 from proxy.observe.metrics import Metrics
-from proxy.outbound.connection import ConnectionListener, ServerConnection, ServerState
+from proxy.outbound.connection import ServerConnection
 from proxy.outbound.era import Era
 from proxy.outbound.factory import transport_for
+from proxy.outbound.health import ConnectionListener, ServerState
 from proxy.outbound.transport import Transport
 from proxy.pipeline.context import Caller
 from proxy.servers.held_questions import Doorstep

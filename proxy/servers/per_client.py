@@ -44,9 +44,10 @@ from proxy.clients.session import ClientSession, InboundRequest, StatelessCaller
 from proxy.config.model import LimitsConfig, ServerConfig
 from proxy.core.errors import LimitExceeded, ServerUnavailable, SignInNeeded
 from proxy.credentials import Credentials, Sources
-from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection, ServerState
+from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection
 from proxy.outbound.era import RELAYED, Era
 from proxy.outbound.factory import transport_for
+from proxy.outbound.health import ServerState
 from proxy.outbound.levels import takes_levels, tell_level
 from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message

@@ -19,6 +19,8 @@ from benchmarks.profile import REPO, parse_collapsed
 from benchmarks.report import write
 from benchmarks.run import bench
 
+pytestmark = pytest.mark.slow
+
 
 def _echo(request_id: int, server: str, arguments: dict[str, object]) -> bytes:
     text = orjson.dumps({"server": server, "tool": "echo", "arguments": arguments}).decode()

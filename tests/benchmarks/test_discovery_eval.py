@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from benchmarks.discovery.evaluate import BEGIN, END, evaluate, load_catalogs, load_tasks, write_readme
+
+pytestmark = pytest.mark.slow
 
 
 def test_every_task_names_a_tool_of_the_vendored_catalogs_and_there_are_at_least_fifty() -> None:

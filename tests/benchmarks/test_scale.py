@@ -16,6 +16,8 @@ from benchmarks.plan import Plan
 from benchmarks.procs import manifold_check, write_config
 from benchmarks.scale import check_slow, in_flight_at_once, scale_config
 
+pytestmark = pytest.mark.slow
+
 
 def _reply(request_id: int, result: object = None, *, error: object = None, status: int = 200) -> Reply:
     message: dict[str, object] = {"jsonrpc": "2.0", "id": request_id}

@@ -14,6 +14,8 @@ from benchmarks.soak import SoakPlan, soak
 from benchmarks.soak_report import render, slope, summarize, write
 from benchmarks.soak_traffic import Failure, Kill, Tally, classify
 
+pytestmark = pytest.mark.slow
+
 
 def _echo(request_id: int, server: str, arguments: dict[str, object]) -> Reply:
     text = orjson.dumps({"server": server, "tool": "echo", "arguments": arguments}).decode()

@@ -114,6 +114,7 @@ def _seconds(template: str, uri: str) -> float:
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("template", HOSTILE)
 def test_a_4_mib_uri_is_matched_in_time_linear_in_its_length(template: str) -> None:
     # Both sizes past the CPU caches, so the ratio measures the algorithm, not the cache.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.cli.main import main
+from proxy.cli.commands import main
 from proxy.core.redaction import remember_secrets
 from proxy.credentials.sealing import new_key
 

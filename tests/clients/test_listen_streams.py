@@ -360,6 +360,7 @@ async def test_a_silent_stream_is_kept_alive(served: Served, monkeypatch: pytest
         assert (await stream.next())["method"] == "notifications/tools/list_changed"
 
 
+@pytest.mark.slow
 async def test_a_client_too_slow_to_read_loses_its_stream(
     served: Served, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -98,6 +98,7 @@ async def test_memory_only_revocation_is_seen_by_the_same_process_only() -> None
 # ---- in Redis -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_id_revoked_on_one_replica_is_ended_on_another_until_it_expires(
     redis_server: RedisServer,
 ) -> None:
@@ -118,6 +119,7 @@ async def test_an_id_revoked_on_one_replica_is_ended_on_another_until_it_expires
         await b.aclose()
 
 
+@pytest.mark.slow
 async def test_a_replica_following_the_channel_hears_each_id_another_ends(redis_server: RedisServer) -> None:
     clock = FakeClock(NOW)
     a, b = replica(redis_server.url, clock), replica(redis_server.url, clock)
@@ -145,6 +147,7 @@ async def test_a_replica_following_the_channel_hears_each_id_another_ends(redis_
         await b.aclose()
 
 
+@pytest.mark.slow
 async def test_after_a_gap_a_replica_asks_about_every_session_it_holds_at_once(
     redis_server: RedisServer,
 ) -> None:
@@ -159,6 +162,7 @@ async def test_after_a_gap_a_replica_asks_about_every_session_it_holds_at_once(
         await b.aclose()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "taken_over"), [("fail_closed", False), ("fail_open", True)])
 async def test_with_redis_down_a_take_over_follows_the_failure_mode_and_is_counted(
     redis_server: RedisServer, mode: Literal["fail_open", "fail_closed"], taken_over: bool

@@ -289,7 +289,7 @@ def manifold_config(path: Path, fixture_url: str | None = None, session_mode: st
 
 
 def manifold_command(config: Path) -> list[str]:
-    return [sys.executable, "-m", "proxy.cli.main", "serve", "--config", str(config), "--port", "0"]
+    return [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config), "--port", "0"]
 
 
 # -- the suite -----------------------------------------------------------------------------------

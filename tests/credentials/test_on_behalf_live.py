@@ -20,7 +20,7 @@ from proxy.credentials.tokens import MemoryVault, Pending, Sealer, VaultTokens
 from proxy.policy.model import Identity
 from tests.credentials.world import CLIENT_SECRET, Browser, World, world
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 CALLBACK = "http://127.0.0.1:9/oauth/callback"  # never reached: the browser stops there
 

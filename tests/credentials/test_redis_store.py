@@ -37,6 +37,7 @@ async def test_an_unreachable_redis_is_a_store_error_without_its_password() -> N
         await unreachable.aclose()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
 async def test_entries_round_trip_sealed_and_a_copied_entry_does_not_open(tmp_path: Path) -> None:
     async with running_redis(tmp_path) as redis:

@@ -99,6 +99,7 @@ async def redis_url(tmp_path: Path) -> AsyncIterator[str]:
         yield server.url
 
 
+@pytest.mark.slow
 async def test_the_redis_vault_is_shared_sealed_and_takes_once(redis_url: str) -> None:
     key = os.urandom(32)
     vaults = [RedisVault(Redis.from_url(redis_url), key_prefix="t:") for _ in range(2)]

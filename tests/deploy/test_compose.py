@@ -30,6 +30,8 @@ from proxy.config.policy_files import load_policy
 from tests.deploy.promql import DEPLOY, run
 from tests.deploy.test_dockerfile import BY_NAME, copies
 
+pytestmark = pytest.mark.slow
+
 COMPOSE: Final = DEPLOY / "compose.yaml"
 CHECK_JSONSCHEMA_INSTALL: Final = "pip install check-jsonschema  (it ships the Compose Specification schema)"
 # What the stack needs in its environment (compose.yaml says so with ${VAR:?...}).

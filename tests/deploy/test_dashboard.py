@@ -13,6 +13,8 @@ import yaml
 from proxy.observe.metrics import OUTCOMES, Effect
 from tests.deploy.promql import DEPLOY, referenced_metrics, run
 
+pytestmark = pytest.mark.slow
+
 DASHBOARD = DEPLOY / "grafana" / "manifold-dashboard.json"
 RULES = DEPLOY / "prometheus" / "alerts.yaml"
 

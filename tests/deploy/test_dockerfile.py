@@ -25,6 +25,8 @@ import pytest
 
 from tests.deploy.promql import DEPLOY
 
+pytestmark = pytest.mark.slow
+
 ROOT: Final = DEPLOY.parent
 DOCKERFILE: Final = DEPLOY / "Dockerfile"
 DOCKERIGNORE: Final = ROOT / ".dockerignore"

@@ -34,6 +34,8 @@ from proxy.policy.loader import document_from_mapping
 from tests.deploy.promql import DEPLOY
 from tests.deploy.test_dockerfile import BY_NAME
 
+pytestmark = pytest.mark.slow
+
 KUBERNETES: Final = DEPLOY / "kubernetes"
 KUSTOMIZATION: Final = KUBERNETES / "kustomization.yaml"
 SERVICE_MONITOR: Final = KUBERNETES / "components" / "servicemonitor" / "servicemonitor.yaml"

@@ -9,6 +9,8 @@ import yaml
 
 from tests.deploy.promql import DEPLOY, referenced_metrics, run
 
+pytestmark = pytest.mark.slow
+
 RULES = DEPLOY / "prometheus" / "alerts.yaml"
 RULES_TEST = DEPLOY / "prometheus" / "alerts_test.yaml"
 CONFIG = DEPLOY / "prometheus" / "prometheus.yml"

@@ -36,8 +36,8 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from proxy.cli.main import _parser as manifold_parser
-from proxy.cli.main import main as manifold_main
+from proxy.cli import main as manifold_main
+from proxy.cli.commands import _parser as manifold_parser
 from proxy.config.model import Config, LimitsConfig
 from proxy.observe.metrics import Metrics
 

@@ -68,6 +68,7 @@ async def test_a_burst_of_changes_is_written_once_with_the_last_state(tmp_path: 
     assert load_pins(path) == {f"gh/tool{i}": f"sha256:{i}" for i in range(100)}
 
 
+@pytest.mark.slow
 async def test_changes_during_a_slow_write_wait_for_it_and_the_last_one_wins() -> None:
     disk = SlowDisk(seconds=0.05)
     writer = PinsWriter("pins.json", save=disk, settle_seconds=0)
@@ -94,6 +95,7 @@ async def test_shutdown_writes_what_is_pending() -> None:
     assert disk.saved == [{"gh/t": "sha256:1"}]
 
 
+@pytest.mark.slow
 async def test_shutdown_waits_for_a_stalled_disk_only_so_long_and_never_writes_twice_at_once() -> None:
     disk = SlowDisk()
     disk.open.clear()

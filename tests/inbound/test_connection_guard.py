@@ -168,6 +168,7 @@ async def test_a_response_of_declared_length_leaves_in_one_write_with_its_body(s
     assert answer.endswith(b"\r\n\r\n3")
 
 
+@pytest.mark.slow
 async def test_a_streamed_response_sends_its_head_at_once(served: Served) -> None:
     async with await connect(served) as stream:
         await stream.send(request("/slow"))
@@ -205,6 +206,7 @@ async def test_pipelined_requests_are_all_answered(served: Served) -> None:
     assert re.findall(rb"\r\n\r\n(\d)", answers) == [b"2", b"3", b"0"]
 
 
+@pytest.mark.slow
 async def test_an_answer_longer_than_both_timeouts_is_not_cut(served: Served) -> None:
     async with await connect(served) as stream:
         await stream.send(request("/slow"))
@@ -229,6 +231,7 @@ async def test_headers_just_under_the_limit_pass_and_just_over_get_431(served: S
     assert served.counts.refused == {"max_header_bytes": 1}
 
 
+@pytest.mark.slow
 async def test_the_next_request_on_a_kept_alive_connection_gets_header_timeout_from_the_last_answer(
     served: Served,
 ) -> None:
@@ -244,6 +247,7 @@ async def test_the_next_request_on_a_kept_alive_connection_gets_header_timeout_f
     assert served.counts.refused == {"header_timeout": 1}
 
 
+@pytest.mark.slow
 async def test_a_body_that_keeps_trickling_past_body_timeout_gets_408_and_the_app_sees_a_disconnect(
     served: Served,
 ) -> None:

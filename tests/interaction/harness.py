@@ -25,7 +25,7 @@ from tests.inbound.memory_server import INITIALIZE
 
 REPO = Path(__file__).resolve().parents[2]
 NPM_BIN = REPO / "tests" / "npm" / "node_modules" / ".bin"
-MANIFOLD = [sys.executable, "-m", "proxy.cli.main"]
+MANIFOLD = [sys.executable, "-m", "proxy.cli"]
 # Lets a test without credentials read each server's entry in /healthz (metrics.role "observer").
 OBSERVER: dict[str, Any] = {"anonymous": {"roles": ["observer"]}}
 

@@ -31,7 +31,7 @@ from tests.interaction.browser import chromium, headless
 from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 KEYS = {

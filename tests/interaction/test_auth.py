@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.fixtures.fixture_server import Catalog
 from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ALICE_KEY = "mfd_alice-test-key-0123456789abcdefghijklmnopq"  # staff
 BOB_KEY = "mfd_bob-test-key-0123456789abcdefghijklmnopqrstu"  # reader

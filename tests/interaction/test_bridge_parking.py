@@ -34,7 +34,7 @@ from proxy.protocol import stateless, versions
 from tests.interaction.harness import REPO, RunningManifold, post, running_manifold
 from tests.protocol.schemas import validator
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 ALICE_KEY = "mfd_alice-parking-key-0123456789abcdefghijklmno"

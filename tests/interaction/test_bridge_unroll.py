@@ -37,6 +37,7 @@ from tests.interaction.harness import REPO, RunningManifold, post, raw_session, 
 from tests.protocol.schemas import validator
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.anyio,
     pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
 ]

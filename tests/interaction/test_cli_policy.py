@@ -24,6 +24,8 @@ from mcp.types import TextContent
 from tests.fixtures.fixture_server import Catalog
 from tests.interaction.harness import MANIFOLD, REPO, fixture_server, post, running_manifold, write_config
 
+pytestmark = pytest.mark.slow
+
 NOTES = [sys.executable, str(REPO / "examples" / "servers" / "notes.py")]
 POLICY = """\
 version: 1

@@ -35,7 +35,7 @@ from tests.interaction.test_policy import (
     redefine_echo,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 POLICY = """\

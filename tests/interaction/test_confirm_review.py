@@ -34,7 +34,7 @@ from tests.interaction.harness import (
     write_config,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 KEYS = {
@@ -284,7 +284,7 @@ async def test_under_manifold_stdio_an_approver_rule_is_refused_at_once_and_warn
     )
     log = tmp_path / "stderr.log"
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "proxy.cli.main", "stdio", "--config", str(config)], cwd=str(REPO)
+        command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
     )
     person = Person()
     with log.open("w") as errors, anyio.fail_after(30):  # the rule's timeout is 600 s

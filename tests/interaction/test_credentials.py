@@ -29,7 +29,7 @@ from tests.fixtures.spawn import fixture_command, free_port, running_http_proces
 from tests.interaction.harness import MANIFOLD, REPO, RunningManifold, running_manifold, write_config
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 MODES = [pytest.param(V, id="2026-07-28"), pytest.param("legacy", id="2025-11-25")]

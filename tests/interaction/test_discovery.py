@@ -35,7 +35,7 @@ from tests.interaction.harness import (
 )
 from tests.interaction.test_policy import KEYS, ListChanged, audited, bearer, connect, stored, text_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 ERAS = ["legacy", V]  # the SDK client's modes: a handshake session, and stateless 2026-07-28

@@ -33,7 +33,7 @@ from proxy.protocol import versions
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold, write_config
 from tests.interaction.test_policy import ListChanged, connect, text_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 ERAS = ["legacy", V]
@@ -226,7 +226,7 @@ async def test_stdio_honours_the_discovery_of_the_endpoint_its_flag_names(tmp_pa
             "endpoints": {"find": FIND},
         },
     )
-    args = ["-m", "proxy.cli.main", "stdio", "--config", str(config), "--endpoint", "find"]
+    args = ["-m", "proxy.cli", "stdio", "--config", str(config), "--endpoint", "find"]
     params = StdioServerParameters(command=sys.executable, args=args, cwd=str(REPO))
     with anyio.fail_after(60):
         async with Client(params, mode=era) as client:

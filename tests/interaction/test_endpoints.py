@@ -35,7 +35,7 @@ from tests.interaction.harness import (
 )
 from tests.interaction.test_policy import api_keys, audit_path, audited, bearer, connect, text_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 LONG = "create_or_update_a_pull_request_review_comment_with_suggestions"  # 62 characters
 HIDE_ADD = """\
@@ -235,7 +235,7 @@ async def test_stdio_serves_the_endpoint_its_flag_names(tmp_path: Path, mode: st
             "endpoints": {"flat": {"tools": ["*.echo"], "naming": {"separator": "__", "max_length": 64}}},
         },
     )
-    args = ["-m", "proxy.cli.main", "stdio", "--config", str(config), "--endpoint", "flat"]
+    args = ["-m", "proxy.cli", "stdio", "--config", str(config), "--endpoint", "flat"]
     params = StdioServerParameters(command=sys.executable, args=args, cwd=str(REPO))
     with anyio.fail_after(60):
         async with Client(params, mode=mode) as client:
@@ -250,7 +250,7 @@ async def test_stdio_serves_the_endpoint_its_flag_names(tmp_path: Path, mode: st
 def test_stdio_refuses_an_endpoint_that_is_not_configured(tmp_path: Path) -> None:
     config = write_config(tmp_path / "m.yaml", {"servers": {}, "endpoints": {"a": {}}})
     done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli.main", "stdio", "--config", str(config), "--endpoint", "../a"],
+        [sys.executable, "-m", "proxy.cli", "stdio", "--config", str(config), "--endpoint", "../a"],
         cwd=REPO,
         capture_output=True,
         timeout=60,

@@ -1,4 +1,4 @@
-"""The event loop: uvloop when it is installed, asyncio's own when it is not (``proxy.cli.main``).
+"""The event loop: uvloop when it is installed, asyncio's own when it is not (``proxy.cli.commands``).
 
 Each test runs the real ``manifold serve`` in its own interpreter, once with uvloop importable and
 once with it made unimportable (as on a platform that has none), lists tools through it, and
@@ -24,7 +24,7 @@ from .harness import (
 )
 from .test_lazy_imports import _spawn, list_tools
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 # Serve; at exit write the class of the loop that ran it. With "block", uvloop cannot be imported.
 _SERVE = """
@@ -46,7 +46,7 @@ try:
     uvloop.Loop.run_forever = run_forever_uv
 except ImportError:
     pass
-from proxy.cli.main import main
+from proxy.cli.commands import main
 code = main(sys.argv[3:])
 with open(sys.argv[1], "w") as out:
     out.write(" ".join(loops))

@@ -37,7 +37,7 @@ from tests.interaction.harness import (
     wait_for_health,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 PAGE = 7
 

@@ -41,6 +41,7 @@ from tests.interaction.harness import (
 )
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.anyio,
     pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
 ]
@@ -337,7 +338,7 @@ async def test_a_tool_result_too_deep_to_relay_over_http_fails_only_its_call(
 async def test_a_tool_result_too_deep_to_relay_over_stdio_fails_only_its_call(tmp_path: Path) -> None:
     config = write_config(tmp_path / "m.yaml", {"servers": servers()})
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "proxy.cli.main", "stdio", "--config", str(config)], cwd=str(REPO)
+        command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
     )
     with anyio.fail_after(60):
         async with Client(params, mode="legacy") as client:

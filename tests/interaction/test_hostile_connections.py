@@ -30,7 +30,7 @@ from tests.interaction.harness import (
     running_manifold,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TOOL = ("notes.echo", {"text": "after"})
 SLACK = 2.0  # seconds a timeout may be late by on a loaded 2-core box

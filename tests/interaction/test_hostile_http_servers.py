@@ -39,7 +39,7 @@ from tests.interaction.harness import (
     wait_for_health,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 HOSTILE = REPO / "tests" / "fixtures" / "hostile_http_server.py"
 AT_ONCE = 10.0  # seconds: a refused answer is known long before the request timeout (60 s)

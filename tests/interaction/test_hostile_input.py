@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from proxy.inbound.asgi import MAX_BODY
 from tests.interaction.harness import RunningManifold, fixture_server, raw_session, running_manifold
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ANSWER_WITHIN = 15.0
 _DEEP = "@@deep@@"  # stands for a nested value in a message until it is written out

@@ -25,7 +25,7 @@ from tests.interaction.harness import (
     running_manifold,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 CATASTROPHIC = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
 PROMPTLY = 5.0  # seconds for another client's call meanwhile: ~0.1 s when idle; room for a busy box

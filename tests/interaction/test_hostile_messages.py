@@ -29,7 +29,7 @@ from tests.interaction.harness import (
     running_manifold,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 LIMITS = {
     "max_request_bytes": 65536,

@@ -37,7 +37,7 @@ from tests.interaction.harness import (
     running_manifold,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 RELAY = str(REPO / "tests" / "fixtures" / "relay_server.py")

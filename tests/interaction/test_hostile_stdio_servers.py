@@ -34,7 +34,7 @@ from tests.interaction.harness import (
     wait_for_health,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 UNRULY = str(REPO / "tests" / "fixtures" / "unruly_stdio_server.py")
 REQUEST_TIMEOUT = 60

@@ -32,7 +32,7 @@ from proxy.protocol import stateless, versions
 from tests.inbound.memory_server import INITIALIZE
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, post, running_manifold
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 OURS = "https://id.manifold.test"
 THEIRS = "https://partners.manifold.test"

@@ -1,8 +1,8 @@
 """What a config does not use is never imported: a stdio-only ``manifold serve`` holds none of the
 optional features' libraries (issue #20: idle memory), and a config that uses them still works.
 
-Each test runs the real ``manifold serve`` (:func:`proxy.cli.main.main` in its own interpreter, as
-``python -m proxy.cli.main`` would) and, once it has been told to stop and ``main`` has returned, the
+Each test runs the real ``manifold serve`` (:func:`proxy.cli.commands.main` in its own interpreter, as
+``python -m proxy.cli`` would) and, once it has been told to stop and ``main`` has returned, the
 process writes the names in its ``sys.modules`` to a file. So the list covers the whole life of
 the process: start, servers connecting, the requests the test made, and shutdown.
 """
@@ -35,12 +35,12 @@ from .harness import (
     write_config,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 # main() returns once SIGTERM has stopped it; then the modules it ever loaded are written out.
 _SERVE = """
 import sys
-from proxy.cli.main import main
+from proxy.cli.commands import main
 code = main(sys.argv[2:])
 with open(sys.argv[1], "w") as out:
     out.write("\\n".join(sorted(sys.modules)))
@@ -201,7 +201,7 @@ def test_a_bad_jwt_issuer_is_still_refused_before_anything_starts(tmp_path: Path
     config_path = write_config(tmp_path / "manifold.yaml", config)
     extra = ["--port", "0"] if command == "serve" else []
     result = subprocess.run(
-        [sys.executable, "-m", "proxy.cli.main", command, "--config", str(config_path), *extra],
+        [sys.executable, "-m", "proxy.cli", command, "--config", str(config_path), *extra],
         cwd=REPO,
         capture_output=True,
         text=True,

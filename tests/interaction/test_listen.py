@@ -28,7 +28,7 @@ from proxy.protocol.subscriptions import SUBSCRIPTION_ID_KEY
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold
 from tests.protocol.schemas import validator
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 RELAY = str(REPO / "tests" / "fixtures" / "relay_server.py")
 V = versions.LATEST_STATELESS

@@ -26,7 +26,7 @@ from tests.interaction.harness import (
     running_manifold,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 POLICY = """
 version: 1

@@ -37,7 +37,7 @@ from tests.interaction.test_policy import (
     text_of,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 MAX_LENGTH = 20
 CODEC = NamingCodec(max_length=MAX_LENGTH)

@@ -54,7 +54,7 @@ from tests.interaction.harness import (
     write_config,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 AS_SCRIPT = REPO / "tests" / "npm" / "authorization_server.mjs"
 INTROSPECTION_SECRET = "manifold-introspection-secret-0123456789"

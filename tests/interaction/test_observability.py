@@ -31,7 +31,7 @@ from tests.interaction.harness import (
     running_manifold,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 UNRULY = str(REPO / "tests" / "fixtures" / "unruly_stdio_server.py")
 OBSERVER_KEY, OBSERVER_STORED = generate_api_key()

@@ -33,7 +33,7 @@ from mcp.types import ListRootsResult, Root, TextContent
 from proxy.protocol import versions
 from tests.interaction.harness import NPM_BIN, REPO, RunningManifold, everything_server, running_manifold
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 KEYS = {

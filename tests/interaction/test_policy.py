@@ -30,7 +30,7 @@ from mcp.types import PromptReference, TextContent
 from tests.fixtures.fixture_server import Catalog
 from tests.interaction.harness import MANIFOLD, REPO, RunningManifold, fixture_server, post, running_manifold
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 PAGE = 3
 NOTES = [sys.executable, str(REPO / "examples" / "servers" / "notes.py")]

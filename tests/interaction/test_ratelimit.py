@@ -29,7 +29,7 @@ from mcp.types import CallToolResult, TextContent
 from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
 from tests.ratelimit.redis_server import REDIS_SERVER, RedisServer, running_redis
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 KEYS = {
     "alice": "mfd_alice-ratelimit-key-0123456789abcdefghijklm",
@@ -183,7 +183,7 @@ def test_a_limit_on_a_list_method_is_refused_when_the_policy_loads(tmp_path: Pat
     )
     (tmp_path / "manifold.yaml").write_text(f"policy: {{files: [{policy}]}}\nservers: {{}}\n")
     done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli.main", "check", "--config", str(tmp_path / "manifold.yaml")],
+        [sys.executable, "-m", "proxy.cli", "check", "--config", str(tmp_path / "manifold.yaml")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -39,6 +39,7 @@ from tests.fixtures.spawn import free_port, running_http_process
 from tests.interaction.harness import REPO, RunningManifold, running_manifold
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.anyio,
     pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
 ]

@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.fixtures.processes import children
 from tests.interaction.harness import RunningManifold, fixture_server, running_manifold, write_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 CALLS_AT_MOST = 5000  # the other client's loop is bounded, whatever happens
 

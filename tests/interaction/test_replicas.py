@@ -18,7 +18,7 @@ import pytest
 from tests.fixtures.spawn import free_port
 from tests.interaction.harness import RunningManifold, fixture_server, running_manifold
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SECRET = "replicas-share-this-secret-of-32+chars"
 

@@ -30,7 +30,7 @@ from mcp.types import ResourceTemplateReference, TextResourceContents
 
 from tests.interaction.harness import REPO, RunningManifold, running_manifold
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 FILES = str(REPO / "tests" / "fixtures" / "files_server.py")
 KEYS = {

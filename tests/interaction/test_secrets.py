@@ -37,7 +37,7 @@ from tests.interaction.harness import (
     write_config,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 PASSWORD = "pw-Hunter2-5d1e"
 TOKEN = "tok-7f3a9c2b"

@@ -28,6 +28,7 @@ from tests.fixtures.spawn import fixture_command, free_port, running_http_proces
 from tests.interaction.harness import RunningManifold, running_manifold
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.anyio,
     pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning"),
 ]

@@ -22,7 +22,7 @@ import pytest
 from tests.interaction.harness import RunningManifold, post, raw_session, running_manifold
 from tests.ratelimit.redis_server import REDIS_SERVER, RedisServer, running_redis
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SECRET = "replicas-share-this-secret-of-32+chars"
 IDLE = 1.0  # seconds: small, so that a replica forgets idle sessions within the test

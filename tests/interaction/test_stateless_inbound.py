@@ -28,7 +28,7 @@ from tests.interaction.harness import REPO, RunningManifold, fixture_server, pos
 from tests.interaction.test_metrics import samples, scrape
 from tests.protocol.schemas import validator
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 RELAY = str(REPO / "tests" / "fixtures" / "relay_server.py")
 PAGE = 7

@@ -23,7 +23,7 @@ from mcp.types import TextContent
 from proxy.protocol import stateless, versions
 from tests.interaction.harness import REPO, everything_server, fixture_server, write_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 RELAY = str(REPO / "tests" / "fixtures" / "relay_server.py")
 V = versions.LATEST_STATELESS
@@ -41,7 +41,7 @@ async def test_a_stdio_client_lists_and_calls_tools_of_every_server(tmp_path: Pa
         },
     )
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "proxy.cli.main", "stdio", "--config", str(config)], cwd=str(REPO)
+        command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
     )
     with anyio.fail_after(60):
         async with Client(params, mode="legacy") as client:
@@ -63,7 +63,7 @@ def _stdio_params(tmp_path: Path, **servers: dict[str, Any]) -> StdioServerParam
     tmp_path.mkdir(exist_ok=True)
     config = write_config(tmp_path / "m.yaml", {"servers": servers})
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "proxy.cli.main", "stdio", "--config", str(config)], cwd=str(REPO)
+        command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
     )
 
 

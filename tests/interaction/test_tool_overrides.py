@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from tests.interaction.harness import RunningManifold, fixture_server, running_manifold
 from tests.interaction.test_policy import audit_path, audited, text_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SCHEMA = {
     "type": "object",

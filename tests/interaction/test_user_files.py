@@ -28,7 +28,7 @@ from tests.fixtures.spawn import fixture_command, free_port
 from tests.interaction.harness import REPO, RunningManifold, _spawn, _terminating, _wait_healthy
 from tests.interaction.test_policy import text_of
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @asynccontextmanager
@@ -142,7 +142,7 @@ def test_a_vscode_input_that_is_not_in_the_environment_is_an_error_naming_the_va
     )
     env = {k: v for k, v in os.environ.items() if k != "INPUT_API_KEY"}
     done = subprocess.run(
-        [sys.executable, "-m", "proxy.cli.main", "check", "--config", str(tmp_path / "mcp.json")],
+        [sys.executable, "-m", "proxy.cli", "check", "--config", str(tmp_path / "mcp.json")],
         cwd=REPO,
         capture_output=True,
         check=False,

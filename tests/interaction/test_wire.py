@@ -19,7 +19,7 @@ from jsonschema.validators import validator_for
 from proxy.protocol.sse import SSEDecoder
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SCHEMAS = REPO / "tests" / "fixtures" / "schemas"
 RELAY = str(REPO / "tests" / "fixtures" / "relay_server.py")

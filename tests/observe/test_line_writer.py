@@ -105,6 +105,7 @@ async def test_a_line_larger_than_the_bound_is_taken_when_nothing_else_waits() -
     assert disk.writes == [b"y" * 50 + b"\n"]
 
 
+@pytest.mark.slow
 async def test_shutdown_writes_what_is_left_but_waits_for_a_stalled_disk_only_so_long() -> None:
     disk = Disk()
     writer = LineWriter(disk, what="test log", max_buffered=1 << 20, flush_seconds=0.5)

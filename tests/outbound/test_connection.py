@@ -15,7 +15,8 @@ from proxy.core.errors import (
     ServerUnavailable,
 )
 from proxy.observe.boundary import wire_error
-from proxy.outbound.connection import ServerConnection, ServerState, backoff_delay
+from proxy.outbound.connection import ServerConnection
+from proxy.outbound.health import ServerState, backoff_delay
 from proxy.outbound.transport import Failed, Transport
 from proxy.protocol import jsonrpc
 from proxy.protocol.jsonrpc import Message
@@ -185,6 +186,7 @@ async def test_a_jsonrpc_error_from_the_server_is_a_remote_error() -> None:
     assert caught.value.error == {"code": -32602, "message": "no such tool"}
 
 
+@pytest.mark.slow
 async def test_a_dying_server_fails_in_flight_calls_then_restarts_and_is_relisted() -> None:
     started = anyio.Event()
 
@@ -218,6 +220,7 @@ async def test_a_dying_server_fails_in_flight_calls_then_restarts_and_is_reliste
     assert (ServerState.BACKOFF, "the server hung up") in recorder.states
 
 
+@pytest.mark.slow
 async def test_a_server_choosing_an_unknown_revision_is_not_used() -> None:
     async def handle(message: Message, reply: Reply) -> None:
         if message.get("method") == "initialize":
@@ -285,6 +288,7 @@ class FailsFirst:
             yield link
 
 
+@pytest.mark.slow
 async def test_an_unexpected_error_in_one_lifetime_is_logged_counted_and_followed_by_a_restart(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -461,6 +465,7 @@ async def test_a_failure_that_names_no_request_fails_every_call_in_flight_and_th
     assert failures == ["server 'mem' broke the protocol: it wrote a message too large"] * 2
 
 
+@pytest.mark.slow
 async def test_every_restart_is_counted_in_the_metric_the_first_one_included() -> None:
     from proxy.observe.metrics import Metrics
     from proxy.servers.connections import ServerHealth

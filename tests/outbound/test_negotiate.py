@@ -11,8 +11,9 @@ import anyio
 import pytest
 
 from proxy.observe.boundary import wire_error
-from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.connection import ServerConnection
 from proxy.outbound.era import Era
+from proxy.outbound.health import ServerState
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.memory import MemoryTransport, answer, initialize_result
 from tests.outbound.test_connection import Recorder
@@ -157,6 +158,7 @@ async def test_a_server_that_refuses_discover_gets_initialize_and_no_envelopes()
     assert methods(server)[:3] == ["server/discover", "initialize", "notifications/initialized"]
 
 
+@pytest.mark.slow
 async def test_a_server_silent_on_discover_gets_initialize_after_the_probe_timeout() -> None:
     server = Server(silent_discover=True)
     started = anyio.current_time()

@@ -64,6 +64,7 @@ def test_events_come_out_alike_however_the_bytes_are_chunked() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_many_short_lines_in_one_chunk_are_decoded_in_linear_time() -> None:
     # A quadratic decoder copies the rest of the chunk per line: this would take minutes.
     chunk = b"\n" * 2_000_000 + b"data: x\n\n"

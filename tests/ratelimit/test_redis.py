@@ -57,6 +57,7 @@ async def inspector(url: str) -> AsyncIterator[Redis]:
         await client.aclose()
 
 
+@pytest.mark.slow
 async def test_two_replicas_sharing_redis_enforce_one_combined_budget(redis_server: RedisServer) -> None:
     results: list[bool] = []
     async with replica(redis_server.url) as first, replica(redis_server.url) as second:
@@ -71,6 +72,7 @@ async def test_two_replicas_sharing_redis_enforce_one_combined_budget(redis_serv
     assert results.count(True) == MINUTELY.burst
 
 
+@pytest.mark.slow
 async def test_redis_answers_exactly_as_the_in_memory_backend(redis_server: RedisServer) -> None:
     checks = [
         LimitCheck("third", interval=1 / 3, burst=1),
@@ -92,6 +94,7 @@ async def test_redis_answers_exactly_as_the_in_memory_backend(redis_server: Redi
     assert denied_by == {None, "third", "odd", "slow"}  # the transcript exercised every limit
 
 
+@pytest.mark.slow
 async def test_a_call_denied_by_one_key_leaves_the_other_keys_untouched(redis_server: RedisServer) -> None:
     async with replica(redis_server.url) as backend, inspector(redis_server.url) as redis:
         with anyio.fail_after(5):
@@ -103,6 +106,7 @@ async def test_a_call_denied_by_one_key_leaves_the_other_keys_untouched(redis_se
             assert await redis.get("manifold:rl:" + MINUTELY.key) == stored
 
 
+@pytest.mark.slow
 async def test_keys_expire_when_their_bucket_is_full_again(redis_server: RedisServer) -> None:
     async with replica(redis_server.url) as backend, inspector(redis_server.url) as redis:
         key = "manifold:rl:" + MINUTELY.key
@@ -114,6 +118,7 @@ async def test_keys_expire_when_their_bucket_is_full_again(redis_server: RedisSe
             assert 299_000 < await redis.pttl(key) <= 300_000
 
 
+@pytest.mark.slow
 async def test_the_key_prefix_is_configurable(redis_server: RedisServer) -> None:
     async with inspector(redis_server.url) as redis:
         backend = RedisBackend(redis, key_prefix="{team-a}:rl:")
@@ -124,6 +129,7 @@ async def test_the_key_prefix_is_configurable(redis_server: RedisServer) -> None
         assert await redis.ping()
 
 
+@pytest.mark.slow
 async def test_fail_open_allows_and_fail_closed_denies_while_redis_is_down(redis_server: RedisServer) -> None:
     errors: list[BaseException] = []
     async with AsyncExitStack() as stack:
@@ -142,6 +148,7 @@ async def test_fail_open_allows_and_fail_closed_denies_while_redis_is_down(redis
         assert (open_.errors, closed.errors, len(errors)) == (1, 1, 1)
 
 
+@pytest.mark.slow
 async def test_failures_are_logged_at_most_once_a_minute(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -163,6 +170,7 @@ async def test_failures_are_logged_at_most_once_a_minute(
     assert backend.errors == 21
 
 
+@pytest.mark.slow
 async def test_a_replica_recovers_by_itself_when_redis_comes_back(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -192,6 +200,7 @@ async def test_a_redis_that_does_not_answer_costs_at_most_the_timeout() -> None:
     assert elapsed < 0.5
 
 
+@pytest.mark.slow
 async def test_open_backend_connects_to_redis_from_settings(redis_server: RedisServer) -> None:
     settings = RateLimitSettings(backend="redis", redis_url=redis_server.url, key_prefix="mf:")
     async with open_backend(settings) as backend, inspector(redis_server.url) as redis:

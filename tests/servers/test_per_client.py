@@ -21,7 +21,7 @@ from proxy.core.errors import LimitExceeded, SignInNeeded
 from proxy.credentials import Credentials, Sources
 from proxy.credentials.sealing import new_key
 from proxy.observe.boundary import wire_error
-from proxy.outbound.connection import ServerState
+from proxy.outbound.health import ServerState
 from proxy.policy.model import Identity
 from proxy.protocol import versions
 from proxy.servers.per_client import ClientConnections, owner, owner_of
@@ -78,6 +78,7 @@ def session(name: str) -> ClientSession:
     return ClientSession(id=name, transport="http")
 
 
+@pytest.mark.slow
 async def test_a_connection_past_the_limit_is_refused_at_once_naming_it() -> None:
     clock = Clock()
     async with per_client(2, clock) as connections:
@@ -93,6 +94,7 @@ async def test_a_connection_past_the_limit_is_refused_at_once_naming_it() -> Non
     await until(lambda: running_servers() == 0)
 
 
+@pytest.mark.slow
 async def test_an_unused_connection_is_stopped_and_started_again_on_the_next_request() -> None:
     clock = Clock()
     alice = session("alice")
@@ -115,6 +117,7 @@ async def test_an_unused_connection_is_stopped_and_started_again_on_the_next_req
         assert running_servers() == 1
 
 
+@pytest.mark.slow
 async def test_a_connection_with_a_request_in_flight_or_a_subscription_is_not_idle() -> None:
     clock = Clock()
     busy, subscribed = session("busy"), session("subscribed")
@@ -132,6 +135,7 @@ async def test_a_connection_with_a_request_in_flight_or_a_subscription_is_not_id
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_a_connection_still_starting_for_a_request_is_not_idle() -> None:
     clock = Clock()
     alice = session("alice")
@@ -176,6 +180,7 @@ def test_a_stateless_callers_owner_is_its_identity_and_a_sessions_is_its_id() ->
     assert owner(alices_session) != owner(stateless(ALICE))
 
 
+@pytest.mark.slow
 async def test_each_identity_gets_one_connection_of_its_own_across_its_requests() -> None:
     clock = Clock()
     async with per_client(10, clock) as connections:
@@ -264,6 +269,7 @@ async def token_seen(connections: ClientConnections, client: ClientSession | Sta
     return token
 
 
+@pytest.mark.slow
 async def test_each_identitys_process_is_started_with_its_own_credentials_and_sessions_keep_their_own() -> (
     None
 ):
@@ -277,6 +283,7 @@ async def test_each_identitys_process_is_started_with_its_own_credentials_and_se
         assert len(connections) == 3  # alice's stateless identity, bob's, and alice's session
 
 
+@pytest.mark.slow
 async def test_changed_credentials_restart_the_connection_and_gone_ones_stop_it() -> None:
     kept = Kept()
     kept.tokens = {ALICE.key: "first-token"}
@@ -293,6 +300,7 @@ async def test_changed_credentials_restart_the_connection_and_gone_ones_stop_it(
         assert len(connections) == 0
 
 
+@pytest.mark.slow
 async def test_a_credentials_change_fails_the_calls_in_flight_at_once_naming_why() -> None:
     # A call in flight on the connection built with the old credentials must not hang (or finish
     # with a generic error) when the connection is stopped for new ones.

@@ -35,6 +35,8 @@ from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.sse import SSEDecoder, SSEEvent
 
 __all__ = [
+    "not_streamable",
+    "session_gone",
     "ACCEPT_BOTH",
     "JSON",
     "MAX_BODY",
@@ -347,3 +349,26 @@ async def owned_task_group() -> AsyncIterator[anyio.abc.TaskGroup]:
         tg.cancel_scope.cancel()
     if caught is not None:
         raise caught
+
+
+_SESSION_TEXT: Final = 1024  # bytes of a non-JSON-RPC 400 body searched for word of the session
+
+
+def session_gone(status: int, said: tuple[dict[str, Any] | None, bytes]) -> bool:
+    """Whether an HTTP error to a request that carried a session id says that session is gone.
+
+    404 is the spec's word for it. Servers built on the TypeScript SDK's examples answer 400 with
+    "No valid session ID provided" instead; a 400 counts only when its body speaks of the session
+    (the JSON-RPC error's message, else the start of the body), so that a malformed request fails
+    alone instead of costing every caller a new session.
+    """
+    if status == 404:
+        return True
+    error, body = said
+    text = error["message"] if error is not None else body[:_SESSION_TEXT].decode(errors="replace")
+    return status == 400 and "session" in text.lower()
+
+
+def not_streamable(status: int, content_type: str) -> bool:
+    # The spec's rule for falling back to HTTP+SSE, plus "answered, but not with MCP".
+    return status in (400, 404, 405) or (status == 200 and content_type not in (JSON, SSE))

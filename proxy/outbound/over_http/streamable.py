@@ -52,9 +52,11 @@ from proxy.outbound.over_http.common import (
     failure,
     http_failure,
     messages_in,
+    not_streamable,
     owned_task_group,
     read_body,
     request_id_of,
+    session_gone,
     with_extra,
 )
 from proxy.outbound.over_http.stateless import StatelessExchanges, is_stateless_request
@@ -74,7 +76,6 @@ _MAX_RESUMES: Final = 5  # GETs with Last-Event-ID for one request before giving
 _BACKOFF: Final = (0.5, 30.0)  # GET stream reconnects: first and longest pause, in seconds
 _DELETE_TIMEOUT: Final = 2.0
 _RENEW_INTERVAL: Final = 2.0  # seconds: the least time between two session renewals
-_SESSION_TEXT: Final = 1024  # bytes of a non-JSON-RPC 400 body searched for word of the session
 _LIST_CHANGED: Final = jsonrpc.notification("notifications/tools/list_changed")
 
 
@@ -288,7 +289,7 @@ class _StreamableHttpLink:
                 if session_id is None or not may_renew or response.status not in (400, 404):
                     return await self._answer(response, message, probe)
                 said = await error_body(response)
-                if not _session_gone(response.status, said):
+                if not session_gone(response.status, said):
                     return await self._answer(response, message, probe, said)
         except TRANSPORT_ERRORS as exc:
             self._fail(request_id, f"POST {self._url} failed: {describe(exc)}")
@@ -321,7 +322,7 @@ class _StreamableHttpLink:
             and (session_id := response.header(_SESSION))
         ):
             self.session_id = session_id
-        if probe is not None and request_id is not None and _not_streamable(status, content_type):
+        if probe is not None and request_id is not None and not_streamable(status, content_type):
             probe.settle(Verdict.NOT_STREAMABLE, await http_failure(self._server_id, request_id, response))
             return False
         if request_id is None:  # a notification or response: the spec wants 202, any 2xx will do
@@ -546,7 +547,7 @@ class _StreamableHttpLink:
                     # 404 (or a 400 about the session) means "session expired" only where GET
                     # worked before: some servers that offer no GET stream say 404 instead of 405.
                     if response.status in (400, 404) and streamed and session_id is not None:
-                        if _session_gone(response.status, await error_body(response)):
+                        if session_gone(response.status, await error_body(response)):
                             if await self._renew(session_id):
                                 continue
                         else:
@@ -582,23 +583,3 @@ class _StreamableHttpLink:
                     pass
             except TRANSPORT_ERRORS as exc:
                 self._log.debug("server %r: DELETE of the session failed: %s", self._server_id, describe(exc))
-
-
-def _session_gone(status: int, said: tuple[dict[str, Any] | None, bytes]) -> bool:
-    """Whether an HTTP error to a request that carried a session id says that session is gone.
-
-    404 is the spec's word for it. Servers built on the TypeScript SDK's examples answer 400 with
-    "No valid session ID provided" instead; a 400 counts only when its body speaks of the session
-    (the JSON-RPC error's message, else the start of the body), so that a malformed request fails
-    alone instead of costing every caller a new session.
-    """
-    if status == 404:
-        return True
-    error, body = said
-    text = error["message"] if error is not None else body[:_SESSION_TEXT].decode(errors="replace")
-    return status == 400 and "session" in text.lower()
-
-
-def _not_streamable(status: int, content_type: str) -> bool:
-    # The spec's rule for falling back to HTTP+SSE, plus "answered, but not with MCP".
-    return status in (400, 404, 405) or (status == 200 and content_type not in (JSON, SSE))

@@ -133,6 +133,7 @@ async def store_of(kind: str, clock: Clock, tmp_path: Path, **limits: int) -> As
             await store.aclose()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 async def test_one_caller_cannot_hold_more_than_its_share_nor_all_callers_more_than_the_total(
     kind: str, tmp_path: Path
@@ -152,6 +153,7 @@ async def test_one_caller_cannot_hold_more_than_its_share_nor_all_callers_more_t
         await store.put(of("mallory", "m3", clock.now + 60))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 async def test_the_same_call_asked_again_waits_on_its_pending_approval(kind: str, tmp_path: Path) -> None:
     clock = Clock()
@@ -164,6 +166,7 @@ async def test_the_same_call_asked_again_waits_on_its_pending_approval(kind: str
         assert (await store.put(of("alice", "same", clock.now + 60))).id != first.id
 
 
+@pytest.mark.slow
 async def test_pruning_many_expired_records_is_linear() -> None:
     clock = Clock()
     store = MemoryApprovals(clock=clock, total=20_000, per_caller=20_000)

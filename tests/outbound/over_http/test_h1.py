@@ -205,6 +205,7 @@ async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -
     assert server.accepted == 0
 
 
+@pytest.mark.slow
 async def test_the_sdk_server_is_reached_over_few_kept_alive_connections() -> None:
     """Ten calls through the Streamable HTTP transport: the GET stream holds one connection, the
     POSTs share one more (a JSON and an SSE-answering server alike)."""
@@ -305,6 +306,7 @@ async def test_a_reused_connection_found_dead_fails_a_post_but_retries_a_get_onc
         assert len(server.requests) == (3 if ok else 2)
 
 
+@pytest.mark.slow
 async def test_idle_connections_are_capped_and_closed_after_the_idle_time() -> None:
     hung_up: list[float] = []
 
@@ -700,6 +702,7 @@ async def test_a_server_that_never_answers_holds_the_request_until_it_is_cancell
     assert http.idle == 0
 
 
+@pytest.mark.slow
 async def test_a_tls_handshake_that_never_completes_is_bounded_by_the_connect_timeout() -> None:
     async def serve(peer: Peer) -> None:
         await peer.hung_up()  # a TCP listener that never speaks TLS

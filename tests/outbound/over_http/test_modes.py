@@ -43,6 +43,7 @@ from tests.fixtures.spawn import (
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("json_response", [False, True], ids=["sse-answers", "json-answers"])
 async def test_a_session_lists_every_page_and_answers_each_concurrent_call_with_its_own_result(
     json_response: bool,
@@ -55,6 +56,7 @@ async def test_a_session_lists_every_page_and_answers_each_concurrent_call_with_
             await exercise(link, "alpha")
 
 
+@pytest.mark.slow
 async def test_a_notification_the_server_sends_on_its_own_arrives_through_the_get_stream() -> None:
     async with (
         running_http_fixture("alpha", transport="streamable-http", json_response=True) as url,
@@ -73,6 +75,7 @@ async def test_a_notification_the_server_sends_on_its_own_arrives_through_the_ge
             assert "late_tool" in await list_tools(link)
 
 
+@pytest.mark.slow
 async def test_what_a_request_s_stream_carries_comes_with_that_request_s_id() -> None:
     async with (
         running_http_fixture("alpha", transport="streamable-http") as url,
@@ -86,6 +89,7 @@ async def test_what_a_request_s_stream_carries_comes_with_that_request_s_id() ->
     assert (text_of(answer[0]), answer[1]) == ("added t", 7)
 
 
+@pytest.mark.slow
 async def test_an_sse_answer_cut_off_midway_is_resumed_with_last_event_id(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -102,6 +106,7 @@ async def test_an_sse_answer_cut_off_midway_is_resumed_with_last_event_id(
     assert any("resuming the answer to 7" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 async def test_an_expired_session_is_replaced_transparently_and_the_caller_told_to_list_again() -> None:
     port = free_port()
     transport = StreamableHttpTransport("alpha", f"http://127.0.0.1:{port}/mcp")
@@ -294,6 +299,7 @@ async def test_a_closed_link_refuses_to_send_and_to_receive(kind: type[Streamabl
         await link.receive()
 
 
+@pytest.mark.slow
 async def test_closing_with_a_request_in_flight_is_prompt_and_ends_the_session() -> None:
     async with running_http_fixture("alpha", transport="streamable-http") as url:
         with anyio.fail_after(20):
@@ -320,6 +326,7 @@ async def test_an_exception_in_the_caller_s_block_leaves_the_link_unchanged(
             raise KeyError("mine")
 
 
+@pytest.mark.slow
 async def test_auto_chooses_streamable_http_when_the_server_speaks_it() -> None:
     async with running_http_fixture("alpha", transport="streamable-http") as url:
         transport = AutoHttpTransport("alpha", url)
@@ -329,6 +336,7 @@ async def test_auto_chooses_streamable_http_when_the_server_speaks_it() -> None:
         assert transport.chosen == "streamable-http"
 
 
+@pytest.mark.slow
 async def test_auto_falls_back_to_legacy_sse_and_remembers_it_for_the_next_link() -> None:
     async with running_http_fixture("beta", transport="sse") as url:
         transport = AutoHttpTransport("beta", url)

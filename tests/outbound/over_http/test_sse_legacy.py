@@ -51,6 +51,7 @@ def sse_server(
     return scripted_http_server(handler)
 
 
+@pytest.mark.slow
 async def test_a_session_lists_every_page_and_answers_each_concurrent_call_with_its_own_result() -> None:
     async with (
         running_http_fixture("gamma", transport="sse") as url,
@@ -60,6 +61,7 @@ async def test_a_session_lists_every_page_and_answers_each_concurrent_call_with_
             await exercise(link, "gamma")
 
 
+@pytest.mark.slow
 async def test_a_notification_from_the_server_arrives_on_the_event_stream() -> None:
     async with (
         running_http_fixture("gamma", transport="sse") as url,
@@ -88,6 +90,7 @@ async def test_an_endpoint_on_another_origin_is_refused() -> None:
                 pass
 
 
+@pytest.mark.slow
 async def test_no_endpoint_event_within_the_connect_timeout_fails_connect() -> None:
     async with sse_server(b": just a comment\n\n") as server:
         transport = LegacySseTransport("gamma", server.url + "/sse", connect_timeout=0.3)

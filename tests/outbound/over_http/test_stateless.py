@@ -474,6 +474,7 @@ async def test_auto_leaves_a_legacy_only_streamable_server_to_initialize_which_t
     assert init["result"]["protocolVersion"] == VERSION
 
 
+@pytest.mark.slow
 async def test_auto_refuses_a_modern_request_to_a_legacy_sse_server_and_initialize_then_picks_sse() -> None:
     async with running_http_fixture("beta", transport="sse") as url:
         transport = AutoHttpTransport("beta", url)

@@ -71,6 +71,7 @@ async def read_all(process: Child) -> bytes:
     return got
 
 
+@pytest.mark.slow
 async def test_lines_written_at_the_same_moment_go_out_whole_in_order_and_in_one_write(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -96,6 +97,7 @@ async def test_lines_written_at_the_same_moment_go_out_whole_in_order_and_in_one
     assert writes.count(stdin) == 2
 
 
+@pytest.mark.slow
 async def test_a_lone_line_is_written_before_its_writer_yields() -> None:
     # No waiting for company: at one request at a time, a line is on the pipe at once.
     with anyio.fail_after(10):
@@ -108,6 +110,7 @@ async def test_a_lone_line_is_written_before_its_writer_yields() -> None:
             assert await read_all(process) == b"alone\n"
 
 
+@pytest.mark.slow
 async def test_a_server_that_stops_reading_holds_its_writers_and_a_cancelled_waiter_writes_nothing() -> None:
     async with started(WAIT_THEN_ECHO) as process:
         with anyio.fail_after(10):
@@ -142,6 +145,7 @@ async def _cancellable(process: Child, line: bytes, scope: anyio.CancelScope, en
         ended.set()
 
 
+@pytest.mark.slow
 async def test_a_writer_cancelled_midway_leaves_no_cut_line() -> None:
     async with started(WAIT_THEN_ECHO) as process:
         with anyio.fail_after(10):
@@ -158,6 +162,7 @@ async def test_a_writer_cancelled_midway_leaves_no_cut_line() -> None:
             assert await read_all(process) == BIG + b"next\n"
 
 
+@pytest.mark.slow
 async def test_a_server_that_closes_its_stdin_while_writers_wait_fails_every_one_of_them() -> None:
     async with started(CLOSE_STDIN_LATER) as process:
         with anyio.fail_after(10):
@@ -195,6 +200,7 @@ sys.stderr.write("done\\n"); sys.stderr.flush()
 """
 
 
+@pytest.mark.slow
 async def test_a_server_that_writes_without_pause_is_held_back_by_an_unread_pipe() -> None:
     """Nothing is read for a while: what is buffered stays bounded and the server's write waits."""
     async with started(FLOOD) as process:
@@ -222,6 +228,7 @@ async def read_until_stderr(process: Child) -> bytes:
     return got
 
 
+@pytest.mark.slow
 async def test_the_end_of_a_pipe_reads_as_empty_and_stays_so() -> None:
     async with started("import sys; sys.stdout.buffer.write(b'bye\\n')") as process:
         assert await read_until(process, b"bye\n") == b"bye\n"
@@ -230,6 +237,7 @@ async def test_the_end_of_a_pipe_reads_as_empty_and_stays_so() -> None:
             assert await process.read("stdout") == b""
 
 
+@pytest.mark.slow
 async def test_a_pipe_closed_by_us_wakes_its_reader_with_closed_resource_error() -> None:
     async with started(WAIT_THEN_ECHO) as process:
         await read_until(process, b"ready\n")
@@ -246,6 +254,7 @@ async def test_a_pipe_closed_by_us_wakes_its_reader_with_closed_resource_error()
             await process.read("stdout")
 
 
+@pytest.mark.slow
 async def test_what_arrived_before_we_closed_a_pipe_is_still_read() -> None:
     async with started(
         "import sys; sys.stdout.buffer.write(b'last words\\n'); sys.stdout.flush()"
@@ -259,6 +268,7 @@ async def test_what_arrived_before_we_closed_a_pipe_is_still_read() -> None:
             await process.read("stdout")
 
 
+@pytest.mark.slow
 async def test_a_pipe_is_registered_with_the_loop_once_for_many_reads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

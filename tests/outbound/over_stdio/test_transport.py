@@ -21,7 +21,8 @@ import pytest
 
 from proxy.core.errors import ServerProtocolError, Unencodable
 from proxy.observe.boundary import wire_error
-from proxy.outbound.connection import ServerConnection, ServerState
+from proxy.outbound.connection import ServerConnection
+from proxy.outbound.health import ServerState
 from proxy.outbound.over_stdio.transport import StdioTransport
 from proxy.protocol.jsonrpc import Message
 from tests.outbound.test_connection import Recorder
@@ -66,6 +67,7 @@ async def hostile(**options: Any) -> AsyncIterator[tuple[ServerConnection, Recor
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_a_reply_nested_too_deep_fails_that_call_naming_the_server_and_the_limit() -> None:
     async with hostile() as (connection, _):
         with anyio.fail_after(10):
@@ -88,6 +90,7 @@ async def test_a_reply_nested_too_deep_fails_that_call_naming_the_server_and_the
     }
 
 
+@pytest.mark.slow
 async def test_a_lower_configured_limit_is_the_one_applied_and_named() -> None:
     recorder = Recorder()
     transport = StdioTransport("hostile", sys.executable, [str(HOSTILE)], max_depth=8)
@@ -101,6 +104,7 @@ async def test_a_lower_configured_limit_is_the_one_applied_and_named() -> None:
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_garbage_and_deep_notifications_are_dropped_and_the_call_still_answered(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -131,6 +135,7 @@ class SlowClient(ClientRequest):
         return {"roots": []}
 
 
+@pytest.mark.slow
 async def test_a_second_server_request_under_an_id_in_flight_is_refused_and_the_first_answered() -> None:
     client = SlowClient()
     async with hostile() as (connection, _):
@@ -144,6 +149,7 @@ async def test_a_second_server_request_under_an_id_in_flight_is_refused_and_the_
     assert client.asked == ["roots/list"]  # the duplicate never reached the client
 
 
+@pytest.mark.slow
 async def test_a_request_that_cannot_be_encoded_fails_alone() -> None:
     async with hostile() as (connection, _):
         with anyio.fail_after(10):

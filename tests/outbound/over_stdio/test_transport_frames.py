@@ -113,6 +113,7 @@ async def until_exited(pidfd: int) -> None:
 # ---- messages ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_messages_go_both_ways_one_line_each_and_no_request_is_named_as_their_carrier() -> None:
     request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "grüße"}}
     asking = {"jsonrpc": "2.0", "id": "two", "method": "notify_me"}
@@ -134,6 +135,7 @@ async def test_messages_go_both_ways_one_line_each_and_no_request_is_named_as_th
     assert third == ({"jsonrpc": "2.0", "id": "two", "result": {"got": asking}}, None)
 
 
+@pytest.mark.slow
 async def test_a_line_that_is_not_json_rpc_is_dropped_and_the_messages_around_it_arrive(
     log: LogLines,
 ) -> None:
@@ -153,6 +155,7 @@ async def test_a_line_that_is_not_json_rpc_is_dropped_and_the_messages_around_it
     )
 
 
+@pytest.mark.slow
 async def test_a_line_over_the_limit_with_no_id_to_read_fails_every_request_and_the_next_message_arrives(
     log: LogLines,
 ) -> None:
@@ -186,6 +189,7 @@ async def test_a_line_over_the_limit_with_no_id_to_read_fails_every_request_and_
         (b'{"result":{"text":"%s"},"jsonrpc":"2.0","id":"seven"}', "seven"),
     ],
 )
+@pytest.mark.slow
 async def test_an_answer_over_the_limit_fails_the_request_it_was_for_read_from_either_end(
     answer: bytes, request_id: int | str
 ) -> None:
@@ -205,6 +209,7 @@ async def test_an_answer_over_the_limit_fails_the_request_it_was_for_read_from_e
     )
 
 
+@pytest.mark.slow
 async def test_an_answer_that_is_not_utf8_fails_the_request_it_was_for() -> None:
     garbled = b'{"jsonrpc":"2.0","id":3,"result":{"text":"\xff\xfe"}}\n'
     source = PRELUDE + f"sys.stdout.buffer.write({garbled!r})\nsys.stdout.flush()\n" + WAIT_FOR_EOF
@@ -218,6 +223,7 @@ async def test_an_answer_that_is_not_utf8_fails_the_request_it_was_for() -> None
     assert str(refused.error).startswith("server 'fx' broke the protocol: its answer was not JSON: ")
 
 
+@pytest.mark.slow
 async def test_each_stderr_line_is_logged_tagged_with_the_server_and_cut_to_a_kib(log: LogLines) -> None:
     chatter = """\
     sys.stderr.buffer.write(b"starting up\\nbad \\xff byte\\n" + b"e" * 200000 + b"\\nready\\n")
@@ -238,6 +244,7 @@ async def test_each_stderr_line_is_logged_tagged_with_the_server_and_cut_to_a_ki
 # ---- the process ending --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_when_the_process_exits_receive_and_send_raise_server_unavailable_with_the_exit_code() -> None:
     with anyio.fail_after(10):
         async with script(ECHO).connect() as link:
@@ -252,6 +259,7 @@ async def test_when_the_process_exits_receive_and_send_raise_server_unavailable_
     assert sent.value.reason == "the process exited with code 3"
 
 
+@pytest.mark.slow
 async def test_a_process_killed_by_a_signal_is_reported_with_the_signal() -> None:
     with anyio.fail_after(10):
         async with script("os.kill(os.getpid(), signal.SIGKILL)\n").connect() as link:
@@ -261,6 +269,7 @@ async def test_a_process_killed_by_a_signal_is_reported_with_the_signal() -> Non
     assert received.value.reason == "the process exited with code -9"
 
 
+@pytest.mark.slow
 async def test_a_process_that_closes_its_stdout_but_runs_on_is_reported_as_such() -> None:
     with anyio.fail_after(10):
         async with script("os.close(1)\n", WAIT_FOR_EOF).connect() as link:
@@ -270,6 +279,7 @@ async def test_a_process_that_closes_its_stdout_but_runs_on_is_reported_as_such(
     assert received.value.reason == "the process closed its stdout"
 
 
+@pytest.mark.slow
 async def test_a_command_that_cannot_start_raises_server_unavailable_naming_it(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-server")
 
@@ -283,6 +293,7 @@ async def test_a_command_that_cannot_start_raises_server_unavailable_naming_it(t
 # ---- what the process is started with --------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_the_process_gets_the_configured_env_and_cwd_and_none_of_our_secrets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -322,6 +333,7 @@ send({"jsonrpc": "2.0", "method": "pids", "params": {"leader": os.getpid(), "chi
 """
 
 
+@pytest.mark.slow
 async def test_a_process_that_stops_when_its_stdin_closes_is_not_signalled(log: LogLines) -> None:
     with anyio.fail_after(10):  # waiting out the 30 s grace would trip this bound
         async with server(PRELUDE + READY + WAIT_FOR_EOF, shutdown_grace=30).connect() as link:
@@ -332,6 +344,7 @@ async def test_a_process_that_stops_when_its_stdin_closes_is_not_signalled(log: 
     assert reaped(pid)
 
 
+@pytest.mark.slow
 async def test_a_process_stopped_by_cancellation_is_not_waited_for_past_its_exit(log: LogLines) -> None:
     # On shutdown everything is cancelled, the task watching the exit included: the stop must see
     # the exit itself, not wait out the grace (30 s here) for an event nobody will set.
@@ -344,6 +357,7 @@ async def test_a_process_stopped_by_cancellation_is_not_waited_for_past_its_exit
     assert f"server fx: process {pid} stopped (code 0)" in log.lines
 
 
+@pytest.mark.slow
 async def test_leaving_the_context_ends_the_process_and_everything_it_started(log: LogLines) -> None:
     with anyio.fail_after(15):
         async with server(PRELUDE + SPAWNS + WAIT_FOREVER, shutdown_grace=0.2).connect() as link:
@@ -359,6 +373,7 @@ async def test_leaving_the_context_ends_the_process_and_everything_it_started(lo
     assert reaped(pids["leader"])
 
 
+@pytest.mark.slow
 async def test_sigterm_goes_to_the_whole_group_so_every_process_can_clean_up(
     tmp_path: Path, log: LogLines
 ) -> None:
@@ -387,6 +402,7 @@ async def test_sigterm_goes_to_the_whole_group_so_every_process_can_clean_up(
     assert f"server fx: process {started['leader']} stopped (code 0)" in log.lines
 
 
+@pytest.mark.slow
 async def test_what_outlives_the_process_is_killed_with_its_group(log: LogLines) -> None:
     with anyio.fail_after(15):
         async with script(SPAWNS, WAIT_FOR_EOF).connect() as link:
@@ -402,6 +418,7 @@ async def test_what_outlives_the_process_is_killed_with_its_group(log: LogLines)
     assert f"server fx: process {pids['leader']} stopped (code 0)" in log.lines
 
 
+@pytest.mark.slow
 async def test_a_process_that_ignores_sigterm_is_killed_within_the_bound(log: LogLines) -> None:
     stubborn = PRELUDE + "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + READY
 
@@ -414,6 +431,7 @@ async def test_a_process_that_ignores_sigterm_is_killed_within_the_bound(log: Lo
     assert reaped(pid)
 
 
+@pytest.mark.slow
 async def test_a_cancelled_user_of_the_link_still_stops_the_process(log: LogLines) -> None:
     with anyio.fail_after(10):
         with anyio.CancelScope() as scope:
@@ -440,6 +458,7 @@ os._exit(5)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setsid", [False, True], ids=["same-group", "setsid"])
 async def test_an_exit_is_seen_at_once_though_a_grandchild_holds_stdout_and_none_is_left_to_block_us(
     setsid: bool, log: LogLines
@@ -485,6 +504,7 @@ threading.Thread(target=flood, daemon=True).start()
 """
 
 
+@pytest.mark.slow
 async def test_a_stderr_flood_neither_holds_up_stdout_nor_floods_our_log(log: LogLines) -> None:
     transport = StdioTransport(
         "fx",

@@ -266,6 +266,7 @@ async def test_questions_asked_together_come_in_one_input_required() -> None:
         assert result == {"answers": by_method}
 
 
+@pytest.mark.slow
 async def test_questions_go_out_after_a_quiet_spell_not_a_fixed_wait() -> None:
     """0.6 s from the first question to the last, no gap as long as the 0.5 s quiet spell: one
     round (a fixed wait of one spell after the first question would leave the last out)."""

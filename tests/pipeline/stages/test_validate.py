@@ -198,6 +198,7 @@ async def test_a_catastrophic_pattern_is_checked_inline_in_linear_time_and_right
     assert elapsed < 0.5  # RE2 takes well under a millisecond here
 
 
+@pytest.mark.slow
 async def test_a_pattern_re2_cannot_run_is_checked_in_a_worker_process_whatever_the_size() -> None:
     stage = Validate(SchemaValidators(), arguments=True, results=False)
     result = await stage(slow_context(BACKTRACKING, {"word": "b"}), Recorder({"content": []}))
@@ -207,6 +208,7 @@ async def test_a_pattern_re2_cannot_run_is_checked_in_a_worker_process_whatever_
     assert (stage.in_process, stage.threaded) == (2, 0)
 
 
+@pytest.mark.slow
 async def test_a_backtracking_pattern_grinds_elsewhere_while_the_loop_goes_on_and_is_stopped() -> None:
     stage = Validate(SchemaValidators(), arguments=True, results=False, check_seconds=3)
     ticks = 0

@@ -8,11 +8,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from proxy.cli.main import bounded_lines
+from proxy.cli.commands import bounded_lines
 from proxy.protocol.framing import LineTooLong
 from tests.interaction.harness import REPO, fixture_server, write_config
 
-MANIFOLD = [sys.executable, "-m", "proxy.cli.main"]
+MANIFOLD = [sys.executable, "-m", "proxy.cli"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -21,6 +21,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_check_accepts_the_example_configs() -> None:
     for name in ("examples/manifold.yaml", "examples/claude_desktop.json"):
         done = run("check", "--config", name)
@@ -28,6 +29,7 @@ def test_check_accepts_the_example_configs() -> None:
         assert "OK (2 servers: notes, clock)" in done.stdout
 
 
+@pytest.mark.slow
 def test_check_rejects_a_bad_config_naming_file_field_and_value(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("servers:\n  a:\n    command: x\n    request_timeout: -1\n")
@@ -38,6 +40,7 @@ def test_check_rejects_a_bad_config_naming_file_field_and_value(tmp_path: Path) 
     assert "-1" in done.stderr
 
 
+@pytest.mark.slow
 def test_check_warns_when_metrics_are_opened_to_everyone_while_credentials_are_configured(
     tmp_path: Path,
 ) -> None:
@@ -52,6 +55,7 @@ def test_check_warns_when_metrics_are_opened_to_everyone_while_credentials_are_c
     assert "metrics.require_auth" not in run("check", "--config", str(closed)).stderr
 
 
+@pytest.mark.slow
 def test_tools_prints_the_merged_catalog_and_reports_a_server_that_cannot_start(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "m.yaml",
@@ -77,6 +81,7 @@ def test_tools_prints_the_merged_catalog_and_reports_a_server_that_cannot_start(
     assert "server ghost: backoff" in table.stdout
 
 
+@pytest.mark.slow
 def test_tools_reports_name_collisions(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "m.yaml",
@@ -98,6 +103,7 @@ def test_tools_reports_name_collisions(tmp_path: Path) -> None:
     assert renamed <= set(names)
 
 
+@pytest.mark.slow
 def test_tools_and_explain_show_the_canonical_name_the_policy_matches(tmp_path: Path) -> None:
     long = "secret_with_a_long_name"
     st = fixture_server("st", tools=0)
@@ -165,6 +171,7 @@ def test_stdin_lines_past_the_limit_are_dropped_as_they_arrive_and_the_rest_kept
     ]
 
 
+@pytest.mark.slow
 def test_explain_says_a_confirmed_tool_is_asked_about_by_whom_and_exits_4(tmp_path: Path) -> None:
     (tmp_path / "policy.yaml").write_text(
         "version: 1\ndefault: allow\nrules:\n"

@@ -29,7 +29,7 @@ from proxy.protocol.framing import LineBuffer, LineTooLong
 
 __all__ = ["main"]
 
-logger = logging.getLogger("proxy.cli.main")
+logger = logging.getLogger("proxy.cli.commands")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -382,7 +382,3 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
         await serve_stdio(inbound, _stdin_lines(config.limits.max_request_bytes), write)
         tg.cancel_scope.cancel()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
