@@ -251,7 +251,7 @@ def render(results: Results) -> str:
         ),
     )
     out += _scale_section(results.scale)
-    out += ["", "## Middleware cost (each switched on alone; ratios to all off)", ""]
+    out += ["", "## Stage cost (each switched on alone; ratios to all off)", ""]
     out += _call_table(results.middleware_rows, "all-off", "x all-off Manifold CPU")
     out += ["", "The same runs against the direct run (`direct-json`):", ""]
     out += _table(

@@ -47,7 +47,7 @@ from proxy.outbound.transport import Transport
 from proxy.pipeline.bridge.mrtr import Rounds
 from proxy.pipeline.bridge.parking import ParkedCalls
 from proxy.pipeline.bridge.state import RequestStates
-from proxy.pipeline.context import Middleware, compose
+from proxy.pipeline.context import Stage, compose
 from proxy.pipeline.forward import Forward
 from proxy.pipeline.order import Parts, audit_log, limiter, stages
 from proxy.policy.model import MAX_CONFIRM_TIMEOUT
@@ -56,7 +56,7 @@ from proxy.servers.connections import Connections, ServerHealth, WaitFor
 from proxy.views.catalogs import Catalogs
 from proxy.views.discovery import Discovery
 from proxy.views.endpoints import Views, endpoint_inbounds, make_discovery
-from proxy.views.per_client import OwnCatalogs
+from proxy.views.per_client import PerClientCatalogs
 
 __all__ = ["Gateway"]
 
@@ -130,17 +130,17 @@ class Gateway:
         )
         self.catalogs = catalogs()
         # With per_client servers, each client sees what its own connections list (proxy.views.per_client).
-        self.own_catalogs = None
-        if self.connections.own_servers:
-            self.own_catalogs = OwnCatalogs(
+        self.per_client_catalogs = None
+        if self.connections.per_client_servers:
+            self.per_client_catalogs = PerClientCatalogs(
                 self.catalogs,
                 lambda on_change: catalogs(on_change=on_change, measured=False, private=True),
-                notices.own_list_changed,
+                notices.per_client_list_changed,
             )
-            self.connections.own_lists_to(self.own_catalogs, notices)
+            self.connections.per_client_lists_to(self.per_client_catalogs, notices)
         self.logs = ServerLogs(self.sessions, self.catalogs, access, self.connections, config.endpoints)
         health = ServerHealth(metrics, [s.id for s in servers])
-        heard.wire(self.catalogs, health, notices, self.logs, self.own_catalogs)
+        heard.wire(self.catalogs, health, notices, self.logs, self.per_client_catalogs)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
@@ -166,7 +166,7 @@ class Gateway:
             boundary=self.boundary,
             metrics=metrics,
             limits=config.limits,
-            own=self.own_catalogs,
+            own=self.per_client_catalogs,
         )
         self.router = router(catalogs=self.catalogs, discovery=discovering(config, ""))
         self.inbound = Inbound(
@@ -201,7 +201,7 @@ class Gateway:
             config, self.catalogs, self.inbound, router, list_changed, wrap=self.views.wrap, discover=discover
         )
 
-    def _stages(self) -> list[Middleware]:
+    def _stages(self) -> list[Stage]:
         """The call pipeline between the router and the forwarding stage (:mod:`proxy.pipeline.order`)."""
         own = (self.token_modes.on_behalf, self._sign_ins, self._states)  # sign-ins; approval marks
         parts = Parts(
@@ -216,8 +216,8 @@ class Gateway:
 
     def _policy_changed(self) -> None:
         self.catalogs.policy_changed()
-        if self.own_catalogs is not None:
-            self.own_catalogs.policy_changed()
+        if self.per_client_catalogs is not None:
+            self.per_client_catalogs.policy_changed()
 
     @asynccontextmanager
     async def running(self, *, wait_for: WaitFor = "all") -> AsyncIterator[Gateway]:

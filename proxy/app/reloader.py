@@ -106,7 +106,7 @@ class Reloader:
             logger.error("config reload (%s) refused, the config in force stays:\n%s", why, exc)
             return "refused"
         old = gateway.config
-        plan = diff(old, new, per_client_ready=gateway.own_catalogs is not None)
+        plan = diff(old, new, per_client_ready=gateway.per_client_catalogs is not None)
         if plan.needs_restart or plan.held_back:
             logger.warning("config reload (%s): %s", why, plan.describe())
         if not plan.changes_anything:
@@ -166,8 +166,8 @@ class Reloader:
         gateway.config = config
         gateway.logs.endpoints_changed(config.endpoints)
         gateway.catalogs.servers_changed(force=("tools",) if plan.restart else ())
-        if gateway.own_catalogs is not None:
-            gateway.own_catalogs.servers_changed()
+        if gateway.per_client_catalogs is not None:
+            gateway.per_client_catalogs.servers_changed()
         for name in plan.endpoints_removed:
             del gateway.endpoints[name]
         if anew:

@@ -33,7 +33,7 @@ from typing import Final
 import orjson
 
 from proxy.core.errors import LimitExceeded
-from proxy.observe.boundary import wire_error
+from proxy.inbound.refusals import Refused, answer_of
 
 __all__ = [
     "FILES_PER_SERVER",
@@ -101,7 +101,7 @@ def connection_cap(max_connections: int, open_files: int | None, servers: int) -
 
 def refusal(status: HTTPStatus, refused: LimitExceeded, *, retry_after: int | None = None) -> bytes:
     """The whole HTTP/1.1 response refusing a request or connection by ``refused``'s limit."""
-    body = orjson.dumps(wire_error(refused, None))
+    body = orjson.dumps(answer_of(Refused(refused, int(status))))
     head = [
         f"HTTP/1.1 {status.value} {status.phrase}",
         "content-type: application/json",

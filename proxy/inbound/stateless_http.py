@@ -37,7 +37,7 @@ from cachetools import LRUCache
 
 from proxy.clients.contract import Endpoint, Inbound
 from proxy.clients.session import StatelessCaller
-from proxy.core.errors import INVALID_REQUEST, InvalidRequest, ProtocolError, request_id_of
+from proxy.core.errors import InvalidRequest, ProtocolError, request_id_of
 from proxy.inbound.asgi import (
     JSON_HEADERS,
     Receive,
@@ -51,7 +51,7 @@ from proxy.inbound.asgi import (
 from proxy.inbound.exchange import Exchange, caller_of
 from proxy.inbound.listen_sse import stream_sse
 from proxy.inbound.reading import Reader
-from proxy.observe.boundary import wire_error
+from proxy.inbound.refusals import Refused
 from proxy.policy.model import Identity
 from proxy.protocol import jsonrpc, stateless, versions
 from proxy.protocol.headers import VERSION_HEADER, Headers, ParamHeader, check_param_headers, x_mcp_headers
@@ -93,21 +93,23 @@ class StatelessEndpoint:
         """Serve one POST whose ``MCP-Protocol-Version`` header routed it here."""
         accept = header(scope, b"accept")
         if accept is not None and not _accepts_json_and_sse(accept):
-            return await _refuse(
-                send, 406, "Not Acceptable: Accept must include application/json and text/event-stream"
+            raise Refused(
+                InvalidRequest("Not Acceptable: Accept must include application/json and text/event-stream"),
+                406,
+                stateless=True,
             )
         content_type = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
-            return await _refuse(send, 415, "Unsupported Media Type: POST application/json")
+            raise Refused(
+                InvalidRequest("Unsupported Media Type: POST application/json"), 415, stateless=True
+            )
         body = await read_body(receive, self._read.max_bytes)
         if body is None:
-            refusal = self._read.too_large("Payload Too Large: the request body")
-            body = jsonrpc.encode(wire_error(refusal, None, stateless=True))
-            return await respond(send, 413, body, JSON_HEADERS)
+            raise Refused(self._read.too_large("Payload Too Large: the request body"), 413, stateless=True)
         try:
             decoded = self._read.decode(body)
         except ProtocolError as exc:
-            return await _reply(send, _error(exc, request_id_of(exc)))
+            raise Refused(exc, None, request_id_of(exc), stateless=True) from None
         try:
             if not isinstance(decoded, dict):
                 raise InvalidRequest(_NOT_ONE_MESSAGE)
@@ -115,7 +117,9 @@ class StatelessEndpoint:
         except ProtocolError as exc:
             request_id = decoded.get("id") if isinstance(decoded, dict) else None
             readable = isinstance(request_id, str | int) and not isinstance(request_id, bool)
-            return await _reply(send, _error(InvalidRequest(exc.message), request_id if readable else None))
+            raise Refused(
+                InvalidRequest(exc.message), None, request_id if readable else None, stateless=True
+            ) from None
         return await self.answer(scope, message, len(body), receive, send)
 
     async def answer(self, scope: Scope, message: Message, size: int, receive: Receive, send: Send) -> None:
@@ -127,12 +131,12 @@ class StatelessEndpoint:
         )
         kind = jsonrpc.kind_of(message)
         if kind is MessageKind.RESPONSE:  # clients send none: the server asks nothing at 2026-07-28
-            return await _reply(send, _error(InvalidRequest(_NOT_ONE_MESSAGE), None))
+            raise Refused(InvalidRequest(_NOT_ONE_MESSAGE), None, None, stateless=True) from None
         if kind is MessageKind.NOTIFICATION:
             # None is defined for clients on HTTP (closing the stream is the cancel): dropped.
             version = headers.get(VERSION_HEADER)
             if not versions.is_stateless(version):
-                return await _reply(send, _error(stateless.unsupported(version or ""), None))
+                raise Refused(stateless.unsupported(version or ""), None, None, stateless=True) from None
             return await respond(send, 202)
         request_id: RequestId = message["id"]
         identity: Identity = scope["manifold.identity"]
@@ -149,7 +153,7 @@ class StatelessEndpoint:
             envelope = stateless.classify(message, headers)
             self._check_param_headers(message, headers, identity)
         except ProtocolError as exc:
-            return await _reply(send, _error(exc, request_id))
+            raise Refused(exc, None, request_id, stateless=True) from None
         caller = caller_of(envelope, identity, "http")
         if message["method"] == LISTEN:
             return await self._listen(scope, caller, message, receive, send)
@@ -161,8 +165,10 @@ class StatelessEndpoint:
         """``subscriptions/listen``: the response is the stream of notifications, always SSE."""
         accept = header(scope, b"accept")
         if accept is None or not _accepts_sse(accept):
-            return await _refuse(
-                send, 406, "Not Acceptable: subscriptions/listen answers with text/event-stream"
+            raise Refused(
+                InvalidRequest("Not Acceptable: subscriptions/listen answers with text/event-stream"),
+                406,
+                stateless=True,
             )
         async with AsyncExitStack() as stack:
             try:
@@ -170,7 +176,7 @@ class StatelessEndpoint:
                 listen = self._endpoint.listen(caller, message["id"], requested)
                 subscription = await stack.enter_async_context(listen)
             except ProtocolError as exc:  # a bad filter; too many streams open (LimitExceeded)
-                return await _reply(send, _error(exc, message["id"]))
+                raise Refused(exc, None, message["id"], stateless=True) from None
             return await stream_sse(subscription, receive, send)
 
     def _check_param_headers(self, message: Message, headers: Headers, identity: Identity) -> None:
@@ -259,17 +265,3 @@ def _accepts_json_and_sse(accept: str) -> bool:
 def _accepts_sse(accept: str) -> bool:
     types = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
     return bool(types & {"text/event-stream", "text/*", "*/*"})
-
-
-def _error(exc: ProtocolError, request_id: RequestId | None) -> Message:
-    return wire_error(exc, request_id, stateless=True)  # an unreadable id is left out, not null
-
-
-async def _reply(send: Send, response: Message) -> None:
-    await respond(send, stateless.http_status(response), jsonrpc.encode(response), JSON_HEADERS)
-
-
-async def _refuse(send: Send, status: int, message: str) -> None:
-    """An HTTP-level refusal, before any JSON-RPC was read."""
-    body = jsonrpc.encode({"jsonrpc": "2.0", "error": {"code": INVALID_REQUEST, "message": message}})
-    await respond(send, status, body, JSON_HEADERS)

@@ -35,6 +35,7 @@ from proxy.clients.contract import Inbound
 from proxy.clients.session import ClientSession
 from proxy.core.errors import InvalidRequest, MessageTooLarge, ProtocolError, request_id_of
 from proxy.inbound.reading import Reader
+from proxy.inbound.refusals import Refused, answer_of
 from proxy.inbound.stdio_stateless import StatelessRequests, initialize_refused
 from proxy.observe.boundary import wire_error
 from proxy.protocol import jsonrpc, stateless
@@ -155,11 +156,15 @@ class _Connection:
             self._open_handshake()
         if self._session is not None:  # handshake
             if enveloped and method != "initialize":
-                return await self._send(wire_error(InvalidRequest(_ENVELOPE_ON_HANDSHAKE), request_id))
+                return await self._send(
+                    answer_of(Refused(InvalidRequest(_ENVELOPE_ON_HANDSHAKE), None, request_id))
+                )
             self._start(request_id, self._answer_handshake, self._session, message)
             return None
         if method == "initialize":  # only ever here on a connection that is stateless already
-            return await self._send(wire_error(initialize_refused(message), request_id, stateless=True))
+            return await self._send(
+                answer_of(Refused(initialize_refused(message), None, request_id, stateless=True))
+            )
         try:
             envelope = stateless.classify(message, None)
         except ProtocolError as exc:
@@ -168,7 +173,7 @@ class _Connection:
             # our -32022 names the handshake revisions too (versions.ADVERTISED) and the spec's
             # stdio probe falls back to initialize on any error other than a recognised stateless
             # one: locking now would refuse the very initialize our answer invites.
-            return await self._send(wire_error(exc, request_id, stateless=True))
+            return await self._send(answer_of(Refused(exc, None, request_id, stateless=True)))
         if self._era is _Era.UNDECIDED:
             logger.info(
                 "the first request carries a %s envelope: serving it statelessly", envelope.protocol_version
@@ -197,7 +202,7 @@ class _Connection:
             await self._send(response)
 
     def _error(self, exc: ProtocolError, request_id: RequestId | None) -> Message:
-        return wire_error(exc, request_id, stateless=self._era is _Era.STATELESS)
+        return answer_of(Refused(exc, None, request_id, stateless=self._era is _Era.STATELESS))
 
     async def _send(self, message: Message) -> None:
         await self._write_line(jsonrpc.encode(message))

@@ -21,7 +21,7 @@ from proxy.clients.listen_streams import pump
 from proxy.clients.session import StatelessCaller, cancel_named
 from proxy.core.errors import LimitExceeded, ProtocolError, UnsupportedVersion
 from proxy.inbound.exchange import Exchange, caller_of
-from proxy.observe.boundary import wire_error
+from proxy.inbound.refusals import Refused, answer_of
 from proxy.protocol import versions
 from proxy.protocol.jsonrpc import Message, RequestId
 from proxy.protocol.stateless import Envelope
@@ -54,7 +54,7 @@ class StatelessRequests:
                 maximum=self._max_in_flight,
             )
             self._inbound.boundary.refused(refusal)
-            return await self._send(wire_error(refusal, request_id, stateless=True))
+            return await self._send(answer_of(Refused(refusal, None, request_id, stateless=True)))
         caller = caller_of(envelope, self._inbound.auth.stdio_identity, "stdio")
         # The client's cancel cancels this scope: the work, and every write still to come for it.
         with anyio.CancelScope() as scope:
@@ -87,7 +87,7 @@ class StatelessRequests:
                 listen = self._inbound.endpoint.listen(caller, message["id"], requested)
                 subscription = await stack.enter_async_context(listen)
             except ProtocolError as exc:  # a bad filter; too many streams open (LimitExceeded)
-                return await self._send(wire_error(exc, message["id"], stateless=True))
+                return await self._send(answer_of(Refused(exc, None, message["id"], stateless=True)))
             await pump(subscription, self._send)
         return None
 

@@ -28,7 +28,6 @@ from proxy.clients.contract import Inbound
 from proxy.clients.session import ClientSession
 from proxy.clients.streams import EventStream, parse_event_id
 from proxy.core.errors import (
-    INVALID_REQUEST,
     InvalidRequest,
     LimitExceeded,
     ProtocolError,
@@ -47,10 +46,11 @@ from proxy.inbound.asgi import (
     respond,
 )
 from proxy.inbound.reading import Reader
+from proxy.inbound.refusals import Refused, answer_of, write_http
 from proxy.inbound.stateless_http import StatelessEndpoint, is_stateless_header
 from proxy.observe.boundary import wire_error
 from proxy.policy.model import Identity
-from proxy.protocol import jsonrpc
+from proxy.protocol import jsonrpc, versions
 from proxy.protocol.asks import ASKED_CAPABILITIES
 from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
@@ -99,22 +99,6 @@ class OriginPolicy:
         return name in _LOOPBACK_HOSTS
 
 
-async def _error(send: Send, status: int, code: int, message: str, request_id: Any = None) -> None:
-    body = jsonrpc.encode(jsonrpc.error_response(request_id, code, message))
-    await respond(send, status, body, JSON_HEADERS)
-
-
-async def _refused(send: Send, status: int, exc: ProtocolError, request_id: Any = None) -> None:
-    """A client's error answered with its code, message and data (a limit's name and value)."""
-    await respond(send, status, jsonrpc.encode(wire_error(exc, request_id)), JSON_HEADERS)
-
-
-def _refusal(error: ProtocolError, *, stateless: bool) -> bytes:
-    """An error sent before the body is read: ``id: null`` for the handshake era, no ``id`` at
-    2026-07-28 (whose schema has no null ids)."""
-    return jsonrpc.encode(wire_error(error, None, stateless=stateless))
-
-
 class McpEndpoint:
     """The ASGI app behind ``/mcp``."""
 
@@ -156,7 +140,10 @@ class McpEndpoint:
             await send(message)
 
         try:
-            await self._serve(scope, receive, tracked)
+            try:
+                await self._serve(scope, receive, tracked)
+            except Refused as refused:
+                await write_http(tracked, refused)
         except Exception as exc:
             self._boundary.caught(exc, "session", f"{scope['method']} /mcp")
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
@@ -176,14 +163,12 @@ class McpEndpoint:
             outcome = self._flood_buckets.hit_now([check])
             if not outcome.allowed:
                 wait = str(max(1, math.ceil(outcome.retry_after))).encode()
-                body = _refusal(RateLimited("Too Many Requests"), stateless=stateless)
-                return await respond(send, 429, body, [*JSON_HEADERS, (b"retry-after", wait)])
+                retry = [(b"retry-after", wait)]
+                raise Refused(RateLimited("Too Many Requests"), 429, headers=retry, stateless=stateless)
         if not self._policy.origin_ok(header(scope, b"origin")):
-            body = _refusal(InvalidRequest("Forbidden: Origin not allowed"), stateless=stateless)
-            return await respond(send, 403, body, JSON_HEADERS)
+            raise Refused(InvalidRequest("Forbidden: Origin not allowed"), 403, stateless=stateless)
         if not self._policy.host_ok(header(scope, b"host")):
-            body = _refusal(InvalidRequest("Forbidden: Host not allowed"), stateless=stateless)
-            return await respond(send, 403, body, JSON_HEADERS)
+            raise Refused(InvalidRequest("Forbidden: Host not allowed"), 403, stateless=stateless)
         method = scope["method"]
         if stateless and method != "POST":  # 2026-07-28 has no GET stream and no session to DELETE
             return await respond(send, 405, b"", [(b"allow", b"POST")])
@@ -194,9 +179,9 @@ class McpEndpoint:
         }
         verdict = await self._auth.authenticate(credentials)
         if isinstance(verdict, Rejected):
-            body = _refusal(InvalidRequest(f"Unauthorized: {verdict.message}"), stateless=stateless)
             said = [(name.encode(), value.encode("latin-1")) for name, value in verdict.headers()]
-            return await respond(send, verdict.status, body, [*JSON_HEADERS, *said])
+            unauthorized = InvalidRequest(f"Unauthorized: {verdict.message}")
+            raise Refused(unauthorized, verdict.status, headers=said, stateless=stateless)
         if not self._admits(verdict.identity):
             # An endpoint an identity may not use answers as a path that does not exist.
             return await respond(send, 404, b"Not Found", [(b"content-type", b"text/plain")])
@@ -209,54 +194,46 @@ class McpEndpoint:
             return await self._get(scope, receive, send)
         return await self._delete(scope, send)
 
-    async def _session(self, scope: Scope, send: Send) -> ClientSession | None:
-        """The session a non-initialize request names, or None after answering 400/404."""
+    async def _session(self, scope: Scope) -> ClientSession:
+        """The session a non-initialize request names.
+
+        Raises:
+            Refused: none named (400), unknown here (404), another identity's (403).
+        """
         session_id = header(scope, b"mcp-session-id")
         if session_id is None:
-            await _error(send, 400, INVALID_REQUEST, "Bad Request: missing Mcp-Session-Id header")
-            return None
+            raise Refused(InvalidRequest("Bad Request: missing Mcp-Session-Id header"), 400)
         session = await self._sessions.find(session_id, scope["manifold.identity"])
         if session is None or session.endpoint != self._name:
             # A session is served on the endpoint it was opened on; elsewhere it is unknown.
-            await _error(
-                send, 404, INVALID_REQUEST, "Not Found: unknown or expired session; initialize again"
-            )
-            return None
+            raise Refused(InvalidRequest("Not Found: unknown or expired session; initialize again"), 404)
         identity: Identity = scope["manifold.identity"]
         if session.identity.key != identity.key:
             # A session id alone is not a credential: it works only with the credential that made it.
-            await _error(send, 403, INVALID_REQUEST, "Forbidden: this session belongs to another identity")
-            return None
+            raise Refused(InvalidRequest("Forbidden: this session belongs to another identity"), 403)
         if session.identity != identity:
             # The same principal, with other roles now (a refreshed token with other scopes): what
             # the session may see was decided for the old ones, so it starts anew.
-            await _error(
-                send,
-                404,
-                INVALID_REQUEST,
-                "Not Found: your roles changed since this session began; initialize again",
-            )
-            return None
+            changed = "Not Found: your roles changed since this session began; initialize again"
+            raise Refused(InvalidRequest(changed), 404)
         # (An MCP-Protocol-Version that is no handshake revision never gets here: see __call__.)
         return session  # Sessions.find counted this request as the session's activity
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         content_type = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
-            return await _error(send, 415, INVALID_REQUEST, "Unsupported Media Type: POST application/json")
+            raise Refused(InvalidRequest("Unsupported Media Type: POST application/json"), 415)
         accept = header(scope, b"accept")
         if accept is not None and not any(t in accept for t in ("application/json", "*/*", "application/*")):
-            return await _error(
-                send, 406, INVALID_REQUEST, "Not Acceptable: Accept must include application/json"
-            )
+            raise Refused(InvalidRequest("Not Acceptable: Accept must include application/json"), 406)
         body = await read_body(receive, self._read.max_bytes)
         if body is None:
-            return await _refused(send, 413, self._read.too_large("Payload Too Large: the request body"))
+            raise Refused(self._read.too_large("Payload Too Large: the request body"), 413)
         try:
             decoded = self._read.decode(body)
             message = None if isinstance(decoded, list) else jsonrpc.validate(decoded)
         except ProtocolError as exc:
-            return await _refused(send, 400, exc, request_id_of(exc))
+            raise Refused(exc, 400, request_id_of(exc)) from None
         if (
             message is not None
             and jsonrpc.kind_of(message) is MessageKind.REQUEST
@@ -273,12 +250,10 @@ class McpEndpoint:
             except LimitExceeded as exc:
                 # Answered as the request's own error (HTTP 200), as a client's SDK expects one.
                 request_id = message.get("id")
-                return await _refused(send, 200 if request_id is not None else 400, exc, request_id)
+                raise Refused(exc, 200 if request_id is not None else 400, request_id) from None
         if message is not None and message.get("method") == "initialize" and "id" in message:
             return await self._initialize(message, scope["manifold.identity"], send)
-        session = await self._session(scope, send)
-        if session is None:
-            return None
+        session = await self._session(scope)
         if message is None:
             return await self._batch(session, decoded, len(body), send)
         if jsonrpc.kind_of(message) is not MessageKind.REQUEST:
@@ -303,7 +278,7 @@ class McpEndpoint:
         stream = session.open_stream()
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         write = _sse_writer(send)
-        if session.protocol_version is not None and session.protocol_version >= "2025-11-25":
+        if versions.at_least(session.protocol_version, "2025-11-25"):
             await send({"type": "http.response.body", "body": stream.priming(_RETRY_MS), "more_body": True})
         async with anyio.create_task_group() as tg:
             tg.start_soon(_follow_until_disconnect, stream, 0, write, receive)
@@ -327,13 +302,13 @@ class McpEndpoint:
                 if not batch
                 else f"batches, which revision {session.protocol_version} does not allow"
             )
-            return await _error(send, 400, INVALID_REQUEST, f"Invalid Request: {why}")
+            raise Refused(InvalidRequest(f"Invalid Request: {why}"), 400)
         if len(batch) > self._max_batch:
             refusal = LimitExceeded(
                 f"a batch of {len(batch)} entries", limit="max_batch", maximum=self._max_batch
             )
             self._boundary.refused(refusal)
-            return await _refused(send, 400, refusal)
+            raise Refused(refusal, 400)
         responses: list[Message | None] = [None] * len(batch)
         entries = iter(enumerate(batch))
 
@@ -341,14 +316,14 @@ class McpEndpoint:
             try:
                 message = jsonrpc.validate(item)
             except ProtocolError as exc:
-                responses[index] = jsonrpc.error_response(None, exc.code, exc.message)
+                responses[index] = answer_of(Refused(exc, None))
                 return
             if jsonrpc.kind_of(message) is not MessageKind.RESPONSE:
                 try:
                     self._read.check(message, size)  # the batch's size bounds each entry's
                 except LimitExceeded as exc:
                     if "id" in message:  # a notification is never answered, not even so
-                        responses[index] = wire_error(exc, message["id"])
+                        responses[index] = answer_of(Refused(exc, None, message["id"]))
                     return
             responses[index] = await self._endpoint.handle(session, message)
 
@@ -375,7 +350,7 @@ class McpEndpoint:
             session_id = await self._sessions.admit(session)
         except LimitExceeded as exc:  # full, and none of the identity's sessions idle
             self._boundary.refused(exc)
-            return await _refused(send, 200, exc, message["id"])
+            raise Refused(exc, 200, message["id"]) from None
         headers = [*JSON_HEADERS, (b"mcp-session-id", session_id.encode())]
         return await respond(send, 200, jsonrpc.encode(response), headers)
 
@@ -383,19 +358,13 @@ class McpEndpoint:
         """The standalone stream, or the resumption of a stream after ``Last-Event-ID``."""
         accept = header(scope, b"accept") or ""
         if "text/event-stream" not in accept:
-            return await _error(
-                send, 406, INVALID_REQUEST, "Not Acceptable: GET needs Accept: text/event-stream"
-            )
-        session = await self._session(scope, send)
-        if session is None:
-            return None
+            raise Refused(InvalidRequest("Not Acceptable: GET needs Accept: text/event-stream"), 406)
+        session = await self._session(scope)
         last = header(scope, b"last-event-id")
         resume = parse_event_id(last) if last else None
         stream = session.find_stream(resume[0]) if resume else None
         if last is not None and stream is None:
-            return await _error(
-                send, 404, INVALID_REQUEST, f"Not Found: no stream to resume for event {last!r}"
-            )
+            raise Refused(InvalidRequest(f"Not Found: no stream to resume for event {last!r}"), 404)
         followed = stream or session.standalone
         try:
             self._listening.take(session.id, followed.id)
@@ -403,12 +372,12 @@ class McpEndpoint:
             # 409, not 429: waiting does not help, closing one of the session's own streams does;
             # and not 405, which tells a client the server has no GET stream at all.
             self._boundary.refused(exc)
-            return await respond(send, 409, jsonrpc.encode(wire_error(exc, None)), JSON_HEADERS)
+            raise Refused(exc, 409) from None
         try:
             await self._follow(session, followed, resume[1] if resume else None, receive, send)
         finally:
             self._listening.give_back(session.id, followed.id)
-        return None
+        return
 
     async def _follow(
         self, session: ClientSession, stream: EventStream, after: int | None, receive: Receive, send: Send
@@ -417,7 +386,7 @@ class McpEndpoint:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         write = _sse_writer(send)
         version = session.protocol_version
-        if after is None and stream is session.standalone and version is not None and version >= "2025-11-25":
+        if after is None and stream is session.standalone and versions.at_least(version, "2025-11-25"):
             await send({"type": "http.response.body", "body": stream.priming(_RETRY_MS), "more_body": True})
         async with anyio.create_task_group() as tg:
             if stream is session.standalone:
@@ -438,9 +407,7 @@ class McpEndpoint:
             await write("", b"")
 
     async def _delete(self, scope: Scope, send: Send) -> None:
-        session = await self._session(scope, send)
-        if session is None:
-            return None
+        session = await self._session(scope)
         await self._sessions.end(session)
         return await respond(send, 200)
 

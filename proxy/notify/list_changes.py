@@ -68,7 +68,7 @@ class Notices:
         self._sessions.broadcast(message, endpoint)
         self._listens.publish(message, lambda listening: listening.endpoint == endpoint)
 
-    def own_list_changed(self, owner: Owner, kind: str) -> None:
+    def per_client_list_changed(self, owner: Owner, kind: str) -> None:
         """What ``owner`` (a session's id, or an identity's key) sees of list ``kind`` changed."""
         message = _CHANGED[kind]
         if isinstance(owner, str):
@@ -78,7 +78,7 @@ class Notices:
             return
         self._listens.publish(message, lambda listening: owner_of(listening.identity) == owner)
 
-    def own_notification(self, owner: Owner, server_id: str, message: Message) -> None:
+    def per_client_notification(self, owner: Owner, server_id: str, message: Message) -> None:
         """What a 2026-07-28 identity's own connection says unprompted: a resource update, to
         that identity's listen streams that watch the URI, if it may still read it."""
         if message["method"] != UPDATED:

@@ -17,7 +17,7 @@ from proxy.outbound.health import ServerState
 from proxy.protocol.jsonrpc import Message
 from proxy.servers.connections import ServerHealth
 from proxy.views.catalogs import Catalogs
-from proxy.views.per_client import OwnCatalogs
+from proxy.views.per_client import PerClientCatalogs
 
 __all__ = ["Heard"]
 
@@ -30,7 +30,7 @@ class Heard:
     _health: ServerHealth
     _notices: Notices
     _logs: ServerLogs
-    _own: OwnCatalogs | None
+    _per_client: PerClientCatalogs | None
 
     def wire(
         self,
@@ -38,9 +38,9 @@ class Heard:
         health: ServerHealth,
         notices: Notices,
         logs: ServerLogs,
-        own: OwnCatalogs | None,
+        own: PerClientCatalogs | None,
     ) -> None:
-        self._catalogs, self._health, self._notices, self._logs, self._own = (
+        self._catalogs, self._health, self._notices, self._logs, self._per_client = (
             catalogs,
             health,
             notices,
@@ -50,8 +50,8 @@ class Heard:
 
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         self._catalogs.listed(server_id, kind, items)
-        if self._own is not None:
-            self._own.shared_listed(server_id, kind, items)
+        if self._per_client is not None:
+            self._per_client.shared_listed(server_id, kind, items)
 
     def state_changed(self, server_id: str, state: ServerState, reason: str | None) -> None:
         self._health.state_changed(server_id, state, reason)

@@ -7,7 +7,7 @@ gone (unsubscribe, stream closed, session ended) sends ``resources/unsubscribe``
 ``per_client`` server reaches it on a connection of its own, so its subscriptions are its own:
 never counted with anyone else's, and gone with the connection. A 2026-07-28 caller's listen
 stream watches a ``per_client`` server's resources on its identity's own connection
-(:class:`OwnInterest`), counted with that identity's other streams only.
+(:class:`PerClientInterest`), counted with that identity's other streams only.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from proxy.clients.session import ClientSession, InboundRequest
 from proxy.pipeline.context import Caller
 from proxy.servers.per_client import owner_of
 
-__all__ = ["Interest", "OwnInterest", "OwnSubscribing", "Sharing", "Subscribable"]
+__all__ = ["Interest", "PerClientInterest", "PerClientSubscribing", "Sharing", "Subscribable"]
 
 logger = logging.getLogger("proxy.notify.subscriptions")
 
@@ -126,22 +126,22 @@ class Interest:
         return agreed
 
 
-class OwnSubscribing(Protocol):
-    """What :class:`OwnInterest` needs of :class:`proxy.servers.connections.Connections`."""
+class PerClientSubscribing(Protocol):
+    """What :class:`PerClientInterest` needs of :class:`proxy.servers.connections.Connections`."""
 
     async def for_call(self, caller: Caller, server_id: str) -> Subscribable: ...
 
-    def own_running(self, caller: Caller, server_id: str) -> Subscribable | None: ...
+    def per_client_running(self, caller: Caller, server_id: str) -> Subscribable | None: ...
 
     def hold(self, caller: Caller, server_id: str, count: int) -> None: ...
 
 
-class OwnInterest:
+class PerClientInterest:
     """A 2026-07-28 caller's listen streams on ``per_client`` servers: their resources are
     subscribed on its identity's own connection (where its calls go, and whose updates only that
     identity's streams hear), once per identity, and the connection is not idle while held."""
 
-    def __init__(self, listens: Listens, connections: OwnSubscribing) -> None:
+    def __init__(self, listens: Listens, connections: PerClientSubscribing) -> None:
         self._listens = listens
         self._connections = connections
 
@@ -179,7 +179,7 @@ class OwnInterest:
                 if uri not in subscription.filter.uris:
                     continue  # refused when it opened
                 self._connections.hold(inbound, server, -1)
-                connection = self._connections.own_running(inbound, server)
+                connection = self._connections.per_client_running(inbound, server)
                 if connection is None or self._listens.watching(
                     uri, besides=subscription, where=lambda s: owner_of(s.identity) == mine
                 ):

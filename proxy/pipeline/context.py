@@ -1,15 +1,14 @@
 """The call path: the context a forwarded request carries, and its stages.
 
 Every request Manifold forwards to a server (``tools/call``, ``prompts/get``,
-``resources/read``, ``completion/complete`` …) runs, outermost first::
+``resources/read``, ``completion/complete`` …) runs through the call pipeline: its stages,
+outermost first, in the one order :mod:`proxy.pipeline.order` declares (and a test pins), then
+:class:`~proxy.pipeline.forward.Forward` (the connection and the era bridge). The router is the
+request's fault boundary (:mod:`proxy.observe.boundary`).
 
-    Router (the request's fault boundary: proxy.observe.boundary) → measure → authorize (audit)
-        → shape (tool overrides' arguments) → validate → ratelimit
-        → Forward (connection and era bridge: proxy.pipeline.forward)
-
-A stage with nothing to do is left out (``Gateway._stages``); a test pins the order. Each stage
-is ``async (ctx, call_next) -> result``; :func:`compose` builds the chain once. No stage turns
-an exception into an answer: :func:`proxy.observe.boundary.wire_error` does, at the router.
+A stage with nothing to do is left out; each is ``async (ctx, call_next) -> result`` (a
+:data:`Stage`); :func:`compose` builds the chain once. No stage turns an exception into an
+answer: :func:`proxy.observe.boundary.wire_error` does, at the router.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ __all__ = [
     "CallContext",
     "Caller",
     "Handler",
-    "Middleware",
+    "Stage",
     "compose",
     "outcome_of",
     "tool_error",
@@ -86,10 +85,10 @@ class CallContext:
 
 
 Handler = Callable[[CallContext], Awaitable[Any]]
-Middleware = Callable[[CallContext, Handler], Awaitable[Any]]
+Stage = Callable[[CallContext, Handler], Awaitable[Any]]
 
 
-def compose(stages: Sequence[Middleware], endpoint: Handler) -> Handler:
+def compose(stages: Sequence[Stage], endpoint: Handler) -> Handler:
     """Wrap ``endpoint`` in ``stages``; the first stage is the outermost."""
     handler = endpoint
     for stage in reversed(stages):
@@ -97,7 +96,7 @@ def compose(stages: Sequence[Middleware], endpoint: Handler) -> Handler:
     return handler
 
 
-def _bind(stage: Middleware, call_next: Handler) -> Handler:
+def _bind(stage: Stage, call_next: Handler) -> Handler:
     async def run(ctx: CallContext) -> Any:
         return await stage(ctx, call_next)
 

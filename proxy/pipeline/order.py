@@ -19,7 +19,7 @@ from proxy.enforce.confirm.approvals import Approvals
 from proxy.enforce.confirm.memory import Memory
 from proxy.observe.metrics import Metrics
 from proxy.pipeline.bridge.state import RequestStates
-from proxy.pipeline.context import Middleware
+from proxy.pipeline.context import Stage
 from proxy.pipeline.stages.authorize import AuditLog, Authorize
 from proxy.pipeline.stages.confirm import Confirm
 from proxy.pipeline.stages.metrics import Measure
@@ -50,10 +50,10 @@ class Parts:
     states: RequestStates | None = None  # the forwarded calls' states (proxy.pipeline.bridge), to check marks
 
 
-def stages(config: Config, parts: Parts) -> list[Middleware]:
+def stages(config: Config, parts: Parts) -> list[Stage]:
     """The stages ``config`` switches on, outermost first."""
     policy = config.policy
-    built: list[Middleware] = []
+    built: list[Stage] = []
     if config.metrics.enabled:
         built.append(Measure(parts.metrics))
     if policy.files or parts.audit is not None:

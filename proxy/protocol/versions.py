@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "at_least",
     "ADVERTISED",
     "HANDSHAKE",
     "LATEST",
@@ -45,3 +46,13 @@ def negotiate(requested: object) -> str:
     live with a different answer. ``initialize`` never selects a stateless revision.
     """
     return requested if isinstance(requested, str) and requested in SUPPORTED else LATEST
+
+
+def at_least(version: object, revision: str) -> bool:
+    """Whether ``version`` is a revision Manifold knows that is ``revision`` or later.
+
+    By position in Manifold's own list of revisions, never by comparing the strings: an unknown
+    value is no revision at all.
+    """
+    known = (*SUPPORTED, *STATELESS)
+    return isinstance(version, str) and version in known and known.index(version) >= known.index(revision)

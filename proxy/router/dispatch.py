@@ -39,7 +39,7 @@ from proxy.config.model import LimitsConfig
 from proxy.core.errors import InvalidParams, InvalidRequest, LimitExceeded, MethodNotFound, ResourceNotFound
 from proxy.core.quotas import Quota
 from proxy.notify.server_logs import ServerLogs
-from proxy.notify.subscriptions import Interest, OwnInterest
+from proxy.notify.subscriptions import Interest, PerClientInterest
 from proxy.observe.boundary import Boundary
 from proxy.observe.metrics import UNKNOWN, Metrics
 from proxy.outbound.lists import LIST_KINDS
@@ -56,7 +56,7 @@ from proxy.servers.connections import Connections
 from proxy.servers.per_client import owner, owner_of
 from proxy.views.catalogs import Catalogs
 from proxy.views.discovery import Call, Discovery
-from proxy.views.per_client import OwnCatalogs
+from proxy.views.per_client import PerClientCatalogs
 
 __all__ = ["CAPABILITIES", "Router", "SERVER_INFO"]
 
@@ -92,7 +92,7 @@ class Router:
         boundary: Boundary,
         metrics: Metrics,
         limits: LimitsConfig | None = None,
-        own: OwnCatalogs | None = None,
+        own: PerClientCatalogs | None = None,
         discovery: Discovery | None = None,
         endpoint: str = "",
         servers: Collection[str] | None = None,  # the servers the endpoint selects; None: all
@@ -104,13 +104,13 @@ class Router:
         self._endpoint = endpoint  # the named endpoint this router answers for ("": /mcp)
         self._catalogs = catalogs
         # Set only when per_client servers are configured: each client's own view of the lists.
-        self._own = own
+        self._per_client = own
         self._sessions = sessions
         self._connections = connections
         self._interest = interest
         self._listens = listens
         self._logs = logs
-        self._own_interest = OwnInterest(listens, connections)
+        self._own_interest = PerClientInterest(listens, connections)
         self._pipeline = forward
         self._boundary = boundary
         self._metrics = metrics
@@ -283,18 +283,18 @@ class Router:
 
     def _view(self, inbound: InboundRequest) -> Catalogs:
         """What ``inbound``'s client sees: its own view once its per_client connections listed."""
-        return self._catalogs if self._own is None else self._own.of(owner(inbound.session))
+        return self._catalogs if self._per_client is None else self._per_client.of(owner(inbound.session))
 
     async def _opened(self, inbound: InboundRequest) -> Catalogs:
         """Its view, once its own connections to every per_client server run (they list it)."""
-        if self._own is None:
+        if self._per_client is None:
             return self._catalogs
         await self._connections.open_own(inbound)
         return self._view(inbound)
 
     def _identity_view(self, identity: Identity) -> Catalogs:
         """What a 2026-07-28 caller of ``identity`` sees."""
-        return self._catalogs if self._own is None else self._own.of(owner_of(identity))
+        return self._catalogs if self._per_client is None else self._per_client.of(owner_of(identity))
 
     # ---- resolved and forwarded -----------------------------------------------------------
 
@@ -323,7 +323,7 @@ class Router:
     ) -> Any:
         catalogs = self._view(inbound)
         entry = catalogs.tool(name)
-        if entry is None and self._own is not None:  # perhaps only its own connection lists it
+        if entry is None and self._per_client is not None:  # perhaps only its own connection lists it
             catalogs = await self._opened(inbound)
             entry = catalogs.tool(name)
         if entry is None:
@@ -355,7 +355,7 @@ class Router:
     async def _route(self, inbound: InboundRequest, uri: str) -> str | None:
         """The server of a concrete resource URI, as this client sees the lists."""
         server = self._view(inbound).resources.route(uri)
-        if server is None and self._own is not None:
+        if server is None and self._per_client is not None:
             server = (await self._opened(inbound)).resources.route(uri)
         return server
 

@@ -32,7 +32,7 @@ from proxy.outbound.health import ConnectionListener, ServerState
 from proxy.outbound.transport import Transport
 from proxy.pipeline.context import Caller
 from proxy.servers.held_questions import Doorstep
-from proxy.servers.per_client import ClientConnections, OwnLists, OwnNotices
+from proxy.servers.per_client import ClientConnections, PerClientLists, PerClientNotices
 
 __all__ = ["Connections", "ServerHealth", "Sharing", "WaitFor"]
 
@@ -83,7 +83,7 @@ class Connections:
         self._max_pages = max_pages
         self._limits = limits
         self._sharing = Sharing(self._servers)
-        self._own = self._sharing.own()
+        self._per_client_ids = self._sharing.own()
         given = transports or {}
         self.shared: dict[str, ServerConnection] = {
             server.id: self._connection(server, given.get(server.id)) for server in servers
@@ -137,7 +137,7 @@ class Connections:
         a removed one: it joins the catalogs once it lists, as a server that connects late does.
         Not running (:attr:`running`), it is only kept, never started."""
         self._servers[server.id] = server
-        self._own = self._sharing.own()
+        self._per_client_ids = self._sharing.own()
         self.shared[server.id] = connection
         if self._tg is not None:
             self._start(self._tg, connection)
@@ -149,7 +149,7 @@ class Connections:
         connection = self.shared.pop(server_id, None)
         scope = self._scopes.pop(server_id, None)
         self._servers.pop(server_id, None)
-        self._own = self._sharing.own()
+        self._per_client_ids = self._sharing.own()
         if scope is not None:
             scope.cancel()
         if connection is not None:
@@ -204,9 +204,9 @@ class Connections:
         return await self._per_client.connection(caller.session, server_id)
 
     @property
-    def own_servers(self) -> tuple[str, ...]:
+    def per_client_servers(self) -> tuple[str, ...]:
         """The ``per_client`` servers: each client reaches them on a connection of its own."""
-        return self._own
+        return self._per_client_ids
 
     async def open_own(self, caller: Caller) -> None:
         """Start ``caller``'s own connections to every ``per_client`` server that is not running,
@@ -215,7 +215,7 @@ class Connections:
         if not isinstance(caller, InboundRequest):
             return
         client = caller.session
-        missing = [sid for sid in self._own if not self._per_client.running(client, sid)]
+        missing = [sid for sid in self._per_client_ids if not self._per_client.running(client, sid)]
         if not missing:
             return
 
@@ -234,13 +234,13 @@ class Connections:
         (:mod:`proxy.servers.held_questions`)."""
         return self._per_client.asked_through(connection)
 
-    def own_lists_to(self, lists: OwnLists, notices: OwnNotices) -> None:
+    def per_client_lists_to(self, lists: PerClientLists, notices: PerClientNotices) -> None:
         """Tell ``lists`` what each client's own connections list, and ``notices`` what an
         identity's say unprompted (wired once, at start)."""
         self._per_client.lists = lists
         self._per_client.notices = notices
 
-    def own_running(self, caller: Caller, server_id: str) -> ServerConnection | None:
+    def per_client_running(self, caller: Caller, server_id: str) -> ServerConnection | None:
         """``caller``'s own connection to ``server_id``, if it runs (none is started)."""
         if not isinstance(caller, InboundRequest):
             return None

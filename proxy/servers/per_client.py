@@ -53,7 +53,7 @@ from proxy.policy.model import Identity
 from proxy.protocol.jsonrpc import Message
 from proxy.servers.held_questions import Doorstep, Doorway
 
-__all__ = ["ClientConnections", "OwnLists", "OwnNotices", "Owner", "owner", "owner_of"]
+__all__ = ["ClientConnections", "PerClientLists", "PerClientNotices", "Owner", "owner", "owner_of"]
 
 logger = logging.getLogger("proxy.servers.per_client")
 
@@ -76,8 +76,8 @@ def owner(client: ClientSession | StatelessCaller) -> Owner:
     return client.id if isinstance(client, ClientSession) else owner_of(client.identity)
 
 
-class OwnLists(Protocol):
-    """Who hears what an owner's connections list (:class:`proxy.views.per_client.OwnCatalogs`)."""
+class PerClientLists(Protocol):
+    """Who hears what an owner's connections list (:class:`proxy.views.per_client.PerClientCatalogs`)."""
 
     def listed(self, owner: Owner, server_id: str, kind: str, items: list[dict[str, Any]]) -> None: ...
 
@@ -86,11 +86,11 @@ class OwnLists(Protocol):
         ...
 
 
-class OwnNotices(Protocol):
+class PerClientNotices(Protocol):
     """Who hears what an identity's own connection says unprompted
     (:class:`proxy.notify.list_changes.Notices`)."""
 
-    def own_notification(self, owner: Owner, server_id: str, message: Message) -> None: ...
+    def per_client_notification(self, owner: Owner, server_id: str, message: Message) -> None: ...
 
 
 class _Unheard:
@@ -100,7 +100,7 @@ class _Unheard:
     def gone(self, owner: Owner) -> None:
         return None
 
-    def own_notification(self, owner: Owner, server_id: str, message: Message) -> None:
+    def per_client_notification(self, owner: Owner, server_id: str, message: Message) -> None:
         return None
 
 
@@ -113,8 +113,8 @@ class _OwnerListener:
         self,
         key: Owner,
         session: ClientSession | None,
-        lists: Callable[[], OwnLists],
-        notices: Callable[[], OwnNotices],
+        lists: Callable[[], PerClientLists],
+        notices: Callable[[], PerClientNotices],
     ) -> None:
         self._owner = key
         self._session = session
@@ -129,7 +129,7 @@ class _OwnerListener:
 
     def server_notification(self, server_id: str, message: Message) -> None:
         if self._session is None:
-            self._notices().own_notification(self._owner, server_id, message)
+            self._notices().per_client_notification(self._owner, server_id, message)
         elif self._session.wants_notification(message):
             self._session.notify(message)
 
@@ -182,8 +182,8 @@ class ClientConnections:
         self._running: dict[_Key, _Running] = {}
         self._by_connection: dict[ServerConnection, _Running] = {}
         self._tg: anyio.abc.TaskGroup | None = None  # while run() runs
-        self.lists: OwnLists = _Unheard()  # wired by the composition root
-        self.notices: OwnNotices = _Unheard()  # likewise
+        self.lists: PerClientLists = _Unheard()  # wired by the composition root
+        self.notices: PerClientNotices = _Unheard()  # likewise
 
     def __len__(self) -> int:
         return len(self._running)

@@ -22,33 +22,33 @@ from proxy.outbound.lists import LIST_KINDS
 from proxy.servers.per_client import Owner
 from proxy.views.catalogs import Catalogs
 
-__all__ = ["OwnCatalogs"]
+__all__ = ["PerClientCatalogs"]
 
 MakeCatalogs = Callable[[Callable[[str], None]], Catalogs]  # its on_change -> a fresh, empty one
 
 
-class OwnCatalogs:
-    """Every owner's catalog (:class:`proxy.servers.per_client.OwnLists`: its connections tell it)."""
+class PerClientCatalogs:
+    """Every owner's catalog (:class:`proxy.servers.per_client.PerClientLists`: its connections tell it)."""
 
     def __init__(self, shared: Catalogs, make: MakeCatalogs, tell: Callable[[Owner, str], None]) -> None:
         self._shared = shared
         self._make = make
         self._tell = tell  # (owner, list kind): what that owner sees of it changed
-        self._own: dict[Owner, Catalogs] = {}
+        self._per_client: dict[Owner, Catalogs] = {}
         self._listed: dict[Owner, set[tuple[str, str]]] = {}  # (server, kind) it listed itself
         self._quiet: set[Owner] = set()  # being filled: nothing to tell yet
 
     def __len__(self) -> int:
-        return len(self._own)
+        return len(self._per_client)
 
     def of(self, owner: Owner) -> Catalogs:
         """The catalog ``owner`` sees: its own, or the shared one."""
-        return self._own.get(owner, self._shared)
+        return self._per_client.get(owner, self._shared)
 
-    # ---- what an owner's connections listed (OwnLists) ----------------------------------------
+    # ---- what an owner's connections listed (PerClientLists) ----------------------------------------
 
     def listed(self, owner: Owner, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
-        catalog = self._own.get(owner)
+        catalog = self._per_client.get(owner)
         if catalog is None:
             catalog = self._start(owner)
         self._listed[owner].add((server_id, kind))
@@ -56,13 +56,13 @@ class OwnCatalogs:
 
     def gone(self, owner: Owner) -> None:
         """``owner`` has no own connection left: back to the shared lists (and a re-list)."""
-        if self._own.pop(owner, None) is not None:
+        if self._per_client.pop(owner, None) is not None:
             del self._listed[owner]
             for kind in ("tools", "prompts", "resources"):
                 self._tell(owner, kind)
 
     def _start(self, owner: Owner) -> Catalogs:
-        catalog = self._own[owner] = self._make(lambda kind: self._changed(owner, kind))
+        catalog = self._per_client[owner] = self._make(lambda kind: self._changed(owner, kind))
         self._listed[owner] = set()
         self._quiet.add(owner)
         try:
@@ -83,7 +83,7 @@ class OwnCatalogs:
     def shared_listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         """A shared connection's list: into every own catalog that has no list of its own there
         (each client hears of the change from the shared catalog already)."""
-        for owner, catalog in self._own.items():
+        for owner, catalog in self._per_client.items():
             if (server_id, kind) not in self._listed[owner]:
                 self._quiet.add(owner)
                 try:
@@ -93,7 +93,7 @@ class OwnCatalogs:
 
     def servers_changed(self) -> None:
         """A reload changed the servers (every client is told by the shared catalog's change)."""
-        for owner, catalog in self._own.items():
+        for owner, catalog in self._per_client.items():
             self._quiet.add(owner)
             try:
                 catalog.servers_changed()
@@ -102,7 +102,7 @@ class OwnCatalogs:
 
     def policy_changed(self) -> None:
         """The policy was reloaded (every client is told by the shared catalog's change)."""
-        for owner, catalog in self._own.items():
+        for owner, catalog in self._per_client.items():
             self._quiet.add(owner)
             try:
                 catalog.policy_changed()

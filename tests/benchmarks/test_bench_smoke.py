@@ -73,7 +73,7 @@ async def test_a_tiny_run_measures_every_section_and_writes_the_report(tmp_path:
         "## tools/call",
         "## tools/list",
         "## Memory",
-        "## Middleware",
+        "## Stage",
         "## HTTP clients",
         "## Scale",
     ):

@@ -364,7 +364,7 @@ async def test_a_silent_stream_is_kept_alive(served: Served, monkeypatch: pytest
 async def test_a_client_too_slow_to_read_loses_its_stream(
     served: Served, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(listen, "_FINAL_WRITE", 0.01)
+    monkeypatch.setattr(listen_sse, "_FINAL_WRITE", 0.01)
     monkeypatch.setattr(served.gateway.listens, "_buffer", 1)  # one unread notification at most
     body = listen_request(toolsListChanged=True, promptsListChanged=True, resourcesListChanged=True)
     async with listening(served.endpoint, body, stall_after=1) as stream:

@@ -53,8 +53,8 @@ async def test_a_resource_update_from_an_identitys_own_process_reaches_only_its_
     built, listens, _ = notices()
     alices = listens.open(1, ALICE, Filter(uris=("note://x",)))
     bobs = listens.open(2, BOB, Filter(uris=("note://x",)))
-    built.own_notification(owner_of(ALICE), "pc", UPDATED)
-    built.own_notification(
+    built.per_client_notification(owner_of(ALICE), "pc", UPDATED)
+    built.per_client_notification(
         owner_of(ALICE), "pc", jsonrpc.notification("notifications/message", {"level": "error"})
     )
     assert await pending(alices) == ["notifications/resources/updated"]
@@ -68,12 +68,12 @@ async def test_a_change_of_an_owners_view_is_told_to_that_session_or_identity_on
     alices, bobs = listens.open(1, ALICE, Filter(tools=True)), listens.open(2, BOB, Filter(tools=True))
     mine = await sessions.admit(_initialized(sessions, ALICE))
     other = await sessions.admit(_initialized(sessions, ALICE))
-    built.own_list_changed(owner_of(ALICE), "tools")
+    built.per_client_list_changed(owner_of(ALICE), "tools")
     assert await pending(alices) == ["notifications/tools/list_changed"]
     assert await pending(bobs) == []
     listens.close(alices)
     listens.close(bobs)
-    built.own_list_changed(mine, "tools")
+    built.per_client_list_changed(mine, "tools")
     by_id = {session.id: session for session in sessions}
     assert by_id[mine].standalone.pending
     assert not by_id[other].standalone.pending

@@ -1,4 +1,4 @@
-"""``OwnCatalogs``: each owner's view of the catalogs, with its own connections' lists in place of
+"""``PerClientCatalogs``: each owner's view of the catalogs, with its own connections' lists in place of
 those servers' shared lists, and list changes told to that owner alone."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
 from proxy.servers.per_client import Owner, owner_of
 from proxy.views.catalogs import Catalogs
-from proxy.views.per_client import OwnCatalogs
+from proxy.views.per_client import PerClientCatalogs
 
 ALICE = Identity("alice", frozenset(), "api_key")
 BOB = Identity("bob", frozenset(), "api_key")
@@ -49,7 +49,7 @@ class World:
         self.shared_changes: list[str] = []
         self.told: list[tuple[Owner, str]] = []
         self.shared = make(self.shared_changes.append)
-        self.own = OwnCatalogs(self.shared, make, lambda owner, kind: self.told.append((owner, kind)))
+        self.own = PerClientCatalogs(self.shared, make, lambda owner, kind: self.told.append((owner, kind)))
 
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         """A shared connection listed (as the gateway's listener passes it on)."""
