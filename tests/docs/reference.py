@@ -285,12 +285,13 @@ def documented_paths(text: str) -> set[str]:
 
 
 def documented_commands(text: str) -> dict[str, str]:
-    """``## manifold <command>`` headings, each with the text of its section."""
+    """``## manifold <command>`` headings, each with the text of its sections (a feature's page
+    may have a section of its own for a command another page documents: both count)."""
     sections: dict[str, str] = {}
     matches = list(_COMMAND_HEADING.finditer(text))
     for index, match in enumerate(matches):
         end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        sections[match.group(1)] = text[match.end() : end]
+        sections[match.group(1)] = sections.get(match.group(1), "") + text[match.end() : end]
     return sections
 
 
