@@ -226,6 +226,7 @@ class Gateway:
         async with anyio.create_task_group() as tg:
             await tg.start(self.auth.run)
             await tg.start(self.parked.run)
+            await tg.start(self.approvals.unanswered.run)  # 2026 questions nobody came back for
             if self._audit is not None:
                 await tg.start(self._audit.run)  # flushes what is left when cancelled, bounded
             if self.config.policy.pins.mode != "off":

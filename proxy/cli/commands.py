@@ -23,7 +23,7 @@ from proxy.app.reloader import Reloader
 from proxy.config.loading import load_config
 from proxy.config.model import Config
 from proxy.core.errors import ConfigError
-from proxy.core.redaction import url_secrets
+from proxy.core.redaction import remember_key_digests, url_secrets
 from proxy.observe.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
 
@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         remember_secrets(_configured_secrets(config))
+        remember_key_digests(_key_digests(config))
         if args.command == "check":
             return _check(config, args.config, online=args.online)
     except ConfigError as exc:
@@ -165,6 +166,7 @@ def _reloads(config: Config, args: argparse.Namespace) -> Callable[[], Config]:
     """What a config reload reads: the file again (bounded), with the command line's overrides;
     the secrets of every config read stay redacted (a removed server's may still be in a log)."""
     secrets = set(_configured_secrets(config))
+    digests = set(_key_digests(config))
 
     def load() -> Config:
         from proxy.app.reloader import MAX_CONFIG_BYTES
@@ -172,6 +174,8 @@ def _reloads(config: Config, args: argparse.Namespace) -> Callable[[], Config]:
         fresh = _with_flags(load_config(args.config, max_bytes=MAX_CONFIG_BYTES), args)
         secrets.update(_configured_secrets(fresh))
         remember_secrets(secrets)
+        digests.update(_key_digests(fresh))
+        remember_key_digests(digests)
         return fresh
 
     return load
@@ -195,7 +199,25 @@ def _configured_secrets(config: Config) -> list[str]:
         values.append(config.credentials.key.get_secret_value())
     if config.credentials.redis_url is not None:
         values += url_secrets(config.credentials.redis_url)
+    for api_key in config.auth.api_keys:  # a key read from the environment is known in clear
+        kind, _, variable = api_key.key.partition(":")
+        if kind == "env" and (value := os.environ.get(variable, "").strip()):
+            values.append(value)
     return values
+
+
+def _key_digests(config: Config) -> list[bytes]:
+    """The digests of the API keys the config holds hashed (``sha256:…``): a key arriving in a
+    tool's arguments is recognised by its digest (:func:`proxy.core.redaction.remember_key_digests`)."""
+    found: list[bytes] = []
+    for api_key in config.auth.api_keys:
+        kind, _, rest = api_key.key.partition(":")
+        if kind == "sha256":
+            try:
+                found.append(bytes.fromhex(rest))
+            except ValueError:
+                continue  # refused by the key table, with its reason
+    return found
 
 
 _OPEN_FILES_WANTED = 65536  # connections, server pipes and sockets: far above max_connections

@@ -18,7 +18,13 @@ Pure: strings in, strings out. :func:`redact_text` is the entry point (re-export
   appear verbatim. Short-lived tokens (OAuth access tokens, exchanged tokens) are *not* added:
   each addition recompiles the verbatim pattern, which at thousands of values costs a second
   of the event loop; they are caught by the patterns above (an ``Authorization`` header,
-  ``Bearer …``, a JWT).
+  ``Bearer …``, a JWT);
+* Manifold's own API keys, which the config holds only as SHA-256 digests
+  (:func:`remember_key_digests`): every word of the text between 20 and 512 characters
+  (a run of ``[A-Za-z0-9_-]``, and a run of anything but blanks, quotes, brackets, commas and
+  semicolons) is hashed and looked up, so a key pasted
+  into a tool's arguments is caught though its text was never configured; and any
+  ``mfd_``-prefixed key (``manifold keygen``'s shape, this deployment's or another's).
 
 Every pattern is linear in the text: a name or a scheme starts only where a run of its
 characters starts, and is matched atomically.
@@ -26,6 +32,7 @@ characters starts, and is matched atomically.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from typing import Final
@@ -37,6 +44,7 @@ __all__ = [
     "REDACTED",
     "redact_text",
     "redact_url",
+    "remember_key_digests",
     "remember_more",
     "remember_secrets",
     "url_secrets",
@@ -66,6 +74,15 @@ _URL: Final = re.compile(
     r"(?<![A-Za-z0-9+.-])(?>[A-Za-z][A-Za-z0-9+.-]*)://(?:[^\s\"'<>`]*[^\s\"'<>`.,:;!?)])?"
 )
 _AUTHORITY_END: Final = re.compile(r"[/?#]")
+# Manifold's key shape (proxy.auth.apikeys.KEY_PREFIX and 43 characters of base64url).
+_MANIFOLD_KEY: Final = re.compile(r"(?<![A-Za-z0-9_-])mfd_(?>[A-Za-z0-9_-]{20,})")
+# Words that may be a configured key, hashed and looked up: the shortest key an operator may
+# configure is 20 characters (proxy.auth.apikeys.MIN_ENV_KEY_LENGTH); longer than 512 is no key.
+_KEY_WORDS: Final = (
+    re.compile(r"(?<![A-Za-z0-9_-])(?>[A-Za-z0-9_-]{20,512})(?![A-Za-z0-9_-])"),
+    re.compile(r"(?<![^\s\"'`<>()\[\]{},;])(?>[^\s\"'`<>()\[\]{},;]{20,512})(?![^\s\"'`<>()\[\]{},;])"),
+)
+_key_digests: frozenset[bytes] = frozenset()
 
 _known: re.Pattern[str] | None = None
 _configured: frozenset[str] = frozenset()  # remember_secrets: replaced as a whole
@@ -116,7 +133,17 @@ def redact_text(text: str) -> str:
         text = _URL.sub(lambda match: redact_url(match[0]), text)
     text = _TEXT_PAIR.sub(_redact_pair, text)
     text = _SCHEME_CREDENTIAL.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
+    if "mfd_" in text:
+        text = _MANIFOLD_KEY.sub(REDACTED, text)
+    if _key_digests:
+        for words in _KEY_WORDS:
+            text = words.sub(_redact_key, text)
     return _JWT.sub(REDACTED, text) if "eyJ" in text else text  # last: the pairs take theirs whole
+
+
+def _redact_key(match: re.Match[str]) -> str:
+    word = match[0]
+    return REDACTED if hashlib.sha256(word.encode()).digest() in _key_digests else word
 
 
 def url_secrets(url: str) -> list[str]:
@@ -151,6 +178,13 @@ def remember_more(values: Iterable[str]) -> None:
         for oldest in list(_learned)[: max(0, len(_learned) - _LEARNED_AT_MOST)]:
             del _learned[oldest]
         _compile()
+
+
+def remember_key_digests(digests: Iterable[bytes]) -> None:
+    """Redact, from now on, every word whose SHA-256 is one of ``digests`` (Manifold's API keys,
+    stored as digests: ``auth.api_keys[].key: sha256:…``), replacing any remembered before."""
+    global _key_digests
+    _key_digests = frozenset(digests)
 
 
 def _compile() -> None:

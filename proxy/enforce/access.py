@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 import anyio
 from cachetools import LRUCache
@@ -25,6 +25,7 @@ from proxy.config.policy import PolicySettings
 from proxy.config.policy_files import load_pins, load_policy, save_pins
 from proxy.core.errors import ConfigError
 from proxy.core.files import stamps
+from proxy.enforce.pin_definitions import Definitions, definitions_path, save_definitions
 from proxy.policy import (
     CAUTIOUS,
     Decision,
@@ -40,7 +41,7 @@ from proxy.policy import (
     rewrite_definition,
 )
 from proxy.policy.limits import LimitRule
-from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change
+from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change, tool_hash
 
 __all__ = ["Access", "PinChange", "PinsStore", "ServedTools", "renames", "tool_shapes"]
 
@@ -48,6 +49,13 @@ logger = logging.getLogger("proxy.enforce.access")
 
 _ALLOW_ALL: Final = Decision("allow", (), ("no policy is configured; everything is allowed",))
 _WATCH_INTERVAL: Final = 2.0
+
+
+@runtime_checkable
+class DefinitionsStore(Protocol):
+    """Where the approved definitions go (:mod:`proxy.enforce.pin_definitions`)."""
+
+    def save_definitions(self, stored: Mapping[str, str]) -> None: ...
 
 
 class PinsStore(Protocol):
@@ -67,6 +75,9 @@ class _SaveNow:
 
     def unwritten(self) -> Mapping[str, str]:
         return {}
+
+    def save_definitions(self, stored: Mapping[str, str]) -> None:
+        save_definitions(definitions_path(self.path), stored)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +155,14 @@ class Access:
         # and the tools drifted now, by pin key.
         self._approved: dict[str, dict[str, Any]] = {}
         self._changes: dict[str, PinChange] = {}
+        # ... and kept beside the pins file, so that a restart does not forget what was approved.
+        self._definitions = Definitions(definitions_path(settings.pins.path))
+        store = self._pins_store
+        self._definitions_store = (
+            store if isinstance(store, DefinitionsStore) else _SaveNow(settings.pins.path)
+        )
+        if settings.pins.mode == "confirm":
+            self._definitions.load()
         self._views: LRUCache[tuple[Any, ...], tuple[Mapping[str, Any], ...]] = LRUCache(maxsize=512)
 
     # ---- the policy in force ----------------------------------------------------------
@@ -260,16 +279,22 @@ class Access:
 
     def _note_changes(self, catalog: Catalog, drifts: Sequence[Drift]) -> None:
         drifted = {drift.key: drift for drift in drifts}
+        kept = False
         for entry in catalog.entries:
             key = pin_key(entry.server_id, entry.original_name)
             drift = drifted.get(key)
             if drift is None:
                 self._changes.pop(key, None)
-                self._approved[key] = {f: entry.definition[f] for f in PINNED_FIELDS if f in entry.definition}
+                fields = {f: entry.definition[f] for f in PINNED_FIELDS if f in entry.definition}
+                self._approved[key] = fields
+                kept = self._definitions.keep(key, tool_hash(entry), fields) or kept
             else:
-                self._changes[key] = PinChange(
-                    drift, summarise_change(self._approved.get(key), entry.definition)
-                )
+                approved = self._approved.get(key)
+                if approved is None:  # seen only before a restart: kept beside the pins
+                    approved = self._definitions.approved(key, drift.old_hash, drift.original_name)
+                self._changes[key] = PinChange(drift, summarise_change(approved, entry.definition))
+        if kept:
+            self._definitions_store.save_definitions(self._definitions.stored)
 
     def pin_change(self, entry: Entry) -> PinChange | None:
         """The drift of ``entry``'s tool under ``pins.mode: confirm``, if it has drifted."""

@@ -17,6 +17,8 @@ task group, does the writing:
   re-listing before the write does not pin a changed tool afresh.
 * **Failures stay here.** A failed write is logged; the pins stay in memory, and the next change
   writes them all.
+* **The approved definitions too.** :meth:`PinsWriter.save_definitions` has the definitions kept
+  beside the pins (:mod:`proxy.enforce.pin_definitions`) written the same way, after the pins.
 * **Bounded shutdown.** What is pending is written within :data:`FLUSH_SECONDS`; a stalled disk
   loses it rather than keeping the process from exiting (the pins are re-derived next start).
 """
@@ -34,6 +36,7 @@ import anyio.to_thread
 from anyio.abc import TaskStatus
 
 from proxy.config.policy_files import save_pins
+from proxy.enforce.pin_definitions import definitions_path, save_definitions
 
 __all__ = ["FLUSH_SECONDS", "SETTLE_SECONDS", "PinsWriter"]
 
@@ -62,6 +65,7 @@ class PinsWriter:
         self._writing: dict[str, str] | None = None
         self._latest_lock = threading.Lock()
         self._write_lock = threading.Lock()  # one write at a time, even with an abandoned thread
+        self._definitions: dict[str, str] | None = None  # pending, for definitions_path(path)
         self._wake = anyio.Event()
         self.writes = 0
         """Files written so far."""
@@ -70,6 +74,12 @@ class PinsWriter:
         """Have ``pins`` written soon (replacing any not yet written). Never blocks."""
         with self._latest_lock:
             self._latest = dict(pins)
+        self._wake.set()
+
+    def save_definitions(self, stored: Mapping[str, str]) -> None:
+        """Have the approved definitions written soon (replacing any not yet written)."""
+        with self._latest_lock:
+            self._definitions = dict(stored)
         self._wake.set()
 
     def unwritten(self) -> dict[str, str]:
@@ -95,7 +105,28 @@ class PinsWriter:
         self.writes += written
 
     def _write_latest(self) -> int:
-        """On a worker thread: the latest pins, if any are pending; how many files were written."""
+        """On a worker thread: the latest pins and definitions, if pending; how many files were
+        written."""
+        return self._write_pins() + self._write_definitions()
+
+    def _write_definitions(self) -> int:
+        with self._write_lock:
+            with self._latest_lock:
+                stored, self._definitions = self._definitions, None
+            if stored is None:
+                return 0
+            target = definitions_path(self._path)
+            try:
+                save_definitions(target, stored)
+            except OSError as exc:
+                logger.error("cannot save the pinned definitions %s (kept in memory): %s", target, exc)
+                with self._latest_lock:
+                    if self._definitions is None:
+                        self._definitions = stored
+                return 0
+            return 1
+
+    def _write_pins(self) -> int:
         with self._write_lock:
             with self._latest_lock:
                 pins, self._latest = self._latest, None

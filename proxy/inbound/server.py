@@ -18,6 +18,7 @@ The outermost ASGI layer counts bytes and writes one access-log line per request
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -40,6 +41,7 @@ from proxy.auth.resource_metadata import metadata_document, metadata_paths
 from proxy.clients.contract import Inbound
 from proxy.inbound.approval_page import approval_routes
 from proxy.inbound.connection_guard import ConnectionGuard
+from proxy.inbound.descriptors import ACCEPT_BATCH, LISTEN_BACKLOG, AcceptFailures, relisten
 from proxy.inbound.observers import (
     Observers,
     Refusal,
@@ -237,13 +239,18 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(2048)
+    sock.listen(LISTEN_BACKLOG)
     sock.setblocking(False)
     return sock
 
 
 class _Server(Server):
-    """uvicorn without its signal handlers: the CLI owns SIGINT/SIGTERM and cancels us."""
+    """uvicorn without its signal handlers: the CLI owns SIGINT/SIGTERM and cancels us; and with
+    the kernel's listen queue set back once serving (:mod:`proxy.inbound.descriptors`)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        relisten(sockets or [])
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -278,6 +285,7 @@ async def _run_uvicorn(app: Any, sock: socket.socket, guard: ConnectionGuard) ->
         server_header=False,  # two headers fewer to build and validate on every response
         date_header=False,
         timeout_graceful_shutdown=2,
+        backlog=ACCEPT_BATCH,  # asyncio accepts this many per wake-up: no burst takes every descriptor
     )
     server = _Server(config)
     stopped = anyio.Event()
@@ -309,6 +317,8 @@ async def serve(
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``/mcp`` (and the probes) on an already-bound socket until cancelled."""
+    with contextlib.suppress(RuntimeError):  # asyncio's loop (uvloop's never logs these)
+        AcceptFailures().install(asyncio.get_running_loop())
     async with anyio.create_task_group() as tg:
         tg.start_soon(supervised, inbound.boundary, "session expiry", inbound.sessions.expire)
         guard = _guard(inbound)

@@ -49,6 +49,7 @@ __all__ = [
     "RedactingFilter",
     "access_line",
     "log_access",
+    "redact_arguments",
     "redact_text",
     "redact_url",
     "redact_value",
@@ -91,6 +92,14 @@ def redact_value(name: str, value: Any, depth: int = 0) -> Any:
     if name.lower() in _SESSION_NAMES and isinstance(value, str):
         return value[:SESSION_PREFIX]
     return _scrub(value, depth)
+
+
+def redact_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call's arguments as any sink may keep or show them: the one redaction every sink
+    applies (log lines, the audit log's ``arguments``, the approval page and question, traces):
+    :func:`redact_value` on each (secret-looking names masked; in text, credentials, the configured
+    secrets and Manifold's API keys, :func:`~proxy.core.redaction.redact_text`)."""
+    return {str(name): redact_value(str(name), value) for name, value in arguments.items()}
 
 
 def _scrub(value: Any, depth: int) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 from collections.abc import Iterator
@@ -10,7 +11,14 @@ import pytest
 
 from proxy.config.loading import config_from_mapping
 from proxy.core.errors import ConfigError, ServerProtocolError, ServerUnavailable
-from proxy.core.redaction import REDACTED, redact_text, redact_url, remember_secrets, url_secrets
+from proxy.core.redaction import (
+    REDACTED,
+    redact_text,
+    redact_url,
+    remember_key_digests,
+    remember_secrets,
+    url_secrets,
+)
 from proxy.observe.logs import JsonFormatter, RedactingFilter
 
 R = REDACTED
@@ -20,6 +28,7 @@ R = REDACTED
 def _forget_secrets() -> Iterator[None]:
     yield
     remember_secrets(())
+    remember_key_digests(())
 
 
 @pytest.mark.parametrize(
@@ -163,3 +172,38 @@ def test_bearer_tokens_are_redacted_by_shape_without_being_remembered() -> None:
 @pytest.mark.parametrize("text", ["eyJ" + "a" * 200_000 + ".", ("eyJa.b" * 50_000) + ".", "eyJ." * 80_000])
 def test_jwt_redaction_stays_linear_on_adversarial_text(text: str) -> None:
     redact_text(text)
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["ci-key-not-in-mfd-shape-0123456789", "k3y+with/other=chars~0123456789"],
+)
+def test_an_api_key_the_config_holds_only_hashed_is_recognised_by_its_digest(key: str) -> None:
+    text = f'deploy with {key}, then "{key}" or ({key})'
+    assert redact_text(text) == text  # nothing known yet
+    remember_key_digests([_digest(key)])
+    shown = redact_text(text)
+    assert key not in shown
+    assert shown.startswith(f"deploy with {R}")
+
+
+def test_a_word_that_merely_looks_like_a_key_is_kept() -> None:
+    remember_key_digests([_digest("ci-key-not-in-mfd-shape-0123456789")])
+    text = "ci-key-not-in-mfd-shape-0123456780 is another word"
+    assert redact_text(text) == text
+
+
+def test_any_manifold_shaped_key_is_redacted_without_being_configured() -> None:
+    key = "mfd_" + "A" * 43
+    assert redact_text(f"use {key} now") == f"use {R} now"
+    assert redact_text("mfd_short") == "mfd_short"
+
+
+@pytest.mark.parametrize("text", ["a" * 300_000, "a-" * 150_000, ("x" * 600 + " ") * 500, "mfd_" * 75_000])
+def test_key_recognition_stays_linear_on_adversarial_text(text: str) -> None:
+    remember_key_digests([_digest("ci-key-not-in-mfd-shape-0123456789")])
+    redact_text(text)  # a quadratic pattern takes minutes here

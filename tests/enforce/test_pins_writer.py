@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from proxy.config.policy_files import load_pins
+from proxy.enforce.pin_definitions import Definitions, definitions_path
 from proxy.enforce.pins_writer import PinsWriter
 
 pytestmark = pytest.mark.anyio
@@ -150,3 +151,18 @@ async def test_pins_not_yet_on_disk_are_told_until_they_are_written() -> None:
         await until(lambda: writer.writes == 2)
         assert writer.unwritten() == {}
         tg.cancel_scope.cancel()
+
+
+async def test_the_approved_definitions_are_written_beside_the_pins_off_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "pins" / "pins.json"
+    writer = PinsWriter(path, settle_seconds=0.01)
+    beside = Definitions(definitions_path(path))
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        writer.save({"s/t": "sha256:" + "0" * 64})
+        writer.save_definitions({"s/t": '{"fields":{"description":"d"},"hash":"sha256:x"}'})
+        await until(lambda: Path(definitions_path(path)).exists() and path.exists())
+        tg.cancel_scope.cancel()
+    beside.load()
+    assert set(beside.stored) == {"s/t"}
+    assert writer.writes == 2

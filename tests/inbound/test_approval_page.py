@@ -28,12 +28,29 @@ def test_what_the_caller_and_the_server_wrote_is_escaped() -> None:
     assert "money &amp; more" in page
 
 
-def test_a_waiting_request_has_the_form_with_its_token_and_labelled_fields() -> None:
+def test_a_waiting_request_asks_for_the_approvers_credential_first() -> None:
     page = render(RECORD, token="abc123", now=0.0)
     assert 'name="token" value="abc123"' in page
     assert '<label for="credential">' in page
+    assert 'name="step" value="identify"' in page
+    assert 'value="approve"' not in page  # no decision before a credential is accepted
+
+
+def test_a_signed_in_approver_gets_the_decision_form_naming_them() -> None:
+    page = render(RECORD, token="signed", now=0.0, approver="<mona>")
+    assert 'name="token" value="signed"' in page
+    assert 'name="step" value="decide"' in page
     assert 'value="approve"' in page
     assert 'value="reject"' in page
+    assert "Deciding as <strong>&lt;mona&gt;</strong>" in page
+    assert 'name="credential"' not in page
+
+
+def test_an_abandoned_request_says_the_caller_gave_up_and_has_no_form() -> None:
+    page = render(replace(RECORD, state="abandoned", decided_by="x", decided_at=1.0), token="t", now=0.0)
+    assert "Abandoned" in page
+    assert "gave up" in page
+    assert "<form" not in page
 
 
 def test_a_decided_request_shows_the_decision_and_no_form() -> None:

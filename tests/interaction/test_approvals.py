@@ -26,6 +26,7 @@ from mcp.client.context import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
 
+from proxy.pipeline.bridge.state import arguments_digest
 from proxy.protocol import stateless, versions
 from tests.interaction.browser import chromium, headless
 from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
@@ -39,6 +40,7 @@ KEYS = {
     "mona": ("mfd_mona-approvals-key-0123456789abcdefghijklm", ["finance-managers"]),
     "eve": ("mfd_eve-approvals-key-0123456789abcdefghijklmn", ["staff"]),
     "frank": ("mfd_frank-approvals-key-0123456789abcdefghijk", ["staff", "finance-managers"]),
+    "olga": ("mfd_olga-approvals-key-0123456789abcdefghijklm", ["observer"]),
 }
 POLICY = """\
 version: 1
@@ -130,9 +132,35 @@ async def _form_token(http: aiohttp.ClientSession, url: str) -> str:
     async with http.get(url) as response:
         assert response.status == 200
         page = await response.text()
-    found = re.search(r'name="token" value="([0-9a-f]+)"', page)
-    assert found is not None
+    return _token_in(page)
+
+
+def _token_in(page: str) -> str:
+    found = re.search(r'name="token" value="([^"]+)"', page)
+    assert found is not None, page
     return found[1]
+
+
+def _origin_of(url: str) -> str:
+    return url.split("/approvals/")[0]
+
+
+async def _signed_in(http: aiohttp.ClientSession, url: str, who: str) -> str:
+    """The decision token the page gives ``who`` once their credential is accepted."""
+    status, page = await _post_form(
+        http, url, {"token": await _form_token(http, url), "step": "identify", "credential": KEYS[who][0]}
+    )
+    assert status == 200, page
+    assert 'name="decision"' in page
+    return _token_in(page)
+
+
+async def _post_form(
+    http: aiohttp.ClientSession, url: str, form: dict[str, str], headers: dict[str, str] | None = None
+) -> tuple[int, str]:
+    headers = {"Origin": _origin_of(url)} if headers is None else headers
+    async with http.post(url, data=form, headers=headers) as response:
+        return response.status, await response.text()
 
 
 async def _decide(
@@ -145,14 +173,23 @@ async def _decide(
     origin: str | None = "same",
     credential: str | None = None,
 ) -> tuple[int, str]:
-    """POST the page's form as a browser on ``origin`` would ("same": the page's own)."""
-    token = token if token is not None else await _form_token(http, url)
+    """Sign in on the page's first form as ``who`` (or with ``credential``), then POST the
+    decision form, both as a browser on ``origin`` would ("same": the page's own); ``token``
+    replaces the decision token the first form gave."""
     headers = {}
     if origin is not None:
-        headers["Origin"] = url.split("/approvals/")[0] if origin == "same" else origin
-    form = {"token": token, "decision": decision, "credential": credential or (KEYS[who][0] if who else "")}
-    async with http.post(url, data=form, headers=headers) as response:
-        return response.status, await response.text()
+        headers["Origin"] = _origin_of(url) if origin == "same" else origin
+    identify = {
+        "token": await _form_token(http, url),
+        "step": "identify",
+        "credential": credential or (KEYS[who][0] if who else ""),
+    }
+    status, page = await _post_form(http, url, identify, headers)
+    if token is None:
+        if status != 200 or 'name="decision"' not in page:
+            return status, page
+        token = _token_in(page)
+    return await _post_form(http, url, {"token": token, "step": "decide", "decision": decision}, headers)
 
 
 @asynccontextmanager
@@ -195,6 +232,8 @@ async def test_an_approver_approves_on_the_page_in_chromium_while_the_caller_wai
             assert "k-0123456789abcdef" not in shown  # redacted like a log line
             assert "outcome" not in outcome  # still waiting for the approver
             await browser.type_into("#credential", KEYS["mona"][0])
+            await browser.click_and_wait("button.identify")
+            assert "Deciding as mona" in await browser.evaluate("document.body.innerText")
             if mode == "legacy":  # looked at by eye once; kept out of the repository
                 shot = await browser.screenshot()
                 await anyio.Path(tmp_path / "approval-page.png").write_bytes(shot)
@@ -202,6 +241,176 @@ async def test_an_approver_approves_on_the_page_in_chromium_while_the_caller_wai
             decision = await browser.evaluate("document.getElementById('decision').textContent")
             assert decision.startswith("Approved by mona at ")
     assert _text(outcome["result"]) == "42"
+
+
+ATTACK = """<!doctype html><html><body>
+<form method="post" action="{url}">{fields}</form>
+<script>document.forms[0].submit()</script>
+</body></html>"""
+
+
+@asynccontextmanager
+async def attacker_page(html_of: dict[str, str]) -> AsyncIterator[str]:
+    """Another site on this machine (another loopback port): serves each path's HTML."""
+    from aiohttp import web
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(text=html_of[request.path], content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/{name}", serve)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def _fields(form: dict[str, str]) -> str:
+    return "".join(f'<input type="hidden" name="{k}" value="{v}">' for k, v in form.items())
+
+
+@pytest.mark.skipif(chromium() is None, reason="chromium is not installed (make system-deps)")
+async def test_a_page_on_another_local_port_auto_submitting_a_decision_is_refused_in_chromium(
+    manifold: RunningManifold, tmp_path: Path
+) -> None:
+    """The CSRF of issue #27: a page on another loopback port (same-site, an origin /mcp would
+    take) makes the approver's browser post a decision. Neither the one-form shape (the page's
+    token, anybody's to read, with a credential) nor a decision token signed for the approver
+    gets through: only the page itself may post."""
+    async with (
+        waiting_call(manifold, "alice", "legacy") as (caller, outcome),
+        aiohttp.ClientSession() as http,
+    ):
+        url = caller.url
+        credential_form = {
+            "token": await _form_token(http, url),
+            "step": "identify",
+            "credential": KEYS["mona"][0],
+            "decision": "approve",
+        }
+        decision_form = {
+            "token": await _signed_in(http, url, "mona"),
+            "step": "decide",
+            "decision": "approve",
+        }
+        pages = {
+            "/one-form": ATTACK.format(url=url, fields=_fields(credential_form)),
+            "/decision": ATTACK.format(url=url, fields=_fields(decision_form)),
+        }
+        async with attacker_page(pages) as evil, headless(tmp_path / "profile") as browser:
+            for path in pages:
+                await browser.open(evil + path)  # loads, submits itself, lands on Manifold's answer
+                with anyio.fail_after(10):
+                    while "approvals" not in (await browser.evaluate("location.href")):  # noqa: ASYNC110
+                        await anyio.sleep(0.05)  # the auto-submit's navigation: no event to wait on here
+                    while not (shown := await browser.evaluate("document.body && document.body.innerText")):  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                assert "Forbidden" in shown, shown
+                async with http.get(url) as response:
+                    page = await response.text()
+                assert "Approved by" not in page
+                assert 'name="credential"' in page  # still waiting for a real decision
+        status, page = await _decide(http, url, "mona", "reject")
+        assert (status, "Rejected by mona" in page) == (200, True)
+    assert _how(outcome["result"]) == "rejected"
+
+
+async def test_a_decision_token_decides_only_its_approval_and_only_from_the_page_itself(
+    manifold: RunningManifold,
+) -> None:
+    async with (
+        waiting_call(manifold, "alice", "legacy") as (first, first_outcome),
+        waiting_call(manifold, "eve", "legacy") as (second, second_outcome),
+        aiohttp.ClientSession() as http,
+    ):
+        token = await _signed_in(http, first.url, "mona")
+        decide = {"token": token, "step": "decide", "decision": "approve"}
+        own = _origin_of(first.url)
+        port = int(own.rsplit(":", 1)[1])
+        elsewhere = {"Origin": f"http://127.0.0.1:{port + 1}"}  # allowed for /mcp, not here
+        same_site = {"Origin": own, "Sec-Fetch-Site": "same-site"}
+        for headers in (elsewhere, same_site, {"Origin": own, "Sec-Fetch-Site": "cross-site"}):
+            status, page = await _post_form(http, first.url, decide, headers)
+            assert (status, "must come from the approval page" in page) == (403, True), headers
+        status, page = await _post_form(http, second.url, decide)  # signed for the first approval
+        assert (status, "out of date" in page) == (403, True)
+        tampered = token.replace(token[5], "A" if token[5] != "A" else "B", 1)
+        status, page = await _post_form(http, first.url, {**decide, "token": tampered})
+        assert (status, "out of date" in page) == (403, True)
+        for url in (first.url, second.url):
+            async with http.get(url) as response:
+                assert "Approved by" not in await response.text()
+        status, page = await _post_form(http, first.url, decide)
+        assert (status, "Approved by mona" in page) == (200, True)
+        status, page = await _decide(http, second.url, "mona", "reject")
+        assert "Rejected by mona" in page
+    assert _text(first_outcome["result"]) == "42"
+    assert _how(second_outcome["result"]) == "rejected"
+
+
+async def _confirmations(manifold: RunningManifold, outcome: str) -> float:
+    headers = {"Authorization": f"Bearer {KEYS['olga'][0]}"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as http,
+        http.get(manifold.url.replace("/mcp", "/metrics")) as got,
+    ):
+        assert got.status == 200
+        text = await got.text()
+    prefix = f'manifold_confirmations_total{{outcome="{outcome}"}} '
+    return sum(float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix))
+
+
+def _ended(records: list[dict[str, Any]], arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    """How each question about a call with these arguments ended (its confirmation records,
+    less "asked"): other tests' questions end meanwhile too."""
+    digest = arguments_digest(arguments)
+    return [
+        r
+        for r in records
+        if r.get("event") == "confirmation"
+        and r.get("arguments_digest") == digest
+        and r.get("outcome") != "asked"
+    ]
+
+
+async def test_a_caller_who_gives_up_ends_the_question_as_abandoned_once(manifold: RunningManifold) -> None:
+    before = await _confirmations(manifold, "abandoned")
+    audit = Path(manifold.log_path).parent / "audit.jsonl"
+    seen = len(_audit(audit))
+    caller = Caller()
+    async with (
+        client_as(manifold.url, "alice", "legacy", caller) as client,
+        aiohttp.ClientSession() as http,
+    ):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "fx.add", {"a": 5, "b": 5005})
+            with anyio.fail_after(30):
+                await caller.asked.wait()
+            token = await _signed_in(http, caller.url, "mona")  # the approver is about to decide
+            tg.cancel_scope.cancel()  # the caller gives up: notifications/cancelled
+        with anyio.fail_after(10):
+            while True:
+                async with http.get(caller.url) as response:
+                    page = await response.text()
+                if "Abandoned" in page:
+                    break
+                await anyio.sleep(0.05)  # the cancellation travels to Manifold: no event here
+        assert "<form" not in page
+        assert "alice gave up waiting" in page
+        status, page = await _post_form(
+            http, caller.url, {"token": token, "step": "decide", "decision": "approve"}
+        )
+        assert (status, "changed nothing" in page, "Approved by" in page) == (409, True, False)
+    with anyio.fail_after(10):  # a worker thread writes the audit log, a moment after the answer
+        while not (ended := _ended(_audit(audit)[seen:], {"a": 5, "b": 5005})):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    assert [r["outcome"] for r in ended] == ["abandoned"], ended
+    assert await _confirmations(manifold, "abandoned") == before + 1
 
 
 async def test_a_rejection_on_the_page_refuses_the_call_naming_the_approver(
@@ -293,10 +502,14 @@ async def test_a_caller_who_will_not_open_the_link_is_refused(manifold: RunningM
 
 
 def _call(
-    arguments: dict[str, Any], responses: Any = None, state: str | None = None, url_mode: bool = True
+    arguments: dict[str, Any],
+    responses: Any = None,
+    state: str | None = None,
+    url_mode: bool = True,
+    tool: str = "fx.add",
 ) -> Any:
     params: dict[str, Any] = {
-        "name": "fx.add",
+        "name": tool,
         "arguments": arguments,
         "_meta": {
             stateless.PROTOCOL_VERSION_KEY: V,
@@ -315,7 +528,7 @@ async def _post(http: aiohttp.ClientSession, manifold: RunningManifold, body: An
     headers = {
         "MCP-Protocol-Version": V,
         "Mcp-Method": "tools/call",
-        "Mcp-Name": "fx.add",
+        "Mcp-Name": body["params"]["name"],
         "Authorization": f"Bearer {KEYS['alice'][0]}",
     }
     status, _, answer = await post(http, manifold.url, body, headers)
@@ -338,6 +551,33 @@ async def test_an_approved_stateless_retry_runs_once_and_its_replay_is_refused(
         assert (status, done["result"]["content"][0]["text"]) == (200, "2")
         status, again = await _post(http, manifold, _call(arguments, opened, state))
     assert (status, again["error"]["code"]) == (400, -32602)
+
+
+async def test_a_stateless_caller_who_never_comes_back_ends_the_question_as_abandoned_once(
+    manifold: RunningManifold,
+) -> None:
+    """A 2026-07-28 caller is asked (input_required with the page's link) and never retries: once
+    the deadline (2 s here) and the grace pass, the question ends as abandoned, once."""
+    before = await _confirmations(manifold, "abandoned")
+    audit = Path(manifold.log_path).parent / "audit.jsonl"
+    seen = len(_audit(audit))
+    async with aiohttp.ClientSession() as http:
+        status, first = await _post(http, manifold, _call({"a": 3, "b": 4004}, tool="fx.tool_000"))
+        assert status == 200
+        url = first["result"]["inputRequests"]["manifold-confirm"]["params"]["url"]
+        with anyio.fail_after(30):  # 2 s to the deadline, GRACE after it
+            while True:
+                async with http.get(url) as response:
+                    page = await response.text()
+                if "Abandoned" in page:
+                    break
+                await anyio.sleep(0.2)  # a deadline on the wall clock: nothing to wait on
+        assert "<form" not in page
+    with anyio.fail_after(10):
+        while not (ended := _ended(_audit(audit)[seen:], {"a": 3, "b": 4004})):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    assert [(r["outcome"], r["how"]) for r in ended] == [("abandoned", "approval_page")], ended
+    assert await _confirmations(manifold, "abandoned") == before + 1
 
 
 async def test_a_stateless_client_without_url_elicitation_is_refused(manifold: RunningManifold) -> None:

@@ -23,6 +23,7 @@ from mcp.client.context import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.types import ElicitRequestParams, ElicitResult, TextContent
 
+from proxy.pipeline.bridge.state import arguments_digest
 from proxy.protocol import stateless, versions
 from tests.interaction.harness import RunningManifold, fixture_server, post, running_manifold
 from tests.interaction.test_policy import (
@@ -385,6 +386,55 @@ async def test_an_answer_after_the_rules_timeout_is_refused(manifold: RunningMan
     assert answer["result"]["_meta"]["dev.manifold/confirmation"] == "timeout"
 
 
+def _endings(records: list[dict[str, Any]], arguments: dict[str, Any]) -> list[tuple[str, str]]:
+    """How each question about a call with these arguments ended: (outcome, how), less "asked".
+    (Other tests' questions end meanwhile too: abandoned ones a few seconds after their deadline.)"""
+    digest = arguments_digest(arguments)
+    return [
+        (r["outcome"], r["how"])
+        for r in records
+        if r.get("event") == "confirmation"
+        and r.get("arguments_digest") == digest
+        and r["outcome"] != "asked"
+    ]
+
+
+async def test_a_caller_who_cancels_while_asked_ends_the_question_as_abandoned(
+    manifold: RunningManifold,
+) -> None:
+    audit_path = Path(manifold.log_path).parent / "audit.jsonl"
+    seen = len(audit_path.read_bytes().splitlines()) if audit_path.exists() else 0
+    person = Person(None)  # never answers
+    async with person.legacy(manifold.url) as client, anyio.create_task_group() as tg:
+        tg.start_soon(client.call_tool, "fx.add", {"a": 1, "b": 1234})
+        with anyio.fail_after(10):
+            while not person.asked:  # noqa: ASYNC110 (the callback's call is the event; it never returns)
+                await anyio.sleep(0.02)
+        tg.cancel_scope.cancel()  # the caller gives up: notifications/cancelled
+    records = await audited(audit_path, seen + 1)
+    with anyio.fail_after(10):
+        while not (ended := _endings(records[seen:], {"a": 1, "b": 1234})):
+            await anyio.sleep(0.05)
+            records = await audited(audit_path, seen + 1)
+    assert ended == [("abandoned", "elicitation")]
+
+
+async def test_a_stateless_caller_who_never_answers_ends_the_question_as_abandoned(
+    manifold: RunningManifold,
+) -> None:
+    audit_path = Path(manifold.log_path).parent / "audit.jsonl"
+    seen = len(audit_path.read_bytes().splitlines()) if audit_path.exists() else 0
+    async with aiohttp.ClientSession() as http:
+        arguments = {"text": "gone for good"}
+        state = await _asked(http, manifold.url, arguments)
+        with anyio.fail_after(20):  # the rule's timeout (2 s), then the grace
+            while not (ended := _endings((await audited(audit_path, seen + 1))[seen:], arguments)):  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        assert ended == [("abandoned", "input_required")]
+        status, answer = await _post(http, manifold.url, _call(2, arguments, ACCEPT, state))
+    assert (status, answer["error"]["code"]) == (400, -32602)  # the question is over
+
+
 # ---- pins.mode confirm: a changed tool is asked about before its first call ------------------------
 
 
@@ -430,3 +480,27 @@ async def test_pins_confirm_refuses_a_changed_tool_the_user_declines_or_cannot_b
         assert "changed the tool since it was approved (tool pins)" in _refused(result, "declined")
     else:
         assert "manifold pins accept" in _refused(result, "unavailable")
+
+
+async def test_pins_confirm_after_a_restart_still_shows_what_changed(tmp_path: Path) -> None:
+    """Issue #27: the pins file keeps hashes only; the approved text is kept beside it, so the
+    question asked after a restart says what changed, not that the old text is unknown."""
+    definitions = tmp_path / "pins" / "pins.json.definitions.json"
+    async with running_manifold(tmp_path, pins_config(tmp_path, "confirm")) as manifold:
+        await pinned(tmp_path / "pins" / "pins.json", "alpha/echo")
+        with anyio.fail_after(10):
+            while not definitions.exists():  # noqa: ASYNC110 (a worker thread writes it)
+                await anyio.sleep(0.02)
+        assert manifold.process.poll() is None
+    # While Manifold is down, the server's echo changes (its description lives in this file).
+    (tmp_path / "echo-description.txt").write_text("now also deletes your files")
+    person = Person(APPROVE)
+    async with (
+        running_manifold(tmp_path, pins_config(tmp_path, "confirm")) as manifold,
+        connect(manifold.url, mode="legacy", elicitation_callback=person) as client,
+    ):
+        assert not (await client.call_tool("alpha.echo", {"k": 1})).is_error
+    (asked,) = person.asked
+    assert "The tool changed since it was approved: description:" in asked.message
+    assert "'now also deletes your files'" in asked.message
+    assert "not known" not in asked.message

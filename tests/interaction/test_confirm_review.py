@@ -341,7 +341,16 @@ async def post_decision(
         assert response.status == 200, page
     found = re.search(r'name="token" value="([0-9a-f]+)"', page)
     assert found is not None
-    form = {"token": found[1], "decision": "approve", "credential": KEYS["mona"][0]}
+    # Two forms: the approver's credential, then the decision with the token it was given.
+    form = {"token": found[1], "step": "identify", "credential": KEYS["mona"][0]}
+    async with http.post(url, data=form, headers={"Host": host, "Origin": origin}) as response:
+        page = await response.text()
+        signed = re.search(
+            r'name="token" value="([^"]+)"><input type="hidden" name="step" value="decide"', page
+        )
+        if response.status != 200 or signed is None:
+            return response.status, page
+    form = {"token": signed[1], "step": "decide", "decision": "approve"}
     async with http.post(url, data=form, headers={"Host": host, "Origin": origin}) as response:
         return response.status, await response.text()
 
@@ -496,7 +505,7 @@ async def test_guessing_credentials_on_the_page_is_rate_limited(flood_limited: R
         origin = url.split("/approvals/")[0]
         statuses = []
         for guess in range(7):
-            form = {"token": found[1], "decision": "approve", "credential": f"mfd_guess-{guess}"}
+            form = {"token": found[1], "step": "identify", "credential": f"mfd_guess-{guess}"}
             async with http.post(url, data=form, headers={"Origin": origin}) as response:
                 statuses.append((response.status, response.headers.get("retry-after")))
     assert [status for status, _ in statuses] == [401] * 5 + [429] * 2

@@ -41,7 +41,9 @@ from cachetools import TTLCache
 from proxy.config.model import Config
 from proxy.config.ratelimit import HttpFloodLimit
 from proxy.core.errors import LimitExceeded
+from proxy.enforce.confirm.form_tokens import Approver, decision_token, page_token, read_decision_token
 from proxy.enforce.confirm.memory import spend_once
+from proxy.enforce.confirm.unanswered import Unanswered
 from proxy.policy.model import Policy, RoleApprover
 
 if TYPE_CHECKING:  # redis is imported only when the records live there
@@ -58,7 +60,8 @@ __all__ = [
     "make_approvals",
 ]
 
-State = Literal["pending", "approved", "rejected"]
+# abandoned: the caller gave up (cancelled its call, or its connection went) before a decision.
+State = Literal["pending", "approved", "rejected", "abandoned"]
 
 _KEEP_AFTER: Final = 60.0  # seconds a decided or expired record stays readable
 _POLL: Final = 0.2  # seconds between reads while waiting on Redis
@@ -191,7 +194,9 @@ class MemoryApprovals:
 
     async def decide(self, approval_id: str, state: State, by: str, at: float) -> Approval | None:
         approval = await self.get(approval_id)
-        if approval is None or approval.state != "pending" or at > approval.deadline:
+        if approval is None or approval.state != "pending":
+            return approval
+        if at > approval.deadline and state != "abandoned":  # only the ending may come late
             return approval
         approval = self._records[approval_id] = replace(approval, state=state, decided_by=by, decided_at=at)
         self._decided[approval_id].set()
@@ -211,12 +216,14 @@ class MemoryApprovals:
         return None
 
 
-# Atomically: write the decision only while the record is pending and not past its deadline.
+# Atomically: write the decision only while the record is pending and not past its deadline
+# (abandoned, the ending of a question nobody came back for, comes after it).
 _DECIDE: Final = """
 local raw = redis.call('GET', KEYS[1])
 if not raw then return nil end
 local record = cjson.decode(raw)
-if record['state'] ~= 'pending' or tonumber(ARGV[3]) > record['deadline'] then return raw end
+local late = ARGV[1] ~= 'abandoned' and tonumber(ARGV[3]) > record['deadline']
+if record['state'] ~= 'pending' or late then return raw end
 record['state'] = ARGV[1]
 record['decided_by'] = ARGV[2]
 record['decided_at'] = tonumber(ARGV[3])
@@ -401,6 +408,7 @@ class Approvals:
         self._key = key
         self._served = served_elsewhere
         self.flood = flood  # rate_limits.http: also bounds the page's decisions (credential guesses)
+        self.unanswered = Unanswered()  # 2026-07-28 questions whose caller may never come back
 
     @property
     def origin(self) -> str:
@@ -420,8 +428,18 @@ class Approvals:
         return f"{self._base}/approvals/{approval_id}"
 
     def token(self, approval_id: str) -> str:
-        """The page's form token: bound to this request, checked on POST (CSRF)."""
-        return hmac.new(self._key, approval_id.encode(), hashlib.sha256).hexdigest()
+        """The first form's token (anybody who opens the link has it).
+
+        See :mod:`proxy.enforce.confirm.form_tokens`."""
+        return page_token(self._key, approval_id)
 
     def token_ok(self, approval_id: str, token: str) -> bool:
         return hmac.compare_digest(self.token(approval_id), token)
+
+    def decision_token(self, approval_id: str, approver: Approver, *, now: float) -> str:
+        """The second form's token: ``approver`` (authenticated, holding a role) may decide."""
+        return decision_token(self._key, approval_id, approver, now=now)
+
+    def approver(self, approval_id: str, token: str, *, now: float) -> Approver | None:
+        """Who a decision token lets decide ``approval_id`` now; None: forged, stale, elsewhere."""
+        return read_decision_token(self._key, approval_id, token, now=now)

@@ -34,7 +34,9 @@ __all__ = [
     "Asked",
     "Outcome",
     "approval_question",
+    "outcome_of_action",
     "read_answer",
+    "refusal_text",
     "remember_choices",
     "summarise_arguments",
     "summary_of",
@@ -55,6 +57,7 @@ Outcome = Literal[
     "spent",  # the approval was used already, by the same call asked twice
     "too_large",  # the arguments do not fit a question whole: nobody is asked
     "no_approval_page",  # an approver must decide, but nothing serves the approval page
+    "abandoned",  # the caller gave up (cancelled the call, or went) before the question ended
 ]
 
 MAX_ANSWER_BYTES: Final = 4096
@@ -216,3 +219,66 @@ def read_answer(result: object, confirmation: Confirmation, *, stateless: bool) 
     if remember == _NO:
         return Answer("accepted")
     return Answer("accepted", "session" if remember == _SESSION else "minutes")
+
+
+_WHY: Final[dict[str, str]] = {
+    "rejected": "the approver rejected it",
+    "declined": "the user declined it",
+    "cancelled": "the user dismissed the question without answering",
+    "timeout": "nobody answered in time",
+    "invalid": "the client's answer did not fit Manifold's question",
+    "spent": "its approval was used by another call of the same request; call it again to ask anew",
+    "abandoned": "the caller of the same request gave up waiting; call it again to ask anew",
+}
+
+
+def refusal_text(name: str, rule_ids: tuple[str, ...], confirmation: Confirmation, outcome: Outcome) -> str:
+    """What the caller is told when a question about calling ``name`` ends without approval."""
+    rules = ", ".join(rule_ids)
+    if outcome == "unavailable" and rule_ids == ("pins",):
+        return (
+            f"Manifold asks the user before the first call of {name!r} since its server changed "
+            "it (tool pins), but this client cannot be asked: it did not declare the elicitation "
+            "capability (form mode). Call it from a client that supports elicitation, or ask an "
+            "operator to review and accept the change (manifold pins accept)."
+        )
+    if outcome == "too_large":
+        return (
+            f"Manifold did not run {name!r}: the policy (rule {rules}) asks before it runs, and its "
+            f"arguments are too large to show whole in the question (more than {MAX_SUMMARY_CHARS} "
+            "characters); nobody is asked to approve what they cannot see. Call it with smaller "
+            "arguments (split the work), or ask an operator to change the policy."
+        )
+    if outcome == "no_approval_page":
+        roles = " or ".join(sorted(confirmation.approver_roles))
+        return (
+            f"Manifold did not run {name!r}: the policy (rule {rules}) needs someone with the role "
+            f"{roles} to approve it on Manifold's approval page, but this Manifold serves no approval "
+            "page (it runs as `manifold stdio`) and shares its approvals with no replica that does. "
+            "Call it through a Manifold run with `manifold serve` (or give this one "
+            "`rate_limits.backend: redis` and `policy.approvals_url` of a replica that serves the page), "
+            "or ask an operator to change the policy."
+        )
+    if outcome == "unavailable":
+        return (
+            f"Manifold's policy needs the user to approve each call of {name!r} (rule {rules}: "
+            f"{confirmation.reason or 'no reason given'}), but this client cannot be asked: it "
+            "did not declare the elicitation capability (form mode). Call it from a client that "
+            "supports elicitation, or ask an operator to change the policy."
+        )
+    timeout = f" (within {confirmation.timeout:g} s)" if outcome == "timeout" else ""
+    asks = (
+        "its server changed the tool since it was approved (tool pins)"
+        if rule_ids == ("pins",)
+        else f"the policy (rule {rules}) asks the user first"
+    )
+    return (
+        f"Manifold did not run {name!r}: {asks}, and "
+        f"{_WHY[outcome]}{timeout}. Do not retry unless the user asks for it."
+    )
+
+
+def outcome_of_action(answer: object) -> Outcome:
+    """How a caller's answer to the approval link ended the question, when it did not accept."""
+    action = answer.get("action") if isinstance(answer, dict) else None
+    return "declined" if action == "decline" else "cancelled" if action == "cancel" else "invalid"

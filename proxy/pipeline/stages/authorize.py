@@ -26,6 +26,7 @@ from proxy.config.policy import AuditSettings
 from proxy.core.errors import HiddenByPolicy, ResourceNotFound
 from proxy.enforce.access import Access
 from proxy.observe.line_writer import LineWriter
+from proxy.observe.logs import redact_arguments
 from proxy.observe.metrics import Metrics
 from proxy.pipeline.context import CallContext, Handler, outcome_of, tool_error
 
@@ -163,5 +164,5 @@ class Authorize:
                 "source": ctx.subject.annotations.source,
             }
         if self._audit is not None and self._audit.include_arguments:
-            record["arguments"] = dict(ctx.arguments)
+            record["arguments"] = redact_arguments(ctx.arguments)  # as logs redact them
         return record

@@ -18,7 +18,10 @@ last before the call is forwarded. How the calling user is asked depends on thei
 * a client that cannot be asked, and every refusal, get an ``isError`` result saying why
   (``_meta["dev.manifold/outcome"] = "not_confirmed"``, ``dev.manifold/confirmation`` = how).
 
-Every question and answer is audited (who, what, how, when) and counted by outcome.
+Every question and answer is audited (who, what, how, when) and counted by outcome. A question
+whose caller gives up (cancels while it waits; a 2026-07-28 caller not back by the deadline and
+:data:`~proxy.enforce.confirm.unanswered.GRACE`) ends as ``abandoned``, once: audited, counted,
+and shown on the approval page instead of a form.
 """
 
 from __future__ import annotations
@@ -43,16 +46,18 @@ from proxy.enforce.access import Access, PinChange
 from proxy.enforce.confirm.approvals import Approval, Approvals
 from proxy.enforce.confirm.memory import Memory, RememberKey
 from proxy.enforce.confirm.question import (
-    MAX_SUMMARY_CHARS,
     Answer,
     Asked,
     Outcome,
     approval_question,
+    outcome_of_action,
     question,
     read_answer,
+    refusal_text,
     summarise_arguments,
     summary_of,
 )
+from proxy.enforce.confirm.unanswered import GRACE
 from proxy.observe.metrics import Metrics
 from proxy.pipeline.bridge.mrtr import boundary_of
 from proxy.pipeline.bridge.state import RequestStates, arguments_digest
@@ -70,6 +75,7 @@ QUESTION_KEY: Final = "manifold-confirm"  # the inputRequests key of Manifold's 
 CONFIRMATION_KEY: Final = "dev.manifold/confirmation"
 RETRY_WAIT: Final = 10.0  # seconds a stateless retry waits for an approver before "come back"
 PROGRESS_EVERY: Final = 10.0  # seconds between progress notifications while a call waits
+ABANDON_WITHIN: Final = 2.0  # seconds to mark a given-up question so on the page (shielded)
 _T = TypeVar("_T")
 _ELICIT: Final = "elicitation/create"
 # pins.mode confirm, for a tool no confirm rule asks about: the change is the reason.
@@ -156,9 +162,13 @@ class Confirm:
             return self._refused(ctx, decision, "unavailable", how="none")
         if ctx.caller.stateless:
             return self._input_required(ctx, decision, params)
-        answer = await self._ticking(
-            ctx, "waiting for the user to approve", lambda: self._ask(ctx, decision.confirm, params)
-        )
+        try:
+            answer = await self._ticking(
+                ctx, "waiting for the user to approve", lambda: self._ask(ctx, decision.confirm, params)
+            )
+        except anyio.get_cancelled_exc_class():
+            self._settled(ctx, decision, "abandoned", how="elicitation")  # the caller gave up
+            raise
         return await self._answered(ctx, decision, answer, "elicitation", call_next)
 
     def _need(self, ctx: CallContext) -> Need | None:
@@ -193,6 +203,8 @@ class Confirm:
         question_id = f"{secrets.token_urlsafe(12)}:{approval_mark(decision)}:{deadline}"
         state = self._states.seal(boundary_of(ctx), "confirm", question_id)
         self._audit_line(ctx, decision, "asked", how="input_required")
+        # Ended by the retry, which spends question_id; else, once due, as abandoned.
+        self._unanswered(ctx, decision, deadline, question_id, how="input_required")
         return {
             "resultType": "input_required",
             "inputRequests": {QUESTION_KEY: {"method": _ELICIT, "params": params}},
@@ -228,7 +240,9 @@ class Confirm:
                 only_ours = isinstance(responses, dict) and set(responses) == {QUESTION_KEY}
                 answer = responses.get(QUESTION_KEY) if only_ours and isinstance(responses, dict) else None
                 if not isinstance(answer, dict) or answer.get("action") != "accept":
-                    outcome = _outcome_of_action(answer)
+                    if not await self._spend(_ended(approval_id)):
+                        raise InvalidRequestState()  # ended already: abandoned, or replayed
+                    outcome = outcome_of_action(answer)
                     return self._refused(ctx, decision, outcome, how="approval_page")
             # Wait a while, not until the deadline: a client's request timeout (60 s in the SDKs)
             # or a dropped connection must not lose the decision. Still pending: come back.
@@ -284,6 +298,35 @@ class Confirm:
             return result  # not one of ours: the retry will be refused
         return {**result, "requestState": marked}
 
+    def _unanswered(
+        self,
+        ctx: CallContext,
+        need: Need,
+        deadline: int,
+        end_key: str,
+        *,
+        how: str,
+        approval: str | None = None,
+    ) -> None:
+        """Note a question asked of a 2026-07-28 caller: unless a retry ends it first (spending
+        ``end_key``), it ends as ``abandoned`` once due (:mod:`proxy.enforce.confirm.unanswered`)."""
+        if self._approvals is None:
+            return
+        record = self._audit_record(ctx, need, "abandoned", how=how)
+        approvals = self._approvals
+        caller = ctx.caller.identity.name
+
+        async def end() -> None:
+            if not await self._spend(end_key):
+                return  # a retry ended it
+            if approval is not None:
+                await approvals.store.decide(approval, "abandoned", caller, self._clock())
+            self._metrics.confirmation("abandoned")
+            if self._audit is not None:
+                self._audit.write({**record, "ts": datetime.now(UTC).isoformat(timespec="milliseconds")})
+
+        approvals.unanswered.note(deadline + GRACE, end)
+
     async def _spend(self, question_id: str) -> bool:
         # With approvals in Redis, spent questions are too: a replay on another replica is seen.
         if self._approvals is not None:
@@ -329,6 +372,10 @@ class Confirm:
         roles = " or ".join(approval.roles)
         self._audit_line(ctx, need, "asked", how="approval_page")
         if ctx.caller.stateless:
+            end = _ended(approval.id)  # by the retry, or as abandoned once due
+            self._unanswered(
+                ctx, need, int(approval.deadline), end, how="approval_page", approval=approval.id
+            )
             payload = f"a:{approval.id}:{approval_mark(need)}:{int(approval.deadline)}"
             return {
                 "resultType": "input_required",
@@ -345,13 +392,23 @@ class Confirm:
             except (RemoteError, MethodNotFound):
                 return "cancelled"
             if not isinstance(result, dict) or result.get("action") != "accept":
-                return _outcome_of_action(result)
+                return outcome_of_action(result)
             decided = await approvals.store.wait(approval.id, approval.deadline)
             complete = {"elicitationId": approval.id}  # the out-of-band interaction is over
             ctx.caller.notify(jsonrpc.notification("notifications/elicitation/complete", complete))
             return decided if decided is not None else "timeout"
 
-        waited_for = await self._ticking(ctx, f"waiting for someone with the role {roles} to approve", waited)
+        try:
+            waited_for = await self._ticking(
+                ctx, f"waiting for someone with the role {roles} to approve", waited
+            )
+        except anyio.get_cancelled_exc_class():
+            # The caller gave up: the question ends here, once, and the page says so (a decision
+            # sent after this changes nothing). Bounded: a store that does not answer is left.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(ABANDON_WITHIN):
+                await approvals.store.decide(approval.id, "abandoned", identity.name, self._clock())
+            self._settled(ctx, need, "abandoned", how="approval_page")
+            raise
         if isinstance(waited_for, str):
             return self._refused(ctx, need, waited_for, how="approval_page")
         return await self._decided(ctx, need, approval.id, waited_for, call_next, ctx)
@@ -373,11 +430,16 @@ class Confirm:
         Raises:
             InvalidRequestState: a stateless retry of an approval already used.
         """
+        if ctx.caller.stateless and not await self._spend(_ended(approval_id)):
+            raise InvalidRequestState()  # the question ended already: abandoned, or this is a replay
         if decided is None or decided.state == "pending":
             return self._refused(ctx, need, "timeout", how="approval_page")
+        if decided.state == "abandoned":  # another call of the same request gave it up
+            return self._refused(ctx, need, "abandoned", how="approval_page")
         if decided.state == "rejected":
             self._settled(ctx, need, "rejected", how="approval_page", approver=decided.decided_by)
-            text = f"{_refusal(ctx, need, 'rejected')} ({decided.decided_by} rejected it.)"
+            text = refusal_text(ctx.name, need.rule_ids, need.confirm, "rejected")
+            text += f" ({decided.decided_by} rejected it.)"
             return tool_error(text, outcome="not_confirmed", meta={CONFIRMATION_KEY: "rejected"})
         if not await self._spend(f"a:{approval_id}"):
             if ctx.caller.stateless:
@@ -434,7 +496,7 @@ class Confirm:
     def _refused(self, ctx: CallContext, decision: Need, outcome: Outcome, *, how: str) -> Any:
         self._settled(ctx, decision, outcome, how=how)
         return tool_error(
-            _refusal(ctx, decision, outcome),
+            refusal_text(ctx.name, decision.rule_ids, decision.confirm, outcome),
             outcome="not_confirmed",
             meta={CONFIRMATION_KEY: outcome},
         )
@@ -490,89 +552,46 @@ class Confirm:
     ) -> None:
         if self._audit is None:
             return
-        identity = ctx.caller.identity
         self._audit.write(
-            {
-                "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                "event": "confirmation",
-                "identity": identity.name,
-                "source": identity.source,
-                "issuer": identity.issuer,
-                "subject": identity.subject,
-                "approver": approver or (identity.name if outcome in ("accepted", "remembered") else None),
-                "method": ctx.method,
-                "name": ctx.name,
-                "server": ctx.server_id,
-                "rules": list(decision.rule_ids),
-                "outcome": outcome,
-                "how": how,
-                "remember": remember,
-                "arguments_digest": arguments_digest(ctx.arguments),
-                **({"pin": _pin_record(decision.change)} if decision.change is not None else {}),
-            }
+            self._audit_record(ctx, decision, outcome, how=how, remember=remember, approver=approver)
         )
 
+    def _audit_record(
+        self,
+        ctx: CallContext,
+        decision: Need,
+        outcome: str,
+        *,
+        how: str,
+        remember: str = "none",
+        approver: str | None = None,
+    ) -> dict[str, Any]:
+        identity = ctx.caller.identity
+        return {
+            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "event": "confirmation",
+            "identity": identity.name,
+            "source": identity.source,
+            "issuer": identity.issuer,
+            "subject": identity.subject,
+            "approver": approver or (identity.name if outcome in ("accepted", "remembered") else None),
+            "method": ctx.method,
+            "name": ctx.name,
+            "server": ctx.server_id,
+            "rules": list(decision.rule_ids),
+            "outcome": outcome,
+            "how": how,
+            "remember": remember,
+            "arguments_digest": arguments_digest(ctx.arguments),
+            **({"pin": _pin_record(decision.change)} if decision.change is not None else {}),
+        }
 
-def _outcome_of_action(answer: object) -> Outcome:
-    action = answer.get("action") if isinstance(answer, dict) else None
-    return "declined" if action == "decline" else "cancelled" if action == "cancel" else "invalid"
 
-
-_WHY: Final[dict[str, str]] = {
-    "rejected": "the approver rejected it",
-    "declined": "the user declined it",
-    "cancelled": "the user dismissed the question without answering",
-    "timeout": "nobody answered in time",
-    "invalid": "the client's answer did not fit Manifold's question",
-    "spent": "its approval was used by another call of the same request; call it again to ask anew",
-}
+def _ended(approval_id: str) -> str:
+    """The key a stateless approval question is ended by, once: by its caller's retry, or as
+    abandoned (:meth:`Confirm._unanswered`)."""
+    return f"end:a:{approval_id}"
 
 
 def _pin_record(change: PinChange) -> dict[str, str]:
     return {"old": change.drift.old_hash, "new": change.drift.new_hash, "change": change.summary}
-
-
-def _refusal(ctx: CallContext, decision: Need, outcome: Outcome) -> str:
-    assert decision.confirm is not None
-    rules = ", ".join(decision.rule_ids)
-    if outcome == "unavailable" and decision.rule_ids == ("pins",):
-        return (
-            f"Manifold asks the user before the first call of {ctx.name!r} since its server changed "
-            "it (tool pins), but this client cannot be asked: it did not declare the elicitation "
-            "capability (form mode). Call it from a client that supports elicitation, or ask an "
-            "operator to review and accept the change (manifold pins accept)."
-        )
-    if outcome == "too_large":
-        return (
-            f"Manifold did not run {ctx.name!r}: the policy (rule {rules}) asks before it runs, and its "
-            f"arguments are too large to show whole in the question (more than {MAX_SUMMARY_CHARS} "
-            "characters); nobody is asked to approve what they cannot see. Call it with smaller "
-            "arguments (split the work), or ask an operator to change the policy."
-        )
-    if outcome == "no_approval_page":
-        roles = " or ".join(sorted(decision.confirm.approver_roles))
-        return (
-            f"Manifold did not run {ctx.name!r}: the policy (rule {rules}) needs someone with the role "
-            f"{roles} to approve it on Manifold's approval page, but this Manifold serves no approval "
-            "page (it runs as `manifold stdio`) and shares its approvals with no replica that does. "
-            "Call it through a Manifold run with `manifold serve` (or give this one "
-            "`rate_limits.backend: redis` and `policy.approvals_url` of a replica that serves the page), "
-            "or ask an operator to change the policy."
-        )
-    if outcome == "unavailable":
-        return (
-            f"Manifold's policy needs the user to approve each call of {ctx.name!r} (rule {rules}: "
-            f"{decision.confirm.reason or 'no reason given'}), but this client cannot be asked: it "
-            "did not declare the elicitation capability (form mode). Call it from a client that "
-            "supports elicitation, or ask an operator to change the policy."
-        )
-    timeout = f" (within {decision.confirm.timeout:g} s)" if outcome == "timeout" else ""
-    asks = (
-        "its server changed the tool since it was approved (tool pins)"
-        if decision.rule_ids == ("pins",)
-        else f"the policy (rule {rules}) asks the user first"
-    )
-    return (
-        f"Manifold did not run {ctx.name!r}: {asks}, and "
-        f"{_WHY[outcome]}{timeout}. Do not retry unless the user asks for it."
-    )

@@ -10,8 +10,10 @@ import pytest
 from proxy.enforce.confirm.question import (
     MAX_SUMMARY_CHARS,
     Asked,
+    outcome_of_action,
     question,
     read_answer,
+    refusal_text,
     summarise_arguments,
     summary_of,
 )
@@ -143,3 +145,31 @@ def test_only_the_asked_shape_approves(
 ) -> None:
     answer = read_answer(result, confirmation, stateless=False)
     assert (answer.outcome, answer.remember) == (outcome, remember)
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome"),
+    [
+        ({"action": "decline"}, "declined"),
+        ({"action": "cancel"}, "cancelled"),
+        ({"action": "nonsense"}, "invalid"),
+        (None, "invalid"),
+        ("accept", "invalid"),
+    ],
+)
+def test_an_answer_to_the_approval_link_that_is_no_accept_says_how_it_ended(
+    answer: object, outcome: str
+) -> None:
+    assert outcome_of_action(answer) == outcome
+
+
+def test_a_question_the_caller_gave_up_tells_the_other_waiting_call_to_ask_anew() -> None:
+    text = refusal_text("pay.refund", ("needs-a-manager",), ONCE, "abandoned")
+    assert text.startswith("Manifold did not run 'pay.refund': the policy (rule needs-a-manager) asks")
+    assert "gave up waiting; call it again to ask anew" in text
+
+
+def test_a_refusal_for_a_changed_tool_names_the_pins_not_a_rule() -> None:
+    text = refusal_text("gh.echo", ("pins",), ONCE, "declined")
+    assert "changed the tool since it was approved (tool pins)" in text
+    assert "the user declined it" in text

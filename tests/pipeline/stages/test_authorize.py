@@ -3,6 +3,7 @@ every decision is counted and written to the audit log with how the call ended."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -23,7 +24,9 @@ from proxy.core.errors import (
     ResourceNotFound,
     ServerTimeout,
 )
+from proxy.core.redaction import remember_key_digests, remember_secrets
 from proxy.enforce.access import Access, ServedTools
+from proxy.observe.logs import REDACTED
 from proxy.observe.metrics import Metrics
 from proxy.pipeline.context import tool_error
 from proxy.pipeline.stages.authorize import AuditLog, Authorize
@@ -332,6 +335,35 @@ async def test_arguments_are_audited_when_the_operator_asks_and_roles_come_sorte
         {"title": "x"},
     )
     assert (second["identity"], second["arguments"]) == ("alice", {})
+
+
+async def test_audited_arguments_are_redacted_as_log_lines_are(make_world: MakeWorld) -> None:
+    """Issue #27: Manifold's own API key (held hashed), a configured secret, and a secret-looking
+    field arrive in a call's arguments; the audit log writes none of them."""
+    key = "mfd_" + "k" * 43
+    remember_secrets(["configured-server-secret"])
+    remember_key_digests([hashlib.sha256(b"plain-operator-key-0123456789").digest()])
+    try:
+        world = make_world(include_arguments=True)
+        arguments = {
+            "title": f"leak {key}",
+            "body": "plain-operator-key-0123456789 and configured-server-secret",
+            "password": "hunter2",
+            "nested": [{"note": "configured-server-secret"}],
+        }
+        admin = Identity("root", frozenset({"admin"}), "jwt")
+        called = tool_context(world.served, "gh.create_issue", identity=admin, arguments=arguments)
+        await world.stage(called, Recorder())
+        [record] = world.records()
+    finally:
+        remember_secrets(())
+        remember_key_digests(())
+    assert record["arguments"] == {
+        "title": f"leak {REDACTED}",
+        "body": f"{REDACTED} and {REDACTED}",
+        "password": REDACTED,
+        "nested": [{"note": REDACTED}],
+    }
 
 
 async def test_without_an_audit_log_the_stage_still_decides_and_counts(world: World) -> None:
