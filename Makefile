@@ -7,7 +7,7 @@ NPM_STAMP := tests/npm/node_modules/.installed
 CONFORMANCE_STAMP := tests/conformance/node_modules/.installed
 CONFORMANCE_MODERN_STAMP := tests/conformance_modern/node_modules/.installed
 
-.PHONY: run desktop-config test test-fast lint typecheck unit docs docs-serve conformance bench discovery-eval soak system-deps fmt clean
+.PHONY: run desktop-config test test-fast lint typecheck unit docs docs-serve conformance bench discovery-eval guard-eval soak system-deps fmt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -98,6 +98,13 @@ bench: $(STAMP)
 ## µs per query (offline, a few seconds; writes its section of benchmarks/README.md).
 discovery-eval: $(STAMP)
 	timeout 120 $(BIN)/python -m benchmarks.discovery.evaluate
+
+## Guardrail detectors: precision and recall per detector and direction on the labelled corpus
+## (tuning and held-out sets), beside detect-secrets, and µs per KiB on 4 KiB and 4 MiB
+## (offline, about a minute; writes benchmarks/guard/results.md).
+guard-eval: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[guard-eval]'
+	timeout 600 $(BIN)/python -m benchmarks.guard.evaluate
 
 ## Ten minutes of load, session churn, server kills and a hostile client against one Manifold:
 ## leaks, crossed or lost answers, recovery times (see benchmarks/README.md, "Soak").

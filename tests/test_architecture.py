@@ -29,6 +29,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "protocol": frozenset({"core"}),
     "catalog": frozenset({"core", "protocol"}),
     "policy": frozenset({"core", "catalog"}),
+    "guard": frozenset(),  # pure detection (proxy.guard.detect): text in, findings out
     "config": frozenset({"core", "protocol", "catalog", "policy"}),
     "observe": frozenset({"core", "protocol", "config"}),
     "outbound": frozenset({"core", "protocol", "config"}),

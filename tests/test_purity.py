@@ -48,7 +48,7 @@ FILE_METHODS = {
 }
 FILE_BUILTINS = {"open", "exec", "eval", "compile", "__import__"}
 
-PURE_PACKAGES = ("protocol", "catalog", "policy")
+PURE_PACKAGES = ("protocol", "catalog", "policy", "guard/detect")
 PURE_MODULES = (
     "outbound/era.py",
     "outbound/lists.py",

@@ -234,6 +234,7 @@ class Gateway:
             if self.config.policy.files and self.config.policy.reload:
                 watch = functools.partial(self.access.watch, self._policy_changed)
                 tg.start_soon(supervised, self.boundary, "policy watcher", watch)
+            tg.start_soon(supervised, self.boundary, "tool search vectors", self.router.warm_search)
             await tg.start(functools.partial(self.connections.run, wait_for=wait_for))
             if self.revocations.shared:  # sessions other replicas end, ended here too
                 tg.start_soon(
@@ -245,6 +246,5 @@ class Gateway:
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     stores = (self.revocations, self.approvals.store, self.limiter, self.credential_store)
-                    for store in (*stores, self.token_modes):
-                        if store is not None:
-                            await store.aclose()
+                    for store in (s for s in (*stores, self.token_modes) if s is not None):
+                        await store.aclose()

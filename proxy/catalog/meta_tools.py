@@ -2,9 +2,18 @@
 
 With discovery on, ``tools/list`` shows three tools instead of the whole catalog::
 
-    manifold.search_tools(query, limit)      ranked names and one-line descriptions
-    manifold.describe_tools(names)           full definitions, inputSchema included
+    manifold.search_tools(query, limit)      ranked names, one-line descriptions, scores, why
+    manifold.describe_tools(names)           full definitions, input and output schemas included
     manifold.call_tool(name, arguments)      calls a tool found so, like a direct tools/call
+
+``search_tools`` and ``describe_tools`` declare an ``outputSchema`` (:data:`SEARCH_OUTPUT`,
+:data:`DESCRIBE_OUTPUT`) and answer with ``structuredContent`` that conforms to it, and the same
+JSON as one text block for clients that predate structured results.
+
+Their descriptions are written for the model that reads them: agents ignore a search tool they
+are not told they need (the gateway's tools are *not* listed, so a capability is missing only if
+a search says so), give up after one empty search, and call found tools by shortened names; the
+descriptions say each of these.
 
 They live in the namespace of the reserved prefix :data:`RESERVED_PREFIX` (``manifold`` plus the
 configured separator): the configuration refuses it as a server's prefix, and the merge skips an
@@ -22,11 +31,14 @@ from typing import Any, Final
 
 import orjson
 
+from proxy.catalog.fusion import MEANING
 from proxy.catalog.naming import RESERVED_PREFIX
-from proxy.catalog.search import Hit
+from proxy.catalog.search import FIELDS, Hit
 
 __all__ = [
+    "DESCRIBE_OUTPUT",
     "RESERVED_PREFIX",
+    "SEARCH_OUTPUT",
     "MetaArgumentError",
     "MetaNames",
     "describe_result",
@@ -38,6 +50,57 @@ __all__ = [
 ]
 
 _SUMMARY_CHARS: Final = 240  # of a description in a search result: enough to choose by
+
+
+_MATCHED: Final = [*(field.name for field in FIELDS), MEANING]
+
+SEARCH_OUTPUT: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "tools": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "title": {"type": "string"},
+                    "description": {"type": "string"},
+                    "score": {"type": "number"},
+                    "matched": {
+                        "type": "array",
+                        "items": {"type": "string", "enum": _MATCHED},
+                        "description": "Fields sharing words with the query; 'meaning': near it in meaning",
+                    },
+                },
+                "required": ["name", "score", "matched"],
+            },
+        }
+    },
+    "required": ["tools"],
+}
+
+DESCRIBE_OUTPUT: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "tools": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "title": {"type": "string"},
+                    "description": {"type": "string"},
+                    "inputSchema": {"type": "object"},
+                    "outputSchema": {"type": "object"},
+                    "annotations": {"type": "object"},
+                },
+                "required": ["name", "inputSchema"],
+            },
+        },
+        "unknown": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["tools"],
+}
 
 
 class MetaArgumentError(ValueError):
@@ -74,17 +137,20 @@ def meta_definitions(
             "name": names.search,
             "title": "Search tools",
             "description": (
-                "Find the tools that can do a task, among every tool this gateway offers you. "
-                "Describe the task in a few words; returns the best matching tool names with a "
-                f"short description, best first. Then {names.describe} shows a tool's arguments, "
-                f"and {names.call} calls it."
+                "Find the tools for a task. Many more tools are available than are listed: search "
+                "here before saying something cannot be done, whenever a task needs an action or "
+                "data no listed tool gives. Describe the task in plain words ('what changed in my "
+                "repo since yesterday'); returns the best tools first, each with a score and the "
+                "parts of its definition that matched. If nothing fits, search again in other "
+                f"words. Then {names.describe} shows a tool's arguments and {names.call} calls it, "
+                "by the exact name returned."
             ),
             "inputSchema": {
                 "type": "object",
                 "properties": {
                     "query": {
                         "type": "string",
-                        "description": "The task, in words (e.g. 'create a GitHub issue')",
+                        "description": "The task, in plain words (e.g. 'open a bug report on GitHub')",
                     },
                     "limit": {
                         "type": "integer",
@@ -96,14 +162,17 @@ def meta_definitions(
                 },
                 "required": ["query"],
             },
+            "outputSchema": SEARCH_OUTPUT,
             "annotations": {"title": "Search tools", **read_only},
         },
         {
             "name": names.describe,
             "title": "Describe tools",
             "description": (
-                "The full definitions (description and input schema) of tools named by "
-                f"{names.search}. Names it does not know are listed under 'unknown'."
+                f"The full definitions of tools that {names.search} found: description, the "
+                "arguments they take (inputSchema) and their structured result (outputSchema, when "
+                f"declared). Read them before {names.call}. Names no tool has are listed under "
+                "'unknown'."
             ),
             "inputSchema": {
                 "type": "object",
@@ -118,14 +187,15 @@ def meta_definitions(
                 },
                 "required": ["names"],
             },
+            "outputSchema": DESCRIBE_OUTPUT,
             "annotations": {"title": "Describe tools", **read_only},
         },
         {
             "name": names.call,
             "title": "Call a tool",
             "description": (
-                f"Call a tool found with {names.search} by its name, with its arguments as "
-                f"{names.describe} shows them. Returns that tool's own result."
+                f"Call a tool found with {names.search}, by the exact name it returned, with the "
+                f"arguments {names.describe} shows. Returns that tool's own result."
             ),
             "inputSchema": {
                 "type": "object",
@@ -201,11 +271,16 @@ def parse_call(arguments: object) -> tuple[str, Any]:
     return name, given.get("arguments")
 
 
-def _text_result(value: Mapping[str, Any]) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": orjson.dumps(value).decode()}], "isError": False}
+def _structured(value: dict[str, Any]) -> dict[str, Any]:
+    """A result with ``structuredContent``, and the same JSON as text for older clients."""
+    return {
+        "content": [{"type": "text", "text": orjson.dumps(value).decode()}],
+        "structuredContent": value,
+        "isError": False,
+    }
 
 
-def _summary(definition: Mapping[str, Any]) -> dict[str, Any]:
+def _summary(definition: Mapping[str, Any], hit: Hit) -> dict[str, Any]:
     found: dict[str, Any] = {"name": definition["name"]}
     if isinstance(definition.get("title"), str):
         found["title"] = definition["title"]
@@ -213,20 +288,31 @@ def _summary(definition: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(description, str) and description:
         first = description.strip().split("\n", 1)[0]
         found["description"] = first if len(first) <= _SUMMARY_CHARS else first[: _SUMMARY_CHARS - 1] + "…"
+    found["score"] = hit.score
+    found["matched"] = list(hit.fields)
     return found
 
 
 def search_result(hits: Sequence[Hit], definitions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The ``search_tools`` result: each hit's name, title and a one-line description."""
-    return _text_result({"tools": [_summary(definitions[hit.name]) for hit in hits]})
+    """The ``search_tools`` result (:data:`SEARCH_OUTPUT`): each hit's name, title, a one-line
+    description, its score and the fields it matched in."""
+    return _structured({"tools": [_summary(definitions[hit.name], hit) for hit in hits]})
 
 
 def describe_result(names: Sequence[str], definitions: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The ``describe_tools`` result: the definitions of ``names`` found in ``definitions`` (the
-    caller's own view), and the others under ``unknown``, hidden and missing alike."""
-    found = [definitions[name] for name in names if name in definitions]
+    """The ``describe_tools`` result (:data:`DESCRIBE_OUTPUT`): the definitions of ``names``
+    found in ``definitions`` (the caller's own view), and the others under ``unknown``, hidden and
+    missing alike. A definition without an ``inputSchema`` (the server's fault) is shown with an
+    empty object schema, as the result's schema requires one."""
+    found = [_described(definitions[name]) for name in names if name in definitions]
     unknown = [name for name in names if name not in definitions]
     described: dict[str, Any] = {"tools": found}
     if unknown:
         described["unknown"] = unknown
-    return _text_result(described)
+    return _structured(described)
+
+
+def _described(definition: Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(definition.get("inputSchema"), Mapping):
+        return definition
+    return {**definition, "inputSchema": {"type": "object"}}

@@ -10,9 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["DiscoveryMode", "DiscoverySettings"]
+__all__ = ["DiscoveryMode", "DiscoverySettings", "SemanticMode"]
 
 DiscoveryMode = Literal["off", "search", "promote"]
+SemanticMode = Literal["auto", "off"]
 
 
 class DiscoverySettings(BaseModel):
@@ -20,7 +21,11 @@ class DiscoverySettings(BaseModel):
     (``manifold.search_tools``, ``manifold.describe_tools``, ``manifold.call_tool``); ``promote``
     also adds the tools a session's searches found to that session's list, telling it with
     ``notifications/tools/list_changed`` (handshake-era sessions; a 2026-07-28 caller has no
-    session and sees the meta-tools only)."""
+    session and sees the meta-tools only).
+
+    ``semantic``: ``auto`` (the default) ranks by meaning as well as by words when the ``search``
+    extra (the embedding model) is installed, and by words alone otherwise; ``off`` never loads
+    the model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -30,10 +35,11 @@ class DiscoverySettings(BaseModel):
     max_describe: int = Field(default=20, ge=1, le=100)  # names in one describe_tools call
     max_query_chars: int = Field(default=1000, ge=16, le=100_000)
     max_promoted: int = Field(default=32, ge=1, le=256)  # per session; the oldest go first
+    semantic: SemanticMode = "auto"
 
-    @field_validator("mode", mode="before")
+    @field_validator("mode", "semantic", mode="before")
     @classmethod
-    def _yaml_off(cls, mode: Any) -> Any:
+    def _yaml_off(cls, mode: Any) -> Any:  # also for ``semantic``
         return "off" if mode is False else mode  # YAML 1.1 reads a bare `off` as false
 
     @property

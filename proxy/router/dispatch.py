@@ -192,6 +192,12 @@ class Router:
             except Exception as exc:
                 return self._boundary.answer(exc, request_id, method=message["method"], session=caller)
 
+    async def warm_search(self) -> None:
+        """Until cancelled: keep the tool search's vectors embedded as the catalog changes, off
+        the loop (nothing to do without discovery or its model)."""
+        if self._discovery is not None:
+            await self._discovery.warm(self._catalogs)
+
     def _notification(self, session: ClientSession, message: Message) -> None:
         method = message["method"]
         if method == "notifications/initialized":
@@ -308,6 +314,8 @@ class Router:
         discovery = self._discovery
         if discovery is not None and name in discovery.names:
             view = await self._opened(inbound)
+            if name != discovery.names.call:
+                await discovery.prepare(view.served, inbound)  # the index, built off the loop
             answer = discovery.answer(view.served, inbound, name, params.get("arguments"))
             if not isinstance(answer, Call):
                 return answer

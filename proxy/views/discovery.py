@@ -4,9 +4,14 @@ Every answer comes from the caller's own view of the tools (what ``tools/list`` 
 identity without discovery: :meth:`proxy.enforce.access.Access.tools_view`), so a search, a description
 or a call never tells of a tool the policy hides: a hidden name and a missing one answer alike.
 
-A view's index is built the first time someone searches it and kept while the view is (views are
-cached per catalog generation, policy version and identity); identities with the same view
-share one index. ``call_tool`` is not answered here: :meth:`Discovery.answer` returns a
+A view's index (:mod:`proxy.views.search_index`: BM25F, and sentence vectors when the ``search``
+extra is installed) is built the first time someone searches it after the catalog changed, in a
+worker thread (:meth:`Discovery.prepare`; one build at a time), and kept while the view is (views
+are cached per catalog generation, policy version and identity); identities with the same view
+share one index. The vectors themselves are embedded when the catalog changes (:meth:`Discovery.warm`,
+run by the gateway, also in a worker thread, only the tools whose text changed), so that build
+mostly finds them cached.
+``call_tool`` is not answered here: :meth:`Discovery.answer` returns a
 :class:`Call`, which the router sends down the same path as a direct ``tools/call`` (policy,
 validation, rate limits, audit under the real tool's name).
 
@@ -26,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+import anyio
 from cachetools import LRUCache
 
 from proxy.catalog.meta_tools import (
@@ -38,13 +44,13 @@ from proxy.catalog.meta_tools import (
     parse_search,
     search_result,
 )
-from proxy.catalog.search import ToolIndex
 from proxy.clients.session import ClientSession, InboundRequest
 from proxy.config.discovery import DiscoverySettings
 from proxy.core.errors import InvalidParams
 from proxy.enforce.access import Access, ServedTools
 from proxy.pipeline.context import tool_error
 from proxy.protocol import jsonrpc
+from proxy.views.search_index import Semantic, ToolCatalogs, ViewIndex, build_index, warm
 
 __all__ = ["META_OUTCOMES", "Call", "Discovery", "MetaOutcome", "MetaTool"]
 
@@ -67,10 +73,8 @@ class Call:
     arguments: Any
 
 
-@dataclass(frozen=True, slots=True)
-class _Indexed:
-    index: ToolIndex
-    definitions: Mapping[str, Mapping[str, Any]]  # name -> definition, of this view only
+# The model and its vector cache are the process's, shared by every endpoint's discovery.
+_SEMANTIC: Final = Semantic()
 
 
 class Discovery:
@@ -81,8 +85,13 @@ class Discovery:
         *,
         separator: str,
         on_answer: Callable[[MetaTool, MetaOutcome], None] | None = None,
+        semantic: Semantic | None = _SEMANTIC,
     ) -> None:
         self.settings = settings
+        self._semantic = semantic if settings.semantic != "off" else None
+        # Index builds are CPU-bound: one at a time, so a burst of catalog changes cannot take
+        # every core (made on the first build: a limiter belongs to the loop it is used in).
+        self._builds: anyio.CapacityLimiter | None = None
         self._on_answer = on_answer or (lambda tool, outcome: None)
         self.names = MetaNames.with_separator(separator)
         self._access = access
@@ -93,14 +102,21 @@ class Discovery:
             max_names=settings.max_describe,
         )
         # By the view object (kept in the value, so its id cannot be reused while cached) …
-        self._by_view: LRUCache[int, tuple[Sequence[Mapping[str, Any]], _Indexed]] = LRUCache(_INDEXES)
+        self._by_view: LRUCache[int, tuple[Sequence[Mapping[str, Any]], ViewIndex]] = LRUCache(_INDEXES)
         # … and by content, so that identities shown the same tools share one index.
-        self._by_content: LRUCache[tuple[str, tuple[str, ...]], _Indexed] = LRUCache(_INDEXES)
+        self._by_content: LRUCache[tuple[str, tuple[str, ...]], ViewIndex] = LRUCache(_INDEXES)
         self._promoted: dict[str, dict[str, None]] = {}  # session id -> names, oldest first
 
     @property
     def enabled(self) -> bool:
         return self.settings.enabled
+
+    async def warm(self, catalogs: ToolCatalogs) -> None:
+        """Until cancelled: embed ``catalogs``' tools now and after every change (in a worker
+        thread), so a search after a change finds their vectors ready; returns at once when this
+        discovery ranks by words alone."""
+        if self._semantic is not None:
+            await warm(catalogs, self._semantic)
 
     def instructions(self) -> str:
         """What ``initialize`` and ``server/discover`` tell a client's model about finding tools."""
@@ -118,7 +134,8 @@ class Discovery:
         listed: list[Mapping[str, Any]] = list(self._definitions)
         promoted = self._promoted.get(_session_id(caller) or "")
         if promoted:
-            visible = self._indexed(served, caller).definitions
+            view = self._access.tools_view(served, caller.identity)
+            visible = {d["name"]: d for d in view}  # no index needed: tools/list never builds one
             listed += [visible[name] for name in promoted if name in visible]
         return listed
 
@@ -168,7 +185,7 @@ class Discovery:
             max_query_chars=settings.max_query_chars,
         )
         indexed = self._indexed(served, caller)
-        hits = indexed.index.search(query, limit)
+        hits = indexed.search(query, limit)
         self._on_answer("search_tools", "ok" if hits else "no_results")
         if settings.mode == "promote" and hits:
             self._promote(caller, [hit.name for hit in hits])
@@ -194,18 +211,50 @@ class Discovery:
 
     # ---- the index of a view ---------------------------------------------------------------
 
-    def _indexed(self, served: ServedTools, caller: InboundRequest) -> _Indexed:
+    async def prepare(self, served: ServedTools, caller: InboundRequest) -> None:
+        """Build the index of ``caller``'s view in a worker thread if it is not built yet, so
+        that :meth:`answer` finds it ready and the event loop never tokenizes or embeds."""
         view = self._access.tools_view(served, caller.identity)
+        if self._cached(served, view) is None:
+            if self._builds is None:
+                self._builds = anyio.CapacityLimiter(1)
+            indexed = await anyio.to_thread.run_sync(
+                build_index, view, _servers(served, view), self._semantic, limiter=self._builds
+            )
+            self._keep(served, view, indexed)
+
+    def _indexed(self, served: ServedTools, caller: InboundRequest) -> ViewIndex:
+        view = self._access.tools_view(served, caller.identity)
+        indexed = self._cached(served, view)
+        if indexed is None:  # not prepared (an in-memory caller): build it here
+            indexed = build_index(view, _servers(served, view), self._semantic)
+            self._keep(served, view, indexed)
+        return indexed
+
+    def _cached(self, served: ServedTools, view: Sequence[Mapping[str, Any]]) -> ViewIndex | None:
+        """The index of ``view``: by the view object (cheap), else by its content (the names, so
+        that identities shown the same tools share one index)."""
         cached = self._by_view.get(id(view))
         if cached is not None and cached[0] is view:
             return cached[1]
-        key = (served.catalog.generation, tuple(definition["name"] for definition in view))
-        indexed = self._by_content.get(key)
-        if indexed is None:
-            indexed = _Indexed(ToolIndex.build(view), {d["name"]: d for d in view})
-            self._by_content[key] = indexed
-        self._by_view[id(view)] = (view, indexed)
+        indexed = self._by_content.get(_content(served, view))
+        if indexed is not None:
+            self._by_view[id(view)] = (view, indexed)
         return indexed
+
+    def _keep(self, served: ServedTools, view: Sequence[Mapping[str, Any]], indexed: ViewIndex) -> None:
+        self._by_content[_content(served, view)] = indexed
+        self._by_view[id(view)] = (view, indexed)
+
+
+def _content(served: ServedTools, view: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[str, ...]]:
+    return served.catalog.generation, tuple(definition["name"] for definition in view)
+
+
+def _servers(served: ServedTools, view: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Tool name -> the text of its server (its id) for the index's ``server`` field."""
+    by_name = served.catalog.by_name
+    return {d["name"]: by_name[d["name"]].server_id for d in view if d["name"] in by_name}
 
 
 def _session_of(caller: InboundRequest) -> ClientSession | None:

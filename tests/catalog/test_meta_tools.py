@@ -90,9 +90,24 @@ def test_a_search_result_is_names_titles_and_first_lines_cut_short() -> None:
         },
         "a.two": {"name": "a.two", "description": "x" * 500},
     }
-    found = text(search_result([Hit("a.two", 2.0), Hit("a.one", 1.0)], definitions))
-    assert found["tools"][0] == {"name": "a.two", "description": "x" * 239 + "…"}
-    assert found["tools"][1] == {"name": "a.one", "title": "One", "description": "First line."}
+    result = search_result(
+        [Hit("a.two", 2.0, ("name",)), Hit("a.one", 1.0, ("description", "meaning"))], definitions
+    )
+    found = text(result)
+    assert found == result["structuredContent"]  # the same JSON, as text for older clients
+    assert found["tools"][0] == {
+        "name": "a.two",
+        "description": "x" * 239 + "…",
+        "score": 2.0,
+        "matched": ["name"],
+    }
+    assert found["tools"][1] == {
+        "name": "a.one",
+        "title": "One",
+        "description": "First line.",
+        "score": 1.0,
+        "matched": ["description", "meaning"],
+    }
 
 
 def test_describe_lists_what_it_does_not_know_without_saying_why() -> None:
@@ -102,3 +117,13 @@ def test_describe_lists_what_it_does_not_know_without_saying_why() -> None:
         "unknown": ["a.hidden", "a.missing"],
     }
     assert text(describe_result(["a.one"], definitions)) == {"tools": [definitions["a.one"]]}
+
+
+def test_the_reference_shows_the_output_schemas_as_declared() -> None:
+    from pathlib import Path
+
+    from proxy.catalog.meta_tools import DESCRIBE_OUTPUT, SEARCH_OUTPUT
+
+    reference = (Path(__file__).parents[2] / "docs" / "reference" / "search.md").read_text()
+    assert json.dumps(SEARCH_OUTPUT, indent=2) in reference
+    assert json.dumps(DESCRIBE_OUTPUT, indent=2) in reference

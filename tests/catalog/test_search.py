@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.catalog.search import Hit, ToolIndex, terms
+from proxy.catalog.search import MAX_QUERY_CHARS, Hit, ToolIndex, terms
 
 
 def tool(name: str, description: str = "", title: str | None = None, **arguments: str) -> dict[str, Any]:
@@ -42,13 +42,14 @@ def names(hits: tuple[Hit, ...]) -> list[str]:
 def test_terms_split_separators_and_case_changes_fold_case_stem_and_drop_stop_words() -> None:
     assert terms("github.createPullRequest") == ["github", "creat", "pull", "request"]
     assert terms("create_issue") == terms("create-issue") == terms("Create issues") == ["creat", "issu"]
-    assert terms("HTTPServer parseJSONBody v2") == ["http", "server", "pars", "json", "body", "v2"]
-    assert terms("list all the directories") == ["list", "all", "directory"]
+    assert terms("HTTPServer parseJSONBody v2") == ["http", "server", "pars", "json", "bodi", "v2"]
+    assert terms("list all the directories") == ["list", "all", "directori"]
+    assert terms("repositories repository") == ["repositori", "repositori"]  # Snowball, not suffix cuts
     assert terms("running created listing") == ["run", "creat", "list"]
 
 
 def test_terms_are_unicode_aware_and_ignore_punctuation_and_metacharacters() -> None:
-    assert terms("Größe ändern") == terms("GRÖSSE Ändern") == ["gröss", "ändern"]
+    assert terms("Größe ändern") == terms("GRÖSSE Ändern") == ["grösse", "ändern"]
     assert terms("日本語 ツール") == ["日本語", "ツール"]
     assert terms(".*+?^$()[]{}|\\") == []
     assert terms("") == []
@@ -145,3 +146,86 @@ def test_a_query_word_finds_a_tool_that_uses_another_word_of_its_group_at_lower_
     found = index.search("folder", 2)
     assert names(found) == ["fs.make_folder", "fs.list_directory"]
     assert found[0].score > found[1].score
+
+
+# ---- fields, stuffing, Unicode, size ------------------------------------------------------------
+
+
+def test_a_hit_says_which_fields_its_words_matched_in() -> None:
+    index = ToolIndex.build(CATALOG, servers={"db.query": "postgres"})
+    (hit,) = index.search("sql statement", 1)
+    assert hit.fields == ("description", "arguments")
+    (hit,) = index.search("postgres", 1)
+    assert (hit.name, hit.fields) == ("db.query", ("server",))
+    (hit,) = index.search("create an issue", 1)
+    assert hit.fields == ("name", "description")
+
+
+def test_keyword_stuffing_does_not_beat_the_tool_that_honestly_does_the_task() -> None:
+    honest = tool("gh.create_issue", "Create a new issue in a repository.", title="Create issue")
+    stuffers = [
+        tool("x.stuffed", "create issue " * 500),  # one field, repeated: saturates, and is long
+        tool(
+            "x.everywhere", "create issue", title="create issue create issue", create="issue", issue="create"
+        ),
+        tool("x.create_issue_create_issue_create_issue", "create issue create issue"),
+    ]
+    for stuffer in stuffers:
+        others = [t for t in CATALOG if t["name"] != "github.create_issue"]
+        index = ToolIndex.build([*others, stuffer, honest])
+        assert names(index.search("create an issue in my repository", 2))[0] == "gh.create_issue", stuffer
+
+
+def test_repeating_a_word_saturates_its_score() -> None:
+    once = ToolIndex.build([tool("a.x", "deploy"), tool("a.y", "other")]).search("deploy", 1)[0].score
+    many = ToolIndex.build([tool("a.x", "deploy " * 1000), tool("a.y", "other")]).search("deploy", 1)[0].score
+    assert many < (1.2 + 1) * once  # BM25's k1 = 1.2: a thousand repeats are worth at most 2.2 mentions
+
+
+@pytest.mark.parametrize(
+    "hidden",
+    [
+        "\uff43\uff52\uff45\uff41\uff54\uff45 \uff49\uff53\uff53\uff55\uff45",  # fullwidth: NFKC: ASCII
+        "cre\u200bate iss\u200due",  # zero-width space and joiner inside the words
+        "\u202ecreate\u202c \ufeffissue",  # bidi override, byte-order mark
+        "cre\u00adate is\U000e0041sue",  # soft hyphen, a tag character
+    ],
+)
+def test_unicode_tricks_neither_hide_words_from_the_index_nor_from_a_query(hidden: str) -> None:
+    assert terms(hidden) == ["creat", "issu"]
+    index = ToolIndex.build([tool("a.other", "list things"), tool("a.hidden", hidden)])
+    assert names(index.search("create issue", 1)) == ["a.hidden"]
+    assert names(ToolIndex.build(CATALOG).search(hidden, 1)) == ["github.create_issue"]
+
+
+def test_a_ten_thousand_tool_catalog_and_a_100_kib_query_are_bounded() -> None:
+    catalog = [tool(f"s{i % 50}.tool_{i}", f"does thing {i} with widgets and gadgets") for i in range(10_000)]
+    index = ToolIndex.build(catalog)
+    assert len(index) == 10_000
+    query = "widgets " + "gadgets " * 13_000  # 100 KiB: only the first MAX_QUERY_CHARS are read
+    assert len(query) > 100 * 1024 > MAX_QUERY_CHARS
+    hits = index.search(query, 5)
+    assert len(hits) == 5
+    assert index.search("thing 9999", 1)[0].name == "s49.tool_9999"
+
+
+def test_common_abbreviations_in_a_query_find_the_words_tools_spell_out() -> None:
+    catalog = [
+        tool("gh.merge_pull_request", "Merge a pull request."),
+        tool("gh.create_issue", "Create a new issue."),
+        tool("pg.query", "Run a read-only query against the database."),
+    ]
+    index = ToolIndex.build(catalog)
+    assert names(index.search("land PR 9", 1)) == ["gh.merge_pull_request"]
+    assert names(index.search("my open PRs", 1)) == ["gh.merge_pull_request"]  # a plural acronym
+    assert names(index.search("count rows in the db", 1)) == ["pg.query"]
+    assert terms("PRs URLs HTTPServer") == ["prs", "url", "http", "server"]
+
+
+def test_words_too_long_to_be_english_are_neither_stemmed_nor_kept_in_the_stem_cache() -> None:
+    from proxy.catalog import search
+
+    before = search._snowball.cache_info().currsize
+    hostile = [f"{'a' * 200}{i:x}".replace("0", "b") for i in range(100)]
+    assert terms(" ".join(hostile)) == [word.casefold() for word in hostile]
+    assert search._snowball.cache_info().currsize == before

@@ -464,6 +464,7 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_DISCOVERY__MAX_DESCRIBE": "5",
     "MANIFOLD_DISCOVERY__MAX_QUERY_CHARS": "200",
     "MANIFOLD_DISCOVERY__MAX_PROMOTED": "4",
+    "MANIFOLD_DISCOVERY__SEMANTIC": "off",
     "MANIFOLD_CREDENTIALS": '{"store": "redis"}',
     "MANIFOLD_CREDENTIALS__STORE": "env",
     "MANIFOLD_CREDENTIALS__PATH": "/var/lib/manifold/credentials.json",

@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 import anyio
+import jsonschema
 import orjson
 import pytest
 from mcp import Client
@@ -31,6 +32,7 @@ from tests.interaction.harness import (
     fixture_server,
     names_the_limit,
     post,
+    raw_session,
     running_manifold,
 )
 from tests.interaction.test_policy import KEYS, ListChanged, audited, bearer, connect, stored, text_of
@@ -387,3 +389,87 @@ async def test_promote_mode_never_promotes_a_hidden_tool_and_a_stateless_caller_
     async with connect(promoting.url, "sam", **options(V)) as stateless:
         assert (await found(stateless, "write a file", limit=1)) == ["fs.write_file"]
         assert await listed_names(stateless) == META
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("era", ERAS)
+async def test_search_and_describe_answer_structured_content_that_validates_against_their_output_schemas(
+    manifold: RunningManifold, era: str
+) -> None:
+    async with connect(manifold.url, "sam", **options(era)) as client:
+        listed = {tool.name: tool for tool in (await client.list_tools(cache_mode="bypass")).tools}
+        schemas: dict[str, dict[str, Any]] = {}
+        for name in (SEARCH, DESCRIBE):
+            schema = listed[name].output_schema
+            assert schema is not None
+            assert schema["type"] == "object"
+            schemas[name] = schema
+        # The SDK client checks structuredContent against the listed outputSchema itself; and so do we.
+        searched = await client.call_tool(SEARCH, {"query": "read the text of a file", "limit": 5})
+        assert not searched.is_error, text_of(searched)
+        jsonschema.validate(searched.structured_content, schemas[SEARCH])
+        assert json.loads(text_of(searched)) == searched.structured_content  # the same JSON as text
+        first = searched.structured_content["tools"][0]
+        assert first["name"] == "fs.read_text_file"
+        assert first["score"] > 0
+        assert {"name", "description"} <= set(first["matched"])
+        described = await client.call_tool(DESCRIBE, {"names": ["fs.list_directory", "fs.nope"]})
+        assert not described.is_error, text_of(described)
+        jsonschema.validate(described.structured_content, schemas[DESCRIBE])
+        assert described.structured_content["tools"][0]["inputSchema"]["properties"]["path"]
+        assert described.structured_content["unknown"] == ["fs.nope"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_task_in_other_words_than_the_tools_finds_it_by_meaning(
+    manifold: RunningManifold, era: str
+) -> None:
+    async with connect(manifold.url, "sam", **options(era)) as client:
+        result = await meta(client, SEARCH, {"query": "what is in notes.txt", "limit": 3})
+        top = result["tools"][0]
+        assert top["name"] in {"fs.read_text_file", "fs.read_file"}
+        assert top["matched"] == ["meaning"]  # no word in common with its definition: found by meaning
+
+
+@pytest.mark.slow
+async def test_a_ten_thousand_tool_catalog_is_searched_while_other_requests_are_answered(
+    tmp_path: Path,
+) -> None:
+    """The index of 10,000 tools (words and vectors) is built in a worker thread on the first
+    search: meanwhile the event loop answers another client's pings."""
+    config = {
+        "discovery": {"mode": "search"},
+        "catalog": {"page_size": 1000},
+        "servers": {"big": fixture_server("big", tools=10_000, page_size=1000)},
+    }
+    async with running_manifold(tmp_path, config) as running, aiohttp.ClientSession() as http:
+        session = {"Mcp-Session-Id": await raw_session(http, running.url)}
+        search = {"name": SEARCH, "arguments": {"query": "numbered tool 9999", "limit": 3}}
+        answered: list[Any] = []
+        waits: list[float] = []
+
+        async def searching() -> None:
+            message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": search}
+            status, _, body = await post(http, running.url, message, session)
+            assert status == 200, body
+            answered.append(body["result"])
+
+        async def pinging() -> None:
+            while not answered:
+                started = anyio.current_time()
+                status, _, _ = await post(
+                    http, running.url, {"jsonrpc": "2.0", "id": 3, "method": "ping"}, session
+                )
+                assert status == 200
+                waits.append(anyio.current_time() - started)
+                await anyio.sleep(0.01)
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(searching)
+                tg.start_soon(pinging)
+        found = answered[0]["structuredContent"]["tools"]
+        assert found[0]["name"] == "big.tool_9999"
+        assert waits, "the search answered before a ping was sent"
+        assert max(waits) < 1.0, waits  # the build did not hold the event loop

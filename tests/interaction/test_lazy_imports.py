@@ -56,11 +56,16 @@ LAZY = (
     "cryptography",
     "jsonschema",
     "jwt",
+    "numpy",
     "opentelemetry",
     "re2",
     "redis",
     "referencing",
     "rpds",
+    "snowballstemmer",
+    "Stemmer",
+    "tokenizers",
+    "wordllama",
     "proxy.auth.discovery",
     "proxy.auth.introspection",
     "proxy.auth.jwks",
@@ -71,6 +76,7 @@ LAZY = (
     "proxy.credentials.on_behalf",
     "proxy.credentials.redis_store",
     "proxy.credentials.tokens",
+    "proxy.views.semantic",
     "proxy.inbound.signin_page",
     "proxy.cli.inspection",
     "proxy.pipeline.stages.sign_in",
@@ -144,6 +150,31 @@ async def test_a_stdio_only_serve_never_imports_what_its_config_does_not_use(tmp
         assert "one.echo" in names
         assert "two.add" in names
     assert lazy_among(served.modules()) == []
+
+
+@pytest.mark.slow
+async def test_discovery_loads_the_stemmer_on_its_first_search_and_the_model_only_when_semantic(
+    tmp_path: Path,
+) -> None:
+    search = {"name": "manifold.search_tools", "arguments": {"query": "echo back"}}
+    message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": search}
+    loaded: dict[str, set[str]] = {}
+    for semantic in ("off", "auto"):
+        config = {
+            "discovery": {"mode": "search", "semantic": semantic},
+            "servers": {"one": fixture_server("one")},
+        }
+        (tmp_path / semantic).mkdir()
+        async with serving(tmp_path / semantic, config) as served, aiohttp.ClientSession() as http:
+            session = {"Mcp-Session-Id": await raw_session(http, served.manifold.url)}
+            status, _, body = await post(http, served.manifold.url, message, session)
+            assert status == 200, body
+            assert not body["result"]["isError"], body
+        loaded[semantic] = served.modules()
+    assert "snowballstemmer" in loaded["off"]
+    assert not {"numpy", "proxy.views.semantic"} & loaded["off"]
+    assert {"numpy", "proxy.views.semantic"} <= loaded["auto"]
+    assert "wordllama" not in loaded["auto"]  # its files are read; its loader (and downloads) never run
 
 
 async def test_a_scrape_of_metrics_loads_the_exposition_and_both_formats_are_served(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from proxy.clients.session import ClientSession, InboundRequest
@@ -145,3 +146,52 @@ def test_every_answer_is_told_with_a_fixed_tool_label_and_outcome_whatever_the_s
         ("call_tool", "ok"),
         ("call_tool", "invalid_arguments"),
     ]
+
+
+@pytest.mark.anyio
+async def test_prepare_builds_the_index_once_in_a_worker_thread_and_answer_uses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from proxy.views import discovery as service
+    from proxy.views.search_index import build_index
+
+    discovery, _, served = setup(tmp_path)
+    built: list[int] = []
+    real = build_index
+
+    def counting(*args: Any) -> Any:
+        built.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(service, "build_index", counting)
+    await discovery.prepare(served, request(ROOT))
+    await discovery.prepare(served, request(ROOT2))  # the same view: the same index
+    assert len(built) == 1
+    assert built[0] != threading.get_ident()  # off the event loop's thread
+    decoded(discovery.answer(served, request(ROOT), "manifold.search_tools", {"query": "issue"}))
+    assert len(built) == 1
+
+
+def test_semantic_off_never_loads_the_model(tmp_path: Path) -> None:
+    discovery, _, served = setup(tmp_path, semantic="off")
+    found = decoded(discovery.answer(served, request(ROOT), "manifold.search_tools", {"query": "issue"}))
+    assert all("meaning" not in tool["matched"] for tool in found["tools"])
+    assert discovery._semantic is None
+
+
+@pytest.mark.anyio
+async def test_warming_the_vectors_returns_at_once_when_search_is_by_words_alone(tmp_path: Path) -> None:
+    discovery, _, _ = setup(tmp_path, semantic="off")
+    followed: list[object] = []
+
+    class Catalogs:
+        served = None
+
+        def follow(self, follower: object) -> None:
+            followed.append(follower)
+
+    with anyio.fail_after(1):
+        await discovery.warm(Catalogs())  # type: ignore[arg-type]
+    assert followed == []
