@@ -7,7 +7,8 @@ client session that calls it) and ``http`` (Streamable HTTP, a process this run 
 
 * steady load: ``--clients`` sessions call the three echo tools round-robin, ``--rate`` calls/s in
   all, every answer checked against its request (wrong = crossed; lost = no answer or an error);
-* session churn: open a session, call each server, DELETE it, again and again;
+* session churn: ``--churn-workers`` loops open a session, call each server, DELETE it, again
+  and again (thousands of sessions: what each ended session leaves behind must plateau);
 * a kill: ``shared``'s process gets SIGKILL every ``--kill-every`` s; recovery is the time until
   the first call started after the kill is answered;
 * a hostile client: malformed JSON, 300-deep nesting, a 5 MiB body, a 1000-entry batch, initialize
@@ -72,8 +73,9 @@ class SoakPlan:
     seconds: float = 600.0
     clients: int = 8  # steady sessions
     rate: float = 160.0  # steady calls per second, all clients together
-    churn_pause: float = 0.5  # seconds between churned sessions
-    per_client_every: int = 5  # every n-th churned session also calls the per_client server
+    churn_workers: int = 4  # session churn loops at once: thousands of sessions opened and ended
+    churn_pause: float = 0.1  # seconds between one loop's churned sessions
+    per_client_every: int = 5  # every n-th session of the first loop also calls the per_client server
     kill_first: float = 30.0  # seconds into the run
     kill_every: float = 60.0
     kill_settle: float = 15.0  # no kill closer than this to the end (room to recover)
@@ -174,7 +176,8 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
         "plan": dataclasses.asdict(plan),
         "summary": (
             f"{plan.clients} steady clients at {plan.rate:g} calls/s in all over {SHARED} (stdio), "
-            f"{PER_CLIENT} (stdio, per_client) and {HTTP} (Streamable HTTP); session churn; SIGKILL of "
+            f"{PER_CLIENT} (stdio, per_client) and {HTTP} (Streamable HTTP); session churn from "
+            f"{plan.churn_workers} loops, {plan.churn_pause:g} s apart; SIGKILL of "
             f"{SHARED}'s process at {plan.kill_first:g} s and every {plan.kill_every:g} s; "
             f"hostile client {'on: ' + ', '.join(plan.hostile_kinds) if plan.hostile else 'off'} "
             f"(a request every {plan.hostile_pause:g} s; "
@@ -277,18 +280,19 @@ async def soak(plan: SoakPlan, workdir: Path, say: Callable[[str], None]) -> Soa
                             **bounds,
                         )
                     )
-                tg.start_soon(
-                    partial(
-                        churn,
-                        manifold.url,
-                        tally,
-                        (SHARED, HTTP),
-                        PER_CLIENT,
-                        pause=plan.churn_pause,
-                        per_client_every=plan.per_client_every,
-                        **bounds,
+                for worker in range(plan.churn_workers):  # each starts a process on the per_client
+                    tg.start_soon(  # server now and then: the first loop alone does, to keep them few
+                        partial(
+                            churn,
+                            manifold.url,
+                            tally,
+                            (SHARED, HTTP),
+                            PER_CLIENT if worker == 0 else None,
+                            pause=plan.churn_pause,
+                            per_client_every=plan.per_client_every,
+                            **bounds,
+                        )
                     )
-                )
                 if plan.hostile:
                     tg.start_soon(
                         partial(
@@ -341,6 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=SoakPlan.rate, help="steady calls/s, all clients")
     parser.add_argument("--kill-every", type=float, default=SoakPlan.kill_every, help="seconds between kills")
     parser.add_argument("--sample-every", type=float, default=SoakPlan.sample_every)
+    parser.add_argument(
+        "--churn-workers", type=int, default=SoakPlan.churn_workers, help="session churn loops at once"
+    )
     parser.add_argument("--no-hostile", action="store_true", help="no hostile client")
     parser.add_argument(
         "--hostile-kinds",
@@ -358,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kill_first=min(SoakPlan.kill_first, args.kill_every),
         kill_every=args.kill_every,
         sample_every=args.sample_every,
+        churn_workers=args.churn_workers,
         hostile=not args.no_hostile,
         hostile_kinds=args.hostile_kinds,
     )

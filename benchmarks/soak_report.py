@@ -15,7 +15,17 @@ import orjson
 
 from benchmarks.soak_traffic import Failure, Kill, Tally
 
-__all__ = ["KILL_GRACE", "Sample", "SoakResult", "Thresholds", "render", "slope", "summarize", "write"]
+__all__ = [
+    "KILL_GRACE",
+    "Sample",
+    "SoakResult",
+    "Thresholds",
+    "render",
+    "slope",
+    "summarize",
+    "thirds",
+    "write",
+]
 
 # A failed call to a killed server counts as inside its kill window when it overlapped
 # [kill, first success after it + KILL_GRACE]: calls already queued behind the restart may fail too.
@@ -36,6 +46,8 @@ class Sample:
 @dataclass(frozen=True)
 class Thresholds:
     rss_slope_mib_per_min: float = 2.0
+    # RSS plateau: the mean of the last third of the samples over that of the middle third.
+    rss_plateau_mib: float = 4.0
     recovery_seconds: float = 30.0
 
 
@@ -61,6 +73,8 @@ class SoakResult:
     max_recovery: float | None = None
     rss_slope: float = math.nan  # MiB/min over the second half
     fd_slope: float = math.nan  # FDs/min over the second half
+    rss_thirds: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # mean RSS of each third
+    rss_late_slope: float = math.nan  # MiB/min over the last third
     sessions_opened: int = 0
     sessions_deleted: int = 0
     hostile_sent: dict[str, int] = field(default_factory=dict)
@@ -84,6 +98,17 @@ def slope(points: Sequence[tuple[float, float]]) -> float:
     if spread == 0:
         return math.nan
     return sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+
+
+def thirds(samples: Sequence[Sample], started: float, ended: float) -> tuple[float, float, float]:
+    """The mean RSS (MiB) of the samples in each third of the run; NaN for a third without any."""
+    span = (ended - started) / 3
+    means: list[float] = []
+    for index in range(3):
+        low, high = started + index * span, started + (index + 1) * span
+        inside = [s.rss_mib for s in samples if low <= s.at < high or (index == 2 and s.at == high)]
+        means.append(sum(inside) / len(inside) if inside else math.nan)
+    return means[0], means[1], means[2]
 
 
 def _in_window(failure: Failure, kills: Iterable[Kill], end: float) -> bool:
@@ -131,6 +156,9 @@ def summarize(
     late = [s for s in samples if s.at >= half]
     result.rss_slope = slope([(s.at / 60, s.rss_mib) for s in late])
     result.fd_slope = slope([(s.at / 60, float(s.fds)) for s in late])
+    result.rss_thirds = thirds(samples, started, ended)
+    last_third = [s for s in samples if s.at >= started + 2 * (ended - started) / 3]
+    result.rss_late_slope = slope([(s.at / 60, s.rss_mib) for s in last_third])
     result.sessions_opened, result.sessions_deleted = tally.sessions_opened, tally.sessions_deleted
     result.hostile_sent = dict(tally.hostile_sent)
     result.hostile_answers = [
@@ -161,6 +189,15 @@ def summarize(
         f"≤ {thresholds.rss_slope_mib_per_min:g} MiB/min",
         f"{result.rss_slope:+.2f} MiB/min ({len(late)} samples)",
         slope_ok,
+    )
+    _, middle, last = result.rss_thirds
+    plateau = last - middle
+    verdict(
+        "RSS plateau under session churn (mean of the last third minus the middle third)",
+        f"≤ {thresholds.rss_plateau_mib:g} MiB",
+        f"{plateau:+.2f} MiB ({middle:.1f} → {last:.1f} MiB; last third "
+        f"{result.rss_late_slope:+.2f} MiB/min; {result.sessions_opened:,} sessions opened)",
+        math.isnan(plateau) or plateau <= thresholds.rss_plateau_mib,
     )
     unrecovered = sum(1 for k in tally.kills if k.recovery is None)
     worst = "-" if result.max_recovery is None else f"{result.max_recovery:.2f} s"

@@ -165,7 +165,7 @@ class Reloader:
                 gateway.views.replace(name, views[name][2])
         gateway.config = config
         gateway.logs.endpoints_changed(config.endpoints)
-        gateway.catalogs.servers_changed(force=("tools",) if plan.restart else ())
+        gateway.catalogs.servers_changed()
         if gateway.per_client_catalogs is not None:
             gateway.per_client_catalogs.servers_changed()
         for name in plan.endpoints_removed:

@@ -24,7 +24,7 @@ without a required scope) and the header ``WWW-Authenticate: rejected.www_authen
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # loaded by from_settings when auth.jwt or auth.oauth asks (P
     from proxy.auth.jwks import Fetch
     from proxy.auth.jwt import JwtVerifier
     from proxy.auth.oauth import OAuthVerifier, SignedIn
+    from proxy.config.oauth import AuthorizationServer
 
 __all__ = [
     "MAX_CACHED_SECONDS",
@@ -65,6 +66,13 @@ class FailureReason(StrEnum):
     EXPIRED = "expired"  # a token past its exp
     INSUFFICIENT_SCOPE = "insufficient_scope"  # a good token that lacks a required scope (403)
     UNAVAILABLE = "unavailable"  # the token could not be checked now: its issuer is unreachable (503)
+    THROTTLED = "throttled"  # this client sent too many unknown tokens to check now (429)
+
+
+_REASONS: Final[dict[str, FailureReason]] = {
+    "unavailable": FailureReason.UNAVAILABLE,
+    "throttled": FailureReason.THROTTLED,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +95,14 @@ class Rejected:
     def status(self) -> int:
         if self.reason is FailureReason.UNAVAILABLE:
             return 503  # not the token's fault: a client that signs in again would lose a good one
+        if self.reason is FailureReason.THROTTLED:
+            return 429
         return 403 if self.reason is FailureReason.INSUFFICIENT_SCOPE else 401
 
     def headers(self) -> list[tuple[str, str]]:
         """The response headers: the challenge, and when to come back after a 503."""
         found = [("www-authenticate", self.www_authenticate())]
-        if self.reason is FailureReason.UNAVAILABLE:
+        if self.reason in (FailureReason.UNAVAILABLE, FailureReason.THROTTLED):
             found.append(("retry-after", str(RETRY_AFTER_SECONDS)))
         return found
 
@@ -108,8 +118,8 @@ class Rejected:
             challenge += f', resource_metadata="{self.resource_metadata}"'
         if self.scope:
             challenge += f', scope="{self.scope}"'
-        if self.reason in (FailureReason.MISSING, FailureReason.UNAVAILABLE):
-            return challenge  # nothing wrong with the token (if any): keep it, come back
+        if self.reason in (FailureReason.MISSING, FailureReason.UNAVAILABLE, FailureReason.THROTTLED):
+            return challenge  # nothing known to be wrong with the token (if any): keep it, come back
         error = "insufficient_scope" if self.reason is FailureReason.INSUFFICIENT_SCOPE else "invalid_token"
         description = "".join(c if " " <= c <= "~" and c not in '"\\' else "?" for c in self.message)
         return f'{challenge}, error="{error}", error_description="{description}"'
@@ -238,8 +248,9 @@ class Authenticator:
     def _no(self, reason: FailureReason, message: str) -> Rejected:
         return Rejected(reason, message, self._metadata_url, self._scope)
 
-    async def authenticate(self, headers: Mapping[str, str]) -> AuthResult:
-        """Judge one request by its headers (names lower-cased). Never raises to say no."""
+    async def authenticate(self, headers: Mapping[str, str], client: str | None = None) -> AuthResult:
+        """Judge one request by its headers (names lower-cased); ``client`` is its peer address
+        (what an unknown opaque token's introspection is budgeted by). Never raises to say no."""
         authorization = headers.get("authorization")
         api_key = headers.get("x-api-key")
         if authorization is None and api_key is None:
@@ -271,24 +282,29 @@ class Authenticator:
             if self._oauth is None or not self._oauth.introspects:
                 return self._no(FailureReason.INVALID, "the API key is not valid")
             return await self._signed_in(
-                "introspection", self._oauth.verify_opaque(credential, key_digest), key_digest, credential
+                "introspection",
+                self._oauth.verify_opaque(credential, key_digest, client),
+                key_digest,
+                credential,
             )
         if self._oauth is None and self._jwt is None:  # no issuer to ask: nothing to decode
             return self._no(
                 FailureReason.INVALID, "the credential is not a valid API key, and tokens are not accepted"
             )
-        iss = _unverified_issuer(credential)
+        decoded, iss = _unverified_issuer(credential)
         if self._oauth is not None and self._oauth.issues(iss):
             return await self._signed_in(
                 "oauth", self._oauth.verify_jwt(credential, iss), key_digest, credential
             )
         if self._jwt is None:
-            return self._no(
-                FailureReason.INVALID,
-                "the token's issuer (iss) is not trusted here"
-                if self._oauth is not None
-                else "the credential is not a valid API key, and tokens are not accepted",
-            )
+            assert self._oauth is not None
+            # Counted like any refused token: a flood of forged or mis-issued tokens shows.
+            if not decoded:
+                self.on_sign_in("oauth", "malformed")
+                return self._no(FailureReason.INVALID, "the token is malformed (not a JWT)")
+            self.on_sign_in("oauth", "wrong_issuer")
+            servers = self._oauth.settings.authorization_servers
+            return self._no(FailureReason.INVALID, _untrusted(iss, servers))
         from proxy.auth.jwt import TokenRejected  # loaded with the verifier
 
         try:
@@ -310,7 +326,7 @@ class Authenticator:
             signed_in = await verifying
         except TokenRejected as exc:
             self.on_sign_in(method, exc.outcome)
-            reason = FailureReason.UNAVAILABLE if exc.outcome == "unavailable" else FailureReason(exc.reason)
+            reason = _REASONS.get(exc.outcome) or FailureReason(exc.reason)
             return self._no(reason, exc.message)
         if missing := self._oauth.missing_scopes(signed_in.scopes):
             self.on_sign_in(method, "insufficient_scope")
@@ -333,11 +349,26 @@ class Authenticator:
         return result
 
 
-def _unverified_issuer(token: str) -> Any:
-    """The ``iss`` a JWT claims (unchecked: only to choose who checks it), or None."""
+def _unverified_issuer(token: str) -> tuple[bool, Any]:
+    """Whether ``token`` decodes as a JWT, and the ``iss`` it claims (unchecked: only to choose
+    who checks it; None when it names none)."""
     import jwt  # loaded with the verifiers: there is one when this is asked
 
     try:
-        return jwt.decode(token, options={"verify_signature": False}).get("iss")
+        return True, jwt.decode(token, options={"verify_signature": False}).get("iss")
     except jwt.PyJWTError:
-        return None
+        return False, None
+
+
+def _untrusted(iss: Any, servers: Iterable[AuthorizationServer]) -> str:
+    """Why a well-formed token's issuer is refused: with a hint when it is a configured issuer but
+    for a trailing slash (the commonest mistake: the provider's ``iss`` differs by one '/')."""
+    if not isinstance(iss, str):
+        return "the token names no issuer (iss)"
+    for server in servers:
+        if server.issuer.rstrip("/") == iss.rstrip("/"):
+            return (
+                f"the token's issuer (iss) is not trusted here: it differs from the configured "
+                f"{server.issuer!r} by a trailing '/'"
+            )
+    return "the token's issuer (iss) is not trusted here"

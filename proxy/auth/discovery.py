@@ -7,12 +7,14 @@ RFC 8414, then OpenID Connect with insertion, then with appending); the first do
 
 :class:`DiscoveredKeys` is a :class:`~proxy.auth.jwks.KeySource`: it finds the ``jwks_uri`` in
 the metadata and then behaves as a :class:`~proxy.auth.jwks.JwksUrl`. An identity provider that
-is down at start does not keep Manifold down: discovery is retried in the background, and its
-tokens are refused until it succeeds.
+is down at start does not keep Manifold down: discovery runs in the background (:meth:`run`:
+nothing waits for it, not even start-up), is retried there, and until it succeeds its tokens get
+503 with ``Retry-After`` (they cannot be judged yet), never 401.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -25,6 +27,7 @@ import anyio
 import anyio.abc
 
 from proxy.auth.jwks import Fetch, JwksError, JwksUrl, SigningKey, fetch_url
+from proxy.auth.tls import client_context
 from proxy.config.oauth import OAuthSettings, check_https_url
 
 __all__ = ["DiscoveredKeys", "ServerMetadata", "check_servers", "metadata_urls", "parse_metadata"]
@@ -32,6 +35,10 @@ __all__ = ["DiscoveredKeys", "ServerMetadata", "check_servers", "metadata_urls",
 logger = logging.getLogger("proxy.auth.discovery")
 
 _RETRY_AT_MOST: Final = 60.0  # seconds between discovery attempts while it fails
+
+
+class _WrongIssuer(JwksError):
+    """A metadata document served for another issuer than the one configured."""
 
 
 def metadata_urls(issuer: str) -> list[str]:
@@ -73,7 +80,7 @@ def parse_metadata(data: bytes, issuer: str, origin: str) -> ServerMetadata:
     if not isinstance(document, dict):
         raise JwksError(f"{origin}: not a metadata document (not an object)")
     if document.get("issuer") != issuer:
-        raise JwksError(
+        raise _WrongIssuer(
             f"{origin}: the document's issuer {document.get('issuer')!r} is not {issuer!r} "
             "(RFC 8414 §3.3: not used)"
         )
@@ -114,17 +121,32 @@ class DiscoveredKeys:
         self._keys: JwksUrl | None = None
         self._lock = anyio.Lock()
         self._last_try: float | None = None
+        self._background = False  # run() discovers: requests never wait for it
+        self.problems: tuple[str, ...] = ()  # why the last discovery found nothing usable
+        self.wrong_issuer = False  # a document was found, but for another issuer
 
     async def discover(self) -> ServerMetadata | None:
         """Fetch the metadata now (each URL in turn); None, with a warning, if none is usable."""
         problems: list[str] = []
+        self.wrong_issuer = False
         for url in self._urls:
             try:
                 with anyio.fail_after(self._timeout):
                     data = await self._fetch(url)
+            except JwksError as exc:
+                problems.append(str(exc))
+                continue
+            except TimeoutError:
+                problems.append(f"{url}: no answer in {self._timeout:g} s")
+                continue
+            try:
                 metadata = parse_metadata(data, self.issuer, url)
-            except (JwksError, TimeoutError) as exc:
-                problems.append(str(exc) or f"{url}: no answer in {self._timeout:g} s")
+            except _WrongIssuer as exc:
+                self.wrong_issuer = True
+                problems.append(str(exc))
+                continue
+            except JwksError as exc:
+                problems.append(str(exc))
                 continue
             if metadata.jwks_uri is None:
                 problems.append(f"{url}: no jwks_uri: JWT access tokens cannot be verified")
@@ -134,9 +156,28 @@ class DiscoveredKeys:
                     metadata.jwks_uri, fetch=self._fetch, timeout=self._timeout, clock=self._clock
                 )
                 await self._keys.refresh()
+            self.problems = tuple(problems)
             return metadata
+        self.problems = tuple(problems)
         logger.warning("authorization server %s: metadata not found: %s", self.issuer, "; ".join(problems))
         return None
+
+    @property
+    def unreachable(self) -> str | None:
+        """Why this server's tokens cannot be judged now (no metadata yet, or its key set did not
+        answer the last fetch), or None when they can."""
+        if self.metadata is None:
+            return "; ".join(self.problems) or "its metadata has not been fetched yet"
+        if self._keys is not None and self._keys.failure is not None:
+            return self._keys.failure
+        if self._keys is not None and not self._keys.fetched:
+            return "its key set has not been fetched yet"
+        return None
+
+    @property
+    def keys_failure(self) -> str | None:
+        """Why the key set's last fetch failed (None: it worked, or there is none)."""
+        return None if self._keys is None else self._keys.failure
 
     @property
     def key_count(self) -> int:
@@ -144,6 +185,8 @@ class DiscoveredKeys:
         return 0 if self._keys is None else self._keys.key_count
 
     async def key(self, kid: str | None) -> SigningKey | None:
+        if self._keys is None and self._background:
+            return None  # run() is discovering: a request never waits for a hanging server
         if self._keys is None:
             # Not discovered yet (the server was down at start): one try now, at most once a
             # minute, so made-up tokens cannot make Manifold hammer the identity provider.
@@ -157,43 +200,54 @@ class DiscoveredKeys:
         return await self._keys.key(kid)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Discover (bounded), report readiness, then keep the keys fresh until cancelled."""
-        self._last_try = self._clock()
-        await self.discover()
+        """Report readiness at once, discover (retried, backing off to a minute), then keep the
+        keys fresh until cancelled. From here on requests never discover themselves."""
+        self._background = True
         task_status.started()
         delay = 1.0
-        while self._keys is None:
-            await anyio.sleep(delay)
-            delay = min(delay * 2, _RETRY_AT_MOST)
+        while True:
             async with self._lock:
                 if self._keys is None:
                     self._last_try = self._clock()
                     await self.discover()
+            if self._keys is not None:
+                break
+            await anyio.sleep(delay)
+            delay = min(delay * 2, _RETRY_AT_MOST)
         await self._keys.run()
 
 
-async def check_servers(settings: OAuthSettings, *, fetch: Fetch | None = None) -> str:
-    """``manifold check --online``: each authorization server's metadata and keys, fetched now.
+async def check_servers(settings: OAuthSettings, *, fetch: Fetch | None = None, timeout: float = 5.0) -> str:
+    """``manifold check --online``: each authorization server's metadata and keys, fetched now
+    (each request bounded by ``timeout`` seconds, trusting ``ca_file`` when set).
 
     Prints what was found; returns the problems, one per line (empty: every server is usable).
+
+    Raises:
+        ConfigError: ``ca_file`` is not a PEM file of certificates.
     """
+    tls = client_context(settings.ca_file)
+    if fetch is None and tls is not None:
+        fetch = functools.partial(fetch_url, timeout=timeout, ssl=tls)
     problems: list[str] = []
     for index, server in enumerate(settings.authorization_servers):
         where = f"auth.oauth.authorization_servers[{index}] ({server.issuer})"
-        keys = DiscoveredKeys(server.issuer, metadata_url=server.metadata_url, fetch=fetch, timeout=5.0)
+        keys = DiscoveredKeys(server.issuer, metadata_url=server.metadata_url, fetch=fetch, timeout=timeout)
         metadata = await keys.discover()
         if metadata is None:
             urls = ", ".join(keys.tried)
-            problems.append(
-                f"{where}: no metadata document whose issuer is exactly {server.issuer!r} at {urls} "
-                "(the issuer must match the provider's to the character, trailing slash included)"
-            )
+            found = f"{where}: no metadata document whose issuer is exactly {server.issuer!r} at {urls}"
+            if keys.wrong_issuer:  # the hint only when a document named another issuer
+                found += " (the issuer must match the provider's to the character, trailing slash included)"
+            problems.append(f"{found}: {'; '.join(keys.problems)}" if keys.problems else found)
             continue
         print(f"{where}: jwks_uri {metadata.jwks_uri}, introspection {metadata.introspection_endpoint}")
         if metadata.jwks_uri is None:
             problems.append(f"{where}: its metadata has no jwks_uri: JWT access tokens cannot be verified")
         elif keys.key_count == 0:
-            problems.append(f"{where}: no usable signing key at {metadata.jwks_uri}")
+            failure = keys.keys_failure
+            said = f" ({failure})" if failure else ""
+            problems.append(f"{where}: no usable signing key at {metadata.jwks_uri}{said}")
         if server.introspection is not None and not (
             server.introspection.endpoint or metadata.introspection_endpoint
         ):

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from ssl import SSLContext
 from typing import Any, Final, Protocol
 
 import aiohttp
@@ -173,8 +174,8 @@ class JwksFile:
         task_status.started()  # reloading is lazy: nothing to do in the background
 
 
-async def fetch_url(url: str, *, timeout: float = 10.0) -> bytes:
-    """GET a key set with aiohttp.
+async def fetch_url(url: str, *, timeout: float = 10.0, ssl: SSLContext | None = None) -> bytes:
+    """GET a key set with aiohttp (``ssl``: the CAs to trust, default the system's).
 
     Raises:
         JwksError: no answer in time, a connection error, a non-200 status, or over 1 MiB.
@@ -184,7 +185,9 @@ async def fetch_url(url: str, *, timeout: float = 10.0) -> bytes:
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
             # No redirects: keys (and metadata) come from the URL configured or discovered, not from
             # wherever a compromised or misconfigured host sends us.
-            session.get(url, headers={"accept": "application/json"}, allow_redirects=False) as response,
+            session.get(
+                url, headers={"accept": "application/json"}, allow_redirects=False, ssl=ssl or True
+            ) as response,
         ):
             if response.status != 200:
                 raise JwksError(f"{url}: HTTP {response.status}")
@@ -194,7 +197,9 @@ async def fetch_url(url: str, *, timeout: float = 10.0) -> bytes:
                 if len(body) > _MAX_BYTES:
                     raise JwksError(f"{url}: key set larger than {_MAX_BYTES} bytes")
             return bytes(body)
-    except (aiohttp.ClientError, TimeoutError) as exc:
+    except TimeoutError:
+        raise JwksError(f"{url}: no answer in {timeout:g} s") from None
+    except aiohttp.ClientError as exc:
         raise JwksError(f"{url}: {type(exc).__name__}: {exc}") from None
 
 
@@ -220,6 +225,10 @@ class JwksUrl:
         self._keys = _EMPTY
         self._last_refetch: float | None = None
         self._lock = anyio.Lock()
+        # Why the last fetch failed (None: it worked, or none was made yet). A token whose key is
+        # not loaded while this is set cannot be judged: its issuer is unreachable, not wrong.
+        self.failure: str | None = None
+        self.fetched = False  # whether a fetch has worked yet
 
     async def key(self, kid: str | None) -> SigningKey | None:
         found = self._keys.find(kid)
@@ -247,13 +256,22 @@ class JwksUrl:
             with anyio.fail_after(self._timeout):
                 data = await self._fetch(self._url)
             keys = KeySet.parse(data, self._url)
-        except (JwksError, TimeoutError) as exc:
-            logger.warning(
-                "JWKS %s could not be refreshed (%s); keeping %d keys", self._url, exc, len(self._keys.by_kid)
-            )
-            return False
-        self._keys = keys
-        return True
+        except JwksError as exc:
+            self.failure = str(exc)
+        except TimeoutError:  # str() of it is empty: say what happened
+            self.failure = f"{self._url}: no answer in {self._timeout:g} s"
+        else:
+            self._keys = keys
+            self.failure = None
+            self.fetched = True
+            return True
+        # A failed fetch counts as a request's refetch too: while the set does not answer, tokens
+        # naming unknown keys are told at once (503 for OAuth), not each after its own timeout.
+        self._last_refetch = self._clock()
+        logger.warning(
+            "JWKS could not be refreshed (%s); keeping %d keys", self.failure, len(self._keys.by_kid)
+        )
+        return False
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         # Readiness does not wait for success: an unreachable identity provider must not keep

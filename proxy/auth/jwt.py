@@ -173,7 +173,7 @@ class JwtVerifier:
         issuer = self._issuers.get(iss) if isinstance(iss, str) else None
         issuer = issuer or self._issuers.get(None)
         if issuer is None:
-            raise TokenRejected("invalid", "the token's issuer (iss) is not trusted here")
+            raise TokenRejected("invalid", "the token's issuer (iss) is not trusted here", "wrong_issuer")
         return issuer
 
     async def _key(self, issuer: _Issuer, algorithm: str, kid: Any) -> Any:

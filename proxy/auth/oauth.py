@@ -8,13 +8,16 @@ opaque token is asked about at each configured introspection endpoint in turn (R
 must be active and, when the answer names an audience, meant for this resource.
 
 The identity is ``(source "oauth", issuer, subject)``; its name is the ``name_claim`` (``sub``
-by default), its roles every granted scope, the roles ``scope_roles`` maps them to, and those in
-``roles_claim``. The token itself goes no further than this module: Manifold never passes a
+by default), its roles those ``scope_roles`` maps its granted scopes to, and those in
+``roles_claim``. A granted scope is a role of the same name only with ``scopes_as_roles: true``:
+an authorization server that grants any scope a registered client asks for would otherwise hand
+out every role the policy knows. The token itself goes no further than this module: Manifold never passes a
 client's token on to a server.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -25,10 +28,18 @@ import anyio
 import anyio.abc
 import jwt
 
+from proxy.auth.budget import Budget, Spent
 from proxy.auth.discovery import DiscoveredKeys
-from proxy.auth.introspection import IntrospectionError, Introspector, Post
-from proxy.auth.jwks import Fetch
+from proxy.auth.introspection import (
+    IntrospectionError,
+    IntrospectionThrottled,
+    Introspector,
+    Post,
+    post_form,
+)
+from proxy.auth.jwks import Fetch, fetch_url
 from proxy.auth.jwt import MESSAGES, TokenRejected, claim, signing_key
+from proxy.auth.tls import client_context
 from proxy.config.oauth import AuthorizationServer, OAuthSettings
 from proxy.policy.model import Identity
 
@@ -88,6 +99,16 @@ class OAuthVerifier:
         self.settings = settings
         self._clock = clock
         self._servers: dict[str, _Server] = {}
+        tls = client_context(settings.ca_file)
+        if fetch is None and tls is not None:
+            fetch = functools.partial(fetch_url, timeout=10.0, ssl=tls)
+        if post is None and tls is not None:
+            post = functools.partial(post_form, ssl=tls)
+        budget = Budget(
+            per_client=settings.introspections_per_client,
+            total=settings.introspections_per_second,
+            clock=time.monotonic,
+        )
         for server in settings.authorization_servers:
             introspector = None
             if server.introspection is not None:
@@ -96,6 +117,7 @@ class OAuthVerifier:
                     server.introspection.client_secret.get_secret_value(),
                     cache_seconds=settings.introspection_cache,
                     post=post,
+                    budget=budget,
                     clock=clock,
                 )
             keys = DiscoveredKeys(server.issuer, metadata_url=server.metadata_url, fetch=fetch)
@@ -107,11 +129,12 @@ class OAuthVerifier:
         return isinstance(iss, str) and iss in self._servers
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Discover every server at once (bounded), report readiness, keep keys fresh until cancelled."""
+        """Report readiness at once; discover every server and keep its keys fresh, in the
+        background, until cancelled. A hanging authorization server delays nothing: its tokens
+        get 503 with Retry-After until it answers."""
         async with anyio.create_task_group() as tg:
-            async with anyio.create_task_group() as starting:
-                for server in self._servers.values():
-                    starting.start_soon(tg.start, server.keys.run)
+            for server in self._servers.values():
+                tg.start_soon(server.keys.run)
             task_status.started()
 
     async def verify_jwt(self, token: str, iss: str) -> SignedIn:
@@ -137,7 +160,10 @@ class OAuthVerifier:
         try:
             key = await signing_key(server.keys, algorithm, header.get("kid"))
         except TokenRejected as exc:
-            if server.keys.metadata is None:
+            if (why := server.keys.unreachable) is not None:
+                # No metadata, or the key set did not answer: the token cannot be judged, and a
+                # client told invalid_token would sign in again during the provider's outage.
+                logger.info("a token from %s cannot be checked now: %s", iss, why)
                 raise _refused(
                     "unavailable", "the token's authorization server cannot be reached to check it"
                 ) from None
@@ -166,12 +192,14 @@ class OAuthVerifier:
             raise TokenRejected("invalid", message, outcome) from None
         return self._signed_in(payload, iss, float(payload["exp"]))
 
-    async def verify_opaque(self, token: str, key: bytes) -> SignedIn:
-        """Ask the introspection endpoints about an opaque token (``key``: its digest).
+    async def verify_opaque(self, token: str, key: bytes, client: str | None = None) -> SignedIn:
+        """Ask the introspection endpoints about an opaque token (``key``: its digest; ``client``:
+        the caller's address, for the introspection budget).
 
         Raises:
             TokenRejected: inactive everywhere (revoked, expired, unknown), for another resource,
-                or no endpoint could answer (``unavailable``).
+                the client's share of introspections spent (``throttled``), or no endpoint could
+                answer, everyone's share included (``unavailable``).
         """
         unreachable: list[str] = []
         for server in self._servers.values():
@@ -182,7 +210,13 @@ class OAuthVerifier:
                 unreachable.append(server.settings.issuer)
                 continue
             try:
-                answer = await server.introspector.introspect(endpoint, token, key)
+                answer = await server.introspector.introspect(endpoint, token, key, client)
+            except IntrospectionThrottled as exc:
+                if exc.spent is Spent.CLIENT:
+                    raise _refused("throttled", f"not checked: {exc}; retry later") from None
+                logger.debug("token introspection skipped: %s", exc)
+                unreachable.append(server.settings.issuer)
+                continue
             except IntrospectionError as exc:
                 logger.warning("token introspection failed: %s", exc)
                 unreachable.append(server.settings.issuer)
@@ -238,7 +272,7 @@ class OAuthVerifier:
                 "malformed", f"the token has no string {settings.name_claim!r} claim to name the caller"
             )
         scopes = granted_scopes(claims)
-        roles = set(scopes)
+        roles = set(scopes) if settings.scopes_as_roles else set()
         for scope in scopes:
             roles.update(settings.scope_roles.get(scope, ()))
         if settings.roles_claim is not None:

@@ -11,7 +11,7 @@ Wire form: URL-safe base64 without padding of::
 
 The scope tag is a keyed hash, so the scope (an identity's view) is bound but not readable.
 The MAC is HMAC-SHA256 over everything before it, truncated to 16 bytes. Decoding checks, in
-order: type, shape, canonical base64, MAC, generation, scope; each failure is an
+order: type, shape, canonical base64, MAC, scope, generation; each failure is an
 :class:`~proxy.core.errors.InvalidParams` whose ``data["reason"]`` is one of ``"not_a_string"``,
 ``"malformed"``, ``"bad_mac"``, ``"stale"``, ``"wrong_scope"``, ``"past_end"``.
 """
@@ -123,14 +123,20 @@ class CursorCodec:
                 f"with a different cursor key); {_RESTART}",
             )
         # The MAC vouches for the body, so its fields can be read without further checks.
+        # Whose it is comes before how old it is: another endpoint's view (or another
+        # identity's) has a generation of its own, and "the list changed" would be untrue.
+        tag = body[1 + _OFFSET_BYTES : 1 + _OFFSET_BYTES + _SCOPE_TAG_BYTES]
+        if not hmac.compare_digest(tag, self._scope_tag(scope)):
+            raise _invalid(
+                "wrong_scope",
+                "invalid cursor: it belongs to another list: one of another endpoint, another "
+                f"identity or another kind (a cursor is good only where it was issued); {_RESTART}",
+            )
         gen_len = body[_HEADER_BYTES - 1]
         if body[_HEADER_BYTES : _HEADER_BYTES + gen_len] != generation.encode("utf-8"):
             raise _invalid(
                 "stale", f"stale cursor: the list changed since this cursor was issued; {_RESTART}"
             )
-        tag = body[1 + _OFFSET_BYTES : 1 + _OFFSET_BYTES + _SCOPE_TAG_BYTES]
-        if not hmac.compare_digest(tag, self._scope_tag(scope)):
-            raise _invalid("wrong_scope", f"invalid cursor: it was issued for a different caller; {_RESTART}")
         return int.from_bytes(body[1 : 1 + _OFFSET_BYTES], "big")
 
     @staticmethod

@@ -75,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     subject.add_argument("--resource", help="a resource URI")
     subject.add_argument("--log-level-of", metavar="SERVER", help="changing this shared server's log level")
     explain.add_argument("--json", action="store_true", help="print JSON")
+    explain.add_argument(
+        "--live",
+        action="store_true",
+        help="start the servers and decide from the live catalog, even for a name the config resolves",
+    )
     pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
     pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
@@ -248,12 +253,30 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
     from proxy.credentials.wiring import check_modes
     from proxy.enforce.access import Access
 
-    Access(config.policy, {s.id: s for s in config.enabled_servers()}).load()
-    Authenticator.from_settings(config.auth, os.environ)
-    check_modes(config)
+    access = Access(config.policy, {s.id: s for s in config.enabled_servers()})
+    # Each of these stops at its own problems; the command lists every one's.
+    steps: list[Callable[[], object]] = [
+        access.load,
+        functools.partial(Authenticator.from_settings, config.auth, os.environ),
+        functools.partial(check_modes, config),
+    ]
+    stopped: list[str] = []
+    for step in steps:
+        try:
+            step()
+        except ConfigError as exc:
+            stopped.append(str(exc))
+    if stopped:
+        raise ConfigError("\n".join(stopped))
     from proxy.inbound.observers import warnings
 
-    for warning in [*config.auth.warnings(config.listen.host), *warnings(config)]:
+    found = [*config.auth.warnings(config.listen.host), *warnings(config)]
+    if config.auth.oauth is not None:
+        from proxy.auth.scope_roles import granted_roles, unmapped_scope_warnings
+
+        rules = access.engine.policy.rules if access.engine is not None else ()
+        found += unmapped_scope_warnings(config.auth.oauth, granted_roles(rules, config.metrics.role))
+    for warning in found:
         print(f"warning: {warning}", file=sys.stderr)
     servers = ", ".join(config.servers) or "none"
     policy = f", policy: {', '.join(config.policy.files)}" if config.policy.files else ""
@@ -384,7 +407,11 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
     # Unlike serve, every server's first attempt is waited for: a stdio client (a desktop app) has
     # no /readyz to ask, lists tools as soon as it has initialized, and not every one re-lists on
     # list_changed. Its start-up is paid once per launch, not by other clients.
-    async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="all") as gateway:
+    # Its shared servers start for its one client, with that client's capabilities, once its first
+    # request says what they are (proxy.inbound.stdio).
+    one = Gateway(config)
+    one.connections.for_one_client()
+    async with anyio.create_task_group() as tg, one.running(wait_for="all") as gateway:
         reloader = _reloader(gateway, config, args, tg)
         tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
         inbound = gateway.endpoints[name] if name else gateway.inbound
@@ -401,6 +428,7 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
             logger.error("the stdio identity may not use endpoint %r (its roles)", name)
             tg.cancel_scope.cancel()
             return 2
-        await serve_stdio(inbound, _stdin_lines(config.limits.max_request_bytes), write)
+        lines = _stdin_lines(config.limits.max_request_bytes)
+        await serve_stdio(inbound, lines, write, client_arrived=gateway.connections.client_arrived)
         tg.cancel_scope.cancel()
     return 0

@@ -19,6 +19,7 @@ import argparse
 import sys
 from typing import Final
 
+from proxy.cli.secret_input import read_secret
 from proxy.config.model import Config
 from proxy.credentials.sealing import new_key
 from proxy.credentials.secret import KIND
@@ -29,7 +30,6 @@ from proxy.policy.model import IdentityKey
 __all__ = ["add_parser", "keygen", "run"]
 
 _SOURCES: Final = ("api_key", "jwt", "oauth", "stdio")
-_SECRET_LINE_LIMIT: Final = 1024 * 1024 + 2
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -77,7 +77,8 @@ def _holder(args: argparse.Namespace) -> IdentityKey:
 
 
 async def run(config: Config, args: argparse.Namespace) -> int:
-    """Run ``manifold credentials <action>``: 0 done, 1 nothing to revoke, 2 refused."""
+    """Run ``manifold credentials <action>``: 0 done, 1 nothing to revoke, 2 refused, 3 forgotten
+    here but not revoked at the authorization server (its refusal or unreachability printed)."""
     if args.server is not None and args.server not in config.servers:
         print(f"manifold: no server {args.server!r} is configured", file=sys.stderr)
         return 2
@@ -98,6 +99,10 @@ async def run(config: Config, args: argparse.Namespace) -> int:
 async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> int:
     if args.action == "list":
         rows = [e for e in await store.entries() if args.server is None or e.server == args.server]
+        # Tab-separated under a header line. Kind oauth-client rows are Manifold's own OAuth
+        # clients (dynamically registered; source "manifold", the authorization server as the
+        # issuer, the callback URL as the subject), not anybody's credential.
+        print("SERVER\tKIND\tSOURCE\tISSUER\tSUBJECT")
         for entry in sorted(rows, key=lambda e: (e.server, e.holder, e.kind)):
             source, issuer, subject = entry.holder
             print(f"{entry.server}\t{entry.kind}\t{source}\t{issuer or '-'}\t{subject}")
@@ -109,14 +114,16 @@ async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> 
             raise ValueError(
                 f"server {args.server!r} has credentials.mode {mode!r}; set takes secrets for 'secret'"
             )
-        secret = sys.stdin.readline(_SECRET_LINE_LIMIT).rstrip("\r\n")
+        secret = read_secret(sys.stdin)  # one line, whole, or refused (nothing dropped)
         await store.put(KIND, args.server, holder, secret)
         print(f"stored a secret for {holder[2]} ({holder[0]}) to server {args.server}")
         return 0
+    problem = note = None
     if config.servers[args.server].credentials.mode == "oauth":
-        from proxy.credentials.token_modes import revoke_at_issuer
+        from proxy.credentials.revoke import revoke_at_issuer
 
-        await revoke_at_issuer(config, store, args.server, holder)
+        revocation = await revoke_at_issuer(config, store, args.server, holder)
+        problem, note = revocation.problem, revocation.note
     removed = [
         e.kind
         for e in await store.entries()
@@ -128,5 +135,16 @@ async def _act(config: Config, args: argparse.Namespace, store: SecretStore) -> 
             file=sys.stderr,
         )
         return 1
-    print(f"revoked {', '.join(sorted(removed))} of {holder[2]} ({holder[0]}) to server {args.server}")
+    what = f"{', '.join(sorted(removed))} of {holder[2]} ({holder[0]}) to server {args.server}"
+    if problem is not None:
+        # Forgotten here all the same: Manifold will not use them again; the user should know
+        # the grant may live on at the authorization server.
+        print(f"forgotten here: {what}")
+        print(
+            f"manifold: NOT revoked at the authorization server: {problem}; the tokens stay valid "
+            "there until they expire or are revoked there",
+            file=sys.stderr,
+        )
+        return 3
+    print(f"revoked {what}" + (f" ({note})" if note else ""))
     return 0

@@ -1,6 +1,8 @@
 """The commands that look inside a configured gateway: ``tools``, ``explain``, ``pins accept``.
 
-Each starts every server (as ``serve`` would), answers from the live catalog and exits.
+Each starts every server (as ``serve`` would), answers from the live catalog and exits; but
+``explain`` decides on a name the config alone resolves without starting any
+(:mod:`proxy.offline_subjects`). Reports go to stdout, logs to stderr only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from proxy.app.gateway import Gateway
 from proxy.config.model import Config
 from proxy.config.policy_files import load_pins, save_pins
 from proxy.core.errors import InvalidParams
+from proxy.enforce.access import Access
+from proxy.enforce.offline_subjects import Resolved, resolve
 from proxy.policy import Identity, Subject, accept, compare
 from proxy.protocol.uris import normalize_uri
 
@@ -102,89 +106,59 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
 
 async def explain(config: Config, args: argparse.Namespace) -> int:
     """Print the decision for one identity and one tool/prompt/resource/server log level, and the
-    rules behind it."""
+    rules behind it. A name the config alone resolves (:mod:`proxy.offline_subjects`) is decided
+    on without starting a server; any other (and every one with ``--live``) from the live catalog."""
     identity = identity_from(args)
     assert identity is not None
-    async with Gateway(config).running() as gateway:
-        report: dict[str, Any] = {
-            "identity": identity.name,
-            "roles": sorted(identity.roles),
-            "source": identity.source,
-            "issuer": identity.issuer,
+    report: dict[str, Any] = {
+        "identity": identity.name,
+        "roles": sorted(identity.roles),
+        "source": identity.source,
+        "issuer": identity.issuer,
+    }
+    kind = "tool" if args.tool else "prompt" if args.prompt else "server" if args.log_level_of else "resource"
+    offline = None if args.live else _offline(config, args)
+    subject: Subject | None
+    shown_as: str | None
+    if offline is not None:
+        access = Access(config.policy, {s.id: s for s in config.enabled_servers()})
+        access.load()
+        subject, shown_as, name = offline.subject, offline.shown_as, offline.shown_as
+        if offline.annotations is not None:
+            report["annotations"] = {**offline.annotations.hints(), "source": offline.annotations.source}
+        report["servers_started"] = False  # decided on the name: whether a server lists it is not checked
+    else:
+        async with Gateway(config).running() as gateway:
+            access = gateway.access
+            subject, shown_as, name = _live(gateway, args, report)
+        report["servers_started"] = True
+    if subject is None:
+        print(f"manifold: no such {kind}: {name}", file=sys.stderr)
+        return 1
+    decision = access.decide(identity, subject)
+    report |= {
+        # name: the canonical name the policy matched; shown_as: what clients call it.
+        "subject": {
+            "kind": subject.kind,
+            "name": subject.name,
+            "server": subject.server_id,
+            "shown_as": shown_as,
+        },
+        "effect": decision.effect,
+        "enforced": decision.enforced_effect(config.policy.dry_run),
+        "rules": list(decision.rule_ids),
+        "reason": decision.reason,
+    }
+    if decision.confirm is not None:  # allowed once a person approves: who, how long, remembered
+        confirm = decision.confirm
+        report["confirm"] = {
+            "approver_roles": sorted(confirm.approver_roles),  # empty: the caller approves
+            "timeout": confirm.timeout,
+            "remember": confirm.remember,
+            "remember_minutes": confirm.remember_minutes,
+            "remember_any_arguments": confirm.remember_any_arguments,
+            "reasons": list(confirm.reasons),
         }
-        subject: Subject | None = None
-        shown_as: str | None = None
-        if args.tool is not None:
-            catalog = gateway.catalogs.served.catalog
-            # The name a client is shown, or else the canonical name a policy is written against.
-            entry = catalog.by_name.get(args.tool) or next(
-                (e for e in catalog.entries if e.canonical == args.tool), None
-            )
-            if entry is not None:
-                subject = gateway.catalogs.served.subject(entry.name)
-                shown_as = entry.name
-                effective = gateway.catalogs.served.effective[entry.name]
-                report["annotations"] = {**effective.hints(), "source": effective.source}
-                report["blocked_by_pin_drift"] = entry.name in gateway.catalogs.served.blocked
-            name = args.tool
-        elif args.log_level_of is not None:
-            name = args.log_level_of
-            subject = Subject.log_level(name) if name in gateway.connections.shared else None
-        elif args.prompt is not None:
-            prompts = gateway.catalogs.prompts
-            prompt = prompts.by_name.get(args.prompt) or next(
-                (e for e in prompts.entries if e.canonical == args.prompt), None
-            )
-            subject = Subject.prompt(prompt) if prompt is not None else None
-            shown_as = prompt.name if prompt is not None else None
-            name = args.prompt
-        else:
-            # Decided on as a client's read is: normalized (a malformed URI is no resource).
-            try:
-                name = normalize_uri(args.resource)
-            except InvalidParams:
-                name = args.resource
-                server = None
-            else:
-                server = gateway.catalogs.resources.route(name)
-            subject = Subject.resource(name, server) if server is not None else None
-            shown_as = name
-        if subject is None:
-            kind = (
-                "tool"
-                if args.tool
-                else "prompt"
-                if args.prompt
-                else "server"
-                if args.log_level_of
-                else "resource"
-            )
-            print(f"manifold: no such {kind}: {name}", file=sys.stderr)
-            return 1
-        decision = gateway.access.decide(identity, subject)
-        report |= {
-            # name: the canonical name the policy matched; shown_as: what clients call it.
-            "subject": {
-                "kind": subject.kind,
-                "name": subject.name,
-                "server": subject.server_id,
-                "shown_as": shown_as,
-            },
-            "effect": decision.effect,
-            "enforced": decision.enforced_effect(config.policy.dry_run),
-            "rules": list(decision.rule_ids),
-            "reason": decision.reason,
-        }
-        if decision.confirm is not None:  # allowed once a person approves: who, how long, remembered
-            confirm = decision.confirm
-            report["confirm"] = {
-                "approver_roles": sorted(confirm.approver_roles),  # empty: the caller approves
-                "timeout": confirm.timeout,
-                "remember": confirm.remember,
-                "remember_minutes": confirm.remember_minutes,
-                "remember_any_arguments": confirm.remember_any_arguments,
-                "reasons": list(confirm.reasons),
-            }
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -201,7 +175,59 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
             print(f"  asks:   {'an approver with role ' + ' or '.join(roles) if roles else 'the caller'}")
         if report["enforced"] != report["effect"]:
             print("  dry_run is on: this is logged, not enforced")
+        if not report["servers_started"]:
+            print("  decided on the name from the config; no server was started (--live checks it is listed)")
     return {"allow": 0, "confirm": 4}.get(decision.effect, 3)
+
+
+def _offline(config: Config, args: argparse.Namespace) -> Resolved | None:
+    """The subject the config alone resolves the asked name to, if it does."""
+    if args.tool is not None:
+        return resolve(config, "tool", args.tool)
+    if args.prompt is not None:
+        return resolve(config, "prompt", args.prompt)
+    if args.log_level_of is not None:
+        return resolve(config, "log_level", args.log_level_of)
+    return None  # a resource URI is routed by what the servers list
+
+
+def _live(
+    gateway: Gateway, args: argparse.Namespace, report: dict[str, Any]
+) -> tuple[Subject | None, str | None, str]:
+    """The subject, its shown name and the name asked, from the live catalog (tools: the
+    annotations and pin state go into ``report``)."""
+    subject: Subject | None = None
+    shown_as: str | None = None
+    if args.tool is not None:
+        catalog = gateway.catalogs.served.catalog
+        # The name a client is shown, or else the canonical name a policy is written against.
+        entry = catalog.by_name.get(args.tool) or next(
+            (e for e in catalog.entries if e.canonical == args.tool), None
+        )
+        if entry is not None:
+            subject = gateway.catalogs.served.subject(entry.name)
+            shown_as = entry.name
+            effective = gateway.catalogs.served.effective[entry.name]
+            report["annotations"] = {**effective.hints(), "source": effective.source}
+            report["blocked_by_pin_drift"] = entry.name in gateway.catalogs.served.blocked
+        return subject, shown_as, args.tool
+    if args.log_level_of is not None:
+        name = args.log_level_of
+        return (Subject.log_level(name) if name in gateway.connections.shared else None), None, name
+    if args.prompt is not None:
+        prompts = gateway.catalogs.prompts
+        prompt = prompts.by_name.get(args.prompt) or next(
+            (e for e in prompts.entries if e.canonical == args.prompt), None
+        )
+        subject = Subject.prompt(prompt) if prompt is not None else None
+        return subject, (prompt.name if prompt is not None else None), args.prompt
+    # Decided on as a client's read is: normalized (a malformed URI is no resource).
+    try:
+        name = normalize_uri(args.resource)
+    except InvalidParams:
+        return None, args.resource, args.resource
+    server = gateway.catalogs.resources.route(name)
+    return (Subject.resource(name, server) if server is not None else None), name, name
 
 
 async def pins_accept(config: Config, args: argparse.Namespace) -> int:

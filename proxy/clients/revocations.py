@@ -5,11 +5,12 @@ A signed session id (:mod:`proxy.clients.session_ids`) lets any replica take its
 session ended on purpose (DELETE, or evicted to make room under ``limits.max_sessions*``) is
 therefore remembered wherever its id could be presented, for as long as the id would be accepted:
 
-* in this process (:class:`EndedIds`), always: at most ``max_entries`` ids, each kept until the
-  id's own expiry. When full, the entry that expires soonest is dropped and a *floor* rises to its
-  expiry: every id expiring by then is refused a take-over here, so a dropped entry still cannot
-  come back (the price: a session of another replica that expires that early cannot move here,
-  and its client initializes again);
+* in this process (:class:`EndedIds`), always: at most ``max_entries`` ids (:data:`MAX_ENTRIES`,
+  about 3 MB), each kept until the id's own expiry. When full, the entry that expires soonest is
+  dropped and a *floor* rises to its expiry (said in the log at most once a minute): every id
+  expiring by then is refused a take-over here, so a dropped entry still cannot come back (the
+  price: a session of another replica that expires that early cannot move here, and its client
+  initializes again);
 * in Redis too when configured (``sessions.revocations``), so every replica knows: one key per
   ended id, ``manifold:ended:<nonce>``, expiring with the id, and a message on the channel
   ``manifold:ended``, so that a replica holding the session live ends it at once
@@ -49,7 +50,11 @@ logger = logging.getLogger("proxy.clients.revocations")
 
 KEY_PREFIX: Final = "manifold:ended:"
 CHANNEL: Final = "manifold:ended"
-MAX_ENTRIES: Final = 100_000  # ended ids one process remembers (about 150 bytes each)
+# Ended ids one process remembers: about 300 bytes each (the id's nonce, its expiry, a heap
+# entry), so at most about 3 MB, however many sessions churn (measured: benchmarks/churn_memory.py).
+# At a session a second that is close to three hours of ended sessions; past it the floor rises.
+MAX_ENTRIES: Final = 10_000
+_FULL_LOG_INTERVAL: Final = 60.0  # seconds between lines saying the table is full (it rises per id)
 TIMEOUT: Final = 1.0  # seconds one Redis call may take; a take-over is rare and may wait this long
 _LOG_INTERVAL: Final = 60.0  # at most one line per this many seconds about Redis failing
 _RESUBSCRIBE: Final = (0.5, 30.0)  # seconds before following the channel again after a failure
@@ -71,6 +76,7 @@ class EndedIds:
         self._expiry: dict[str, int] = {}
         self._heap: list[tuple[int, str]] = []  # (expiry, nonce), soonest first
         self.floor = 0  # ids expiring at or before this are refused: entries dropped for room
+        self._said_full: float | None = None  # when the table last said it was full
 
     def __len__(self) -> int:
         return len(self._expiry)
@@ -87,7 +93,8 @@ class EndedIds:
         while len(self._expiry) >= self._max:
             dropped, gone = heapq.heappop(self._heap)
             del self._expiry[gone]
-            if dropped > self.floor:
+            if dropped > self.floor and self._time_to_say_full():
+                # Under steady churn the floor rises with every id: one line per interval.
                 logger.warning(
                     "more than %d ended sessions to remember; ids expiring before %d are refused "
                     "a take-over on this replica",
@@ -97,6 +104,13 @@ class EndedIds:
             self.floor = max(self.floor, dropped)
         self._expiry[nonce] = expires
         heapq.heappush(self._heap, (expires, nonce))
+
+    def _time_to_say_full(self) -> bool:
+        now = self._clock()
+        if self._said_full is not None and now - self._said_full < _FULL_LOG_INTERVAL:
+            return False
+        self._said_full = now
+        return True
 
     def ended(self, nonce: str, expires: int) -> bool:
         """Whether the id ``nonce`` (expiring at ``expires``) must not be taken over here."""

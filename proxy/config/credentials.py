@@ -184,6 +184,9 @@ class CredentialStoreSettings(_Model):
     # users' browsers reach it; None: the listener's), and how long a sign-in link stays good.
     callback_url: str | None = Field(default=None, pattern=r"^https?://[^?#]+/oauth/callback$")
     signin_timeout: float = Field(default=600.0, ge=10, le=3600, allow_inf_nan=False)
+    # oauth and exchange modes: authorization servers must use https unless on loopback (the MCP
+    # authorization spec); true lets plain http through anywhere, logged loudly: test rigs only.
+    allow_insecure_http: bool = False
 
     @field_validator("key")
     @classmethod

@@ -6,9 +6,11 @@ The same model sits under each endpoint too (``endpoints.NAME.discovery``, :mod:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from proxy.core.documents import switch_word
 
 __all__ = ["DiscoveryMode", "DiscoverySettings", "SemanticMode"]
 
@@ -29,18 +31,13 @@ class DiscoverySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: DiscoveryMode = "off"
+    mode: Annotated[DiscoveryMode, BeforeValidator(switch_word)] = "off"  # a bare YAML `off` is false
     default_results: int = Field(default=8, ge=1, le=50)  # search_tools without a limit
     max_results: int = Field(default=20, ge=1, le=50)  # the largest limit a search may ask for
     max_describe: int = Field(default=20, ge=1, le=100)  # names in one describe_tools call
     max_query_chars: int = Field(default=1000, ge=16, le=100_000)
     max_promoted: int = Field(default=32, ge=1, le=256)  # per session; the oldest go first
-    semantic: SemanticMode = "auto"
-
-    @field_validator("mode", "semantic", mode="before")
-    @classmethod
-    def _yaml_off(cls, mode: Any) -> Any:  # also for ``semantic``
-        return "off" if mode is False else mode  # YAML 1.1 reads a bare `off` as false
+    semantic: Annotated[SemanticMode, BeforeValidator(switch_word)] = "auto"  # a bare `off` is false
 
     @property
     def enabled(self) -> bool:

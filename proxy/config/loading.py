@@ -19,6 +19,7 @@ from pydantic_core import ErrorDetails
 from proxy.config.base import Loc
 from proxy.config.base import Problems as _Problems
 from proxy.config.editor_files import Variables, declared_inputs, workspace_of
+from proxy.config.every_problem import ROUNDS, Pruned, caused_by, pruned
 from proxy.config.model import Config
 from proxy.config.overrides import Overrides, read_overrides
 from proxy.config.servers import IGNORED_KEYS, ServerConfig
@@ -119,8 +120,29 @@ def config_from_mapping(
     try:
         return Config.model_validate(merged)
     except ValidationError as exc:
-        # `from None`: the ValidationError's own text would print secret inputs in a traceback.
-        raise ConfigError("\n".join(_describe(exc, source, servers_key, overrides))) from None
+        found = _described(exc, source, servers_key, overrides)
+    # Every problem, not the first layer of them (proxy.config.every_problem): validated again
+    # without those found, a bounded number of rounds. `from None` below: the ValidationError's
+    # own text would print secret inputs in a traceback.
+    lines = [line for _, line in found]
+    locs = [where for where, _ in found]
+    pruning: list[Pruned] = []
+    remaining: Mapping[str, Any] = merged
+    for _ in range(ROUNDS):
+        step = pruned(remaining, locs, servers_key=servers_key)
+        if step is None:
+            break
+        pruning.append(step)
+        remaining = step.data
+        try:
+            Config.model_validate(remaining)
+        except ValidationError as more:
+            again = _described(more, source, servers_key, overrides)
+            locs = [where for where, _ in again]
+            lines += [line for where, line in again if line not in lines and not caused_by(where, pruning)]
+        else:
+            break
+    raise ConfigError("\n".join(lines)) from None
 
 
 def _interpolate(value: Any, loc: Loc, variables: Variables, problems: list[tuple[Loc, str]]) -> Any:
@@ -172,8 +194,11 @@ def _merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
-def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Overrides) -> list[str]:
-    lines = []
+def _described(
+    exc: ValidationError, source: str, servers_key: str, overrides: Overrides
+) -> list[tuple[Loc, str]]:
+    """Each problem's location (as the validator names it) and its line."""
+    lines: list[tuple[Loc, str]] = []
     for error in exc.errors(include_url=False):
         loc: Loc = _untagged(tuple(error["loc"]))
         cause = error.get("ctx", {}).get("error")
@@ -185,9 +210,8 @@ def _describe(exc: ValidationError, source: str, servers_key: str, overrides: Ov
             blame = overrides.blame(where)
             if blame is not None:
                 message += f" ({blame})"
-            if where[:1] == ("servers",):
-                where = (servers_key, *where[1:])
-            lines.append(_line(source, where, message))
+            shown = (servers_key, *where[1:]) if where[:1] == ("servers",) else where
+            lines.append((where, _line(source, shown, message)))
     return lines
 
 

@@ -13,16 +13,25 @@
               client_secret: ${INTROSPECTION_SECRET}
         scopes_supported: [mcp:tools]  # advertised in the Protected Resource Metadata
         required_scopes: [mcp:tools]   # every token must carry them, else 403 insufficient_scope
-        scope_roles: {mcp:admin: [admin]}   # scopes -> extra role names; each scope is a role too
+        scope_roles: {mcp:admin: [admin]}   # scopes -> role names: only mapped scopes give roles
+        scopes_as_roles: false       # true: every granted scope is also a role of its name (risky)
         roles_claim: null            # a claim with more roles (e.g. realm_access.roles)
         name_claim: sub              # the identity's name (the policy's `identities`)
         introspection_cache: 60      # seconds an introspected answer is believed (bounded by exp)
+        introspections_per_client: 30  # unknown opaque tokens checked per client address a minute
+        introspections_per_second: 20  # ... and for all clients together, a second
+        ca_file: null                # PEM file of CAs trusted for the authorization servers
 
 A token is checked the way RFC 9068 and the MCP authorization spec say: signed by a key of the
 issuer's JWKS (found through its discovered metadata), `iss` one of the configured servers, `aud`
 this resource (a token for another resource is refused: no token passthrough, no confused
 deputy), `exp` in the future. Opaque tokens are asked about at the issuer's introspection
 endpoint. Validation errors never repeat a secret.
+
+A granted scope is *not* a role by itself: many authorization servers grant whatever scope a
+dynamically registered client asks for, so a scope named `admin` would make anyone an admin.
+Only `scope_roles` turns scopes into roles, unless `scopes_as_roles: true` says every scope is
+one (and `manifold check` then warns about each role the policy grants that a scope could carry).
 """
 
 from __future__ import annotations
@@ -43,8 +52,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
 
-def check_https_url(url: str, *, what: str) -> str:
-    """``url`` if it is absolute https (http only to a loopback host), without a fragment.
+def check_https_url(url: str, *, what: str, plain_http: bool = False) -> str:
+    """``url`` if it is absolute https (http only to a loopback host, or anywhere when
+    ``plain_http``: a test rig's explicit opt-out), without a fragment.
 
     Raises:
         ValueError: naming ``what`` and the problem.
@@ -52,7 +62,7 @@ def check_https_url(url: str, *, what: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{what} must be an absolute https:// URL (got {url!r})")
-    if parts.scheme == "http" and not is_loopback(parts.hostname):
+    if parts.scheme == "http" and not is_loopback(parts.hostname) and not plain_http:
         # Metadata, keys and tokens over plain HTTP could be swapped by anyone on the path.
         raise ValueError(f"{what} must use https:// unless the host is loopback (got {url!r})")
     if parts.fragment or url.endswith("#"):
@@ -119,14 +129,24 @@ class OAuthSettings(_Model):
     """Manifold as a protected resource: what it advertises and which tokens it takes."""
 
     resource: str
-    authorization_servers: tuple[AuthorizationServer, ...] = Field(min_length=1)
+    # At least one: checked after the items (a min_length here would add a second, confusing
+    # "Tuple should have at least 1 item" error to each refused item's own).
+    authorization_servers: tuple[AuthorizationServer, ...]
     scopes_supported: tuple[str, ...] = ()
     required_scopes: tuple[str, ...] = ()
     scope_roles: dict[str, tuple[str, ...]] = {}
+    scopes_as_roles: bool = False  # every granted scope a role of its own name: only on purpose
+    # PEM CAs trusted for the authorization servers (else the system's); read when the verifier
+    # is built (serve, check), where an unreadable file is a ConfigError naming this setting.
+    ca_file: str | None = Field(default=None, min_length=1)
     roles_claim: str | None = None
     name_claim: str = Field(default="sub", min_length=1)
     resource_name: str = "Manifold"
     introspection_cache: float = Field(default=60.0, ge=0, le=3600, allow_inf_nan=False)
+    # Unknown opaque tokens each cost one introspection request: bounded per client address (a
+    # minute's worth) and for everyone together (a second's worth); see proxy.auth.budget.
+    introspections_per_client: int = Field(default=30, ge=1, le=100_000)
+    introspections_per_second: int = Field(default=20, ge=1, le=100_000)
 
     @field_validator("resource")
     @classmethod
@@ -140,6 +160,13 @@ class OAuthSettings(_Model):
         if url.endswith("/") and parts.path != "/":
             raise ValueError(f"resource must not end with '/' (the canonical form; got {url!r})")
         return url
+
+    @field_validator("authorization_servers")
+    @classmethod
+    def _some_server(cls, servers: tuple[AuthorizationServer, ...]) -> tuple[AuthorizationServer, ...]:
+        if not servers:
+            raise ValueError("name at least one authorization server")
+        return servers
 
     @field_validator("scopes_supported", "required_scopes")
     @classmethod

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+from proxy.core.documents import switch_word
 
 __all__ = ["AuditSettings", "PinSettings", "PolicySettings"]
 
@@ -16,7 +18,8 @@ class _Model(BaseModel):
 class PinSettings(_Model):
     """Tool pinning: what happens when a server changes a tool after it was first seen."""
 
-    mode: Literal["off", "warn", "block", "confirm"] = "warn"
+    # A bare YAML `off` is false: read as the word it was written as (as discovery.mode is).
+    mode: Annotated[Literal["off", "warn", "block", "confirm"], BeforeValidator(switch_word)] = "warn"
     path: str = ".manifold/pins.json"
 
 

@@ -31,9 +31,15 @@ def load_policy(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     if not paths:
         raise ConfigError("no policy files given")
     documents: list[tuple[str, PolicyDocument]] = []
+    problems: list[str] = []  # every file's, not the first bad file's alone
     for path in paths:
         source = os.fspath(path)
-        documents.append((source, parse_policy_text(read_text(source), source)))
+        try:
+            documents.append((source, parse_policy_text(read_text(source), source)))
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError("\n".join(problems))
     return combine(documents)
 
 

@@ -16,7 +16,7 @@ import yaml
 
 from proxy.core.errors import ConfigError
 
-__all__ = ["parse_document", "parse_json", "parse_yaml", "show_value"]
+__all__ = ["parse_document", "parse_json", "parse_yaml", "show_value", "switch_word"]
 
 
 def parse_document(text: str, source: str) -> Any:
@@ -27,6 +27,19 @@ def parse_document(text: str, source: str) -> Any:
     """
     is_json = PurePath(source).suffix.lower() == ".json"
     return parse_json(text, source) if is_json else parse_yaml(text, source)
+
+
+def switch_word(value: Any) -> Any:
+    """The word a YAML 1.1 boolean was written as, where a mode is expected: a bare ``off`` (or
+    ``no``, ``false``) is read as false, ``on`` (``yes``, ``true``) as true, and an operator who
+    wrote ``mode: off`` means the mode. Anything else is left to the mode's own validation (which
+    refuses ``on`` where no mode is called that). Every setting with an ``off`` mode takes it
+    (:mod:`proxy.policy.settings`, :mod:`proxy.discovery.settings`; a test pins that all do)."""
+    if value is False:
+        return "off"
+    if value is True:
+        return "on"
+    return value
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

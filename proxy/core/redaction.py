@@ -119,6 +119,10 @@ def _redact_parameter(parameter: str) -> str:
 
 
 def _redact_pair(match: re.Match[str]) -> str:
+    if match.start() and match.string[match.start() - 1] == "/" and ":" in match["sep"]:
+        # A path segment: "name=value" there is a pair, "…/oauth-authorization-server: no answer"
+        # is a URL and what went wrong with it, not an Authorization header.
+        return match[0]
     value = match["value"]
     quote = value[0] if value[:1] in ("'", '"') else ""
     return f"{match['name']}{match['sep']}{quote}{REDACTED}{quote}"

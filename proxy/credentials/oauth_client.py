@@ -28,6 +28,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 import aiohttp
 
 from proxy.auth.discovery import metadata_urls
+from proxy.config.oauth import check_https_url
 from proxy.core.errors import ManifoldError
 from proxy.credentials.tokens import TokenSet
 
@@ -36,6 +37,7 @@ __all__ = [
     "OAuthClientError",
     "OAuthHttp",
     "OAuthRefused",
+    "OAuthUnusable",
     "Registered",
     "authorize_url",
     "canonical_resource",
@@ -54,6 +56,12 @@ _CHALLENGE_PARAM: Final = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 class OAuthClientError(ManifoldError):
     """An authorization server or the server's metadata did not give what the flow needs."""
+
+
+class OAuthUnusable(OAuthClientError):
+    """The authorization server answered, but cannot be used as it is (no PKCE S256, plain http
+    off loopback, another issuer's metadata, registration refused): trying again will not help;
+    the message says what to change."""
 
 
 class OAuthRefused(OAuthClientError):
@@ -165,28 +173,51 @@ def check_resource(named: str | None, server_url: str, where: str) -> str:
     return named
 
 
-def parse_auth_server(data: bytes, issuer: str, where: str, *, pkce: bool = True) -> AuthServer:
+def check_endpoint(url: str, what: str, *, plain_http: bool = False) -> str:
+    """``url`` if it is https, or http to a loopback host (or anywhere with ``plain_http``, a test
+    rig's opt-out): the MCP authorization spec requires TLS for every authorization server
+    endpoint, since codes, client secrets and tokens travel there.
+
+    Raises:
+        OAuthUnusable: naming ``what``, the URL and the setting that would allow it.
+    """
+    try:
+        return check_https_url(url, what=what, plain_http=plain_http)
+    except ValueError as exc:
+        raise OAuthUnusable(
+            f"{exc}: the MCP authorization spec requires https for authorization servers "
+            "(credentials.allow_insecure_http: true allows plain http, for test rigs only)"
+        ) from None
+
+
+def parse_auth_server(
+    data: bytes, issuer: str, where: str, *, pkce: bool = True, plain_http: bool = False
+) -> AuthServer:
     """An authorization server's metadata, if it is ``issuer``'s (RFC 8414 §3.3).
 
     Raises:
-        OAuthClientError: another issuer's, or no authorization or token endpoint, or (``pkce``:
-            for the authorization code flow) ``code_challenge_methods_supported`` does not list
-            ``S256``, missing included: the MCP authorization spec says a client MUST refuse then.
+        OAuthUnusable: another issuer's, or no authorization or token endpoint, an endpoint over
+            plain http off loopback (unless ``plain_http``), or (``pkce``: for the authorization
+            code flow) ``code_challenge_methods_supported`` does not list ``S256``, missing
+            included: the MCP authorization spec says a client MUST refuse then.
+        OAuthClientError: not a JSON object.
     """
     document = _object(data, where)
     if document.get("issuer") != issuer:
-        raise OAuthClientError(f"{where}: issuer {document.get('issuer')!r} is not {issuer!r}")
+        raise OAuthUnusable(f"{where}: issuer {document.get('issuer')!r} is not {issuer!r}")
 
     def url(name: str) -> str | None:
         value = document.get(name)
-        return value if isinstance(value, str) and value.startswith(("https://", "http://")) else None
+        if not (isinstance(value, str) and value.startswith(("https://", "http://"))):
+            return None
+        return check_endpoint(value, name, plain_http=plain_http)
 
     authorize, token = url("authorization_endpoint"), url("token_endpoint")
     if authorize is None or token is None:
-        raise OAuthClientError(f"{where}: no authorization_endpoint or token_endpoint")
+        raise OAuthUnusable(f"{where}: no authorization_endpoint or token_endpoint")
     methods = document.get("code_challenge_methods_supported")
     if pkce and (not isinstance(methods, list) or "S256" not in methods):
-        raise OAuthClientError(
+        raise OAuthUnusable(
             f"{where}: PKCE with S256 is not supported (code_challenge_methods_supported must list it)"
         )
     return AuthServer(
@@ -301,10 +332,13 @@ def subject_of_id_token(id_token: str) -> str | None:
 
 
 class OAuthHttp:
-    """The requests of the flow, bounded by ``timeout`` seconds each."""
+    """The requests of the flow, bounded by ``timeout`` seconds each; authorization servers over
+    plain http are refused off loopback unless ``plain_http`` (a test rig's opt-out)."""
 
-    def __init__(self, *, timeout: float = 10.0) -> None:
+    def __init__(self, *, timeout: float = 10.0, plain_http: bool = False) -> None:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._seconds = timeout
+        self.plain_http = plain_http
 
     async def request(
         self,
@@ -338,7 +372,9 @@ class OAuthHttp:
                     if len(body) > _MAX_BYTES:
                         raise OAuthClientError(f"{url}: answer larger than {_MAX_BYTES} bytes")
                 return response.status, dict(response.headers), bytes(body)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except TimeoutError:
+            raise OAuthClientError(f"{url}: no answer in {self._seconds:g} s") from None
+        except aiohttp.ClientError as exc:
             raise OAuthClientError(f"{url}: {type(exc).__name__}: {exc}") from None
 
     async def discover(
@@ -350,7 +386,9 @@ class OAuthHttp:
         skips the Protected Resource Metadata; otherwise the first server it names is used.
 
         Raises:
-            OAuthClientError: no metadata found, or no usable authorization server.
+            OAuthUnusable: the authorization server answered, but cannot be used (its metadata
+                lacks PKCE S256, names plain http endpoints off loopback, another issuer …).
+            OAuthClientError: no metadata found (unreachable, HTTP errors).
         """
         resource = server_url
         if issuer is None:
@@ -368,17 +406,23 @@ class OAuthHttp:
             named, servers = parse_protected_resource(body, where)
             resource = check_resource(named, server_url, where)
             issuer = servers[0]
+        check_endpoint(issuer, "the authorization server", plain_http=self.plain_http)
         problems: list[str] = []
+        unusable = False
         for url in metadata_urls(issuer):
             status, _, body = await self.request("GET", url)
             if status != 200:
                 problems.append(f"{url}: HTTP {status}")
                 continue
             try:
-                return resource, parse_auth_server(body, issuer, url, pkce=pkce)
+                return resource, parse_auth_server(body, issuer, url, pkce=pkce, plain_http=self.plain_http)
+            except OAuthUnusable as exc:
+                unusable = True
+                problems.append(str(exc))
             except OAuthClientError as exc:
                 problems.append(str(exc))
-        raise OAuthClientError(f"authorization server {issuer}: no usable metadata ({'; '.join(problems)})")
+        kind = OAuthUnusable if unusable else OAuthClientError
+        raise kind(f"authorization server {issuer}: no usable metadata ({'; '.join(problems)})")
 
     async def register(self, server: AuthServer, redirect_uri: str, scope: str | None) -> Registered:
         """Dynamic client registration (RFC 7591): a confidential client for the code flow.
@@ -403,7 +447,8 @@ class OAuthHttp:
         document = _object(body, server.registration_endpoint)
         client_id = document.get("client_id")
         if status not in (200, 201) or not isinstance(client_id, str):
-            raise OAuthClientError(f"{server.registration_endpoint}: registration refused (HTTP {status})")
+            said = _oauth_error(document)
+            raise OAuthUnusable(f"{server.registration_endpoint}: registration refused (HTTP {status}{said})")
         secret = document.get("client_secret")
         return Registered(client_id, secret if isinstance(secret, str) else None)
 
@@ -427,13 +472,40 @@ class OAuthHttp:
         return tokens, answer
 
     async def revoke(self, server: AuthServer, client: Registered, token: str, hint: str) -> None:
-        """RFC 7009, best effort: Manifold forgets the token whatever the server says."""
+        """RFC 7009 at the server's revocation endpoint, as ``client`` (the one the token was
+        issued to: a server that checks client binding refuses any other).
+
+        Raises:
+            OAuthRefused: the endpoint answered an error (its ``error`` code and description).
+            OAuthUnusable: the server publishes no revocation endpoint.
+            OAuthClientError: it cannot be reached.
+        """
         if server.revocation_endpoint is None:
-            return
+            raise OAuthUnusable(f"{server.issuer} publishes no revocation_endpoint (RFC 7009)")
         headers: dict[str, str] = {}
         form = {"token": token, "token_type_hint": hint}
         if client.client_secret is not None:
             headers["Authorization"] = aiohttp.encode_basic_auth(client.client_id, client.client_secret)
         else:
             form["client_id"] = client.client_id
-        await self.request("POST", server.revocation_endpoint, form=form, headers=headers)
+        status, _, body = await self.request("POST", server.revocation_endpoint, form=form, headers=headers)
+        if status == 200:  # RFC 7009 §2.2: also for a token that was invalid already
+            return
+        try:
+            document: Any = json.loads(body)
+        except (ValueError, RecursionError):
+            document = None
+        code = document.get("error") if isinstance(document, dict) else None
+        raise OAuthRefused(
+            f"{server.revocation_endpoint} refused to revoke the {hint} (HTTP {status}"
+            f"{_oauth_error(document)})",
+            str(code or f"HTTP {status}"),
+        )
+
+
+def _oauth_error(document: Any) -> str:
+    """``: code (description)`` of an OAuth error answer, or nothing."""
+    if not isinstance(document, dict) or not isinstance(document.get("error"), str):
+        return ""
+    described = document.get("error_description")
+    return f": {document['error']}" + (f" ({described})" if isinstance(described, str) and described else "")

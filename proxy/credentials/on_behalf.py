@@ -158,7 +158,8 @@ class OnBehalf:
         self._done: TTLCache[tuple[tuple[str, ...], str], anyio.Event] = TTLCache(
             maxsize=_LOCKS_AT_MOST, ttl=max(1.0, signin_ttl)
         )
-        self._failed: set[str] = set()  # states whose callback was refused, until waited on
+        # States whose callback was refused, and why, until the waiting call reads it (refusal).
+        self._failed: dict[str, str] = {}
 
     def _lock(self, name: str) -> anyio.Lock:
         return self._locks.setdefault(name, anyio.Lock())
@@ -253,10 +254,9 @@ class OnBehalf:
                     await self.store.revoke(key, server_id)
                 return None
             self._check_audience(fresh, known)
+            fresh = dataclasses.replace(fresh, client_id=known.client.client_id)
             if fresh.refresh_token is None:  # RFC 6749 §6: the old one stays valid
-                fresh = TokenSet(
-                    fresh.access_token, fresh.expires_at, tokens.refresh_token, fresh.scope, fresh.issuer
-                )
+                fresh = dataclasses.replace(fresh, refresh_token=tokens.refresh_token)
             await self.store.put(key, server_id, fresh)
             logger.info("refreshed the token of an identity for %s", server_id)
             return fresh.access_token
@@ -355,14 +355,20 @@ class OnBehalf:
             pending = _decode(plain)
         except (ValueError, TypeError, KeyError):
             raise CallbackRefused("this sign-in could not be read: start again from your client") from None
-        done = False
+        # Whatever happens (refused, unreachable, the store failing), the call waiting for it
+        # stops waiting at once, and can tell its user why.
         try:
             await self._exchange_code(pending, query)
-            done = True
-        finally:
-            # Whatever happened (refused, unreachable, the store failing), the call waiting for
-            # it stops waiting at once.
-            self._finish(pending, state, failed=not done)
+        except CallbackRefused as exc:
+            self._finish(pending, state, failed=str(exc))
+            raise
+        except OAuthClientError:
+            self._finish(pending, state, failed="the authorization server could not be reached to finish it")
+            raise
+        except BaseException:
+            self._finish(pending, state, failed="Manifold could not finish it (its log says why)")
+            raise
+        self._finish(pending, state, failed=None)
         logger.info("an identity signed in for %s", pending.server_id)
         return pending.identity_key, pending.server_id
 
@@ -394,6 +400,7 @@ class OnBehalf:
         except OAuthClientError as exc:
             raise CallbackRefused(f"the authorization code was refused: {exc}") from None
         self._check_audience(tokens, known)
+        tokens = dataclasses.replace(tokens, client_id=known.client.client_id)  # to revoke with
         if self._same_subject(self.servers[pending.server_id], pending.issuer, known.server):
             id_token = answer.get("id_token")
             signed_in_as = subject_of_id_token(id_token) if isinstance(id_token, str) else None
@@ -403,12 +410,17 @@ class OnBehalf:
                 )
         await self.store.put(pending.identity_key, pending.server_id, tokens)
 
-    def _finish(self, pending: _Pending, state: str, *, failed: bool) -> None:
-        if failed:
+    def _finish(self, pending: _Pending, state: str, *, failed: str | None) -> None:
+        if failed is not None:
             if len(self._failed) >= _FAILED_AT_MOST:
                 self._failed.clear()  # only a waiter's shortcut: it would time out instead
-            self._failed.add(state)
+            self._failed[state] = failed
         self._done.pop((pending.identity_key, pending.server_id), anyio.Event()).set()
+
+    def refusal(self, state: str) -> str | None:
+        """Why the callback of sign-in ``state`` was refused here (once), or None: it was not,
+        or not on this replica, or nobody knows yet."""
+        return self._failed.pop(state, None)
 
     async def wait(
         self, identity: Identity, server_id: str, timeout: float, state: str | None = None
@@ -420,8 +432,7 @@ class OnBehalf:
         with anyio.move_on_after(timeout):
             while await self.store.get(identity.key, server_id) is None:
                 if state is not None and state in self._failed:
-                    self._failed.discard(state)
-                    return False
+                    return False  # the reason stays for refusal()
                 event = self._done.setdefault(key, anyio.Event())
                 with anyio.move_on_after(_POLL):
                     await event.wait()
@@ -439,9 +450,19 @@ class OnBehalf:
 
     async def revoke_at_issuer(self, server_id: str, tokens: TokenSet) -> None:
         """RFC 7009 at the server's authorization server: the refresh token (which ends the grant
-        at most providers), then the access token. Best effort: a failure is logged."""
+        at most providers), then the access token, with the client they were granted to when it
+        is the one in use (else nothing: another client's revocation would be refused, and the
+        CLI's ``manifold credentials revoke`` finds the right one in the store). Best effort: a
+        failure is logged."""
         try:
             known = await self.known(server_id)
+            if tokens.client_id is not None and tokens.client_id != known.client.client_id:
+                logger.warning(
+                    "the tokens for %s were granted to another OAuth client than the one in use: "
+                    "not revoked at the authorization server (manifold credentials revoke does)",
+                    server_id,
+                )
+                return
             if tokens.refresh_token is not None:
                 await self._http.revoke(known.server, known.client, tokens.refresh_token, "refresh_token")
             await self._http.revoke(known.server, known.client, tokens.access_token, "access_token")

@@ -40,7 +40,7 @@ from proxy.policy.model import Identity
 if TYPE_CHECKING:  # loaded only when a server is in mode oauth or exchange (aiohttp, redis, AES-GCM)
     from proxy.auth.authenticator import Authenticator
     from proxy.credentials.exchange import Exchanger, ExchangeServer
-    from proxy.credentials.oauth_client import Registered
+    from proxy.credentials.oauth_client import OAuthHttp, Registered
     from proxy.credentials.on_behalf import OAuthServer, OnBehalf
     from proxy.credentials.tokens import TokenSet, Vault
 
@@ -50,7 +50,7 @@ __all__ = [
     "StoreClients",
     "StoreTokens",
     "TokenModes",
-    "revoke_at_issuer",
+    "oauth_http",
     "token_modes",
 ]
 
@@ -282,10 +282,11 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
     from proxy.credentials.on_behalf import OnBehalf
     from proxy.credentials.tokens import MemoryVault, Pending, RedisVault, Sealer, VaultTokens
 
+    http = oauth_http(config)
     if exchange:
         # A cache only: its own random key, in memory (a restart exchanges anew).
         cache = MemoryVault(size=EXCHANGED_AT_MOST)
-        modes.exchanger = Exchanger(exchange, VaultTokens(cache, Sealer(os.urandom(32))))
+        modes.exchanger = Exchanger(exchange, VaultTokens(cache, Sealer(os.urandom(32))), http=http)
     if oauth:
         key = config.credentials.key_bytes()
         if store is None or key is None or config.credentials.store == "env":
@@ -308,6 +309,7 @@ def token_modes(config: Config, store: SecretStore | None) -> TokenModes:
             callback_url=callback_url(config),
             signin_ttl=config.credentials.signin_timeout,
             clients=StoreClients(store),
+            http=http,
             cookie_key=hmac.new(key, b"manifold sign-in cookie", hashlib.sha256).digest(),
         )
     return modes
@@ -349,16 +351,16 @@ def _exchange_server(config: Config, server: ServerConfig, settings: ExchangeCre
     )
 
 
-async def revoke_at_issuer(
-    config: Config, store: SecretStore, server_id: str, holder: tuple[str, str, str]
-) -> None:
-    """``manifold credentials revoke`` of an ``oauth`` server: the kept tokens are revoked at the
-    authorization server too (best effort), before the store forgets them."""
-    tokens = await StoreTokens(store).get(holder, server_id)
-    modes = token_modes(config, store)
-    if tokens is None or modes.on_behalf is None:
-        return
-    try:
-        await modes.on_behalf.revoke_at_issuer(server_id, tokens)
-    finally:
-        await modes.aclose()
+def oauth_http(config: Config) -> OAuthHttp:
+    """The HTTP client of the oauth and exchange modes; plain http off loopback only when the
+    operator opted out (a test rig), said loudly."""
+    from proxy.credentials.oauth_client import OAuthHttp
+
+    plain = config.credentials.allow_insecure_http
+    if plain:
+        logger.warning(
+            "credentials.allow_insecure_http is true: authorization servers off loopback may be "
+            "reached over plain http, so codes, client secrets and tokens can be read on the way; "
+            "for test rigs only"
+        )
+    return OAuthHttp(plain_http=plain)

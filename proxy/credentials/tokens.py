@@ -56,6 +56,7 @@ class TokenSet:
     refresh_token: str | None = None
     scope: str | None = None
     issuer: str | None = None  # the authorization server that granted it
+    client_id: str | None = None  # Manifold's OAuth client it was granted to (revoked with it)
 
     def expired(self, now: float, *, margin: float = 30.0) -> bool:
         """Whether it is past (or within ``margin`` seconds of) its expiry."""
@@ -68,7 +69,10 @@ class TokenSet:
     def decode(cls, raw: bytes) -> TokenSet:
         data: Any = json.loads(raw)
         return cls(
-            **{k: data.get(k) for k in ("access_token", "expires_at", "refresh_token", "scope", "issuer")}
+            **{
+                k: data.get(k)
+                for k in ("access_token", "expires_at", "refresh_token", "scope", "issuer", "client_id")
+            }
         )
 
     def __repr__(self) -> str:  # never the tokens themselves, in a log or a traceback

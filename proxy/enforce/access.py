@@ -31,6 +31,7 @@ from proxy.policy import (
     Decision,
     EffectiveAnnotations,
     Identity,
+    Policy,
     PolicyEngine,
     ServerTrust,
     Subject,
@@ -175,8 +176,19 @@ class Access:
         """
         # Everything is read before anything is installed: a bad pins file must not leave a new
         # policy deciding while the views (same version) still show the old one.
+        self._install(*self._read())
+
+    def _read(self) -> tuple[Policy | None, dict[str, str]]:
+        """The policy and pins on disk (nothing installed).
+
+        Raises:
+            ConfigError: a file is missing or invalid.
+        """
         policy = load_policy(list(self.settings.files)) if self.settings.files else None
         pins = self._read_pins() if self.settings.pins.mode != "off" else self._pins
+        return policy, pins
+
+    def _install(self, policy: Policy | None, pins: dict[str, str]) -> None:
         if policy is not None:
             self.engine = PolicyEngine(policy)
             self.limits = policy.limits
@@ -186,14 +198,27 @@ class Access:
         self._views.clear()
 
     def reload(self) -> bool:
-        """Re-read the files; a bad file is logged and the old policy stays. True if it changed."""
+        """Re-read the files; a bad file is logged and the old policy stays. True if what they
+        say changed: the same rules and pins read again change nothing (no new version, so no
+        view, cursor or client hears of it), and with neither policy files nor pins there is
+        nothing to read."""
         self._files = stamps(self.settings.files)
+        if not self.settings.files and self.settings.pins.mode == "off":
+            return False
         try:
-            self.load()
+            policy, pins = self._read()
         except ConfigError as exc:
             logger.error("policy reload refused, the previous policy stays in force:\n%s", exc)
             return False
-        logger.info("policy reloaded from %s (version %d)", ", ".join(self.settings.files), self.version)
+        in_force = self.engine.policy if self.engine is not None else None
+        if policy == in_force and pins == self._pins:
+            logger.debug("policy and pins read again: unchanged (version %d)", self.version)
+            return False
+        read = [f"policy files {', '.join(self.settings.files)}"] if policy != in_force else []
+        if pins != self._pins:
+            read.append(f"pins {self.settings.pins.path}")
+        self._install(policy, pins)
+        logger.info("policy reloaded: %s changed (version %d)", " and ".join(read), self.version)
         return True
 
     def servers_changed(self, servers: Mapping[str, ServerConfig]) -> None:

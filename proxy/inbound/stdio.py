@@ -19,26 +19,36 @@ the stateless revisions, an enveloped request on a handshake one -32600.
 
 Each request is answered in a task of its own, so a slow tool never holds up the next
 request; writes to stdout are serialised. Logs go to stderr only: stdout is the protocol.
+
+There is exactly one client, so the shared servers speak for it (``client_arrived``): they are
+started once its first request says what it can do (``initialize``'s capabilities, or the first
+2026-07-28 envelope's), declaring its roots, sampling and elicitation to their servers as a
+``per_client`` connection does, and every request waits (bounded) for their first attempt to
+connect. What a server asks outside any call (``roots/list`` after its ``initialize``) waits at a
+:class:`~proxy.servers.held_questions.Doorway`: a handshake client is asked on stdout once it has sent
+``notifications/initialized`` (or any further request); a 2026-07-28 client inside its next call.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import AsyncIterable, Awaitable, Callable
-from typing import Any, Final
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from typing import Any, Final, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
 from proxy.clients.contract import Inbound
-from proxy.clients.session import ClientSession
+from proxy.clients.session import ClientSession, InboundRequest
 from proxy.core.errors import InvalidRequest, MessageTooLarge, ProtocolError, request_id_of
 from proxy.inbound.reading import Reader
 from proxy.inbound.refusals import Refused, answer_of
 from proxy.inbound.stdio_stateless import StatelessRequests, initialize_refused
 from proxy.observe.boundary import wire_error
+from proxy.outbound.relay import Relay
 from proxy.protocol import jsonrpc, stateless
+from proxy.protocol.asks import kept_capabilities
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 
 __all__ = ["serve_stdio"]
@@ -46,6 +56,16 @@ __all__ = ["serve_stdio"]
 logger = logging.getLogger("proxy.inbound.stdio")
 
 Write = Callable[[bytes], Awaitable[None]]
+
+
+class HeldQuestions(Protocol):
+    """Where what the servers ask outside any call waits until a caller enters to answer it."""
+
+    def enter(self, caller: Relay) -> None: ...
+
+
+# The shared servers start for the one client, with its capabilities; back once they have tried.
+ClientArrived = Callable[[Mapping[str, Any]], Awaitable[HeldQuestions]]
 
 _ENVELOPE_ON_HANDSHAKE: Final = (
     "this connection serves the handshake protocol era (it began with initialize); "
@@ -59,11 +79,18 @@ class _Era(enum.Enum):
     STATELESS = "stateless"
 
 
-async def serve_stdio(inbound: Inbound, lines: AsyncIterable[bytes | MessageTooLarge], write: Write) -> None:
+async def serve_stdio(
+    inbound: Inbound,
+    lines: AsyncIterable[bytes | MessageTooLarge],
+    write: Write,
+    *,
+    client_arrived: ClientArrived | None = None,
+) -> None:
     """Serve one client until ``lines`` ends (the client closed our stdin); requests still in
     flight then are cancelled. A line too long to read (``limits.max_request_bytes``: the reader
-    of ``lines`` dropped it, never holding it whole) is answered with its refusal."""
-    await _Connection(inbound, write).serve(lines)
+    of ``lines`` dropped it, never holding it whole) is answered with its refusal.
+    ``client_arrived``: starts the shared servers for this client (see the module docstring)."""
+    await _Connection(inbound, write, client_arrived).serve(lines)
 
 
 class _Connection:
@@ -71,9 +98,16 @@ class _Connection:
 
     _tg: TaskGroup  # every request's task, and the handshake session's standalone stream
 
-    def __init__(self, inbound: Inbound, write: Write) -> None:
+    def __init__(self, inbound: Inbound, write: Write, client_arrived: ClientArrived | None = None) -> None:
         self._inbound = inbound
         self._write = write
+        self._client_arrived = client_arrived
+        self._servers_up = anyio.Event()  # every request waits for it: the servers are started
+        if client_arrived is None:
+            self._servers_up.set()
+        self._held: HeldQuestions | None = None  # what the servers ask outside any call waits here
+        self._initialized = False  # the handshake client may be asked things on stdout
+        self._asked_on_stdout = False
         self._lock = anyio.Lock()
         self._era = _Era.UNDECIDED
         self._session: ClientSession | None = None  # handshake: the one session
@@ -110,6 +144,7 @@ class _Connection:
 
         async def supervised() -> None:
             try:
+                await self._servers_up.wait()  # bounded: each server's first attempt is
                 await run(*args)
             except Exception as exc:
                 self._inbound.boundary.caught(exc, "request", f"stdio request {request_id!r}")
@@ -139,6 +174,8 @@ class _Connection:
         if kind is MessageKind.REQUEST:
             return await self._request(message)
         if self._session is not None:  # handshake
+            if message.get("method") == "notifications/initialized":
+                self._ask_on_stdout()
             await self._inbound.endpoint.handle(self._session, message)
         elif kind is MessageKind.NOTIFICATION and message["method"] == "notifications/cancelled":
             self._stateless.cancel(message)
@@ -154,11 +191,18 @@ class _Connection:
         enveloped = stateless.has_envelope(message)
         if self._era is _Era.UNDECIDED and (method == "initialize" or not enveloped):
             self._open_handshake()
+            params = message.get("params")
+            declared = (
+                params.get("capabilities") if method == "initialize" and isinstance(params, dict) else None
+            )
+            self._start_servers(declared)
         if self._session is not None:  # handshake
             if enveloped and method != "initialize":
                 return await self._send(
                     answer_of(Refused(InvalidRequest(_ENVELOPE_ON_HANDSHAKE), None, request_id))
                 )
+            if method != "initialize":
+                self._ask_on_stdout()  # a client that asks things is initialized
             self._start(request_id, self._answer_handshake, self._session, message)
             return None
         if method == "initialize":  # only ever here on a connection that is stateless already
@@ -179,8 +223,33 @@ class _Connection:
                 "the first request carries a %s envelope: serving it statelessly", envelope.protocol_version
             )
             self._era = _Era.STATELESS
+            self._start_servers(envelope.capabilities)
         self._start(request_id, self._stateless.answer, message, envelope)
         return None
+
+    def _start_servers(self, declared: object) -> None:
+        """The client said what it can do (its first request): start the shared servers for it."""
+        arrived = self._client_arrived
+        if arrived is None:
+            return
+        capabilities = kept_capabilities(declared) if isinstance(declared, Mapping) else {}
+
+        async def start() -> None:
+            try:
+                self._held = await arrived(capabilities)
+            finally:
+                self._servers_up.set()
+            if self._initialized:
+                self._ask_on_stdout()
+
+        self._tg.start_soon(start)
+
+    def _ask_on_stdout(self) -> None:
+        """The handshake client is initialized: what the servers ask outside any call goes to it."""
+        self._initialized = True
+        if self._held is not None and self._session is not None and not self._asked_on_stdout:
+            self._asked_on_stdout = True
+            self._held.enter(InboundRequest(self._session))
 
     def _open_handshake(self) -> None:
         session = self._inbound.sessions.open("stdio", self._inbound.auth.stdio_identity)

@@ -177,7 +177,8 @@ class McpEndpoint:
         credentials = {
             n: v for n in ("authorization", "x-api-key") if (v := header(scope, n.encode())) is not None
         }
-        verdict = await self._auth.authenticate(credentials)
+        peer = scope.get("client")
+        verdict = await self._auth.authenticate(credentials, peer[0] if peer else None)
         if isinstance(verdict, Rejected):
             said = [(name.encode(), value.encode("latin-1")) for name, value in verdict.headers()]
             unauthorized = InvalidRequest(f"Unauthorized: {verdict.message}")

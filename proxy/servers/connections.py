@@ -26,12 +26,12 @@ from proxy.observe.boundary import Boundary, wire_error
 from proxy.observe.logs import redact_text
 from proxy.observe.metrics import Metrics
 from proxy.outbound.connection import ServerConnection
-from proxy.outbound.era import Era
+from proxy.outbound.era import RELAYED, Era
 from proxy.outbound.factory import transport_for
 from proxy.outbound.health import ConnectionListener, ServerState
 from proxy.outbound.transport import Transport
 from proxy.pipeline.context import Caller
-from proxy.servers.held_questions import Doorstep
+from proxy.servers.held_questions import Doorstep, Doorway
 from proxy.servers.per_client import ClientConnections, PerClientLists, PerClientNotices
 
 __all__ = ["Connections", "ServerHealth", "Sharing", "WaitFor"]
@@ -84,7 +84,11 @@ class Connections:
         self._limits = limits
         self._sharing = Sharing(self._servers)
         self._per_client_ids = self._sharing.own()
-        given = transports or {}
+        self._given = given = transports or {}
+        # manifold stdio (:meth:`client_arrived`): the one client's capabilities and relay, once known.
+        self._one_client = False  # for_one_client()
+        self._client: tuple[dict[str, Any], Doorway] | None = None
+        self._client_known = anyio.Event()
         self.shared: dict[str, ServerConnection] = {
             server.id: self._connection(server, given.get(server.id)) for server in servers
         }
@@ -102,6 +106,7 @@ class Connections:
 
     def _connection(self, server: ServerConfig, transport: Transport | None = None) -> ServerConnection:
         limits = self._limits
+        capabilities, relay = self._client if self._client is not None else (None, None)
         return ServerConnection(
             server.id,
             transport or transport_for(server, limits=limits),
@@ -110,6 +115,8 @@ class Connections:
             request_timeout=server.request_timeout,
             max_pages=self._max_pages,
             era=Era.of(server.era),
+            client_capabilities=capabilities,
+            default_relay=relay,
             answer_error=wire_error,
             on_internal_error=self._caught,
             max_items=limits.max_server_items,
@@ -139,7 +146,7 @@ class Connections:
         self._servers[server.id] = server
         self._per_client_ids = self._sharing.own()
         self.shared[server.id] = connection
-        if self._tg is not None:
+        if self._tg is not None and (not self._one_client or self._client is not None):
             self._start(self._tg, connection)
 
     def remove(self, server_id: str, reason: str) -> None:
@@ -170,9 +177,18 @@ class Connections:
         server that connects later joins the catalogs then, and clients hear list_changed."""
         async with anyio.create_task_group() as tg:
             await tg.start(self._per_client.run)
+            self._tg = tg
+            if self._one_client:  # started by client_arrived, which waits for their first attempts
+                try:
+                    task_status.started()
+                    await self._client_known.wait()
+                    for connection in list(self.shared.values()):
+                        self._start(tg, connection)
+                    await anyio.sleep_forever()
+                finally:
+                    self._tg = None
             for connection in self.shared.values():
                 self._start(tg, connection)
-            self._tg = tg
             try:
                 for connection in list(self.shared.values()):  # a reload may change them meanwhile
                     server = connection.server_id
@@ -183,6 +199,34 @@ class Connections:
                 await anyio.sleep_forever()
             finally:
                 self._tg = None
+
+    def for_one_client(self) -> None:
+        """``manifold stdio``: the shared connections start only once its one client arrives
+        (:meth:`client_arrived`), and speak for it. Called before :meth:`run`."""
+        self._one_client = True
+
+    async def client_arrived(self, capabilities: Mapping[str, Any]) -> Doorway:
+        """``manifold stdio``'s one client said what it can do: the shared connections start,
+        declaring ``capabilities`` (those a server may ask for) to their servers as a
+        ``per_client`` connection does; what a server asks outside any call waits at the
+        :class:`~proxy.servers.held_questions.Doorway` returned until a caller enters it (at most the longest
+        ``request_timeout``). Back once each has connected or failed its first attempt (bounded
+        by its connect timeout). Only the first call starts anything."""
+        if self._client is not None:
+            return self._client[1]
+        declared = {k: v for k, v in capabilities.items() if k in RELAYED}
+        hold = max((server.request_timeout for server in self._servers.values()), default=60.0)
+        doorway = Doorway("stdio", declared, hold=hold)
+        if not self._one_client:
+            return doorway  # nothing waits there: the shared connections ask no one client
+        self._client = (declared, doorway)
+        for sid in list(self.shared):  # in place: the catalogs and notices hold this dict
+            self.shared[sid] = self._connection(self._servers[sid], self._given.get(sid))
+        self._client_known.set()
+        for connection in list(self.shared.values()):
+            with anyio.move_on_after(connection.connect_timeout + _FIRST_ATTEMPT_SLACK):
+                await connection.first_attempt_done.wait()
+        return doorway
 
     def shares(self, caller: Client | Caller, server_id: str) -> bool:
         """Whether ``caller`` reaches the server on its shared connection (else on its own)."""
@@ -232,6 +276,8 @@ class Connections:
     def asked_through(self, connection: ServerConnection) -> ServerConnection | Doorstep:
         """``connection`` as a 2026-07-28 caller's parked call goes out on it
         (:mod:`proxy.servers.held_questions`)."""
+        if self._client is not None and self.shared.get(connection.server_id) is connection:
+            return Doorstep(connection, self._client[1])  # manifold stdio's one 2026-07-28 client
         return self._per_client.asked_through(connection)
 
     def per_client_lists_to(self, lists: PerClientLists, notices: PerClientNotices) -> None:

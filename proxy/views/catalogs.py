@@ -35,7 +35,12 @@ __all__ = ["Catalogs", "HintSource", "Snapshot"]
 
 logger = logging.getLogger("proxy.views.catalogs")
 
-_PAGES: Final = 2048  # encoded pages kept: (view, generation, cursor, hint) -> bytes
+# Encoded pages kept, (view, generation, cursor, hint) -> bytes, least recently used first out,
+# bounded in bytes: one identity's view is not another's, so their count grows with identities,
+# and one page is as big as page_size definitions. Each page counts its bytes and _PAGE_OVERHEAD.
+_PAGE_BYTES: Final = 32 * 1024 * 1024  # the whole catalog's, and each endpoint's view's
+_OWN_PAGE_BYTES: Final = 2 * 1024 * 1024  # each client's own view (per_client servers): one owner
+_PAGE_OVERHEAD: Final = 256  # the key and the entry, about
 # Freshness of what Manifold answers 2026-07-28 callers from its catalog when no server said more.
 _DEFAULT_TTL_MS: Final = 0
 
@@ -97,8 +102,9 @@ class Catalogs:
         self.prompts: Catalog = EMPTY_CATALOG
         self.resources: ResourceIndex = EMPTY_RESOURCES
         # A warm list request costs one dict lookup and no re-encoding of the definitions.
-        self._pages: LRUCache[tuple[str, str, str | None, CacheHint | None], orjson.Fragment] = LRUCache(
-            maxsize=_PAGES
+        self.max_page_bytes = _PAGE_BYTES if measured else _OWN_PAGE_BYTES
+        self._pages: LRUCache[tuple[str, str, str | None, CacheHint | None], tuple[orjson.Fragment, int]] = (
+            LRUCache(maxsize=self.max_page_bytes, getsizeof=_page_size)
         )
 
     # ---- what servers listed ---------------------------------------------------------------
@@ -149,12 +155,14 @@ class Catalogs:
             before.templates_generation,
         )
 
-    def servers_changed(self, *, force: Sequence[str] = ()) -> None:
+    def servers_changed(self) -> None:
         """The servers changed (a config reload): the prefixes and renames this was given (the
         caller changed them in place) are read again, the lists of a server no longer among them
-        drop out, and each kind is merged anew. ``on_change`` hears once of each kind that
-        changed, and of each kind in ``force`` (a restarted server's overrides may have changed
-        what it lists without changing what it sent)."""
+        drop out, and each kind is merged anew. ``on_change`` hears once of each kind whose
+        content changed: a restarted server's new overrides change what clients are shown of
+        what it sent (its definitions are compared); a restarted server that lists the same
+        again changes nothing (its lists are compared when it lists, :meth:`listed`)."""
+        served = self.served
         for kind in LIST_KINDS:
             self._slices[kind] = tuple(
                 ServerSlice(piece.server_id, self._prefixes[piece.server_id], piece.items)
@@ -162,11 +170,13 @@ class Catalogs:
                 if piece.server_id in self._prefixes
             )
         changed = {kind for kind in ("tools", "prompts") if self._merge_named(kind, self._slices[kind])}
+        if self.served.definitions != served.definitions:
+            changed.add("tools")
         if self._merge_resources():
             changed.add("resources")
         self._pages.clear()
         for kind in ("tools", "prompts", "resources"):
-            if kind in changed or kind in force:
+            if kind in changed:
                 self._on_change(kind)
         for follower in self._followers:
             follower(False)
@@ -229,7 +239,9 @@ class Catalogs:
         changed = {
             "tools": policy_changed
             or view.tools.generation != before.tools.generation
-            or view.served.blocked != before.served.blocked,
+            or view.served.blocked != before.served.blocked
+            # a restarted server's new override: the same lists, other definitions shown
+            or (view.served is not before.served and view.served.definitions != before.served.definitions),
             "prompts": policy_changed or view.prompts.generation != before.prompts.generation,
             "resources": policy_changed
             or (view.resources.generation, view.resources.templates_generation)
@@ -336,7 +348,7 @@ class Catalogs:
         key = (scope, generation, cursor if isinstance(cursor, str) else None, hint)
         cached = self._pages.get(key) if cursor is None or isinstance(cursor, str) else None
         if cached is not None:
-            return cached
+            return cached[0]
         page = paginate(
             items,
             cursor=cursor,
@@ -350,9 +362,16 @@ class Catalogs:
             result["nextCursor"] = page.next_cursor
         if hint is not None:
             result = results.stateless(result, server_info=dict(server_info or {}), cache=hint)
-        fragment = orjson.Fragment(orjson.dumps(result))
-        self._pages[key] = fragment
+        encoded = orjson.dumps(result)
+        fragment = orjson.Fragment(encoded)
+        size = len(encoded) + _PAGE_OVERHEAD
+        if size <= self.max_page_bytes:  # a bigger one is served, never kept
+            self._pages[key] = (fragment, size)
         return fragment
+
+    def cached_page_bytes(self) -> int:
+        """Bytes the kept pages take, as counted against :attr:`max_page_bytes`."""
+        return int(self._pages.currsize)
 
     def _view(self, kind: str, identity: Identity) -> tuple[Sequence[Mapping[str, Any]], str]:
         """What ``identity`` may see of one list, and the generation its cursors are bound to."""
@@ -367,3 +386,7 @@ class Catalogs:
         templates = kind == "resourceTemplates"
         generation = index.templates_generation if templates else index.generation
         return access.resources_view(index, identity, templates=templates), f"{generation}.{access.version}"
+
+
+def _page_size(entry: tuple[orjson.Fragment, int]) -> int:
+    return entry[1]

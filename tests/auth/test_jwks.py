@@ -180,3 +180,24 @@ def test_an_unreadable_jwks_file_is_a_config_error_naming_the_field(tmp_path: Pa
 def test_a_document_without_keys_is_not_a_jwks() -> None:
     with pytest.raises(JwksError, match="no 'keys' list"):
         KeySet.parse(b'{"kty": "RSA"}', "test")
+
+
+async def test_a_key_set_that_does_not_answer_is_not_asked_again_by_each_token_and_says_why() -> None:
+    asked: list[str] = []
+
+    async def hanging(url: str) -> bytes:
+        asked.append(url)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    now = [0.0]
+    keys = JwksUrl("https://id.example.test/jwks", fetch=hanging, timeout=0.05, clock=lambda: now[0])
+    assert not await keys.refresh()
+    assert keys.failure == "https://id.example.test/jwks: no answer in 0.05 s"  # before: ""
+    with anyio.fail_after(1):
+        for _ in range(20):  # tokens naming unknown keys meanwhile: told at once, none refetches
+            assert await keys.key("k-new") is None
+    assert len(asked) == 1
+    now[0] = 61.0
+    assert await keys.key("k-new") is None  # a minute later, one request may try again
+    assert len(asked) == 2

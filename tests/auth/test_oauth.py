@@ -6,17 +6,19 @@ against a real authorization server in tests/interaction/test_oauth.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
 
+import anyio
 import jwt
 import pytest
 from pydantic import ValidationError
 
 from proxy.auth.apikeys import generate_api_key
 from proxy.auth.authenticator import Authenticated, Authenticator, FailureReason, Rejected
-from proxy.auth.discovery import DiscoveredKeys, metadata_urls, parse_metadata
+from proxy.auth.discovery import DiscoveredKeys, check_servers, metadata_urls, parse_metadata
 from proxy.auth.introspection import IntrospectionError, Introspector
 from proxy.auth.jwks import JwksError
 from proxy.auth.jwt import TokenRejected
@@ -228,13 +230,22 @@ async def test_an_unreachable_authorization_server_is_retried_at_most_once_a_min
 # ---- JWT access tokens ----------------------------------------------------------------------------
 
 
-async def test_a_good_access_token_signs_in_its_subject_with_scopes_as_roles() -> None:
+async def test_a_good_access_token_signs_in_its_subject_with_only_mapped_scopes_as_roles() -> None:
     verifier = OAuthVerifier(settings(roles_claim="groups"), fetch=well_known())
-    signed_in = await verifier.verify_jwt(access_token(scope="mcp:tools mcp:admin", groups=["ops"]), ISSUER)
+    token = access_token(scope="mcp:tools mcp:admin admin observer", groups=["ops"])
+    signed_in = await verifier.verify_jwt(token, ISSUER)
     assert signed_in.identity.name == "u-1"
     assert signed_in.identity.source == "oauth"
-    assert signed_in.identity.roles == {"mcp:tools", "mcp:admin", "admin", "ops"}
-    assert signed_in.scopes == {"mcp:tools", "mcp:admin"}
+    # An unmapped scope named like a role (admin, observer) gives no role: a permissive
+    # authorization server grants any scope a registered client asks for.
+    assert signed_in.identity.roles == {"admin", "ops"}
+    assert signed_in.scopes == {"mcp:tools", "mcp:admin", "admin", "observer"}
+
+
+async def test_scopes_as_roles_makes_every_granted_scope_a_role_when_asked_for() -> None:
+    verifier = OAuthVerifier(settings(scopes_as_roles=True), fetch=well_known())
+    signed_in = await verifier.verify_jwt(access_token(scope="mcp:tools mcp:admin"), ISSUER)
+    assert signed_in.identity.roles == {"mcp:tools", "mcp:admin", "admin"}
 
 
 @pytest.mark.parametrize(
@@ -451,3 +462,192 @@ async def test_an_unreachable_authorization_server_is_503_come_back_not_a_bad_to
     headers = dict(result.headers())
     assert headers["retry-after"] == "5"
     assert "invalid_token" not in headers["www-authenticate"]  # the client keeps its token
+
+
+# ---- outages, floods and the reasons they leave (issue 27) ---------------------------------------
+
+
+class Hanging(Fetcher):
+    """Answers from a dict, but never answers the URLs in ``hangs`` (a server that accepts and
+    then says nothing)."""
+
+    def __init__(self, documents: dict[str, Any], *hangs: str) -> None:
+        super().__init__(documents)
+        self.hangs = set(hangs)
+
+    async def __call__(self, url: str) -> bytes:
+        if url in self.hangs:
+            self.asked.append(url)
+            await anyio.sleep_forever()
+        return await super().__call__(url)
+
+
+async def test_readiness_does_not_wait_for_a_hanging_authorization_server() -> None:
+    fetch = Hanging({}, *metadata_urls(ISSUER))
+    verifier = OAuthVerifier(settings(), fetch=fetch)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(1):  # before: discovery's 10 s per well-known URL
+            await tg.start(verifier.run)
+        # A token meanwhile is not ours to judge yet: 503, at once (the request does not wait).
+        with anyio.fail_after(1), pytest.raises(TokenRejected) as refused:
+            await verifier.verify_jwt(access_token(), ISSUER)
+        assert refused.value.outcome == "unavailable"
+        tg.cancel_scope.cancel()
+
+
+async def test_a_key_set_that_does_not_answer_makes_tokens_unavailable_not_invalid() -> None:
+    fetch = Hanging(dict(well_known().documents), "https://id.example.test/jwks")
+    keys = DiscoveredKeys(ISSUER, fetch=fetch, timeout=0.05)
+    verifier = OAuthVerifier(settings(), fetch=fetch)
+    verifier._servers[ISSUER] = dataclasses.replace(verifier._servers[ISSUER], keys=keys)
+    assert await keys.discover() is not None
+    with pytest.raises(TokenRejected) as refused:
+        await verifier.verify_jwt(access_token(), ISSUER)
+    assert refused.value.outcome == "unavailable"  # before: bad_signature, a 401 invalid_token
+    assert keys.unreachable == "https://id.example.test/jwks: no answer in 0.05 s"
+
+
+async def test_a_key_id_the_reachable_key_set_lacks_is_still_a_bad_signature() -> None:
+    verifier = OAuthVerifier(settings(), fetch=well_known())
+    token = jwt.encode(
+        jwt.decode(access_token(), options={"verify_signature": False}),
+        rsa_key("oauth"),
+        algorithm="RS256",
+        headers={"kid": "rotated-away", "typ": "at+jwt"},
+    )
+    with pytest.raises(TokenRejected) as refused:
+        await verifier.verify_jwt(token, ISSUER)
+    assert refused.value.outcome == "bad_signature"
+
+
+async def test_a_metadata_timeout_is_reported_with_its_url_and_what_happened(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    keys = DiscoveredKeys(ISSUER, fetch=Hanging({}, *metadata_urls(ISSUER)), timeout=0.05)
+    assert await keys.discover() is None
+    assert keys.problems[0] == f"{metadata_urls(ISSUER)[0]}: no answer in 0.05 s"
+    assert not keys.wrong_issuer
+
+
+async def test_check_online_gives_the_trailing_slash_hint_only_for_another_issuers_document() -> None:
+    down = await check_servers(settings(), fetch=Fetcher({}))
+    assert "HTTP 404" in down
+    assert "trailing slash" not in down  # a plain "cannot connect" is not an issuer mismatch
+    slashed = settings(authorization_servers=[{"issuer": ISSUER + "/"}])
+    mismatch = await check_servers(slashed, fetch=well_known())
+    assert "trailing slash" in mismatch
+
+
+async def test_check_online_says_why_the_key_set_gave_no_key() -> None:
+    fetch = Hanging(dict(well_known().documents), "https://id.example.test/jwks")
+    with anyio.fail_after(10):
+        problems = await check_servers(settings(), fetch=fetch, timeout=0.05)
+    assert "no usable signing key at https://id.example.test/jwks" in problems
+    assert "no answer in 0.05 s" in problems
+
+
+async def test_a_token_from_an_untrusted_issuer_is_counted_as_wrong_issuer() -> None:
+    auth, counted = authenticator()
+    result = await auth.authenticate({"authorization": f"Bearer {access_token(iss='https://x.test')}"})
+    assert isinstance(result, Rejected)
+    assert result.message == "the token's issuer (iss) is not trusted here"
+    slashed = await auth.authenticate({"authorization": f"Bearer {access_token(iss=ISSUER + '/')}"})
+    assert isinstance(slashed, Rejected)
+    assert "trailing '/'" in slashed.message
+    assert counted == [("oauth", "wrong_issuer"), ("oauth", "wrong_issuer")]
+
+
+async def test_a_garbage_three_part_token_is_malformed_not_of_an_untrusted_issuer() -> None:
+    auth, counted = authenticator()
+    result = await auth.authenticate({"authorization": "Bearer aaa.bbb.ccc"})
+    assert isinstance(result, Rejected)
+    assert result.message == "the token is malformed (not a JWT)"
+    assert counted == [("oauth", "malformed")]
+
+
+class Counting:
+    """An introspection endpoint that says every token is unknown; counts the questions."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def __call__(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        self.asked += 1
+        return 200, b'{"active": false}'
+
+
+async def test_unknown_opaque_tokens_cost_introspections_bounded_per_client_address() -> None:
+    post = Counting()
+    verifier = OAuthVerifier(settings(introspections_per_client=10), fetch=well_known(), post=post)
+    outcomes = []
+    for n in range(300):
+        try:
+            await verifier.verify_opaque(f"garbage-{n}", f"k{n}".encode(), "192.0.2.7")
+        except TokenRejected as exc:
+            outcomes.append(exc.outcome)
+    assert post.asked == 10  # before: 300
+    assert outcomes.count("inactive") == 10
+    assert outcomes.count("throttled") == 290
+    # Another address has its own share; a token answered before costs nothing and spends none.
+    with pytest.raises(TokenRejected, match="not active"):
+        await verifier.verify_opaque("garbage-0", b"k0", "192.0.2.7")
+    with pytest.raises(TokenRejected, match="not active"):
+        await verifier.verify_opaque("other", b"other", "192.0.2.8")
+    assert post.asked == 11
+
+
+async def test_unknown_opaque_tokens_from_many_addresses_are_bounded_in_total() -> None:
+    post = Counting()
+    verifier = OAuthVerifier(
+        settings(introspections_per_client=10, introspections_per_second=20), fetch=well_known(), post=post
+    )
+    outcomes = []
+    for n in range(300):
+        try:
+            await verifier.verify_opaque(f"garbage-{n}", f"k{n}".encode(), f"192.0.2.{n}")
+        except TokenRejected as exc:
+            outcomes.append(exc.outcome)
+    assert post.asked <= 21  # a second's worth (and what trickled in while the loop ran)
+    assert "unavailable" in outcomes  # not the client's fault: 503, come back
+
+
+async def test_a_throttled_client_gets_429_with_retry_after() -> None:
+    auth, counted = authenticator(introspections_per_client=1)
+    auth._oauth = OAuthVerifier(settings(introspections_per_client=1), fetch=well_known(), post=Counting())
+    first = await auth.authenticate({"authorization": "Bearer opaque-1"}, "192.0.2.7")
+    second = await auth.authenticate({"authorization": "Bearer opaque-2"}, "192.0.2.7")
+    assert isinstance(first, Rejected)
+    assert first.status == 401
+    assert isinstance(second, Rejected)
+    assert second.status == 429
+    assert dict(second.headers())["retry-after"] == "5"
+    assert "invalid_token" not in dict(second.headers())["www-authenticate"]
+    assert counted == [("introspection", "inactive"), ("introspection", "throttled")]
+
+
+def test_a_lan_http_issuer_is_refused_with_one_clear_error() -> None:
+    with pytest.raises(ValidationError) as refused:
+        settings(authorization_servers=[{"issuer": "http://192.168.1.5:9000/"}])
+    errors = refused.value.errors()
+    assert len(errors) == 1, errors  # before: also "Tuple should have at least 1 item"
+    assert "must use https:// unless the host is loopback" in str(errors[0]["msg"])
+    with pytest.raises(ValidationError, match="at least one authorization server"):
+        settings(authorization_servers=[])
+
+
+async def test_with_auth_jwt_too_an_untrusted_issuer_is_counted_as_wrong_issuer() -> None:
+    auth = Authenticator.from_settings(
+        AuthSettings.model_validate(
+            {
+                "jwt": [{"issuer": "https://id.example.test", "audience": "manifold", "secret": SECRET}],
+                "oauth": settings().model_dump(mode="json"),
+            }
+        ),
+        {},
+        fetch=well_known(),
+    )
+    counted: list[tuple[str, str]] = []
+    auth.on_sign_in = lambda method, outcome: counted.append((method, outcome))
+    result = await auth.authenticate({"authorization": f"Bearer {access_token(iss='https://x.test')}"})
+    assert isinstance(result, Rejected)
+    assert counted == [("jwt", "wrong_issuer")]  # before: ("jwt", "invalid")

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.clients import Reply
 from benchmarks.soak import SoakPlan, soak
-from benchmarks.soak_report import render, slope, summarize, write
+from benchmarks.soak_report import Sample, render, slope, summarize, thirds, write
 from benchmarks.soak_traffic import Failure, Kill, Tally, classify
 
 pytestmark = pytest.mark.slow
@@ -102,3 +102,35 @@ def test_a_failure_counts_inside_a_kill_window_only_for_the_killed_server() -> N
 def test_the_slope_is_least_squares_per_unit_of_x() -> None:
     assert slope([(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]) == pytest.approx(2.0)
     assert math.isnan(slope([(1.0, 1.0)]))
+
+
+def _samples(rss: list[float]) -> list[Sample]:
+    return [
+        Sample(at=float(t), rss_mib=mib, fds=10, children=2, calls=t, sessions=1) for t, mib in enumerate(rss)
+    ]
+
+
+def test_a_plateau_passes_and_a_line_that_keeps_rising_under_churn_fails() -> None:
+    tally = Tally(clock=lambda: 0.0)
+    tally.calls.update({"shared": 1})
+    thresholds = SoakPlan().thresholds
+    flat = [50.0 + min(t, 10) for t in range(30)]  # grows while warming up, then holds
+    rising = [50.0 + 0.5 * t for t in range(30)]  # 5 MiB more in the last third than the middle
+    assert thirds(_samples(flat), 0.0, 30.0) == pytest.approx((54.5, 60.0, 60.0))
+    held = summarize(
+        {}, _samples(flat), tally, started=0.0, ended=30.0, alive=True, exit_code=None, thresholds=thresholds
+    )
+    grown = summarize(
+        {},
+        _samples(rising),
+        tally,
+        started=0.0,
+        ended=30.0,
+        alive=True,
+        exit_code=None,
+        thresholds=thresholds,
+    )
+    plateau = "RSS plateau under session churn (mean of the last third minus the middle third)"
+    assert [v[3] for v in held.verdicts if v[0] == plateau] == ["PASS"]
+    assert [v[3] for v in grown.verdicts if v[0] == plateau] == ["FAIL"]
+    assert "+5.00 MiB" in render(grown)

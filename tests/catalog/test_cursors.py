@@ -93,9 +93,18 @@ def test_a_cursor_from_an_older_generation_is_stale() -> None:
 
 def test_a_cursor_issued_for_another_scope_is_rejected() -> None:
     cursor = CODEC.encode(GEN, 5, "alice")
-    with pytest.raises(InvalidParams, match="different caller") as excinfo:
+    with pytest.raises(InvalidParams, match="another endpoint, another identity") as excinfo:
         CODEC.decode(cursor, GEN, "bob")
     assert reason_of(excinfo) == "wrong_scope"
+
+
+def test_a_cursor_of_another_scope_and_generation_is_refused_as_another_lists_not_as_stale() -> None:
+    # Another endpoint's view has a generation of its own: "the list changed" would be untrue.
+    cursor = CODEC.encode(GEN, 5, "e|tools|alice")
+    with pytest.raises(InvalidParams, match="belongs to another list") as excinfo:
+        CODEC.decode(cursor, "fedcba9876543210", "tools|alice")
+    assert reason_of(excinfo) == "wrong_scope"
+    assert "stale" not in str(excinfo.value)
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,27 @@ def test_check_rejects_a_bad_config_naming_file_field_and_value(tmp_path: Path) 
 
 
 @pytest.mark.slow
+def test_check_lists_every_problem_of_the_config_and_then_of_the_policy_and_auth(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("servers:\n  'bad id!':\n    command: echo\n  nocmd:\n    args: [x]\n")
+    done = run("check", "--config", str(bad))
+    assert done.returncode == 2
+    assert "servers.nocmd: needs exactly one of 'command' (stdio) or 'url' (HTTP)" in done.stderr
+    assert "servers.bad id!: server id may only contain" in done.stderr
+
+    (tmp_path / "p.yaml").write_text("version: 2\n")
+    valid = tmp_path / "valid.yaml"
+    valid.write_text(
+        "servers:\n  a: {command: echo}\npolicy: {files: [p.yaml]}\n"
+        "auth:\n  api_keys: [{name: k, key: 'env:MANIFOLD_TEST_NO_SUCH_KEY'}]\n"
+    )
+    done = run("check", "--config", str(valid))
+    assert done.returncode == 2
+    assert "p.yaml: version" in done.stderr, done.stderr
+    assert "auth.api_keys" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
 def test_check_warns_when_metrics_are_opened_to_everyone_while_credentials_are_configured(
     tmp_path: Path,
 ) -> None:
@@ -191,3 +212,57 @@ def test_explain_says_a_confirmed_tool_is_asked_about_by_whom_and_exits_4(tmp_pa
     assert (decision["effect"], decision["rules"]) == ("confirm", ["ask"])
     assert decision["confirm"]["approver_roles"] == ["admins"]
     assert decision["confirm"]["timeout"] == 30
+
+
+@pytest.mark.slow
+def test_explain_starts_no_server_for_a_name_the_config_resolves_and_prints_only_its_report(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "started"
+    starts = {
+        "command": "sh",
+        "args": ["-c", f"touch {marker}; echo started >&2; exec cat"],
+        "connect_timeout": 2,
+    }
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: deny\nrules:\n  - {id: readers, effect: allow, match: {tools: [s.get_*]}}\n"
+    )
+    config = write_config(
+        tmp_path / "m.yaml", {"policy": {"files": [str(tmp_path / "policy.yaml")]}, "servers": {"s": starts}}
+    )
+    explained = run("explain", "--config", str(config), "--identity", "x", "--tool", "s.get_it", "--json")
+    assert explained.returncode == 0, explained.stderr
+    decision = json.loads(explained.stdout)  # the report alone: no log line in it
+    assert (decision["rules"], decision["servers_started"]) == (["readers"], False)
+    assert not marker.exists()
+    level = run("explain", "--config", str(config), "--identity", "x", "--log-level-of", "s")
+    assert level.returncode == 3, level.stderr
+    assert not marker.exists()
+
+    live = run(
+        "explain", "--config", str(config), "--identity", "x", "--tool", "s.get_it", "--json", "--live"
+    )
+    assert marker.exists()  # --live starts them; the server never answers, so no such tool
+    assert live.returncode == 1
+    assert live.stdout == ""
+    assert "no such tool: s.get_it" in live.stderr
+
+
+@pytest.mark.slow
+def test_check_warns_about_each_role_a_scope_could_carry_when_scopes_are_roles(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: deny\nrules:\n  - {id: admins, effect: allow, match: {roles: [admin]}}\n"
+    )
+    oauth = {
+        "resource": "https://mcp.example.test/mcp",
+        "authorization_servers": [{"issuer": "https://id.test"}],
+    }
+    policy = {"files": [str(tmp_path / "policy.yaml")]}
+    risky = write_config(
+        tmp_path / "r.yaml", {"auth": {"oauth": {**oauth, "scopes_as_roles": True}}, "policy": policy}
+    )
+    done = run("check", "--config", str(risky))
+    assert done.returncode == 0, done.stderr
+    assert "warning: role 'admin' (policy rule 'admins') is granted to any token carrying" in done.stderr
+    safe = write_config(tmp_path / "s.yaml", {"auth": {"oauth": oauth}, "policy": policy})
+    assert "role 'admin'" not in run("check", "--config", str(safe)).stderr

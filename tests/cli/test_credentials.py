@@ -69,6 +69,7 @@ def test_set_list_and_revoke_never_print_the_secret(
     assert run(monkeypatch, "revoke", "-c", str(config), "--server", "gh", "--identity", "alice") == 0
     said = capsys.readouterr()
     assert "gh\tsecret\tapi_key\t-\talice" in said.out
+    assert "SERVER\tKIND\tSOURCE\tISSUER\tSUBJECT\ngh\tsecret" in said.out  # list's column headers
     assert "revoked secret of alice (api_key) to server gh" in said.out
     assert SECRET not in said.out + said.err
     assert SECRET not in (config.parent / "creds.json").read_text()

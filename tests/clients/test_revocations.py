@@ -190,3 +190,23 @@ def test_auto_uses_redis_when_rate_limits_do_and_memory_otherwise() -> None:
         {"rate_limits": {"backend": "redis"}, "sessions": {"revocations": "memory"}}
     )
     assert not revocations_for(pinned).shared
+
+
+def test_a_full_memory_under_steady_churn_says_so_once_a_minute_not_once_an_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock(NOW)
+    ended = EndedIds(10, clock=clock)
+    with caplog.at_level("WARNING", logger="proxy.clients.revocations"):
+        for n in range(200):  # every add past the bound raises the floor
+            ended.add(f"id{n}", int(NOW) + 1000 + n)
+        clock.advance(61)
+        ended.add("late", int(NOW) + 5000)
+    assert len(ended) == 10
+    assert len([r for r in caplog.records if "ended sessions to remember" in r.getMessage()]) == 2
+
+
+def test_the_default_bound_keeps_the_memory_of_ended_ids_to_a_few_megabytes() -> None:
+    from proxy.clients.revocations import MAX_ENTRIES
+
+    assert MAX_ENTRIES * 300 <= 4 * 1024 * 1024  # about 300 bytes an id (benchmarks/churn_memory.py)

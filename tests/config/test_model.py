@@ -423,6 +423,10 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_AUTH__OAUTH__NAME_CLAIM": "preferred_username",
     "MANIFOLD_AUTH__OAUTH__RESOURCE_NAME": "Acme tools",
     "MANIFOLD_AUTH__OAUTH__INTROSPECTION_CACHE": "5",
+    "MANIFOLD_AUTH__OAUTH__SCOPES_AS_ROLES": "true",
+    "MANIFOLD_AUTH__OAUTH__CA_FILE": "/etc/manifold/corp-ca.pem",
+    "MANIFOLD_AUTH__OAUTH__INTROSPECTIONS_PER_CLIENT": "5",
+    "MANIFOLD_AUTH__OAUTH__INTROSPECTIONS_PER_SECOND": "5",
     "MANIFOLD_POLICY": '{"dry_run": true}',
     "MANIFOLD_POLICY__FILES": '["policies/default.yaml"]',
     "MANIFOLD_POLICY__DRY_RUN": "true",
@@ -477,6 +481,7 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_CREDENTIALS__TIMEOUT": "1.5",
     "MANIFOLD_CREDENTIALS__CALLBACK_URL": "https://gw.example.com/oauth/callback",
     "MANIFOLD_CREDENTIALS__SIGNIN_TIMEOUT": "300",
+    "MANIFOLD_CREDENTIALS__ALLOW_INSECURE_HTTP": "true",
 }
 # What a few samples need from the file to be valid on their own.
 _OAUTH = {
@@ -501,6 +506,10 @@ SAMPLE_FILES: dict[str, dict[str, Any]] = {
             "NAME_CLAIM",
             "RESOURCE_NAME",
             "INTROSPECTION_CACHE",
+            "SCOPES_AS_ROLES",
+            "CA_FILE",
+            "INTROSPECTIONS_PER_CLIENT",
+            "INTROSPECTIONS_PER_SECOND",
         )
     },
 }
@@ -1103,3 +1112,63 @@ def test_per_identity_is_another_name_for_per_client() -> None:
         {"servers": {"fs": {"command": "x", "session_mode": "per_identity"}}}, environ={}
     )
     assert [s.session_mode for s in config.enabled_servers()] == ["per_client"]
+
+
+# --- YAML 1.1 booleans where a mode is expected ----------------------------------------------
+
+
+def _models_with_off_modes() -> list[tuple[str, type[pydantic.BaseModel], str]]:
+    """Every (path, settings model, field) of the config whose value is a mode with an ``off``."""
+    import typing
+
+    found: list[tuple[str, type[pydantic.BaseModel], str]] = []
+    seen: set[type[pydantic.BaseModel]] = set()
+
+    def models_in(annotation: Any) -> list[type[pydantic.BaseModel]]:
+        if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+            return [annotation]
+        return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
+
+    def literals_in(annotation: Any) -> set[Any]:
+        if typing.get_origin(annotation) is typing.Literal:
+            return set(typing.get_args(annotation))
+        return {v for arg in typing.get_args(annotation) for v in literals_in(arg)}
+
+    def walk(model: type[pydantic.BaseModel], path: str) -> None:
+        if model in seen:
+            return
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            if "off" in literals_in(field.annotation):
+                found.append((f"{path}{name}", model, name))
+            for inner in models_in(field.annotation):
+                walk(inner, f"{path}{name}.")
+
+    walk(Config, "")
+    return found
+
+
+def test_every_mode_with_an_off_takes_a_bare_yaml_off() -> None:
+    modes = _models_with_off_modes()
+    assert {path for path, _, _ in modes} >= {"policy.pins.mode", "discovery.mode"}
+    for path, model, name in modes:
+        assert getattr(model.model_validate({name: False}), name) == "off", path
+
+
+def test_policy_pins_mode_off_unquoted_is_accepted_like_discovery_mode_off(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "servers: {a: {command: x}}\n"
+        "policy: {pins: {mode: off}}\n"
+        "discovery: {mode: off}\n"
+        "endpoints: {e: {discovery: {mode: off}}}\n"
+    )
+    config = load_config(path)
+    assert (config.policy.pins.mode, config.discovery.mode) == ("off", "off")
+    assert config.endpoints["e"].discovery is not None
+    assert config.endpoints["e"].discovery.mode == "off"
+
+
+def test_a_bare_on_where_no_mode_is_called_on_is_refused_naming_the_modes() -> None:
+    message = error_of({"policy": {"pins": {"mode": True}}})
+    assert "policy.pins.mode: must be 'off', 'warn', 'block' or 'confirm' (got 'on')" in message

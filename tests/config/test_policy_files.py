@@ -51,6 +51,15 @@ def test_a_problem_names_the_file_it_is_in(tmp_path: Path) -> None:
         load_policy([write(tmp_path, "base.yaml", BASE), bad])
 
 
+def test_every_bad_file_is_reported_not_the_first_alone(tmp_path: Path) -> None:
+    one = write(tmp_path, "one.yaml", "version: 1\nrules:\n  - {id: a, effect: permit, match: {}}\n")
+    two = write(tmp_path, "two.yaml", "version: 2\n")
+    with pytest.raises(ConfigError) as raised:
+        load_policy([one, write(tmp_path, "base.yaml", BASE), two, tmp_path / "nope.yaml"])
+    lines = str(raised.value).splitlines()
+    assert [line.split(": ")[0] for line in lines] == [str(one), str(two), str(tmp_path / "nope.yaml")]
+
+
 def test_a_missing_file_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.yaml: file not found"):
         load_policy(tmp_path / "nope.yaml")

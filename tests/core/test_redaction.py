@@ -207,3 +207,24 @@ def test_any_manifold_shaped_key_is_redacted_without_being_configured() -> None:
 def test_key_recognition_stays_linear_on_adversarial_text(text: str) -> None:
     remember_key_digests([_digest("ci-key-not-in-mfd-shape-0123456789")])
     redact_text(text)  # a quadratic pattern takes minutes here
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://id.example/.well-known/oauth-authorization-server: PKCE with S256 is not supported",
+        "https://id.example/.well-known/oauth-authorization-server: no answer in 10 s",
+        "http://127.0.0.1:9/token: HTTP 400",
+        "/.well-known/oauth-authorization-server/realms/acme: not JSON",
+    ],
+)
+def test_a_url_path_ending_in_a_secret_looking_word_keeps_the_reason_after_it(text: str) -> None:
+    assert redact_text(text) == text
+
+
+def test_a_header_after_a_url_is_still_redacted() -> None:
+    text = "POST https://id.example/token failed; Authorization: Basic dXNlcjpwYXNz, token=abc123"
+    assert (
+        redact_text(text)
+        == f"POST https://id.example/token failed; Authorization: {REDACTED}, token={REDACTED}"
+    )

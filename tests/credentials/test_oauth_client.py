@@ -9,9 +9,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from proxy.core.redaction import redact_text
 from proxy.credentials.oauth_client import (
     AuthServer,
     OAuthClientError,
+    OAuthHttp,
+    OAuthUnusable,
     Registered,
     authorize_url,
     check_resource,
@@ -163,3 +166,46 @@ def test_an_authorization_server_that_does_not_list_s256_is_refused_for_the_code
         parse_auth_server(json.dumps(bare).encode(), "https://as", "m")
     # Token exchange alone uses no code flow: nothing to refuse there.
     assert parse_auth_server(json.dumps(bare).encode(), "https://as", "m", pkce=False).issuer == "https://as"
+
+
+LAN = {
+    "issuer": "http://192.0.2.2:9000",
+    "authorization_endpoint": "http://192.0.2.2:9000/auth",
+    "token_endpoint": "http://192.0.2.2:9000/token",
+    "code_challenge_methods_supported": ["S256"],
+}
+
+
+def test_plain_http_endpoints_off_loopback_are_refused_unless_the_rig_opts_out() -> None:
+    document = json.dumps(LAN).encode()
+    with pytest.raises(OAuthUnusable, match=r"authorization_endpoint must use https://.*allow_insecure_http"):
+        parse_auth_server(document, LAN["issuer"], "m")  # type: ignore[arg-type]
+    https_but_token_over_http = json.dumps(
+        {**LAN, "issuer": "https://as", "authorization_endpoint": "https://as/a"}
+    ).encode()
+    with pytest.raises(OAuthUnusable, match="token_endpoint must use https://"):
+        parse_auth_server(https_but_token_over_http, "https://as", "m")
+    opted_out = parse_auth_server(document, LAN["issuer"], "m", plain_http=True)  # type: ignore[arg-type]
+    assert opted_out.token_endpoint == "http://192.0.2.2:9000/token"
+    loopback = {k: v.replace("192.0.2.2", "127.0.0.1") if isinstance(v, str) else v for k, v in LAN.items()}
+    assert parse_auth_server(json.dumps(loopback).encode(), "http://127.0.0.1:9000", "m").issuer
+
+
+@pytest.mark.anyio
+async def test_a_plain_http_issuer_off_loopback_is_refused_before_anything_is_sent() -> None:
+    with pytest.raises(OAuthUnusable, match="the authorization server must use https://"):
+        # 192.0.2.2 is TEST-NET-1: a request there would hang; the refusal comes first.
+        await OAuthHttp(timeout=0.5).discover("http://192.0.2.2:9000/mcp", "http://192.0.2.2:9000")
+
+
+def test_a_missing_pkce_s256_is_unusable_and_its_reason_survives_the_log_redactor() -> None:
+    bare = {
+        "issuer": "https://as",
+        "authorization_endpoint": "https://as/a",
+        "token_endpoint": "https://as/t",
+    }
+    with pytest.raises(OAuthUnusable) as refused:
+        parse_auth_server(
+            json.dumps(bare).encode(), "https://as", "https://as/.well-known/oauth-authorization-server"
+        )
+    assert "oauth-authorization-server: PKCE with S256 is not supported" in redact_text(str(refused.value))

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -281,3 +283,71 @@ async def test_without_a_client_id_manifold_registers_itself_and_finds_the_serve
     token = await flow.access_token(person("alice"), "guarded")
     assert token is not None
     assert (await whoami(live.servers["guarded"], token))["subject"] == "alice"
+
+
+async def test_a_sign_in_refused_for_another_subject_tells_the_waiting_call_why_at_once(live: World) -> None:
+    # The sign-in stage with the real flow: Alice's client accepts, Bob's browser completes the
+    # sign-in, the callback refuses it (same_subject). The call hears why, at once: before, it
+    # was told "The sign-in was not completed in time".
+    from urllib.parse import parse_qs, urlsplit
+
+    from proxy.pipeline.bridge.state import RequestStates
+    from proxy.pipeline.stages.sign_in import SignInStage
+    from tests.pipeline.stages.test_sign_in import URL_ELICITATION, Caller, Next, context
+
+    flow = on_behalf(live)
+    alice = person("alice", issuer=live.issuer)
+
+    class BobOpensTheLink(Caller):
+        async def request(self, method: str, params: Any) -> Any:
+            state = parse_qs(urlsplit(params["url"]).query)["state"][0]
+            browser = Browser("bob")
+            await browser.authorize(await flow.start(state, alice), stop_at=CALLBACK)
+            with pytest.raises(CallbackRefused):
+                await complete(flow, browser.landed)
+            return {"action": "accept"}
+
+    caller = BobOpensTheLink(alice, stateless=False, capabilities=URL_ELICITATION)
+    stage = SignInStage(flow, RequestStates(os.urandom(32), ttl=600))
+    forward = Next()
+    with anyio.fail_after(30):
+        result = await stage(context(caller, server_id="guarded"), forward)
+    text = result["content"][0]["text"]
+    assert "was refused: you signed in as somebody else than the user who asked" in text
+    assert "not completed in time" not in text
+    assert forward.calls == []
+
+
+async def test_an_authorization_server_without_pkce_s256_is_unusable_and_says_so() -> None:
+    # A real (if small) authorization server on loopback whose metadata lacks S256.
+    from aiohttp import web
+
+    from proxy.credentials.oauth_client import OAuthUnusable
+
+    issuer: list[str] = []
+
+    async def metadata(_: web.Request) -> web.Response:
+        base = issuer[0]
+        return web.json_response(
+            {"issuer": base, "authorization_endpoint": f"{base}/auth", "token_endpoint": f"{base}/token"}
+        )
+
+    app = web.Application()
+    app.router.add_get("/.well-known/oauth-authorization-server", metadata)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        issuer.append(f"http://127.0.0.1:{runner.addresses[0][1]}")
+        key = os.urandom(32)
+        flow = OnBehalf(
+            {"s": OAuthServer("s", "http://127.0.0.1:9/mcp", issuer=issuer[0], client_id="c")},
+            VaultTokens(MemoryVault(), Sealer(key)),
+            Pending(MemoryVault(), Sealer(key)),
+            callback_url=CALLBACK,
+        )
+        with pytest.raises(OAuthUnusable, match="PKCE with S256 is not supported"):
+            await flow.begin(person("alice"), "s")
+    finally:
+        await runner.cleanup()

@@ -217,3 +217,22 @@ def test_the_requests_bearer_is_asked_for_only_when_a_server_exchanges_it() -> N
     modes = token_modes(exchanging, None)
     modes.hook(auth)  # type: ignore[arg-type]
     assert auth.on_bearer == modes.inbound.keep
+
+
+def test_plain_http_authorization_servers_are_let_through_only_on_an_explicit_loud_opt_out(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store_settings = {"store": "file", "path": str(tmp_path / "c.json"), "key": new_key()}
+    servers = {"o": {"url": "http://192.0.2.2:9/mcp", "credentials": OAUTH}}
+    strict = config(servers, credentials=store_settings)
+    store = open_credential_store(strict)
+    modes = token_modes(strict, store)
+    assert modes.on_behalf is not None
+    assert not modes.on_behalf._http.plain_http
+    assert "allow_insecure_http" not in caplog.text
+    rig = config(servers, credentials={**store_settings, "allow_insecure_http": True})
+    modes = token_modes(rig, store)
+    assert modes.on_behalf is not None
+    assert modes.on_behalf._http.plain_http
+    assert "credentials.allow_insecure_http is true" in caplog.text
+    assert caplog.records[-1].levelname == "WARNING"

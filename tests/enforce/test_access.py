@@ -353,10 +353,49 @@ def test_every_successful_load_moves_the_version(tmp_path: Path) -> None:
     access = make_access(tmp_path, None)
 
     assert access.version == 1
-    assert access.reload() is True
     access.load()
 
+    assert access.version == 2
+
+
+@pytest.mark.parametrize(
+    ("policy", "pins"),
+    [(POLICY, "off"), (POLICY, "warn"), (None, "warn"), (None, "off")],
+    ids=["policy", "policy and pins", "pins only", "nothing to read"],
+)
+def test_a_reload_that_reads_the_same_policy_and_pins_changes_nothing_and_says_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, policy: str | None, pins: PinMode
+) -> None:
+    access = make_access(tmp_path, policy, pins=pins)
+    access.serve_tools(tools())  # with pins on, the tools are pinned (and the file written)
+
+    with caplog.at_level(logging.INFO, logger="proxy.enforce.access"):
+        assert access.reload() is False
+        assert access.reload() is False
+
+    assert access.version == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+
+
+def test_a_reload_says_which_of_the_policy_files_and_the_pins_changed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    access = make_access(tmp_path, pins="warn")
+    access.serve_tools(tools())
+    pins = tmp_path / "pins.json"
+    policy = tmp_path / "policy.yaml"
+
+    with caplog.at_level(logging.INFO, logger="proxy.enforce.access"):
+        write_policy(tmp_path, WRITERS)
+        assert access.reload() is True
+        pins.write_text(json.dumps({**pins_file(tmp_path), "pins": {}}))
+        assert access.reload() is True
+
     assert access.version == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        f"policy reloaded: policy files {policy} changed (version 2)",
+        f"policy reloaded: pins {pins} changed (version 3)",
+    ]
 
 
 # ---- pins --------------------------------------------------------------------------------------

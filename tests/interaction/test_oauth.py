@@ -205,7 +205,8 @@ def oauth_config(tmp_path: Path, port: int, issuer: str, **oauth: Any) -> dict[s
                 "authorization_servers": [server],
                 "scopes_supported": ["mcp:tools"],
                 "required_scopes": ["mcp:tools"],
-                "scope_roles": {"mcp:admin": ["admin"]},
+                # Only mapped scopes give roles: mcp:tools is mapped to a role of its own name.
+                "scope_roles": {"mcp:tools": ["mcp:tools"], "mcp:admin": ["admin"]},
                 "introspection_cache": 0,
                 **oauth,
             },

@@ -241,6 +241,76 @@ async def test_sighup_reloads_the_config_and_a_restart_only_setting_keeps_its_va
         assert notices.count == 1
 
 
+class ListsChanged:
+    """A message handler that counts each kind of ``notifications/*/list_changed``, and lets a
+    test wait for the next one of tools."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._tools = anyio.Event()
+
+    def expect(self) -> anyio.Event:
+        self._tools = anyio.Event()
+        return self._tools
+
+    async def __call__(self, message: Any) -> None:
+        method = getattr(message, "method", None) or ""
+        if method.endswith("/list_changed"):
+            kind = method.removeprefix("notifications/").removesuffix("/list_changed")
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            if kind == "tools":
+                self._tools.set()
+
+
+async def _barrier(
+    tmp_path: Path, manifold: RunningManifold, heard: ListsChanged, servers: dict[str, Any]
+) -> None:
+    """A reload that adds a server: its tools ``list_changed`` comes after anything an earlier
+    reload sent on the same stream, so once it is in, nothing more of those is on its way."""
+    told = heard.expect()
+    write_config(config_path(tmp_path), config({**servers, "late": numbered("late", 1)}))
+    manifold.process.send_signal(signal.SIGHUP)
+    with anyio.fail_after(30):
+        await told.wait()
+
+
+@pytest.mark.slow
+async def test_sighup_with_nothing_changed_tells_nobody_and_logs_no_policy_reload(tmp_path: Path) -> None:
+    servers = {"steady": numbered("steady", 1)}
+    heard = ListsChanged()
+    async with (
+        running_manifold(tmp_path, config(servers, endpoints={"e": {"servers": ["steady"]}})) as manifold,
+        connect(manifold.url, message_handler=heard) as client,
+        connect(manifold.url + "/e", message_handler=heard) as on_endpoint,
+    ):
+        assert "steady.tool_000" in await tool_names(client)
+        assert "steady.tool_000" in await tool_names(on_endpoint)
+        manifold.process.send_signal(signal.SIGHUP)
+        await until(lambda: _at_least(manifold, "unchanged", 1))
+        await _barrier(tmp_path, manifold, heard, servers)
+        assert heard.counts == {"tools": 1}  # the barrier's, on /mcp; /mcp/e does not show "late"
+        assert "policy reloaded" not in manifold.log()
+
+
+@pytest.mark.slow
+async def test_a_server_restarted_by_a_reload_that_lists_the_same_tells_nobody(tmp_path: Path) -> None:
+    heard = ListsChanged()
+    before = {"steady": numbered("steady", 2)}
+    after = {"steady": {**numbered("steady", 2), "env": {"SOMETHING": "else"}}}
+    async with (
+        running_manifold(tmp_path, config(before)) as manifold,
+        connect(manifold.url, message_handler=heard) as client,
+    ):
+        assert "steady.tool_001" in await tool_names(client)
+        write_config(config_path(tmp_path), config(after))
+        manifold.process.send_signal(signal.SIGHUP)
+        await until(lambda: _at_least(manifold, "applied", 1))
+        assert "servers restarted: steady" in manifold.log()
+        await _barrier(tmp_path, manifold, heard, after)
+        assert heard.counts == {"tools": 1}  # the barrier's only
+        assert text_of(await client.call_tool("steady.tool_001", {})) == "steady:tool_001"
+
+
 BROKEN = {
     "a parse error": ("servers: [unclosed\n", "invalid yaml"),
     "an invalid setting": ("servers:\n  x:\n    command: a\n    request_timeout: -1\n", "request_timeout"),

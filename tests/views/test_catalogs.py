@@ -27,13 +27,15 @@ class Hints:
         self.cache_hints = hints
 
 
-def catalogs(*, page_size: int = 100, hints: dict[str, Hints] | None = None) -> tuple[Catalogs, list[str]]:
+def catalogs(
+    *, page_size: int = 100, hints: dict[str, Hints] | None = None, access: Access | None = None
+) -> tuple[Catalogs, list[str]]:
     changed: list[str] = []
     built = Catalogs(
         {sid: s.prefix for sid, s in SERVERS.items()},
         codec=NamingCodec(".", 64),
         cursors=CursorCodec(b"k" * 32),
-        access=Access(PolicySettings(), SERVERS),
+        access=access or Access(PolicySettings(), SERVERS),
         metrics=Metrics(process_metrics=False),
         page_size=page_size,
         hints=hints or {"a": Hints(), "b": Hints()},
@@ -121,3 +123,46 @@ def test_a_merged_lists_freshness_is_the_shortest_of_its_servers() -> None:
     assert built.cache_hint("tools") == CacheHint(5000, "public")
     built.listed("b", "tools", tools("y"))
     assert built.cache_hint("tools") == CacheHint(1000, "private")
+
+
+def test_a_restarted_server_that_lists_the_same_again_tells_nobody() -> None:
+    built, changed = catalogs()
+    built.listed("a", "tools", tools("x", "y"))
+    built.listed("a", "prompts", [{"name": "p"}])
+    changed.clear()
+    built.servers_changed()  # a reload restarted "a" (its env changed): nothing it lists moved
+    built.listed("a", "tools", tools("x", "y"))  # it came back and listed byte for byte the same
+    built.listed("a", "prompts", [{"name": "p"}])
+    assert changed == []
+
+
+def test_a_restarted_server_whose_override_changed_what_clients_see_is_told_once() -> None:
+    access = Access(PolicySettings(), SERVERS)
+    built, changed = catalogs(access=access)
+    built.listed("a", "tools", tools("x", "y"))
+    changed.clear()
+    restarted = ServerConfig.model_validate(
+        {**SERVERS["a"].model_dump(), "tools": {"x": {"description": "mine"}}}
+    )
+    access.servers_changed({**SERVERS, "a": restarted})  # a reload gave "x" a description of its own
+    built.servers_changed()
+    built.listed("a", "tools", tools("x", "y"))  # the server itself sent the same
+    assert changed == ["tools"]
+    assert [t.get("description") for t in page(built, "tools")["tools"]] == ["mine", None]
+
+
+def test_an_endpoint_view_hears_of_a_restarted_servers_new_override_and_not_of_the_same_lists() -> None:
+    access = Access(PolicySettings(), SERVERS)
+    built, _ = catalogs(access=access)
+    built.listed("a", "tools", tools("x", "y"))
+    heard: list[str] = []
+    built.viewed("e", lambda snapshot: snapshot, on_change=heard.append)
+    heard.clear()  # what it was made with
+    built.listed("a", "tools", tools("x", "y"))  # listed again, the same: nothing to tell
+    assert heard == []
+    restarted = ServerConfig.model_validate(
+        {**SERVERS["a"].model_dump(), "tools": {"x": {"description": "mine"}}}
+    )
+    access.servers_changed({**SERVERS, "a": restarted})
+    built.servers_changed()
+    assert heard == ["tools"]

@@ -30,7 +30,7 @@ from typing import Any, Final
 import anyio
 
 from proxy.core.errors import InvalidRequestState, MethodNotFound, RemoteError
-from proxy.credentials.oauth_client import OAuthClientError
+from proxy.credentials.oauth_client import OAuthClientError, OAuthUnusable
 from proxy.credentials.on_behalf import OnBehalf
 from proxy.pipeline.bridge.mrtr import boundary_of
 from proxy.pipeline.bridge.state import RequestStates
@@ -77,8 +77,15 @@ class SignInStage:
             if await self._flow.access_token(identity, ctx.server_id) is not None:
                 return await call_next(ctx)
             sign_in = await self._flow.begin(identity, ctx.server_id)
-        except OAuthClientError as exc:
+        except OAuthUnusable as exc:  # it answered: waiting will not help, the operator must act
             logger.warning("%s: its authorization server cannot be used: %s", ctx.server_id, exc)
+            return tool_error(
+                f"The authorization server of {ctx.server_id} cannot be used to sign you in: {exc}. "
+                "Tell the operator; trying again will not help until that changes.",
+                outcome="sign_in_unavailable",
+            )
+        except OAuthClientError as exc:
+            logger.warning("%s: its authorization server cannot be reached: %s", ctx.server_id, exc)
             return tool_error(
                 f"Manifold cannot reach the authorization server of {ctx.server_id} to sign you in; "
                 "try again later.",
@@ -114,6 +121,8 @@ class SignInStage:
             )
         left = max(0.0, sign_in.expires_at - self._clock())
         if not await self._flow.wait(identity, ctx.server_id, left, sign_in.state):
+            if (why := self._flow.refusal(sign_in.state)) is not None:
+                return self._refused(ctx, why)
             return self._link(ctx, sign_in.url, waited=True)
         ctx.caller.notify(
             jsonrpc.notification("notifications/elicitation/complete", {"elicitationId": elicitation_id})
@@ -134,9 +143,19 @@ class SignInStage:
             )
         if await self._flow.wait(ctx.caller.identity, ctx.server_id, self._ask_timeout, state):
             return await call_next(ctx)
+        if (why := self._flow.refusal(state)) is not None:
+            return self._refused(ctx, why)
         return tool_error(
             f"The sign-in to {ctx.server_id} did not complete, so the call was not made; call the tool "
             "again for a new sign-in link.",
+            outcome="sign_in_required",
+        )
+
+    def _refused(self, ctx: CallContext, why: str) -> Any:
+        """The sign-in ended, refused (say why: not "not completed in time")."""
+        return tool_error(
+            f"The sign-in to {ctx.server_id} was refused: {why}. The call was not made; call the "
+            "tool again for a new sign-in link.",
             outcome="sign_in_required",
         )
 

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 
+from proxy.credentials.oauth_client import OAuthUnusable
 from proxy.credentials.on_behalf import OnBehalf, SignIn
 from proxy.pipeline.bridge.state import RequestStates
 from proxy.pipeline.context import CallContext
@@ -31,6 +32,7 @@ class Flow:
         self.holders: set[tuple[str, ...]] = set()
         self.begun = 0
         self.signed_in_on_ask = False
+        self.refused: dict[str, str] = {}  # state -> why its callback was refused
 
     async def access_token(self, identity: Identity, server_id: str) -> str | None:
         return "token" if identity.key in self.holders else None
@@ -43,6 +45,9 @@ class Flow:
         self, identity: Identity, server_id: str, timeout: float, state: str | None = None
     ) -> bool:
         return identity.key in self.holders
+
+    def refusal(self, state: str) -> str | None:
+        return self.refused.pop(state, None)
 
 
 class Caller:
@@ -180,3 +185,45 @@ async def test_a_client_that_cannot_be_asked_gets_the_link() -> None:
         assert link in result["content"][0]["text"]
         assert caller.asked == []
     assert forward.calls == []
+
+
+async def test_a_sign_in_refused_at_the_callback_says_why_not_that_it_was_too_slow() -> None:
+    flow, forward = Flow(), Next()
+    flow.refused["s1"] = "you signed in as somebody else than the user who asked"
+    caller = Caller(ALICE, stateless=False, capabilities=URL_ELICITATION, answer={"action": "accept"})
+    result = await stage(flow)(context(caller), forward)
+    text = result["content"][0]["text"]
+    assert text.startswith("The sign-in to gh was refused: you signed in as somebody else")
+    assert "not completed in time" not in text
+    assert forward.calls == []
+
+
+async def test_a_stateless_retry_after_a_refused_sign_in_says_why() -> None:
+    flow, forward = Flow(), Next()
+    signin = stage(flow)
+    caller = Caller(ALICE, stateless=True, capabilities=URL_ELICITATION)
+    first = await signin(context(caller), forward)
+    flow.refused["s1"] = "the authorization code was refused: invalid_grant"
+    retry = {
+        "name": "whoami",
+        "requestState": first["requestState"],
+        "inputResponses": {SIGN_IN_KEY: {"action": "accept"}},
+    }
+    again = await signin(context(caller, retry), forward)
+    assert "was refused: the authorization code was refused: invalid_grant" in again["content"][0]["text"]
+
+
+class Unusable(Flow):
+    async def begin(self, identity: Identity, server_id: str) -> SignIn:
+        raise OAuthUnusable(
+            "https://as.example/.well-known/oauth-authorization-server: PKCE with S256 is not supported"
+        )
+
+
+async def test_an_authorization_server_without_pkce_is_reported_as_unusable_not_unreachable() -> None:
+    caller = Caller(ALICE, stateless=False, capabilities=URL_ELICITATION)
+    result = await stage(Unusable())(context(caller), Next())
+    text = result["content"][0]["text"]
+    assert "cannot be used to sign you in" in text
+    assert "PKCE with S256 is not supported" in text
+    assert "try again later" not in text
