@@ -93,6 +93,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
 	timeout 120 $(BIN)/python -m benchmarks.discovery.evaluate
+	timeout 300 $(BIN)/python -m benchmarks.guard_cost
 
 ## Progressive discovery: recall@1/@5 of the tool search over vendored catalogs, tokens saved,
 ## µs per query (offline, a few seconds; writes its section of benchmarks/README.md).

@@ -197,9 +197,12 @@ async def run_calls(
     warmup_calls: int,
     factory: PosterFactory = open_raw,
     clock: Callable[[], float] = time.perf_counter,
+    extra: dict[str, Any] | None = None,
 ) -> CallRun:
     """Closed-loop load: ``concurrency`` workers, each on its own connection and session, call the
     target's echo tools round-robin until ``duration`` seconds or ``max_calls`` calls.
+
+    ``extra`` arguments go with every call (and come back in its echo): a payload of a size.
 
     ``warmup_calls`` per worker go first and are not measured.
 
@@ -207,6 +210,7 @@ async def run_calls(
         WrongAnswer: any answer was wrong (the run stops at once).
     """
     sessions = await target.ensure_sessions(concurrency)
+    padding = extra or {}
     posters = [await factory(target.url) for _ in range(concurrency)]
     tag = secrets.token_hex(4)  # answers from an earlier run cannot pass for this one's
     tools, count = target.tools, len(target.tools)
@@ -221,7 +225,7 @@ async def run_calls(
             if i >= limit or clock() >= deadline:
                 return
             tool, server = tools[i % count]
-            arguments = {"i": i, "tag": tag}
+            arguments = {"i": i, "tag": tag, **padding}
             body = orjson.dumps(
                 {
                     "jsonrpc": "2.0",

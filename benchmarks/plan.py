@@ -55,7 +55,14 @@ class Plan:
     client_rounds: int = 2  # the HTTP client comparison
     client_duration: float = 1.0
     client_candidates: tuple[str, ...] = ("raw", "h11", "aiohttp", "httpx", "httpx2")
-    middlewares: tuple[str, ...] = ("policy", "validation", "ratelimit", "metrics", "access-log")
+    middlewares: tuple[str, ...] = (
+        "policy",
+        "validation",
+        "ratelimit",
+        "metrics",
+        "access-log",
+        "guardrails",
+    )
     middleware_servers: int = 1  # K for the middleware on/off runs
     sse_direct: bool = True  # also the fixture in SSE mode, directly
     profile_seconds: float = 8.0  # py-spy per profiled Manifold (0: no profile)
@@ -166,6 +173,14 @@ rules:
     effect: allow
     match: {}
 """
+_EVERY_DETECTOR = """\
+version: 1
+guardrails:
+  rules:
+    - id: bench-every-detector
+      effect: audit
+      match: {directions: [tool_arguments, tool_results]}
+"""
 _NO_REAL_LIMIT = """\
 version: 1
 default: allow
@@ -200,6 +215,12 @@ MIDDLEWARES: Final[dict[str, Overlay]] = {
         on={"policy": {"files": ["{dir}/bench-allow-all.yaml", "{dir}/bench-limits.yaml"]}},
         files={"bench-allow-all.yaml": _ALLOW_ALL, "bench-limits.yaml": _NO_REAL_LIMIT},
         note="one global limit nobody reaches (with the allow-all policy it is loaded with)",
+    ),
+    "guardrails": Overlay(  # rules live in a policy file (docs/reference/guardrails.md)
+        on={"policy": {"files": ["{dir}/bench-allow-all.yaml", "{dir}/bench-guardrails.yaml"]}},
+        files={"bench-allow-all.yaml": _ALLOW_ALL, "bench-guardrails.yaml": _EVERY_DETECTOR},
+        note="every built-in detector on each call's arguments and result (audit: nothing refused); "
+        "the 4 KiB figures are benchmarks.guard_cost's",
     ),
     "metrics": Overlay(
         on={"metrics": {"enabled": True}},

@@ -26,23 +26,24 @@ TOP_LEVEL_MAX = 5  # modules directly under proxy/
 # package -> the packages it may import. Bottom to top: each row names only rows above it.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "core": frozenset(),
+    "guard": frozenset(),  # pure detection (proxy.guard.detect): text in, findings out
     "protocol": frozenset({"core"}),
     "catalog": frozenset({"core", "protocol"}),
-    "policy": frozenset({"core", "catalog"}),
-    "guard": frozenset(),  # pure detection (proxy.guard.detect): text in, findings out
+    "policy": frozenset({"core", "catalog", "guard"}),  # guardrail rules name the detectors
     "config": frozenset({"core", "protocol", "catalog", "policy"}),
     "observe": frozenset({"core", "protocol", "config"}),
     "outbound": frozenset({"core", "protocol", "config"}),
     "ratelimit": frozenset({"policy", "config"}),
     "auth": frozenset({"core", "policy", "config"}),
     "credentials": frozenset({"core", "policy", "config", "auth"}),
-    "enforce": frozenset({"core", "catalog", "policy", "config", "observe"}),
+    "guardrails": frozenset({"core", "guard", "policy", "config", "observe", "outbound"}),
+    "enforce": frozenset({"core", "catalog", "policy", "config", "observe", "guardrails"}),
     "clients": frozenset(
         {"core", "protocol", "policy", "config", "observe", "auth", "credentials", "enforce"}
     ),
     "pipeline": frozenset(
         {"core", "protocol", "catalog", "policy", "config", "observe", "outbound", "ratelimit"}
-        | {"credentials", "enforce"}
+        | {"credentials", "enforce", "clients", "guardrails"}
     ),
     "servers": frozenset(
         {"core", "protocol", "policy", "config", "observe", "outbound", "credentials", "clients", "pipeline"}
@@ -101,6 +102,9 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "config/oauth.py": "with the resource server it configures: tests/auth/test_oauth.py",
     "config/observe.py": "with what it configures: tests/observe/test_logs.py, test_metrics.py",
     "config/policy.py": "through the config model: tests/config/test_model.py",
+    "config/guardrails.py": "with the guard it builds: tests/guardrails/test_wiring.py",
+    "guardrails/guard.py": "through the guard stage: tests/pipeline/stages/test_guard.py, tests/interaction/",
+    "policy/guardrails.py": "rules refused and decided: tests/policy/test_guardrail_engine.py",
     "config/ratelimit.py": "with the stores it configures: tests/ratelimit/, tests/policy/test_limits.py",
     "core/algorithms.py": "with the auth settings: tests/config/test_auth.py",
     "core/documents.py": "through the config and policy loaders: tests/config/test_model.py, tests/policy",

@@ -57,6 +57,9 @@ PURE_MODULES = (
     "config/overrides.py",
     "core/quotas.py",
     "config/reload_plan.py",
+    # The guardrails' language and deciding (the run time around them, hooks and threads, is not).
+    "guardrails/walk.py",
+    "guardrails/inspector.py",
     # The leaves the cores lean on: the exception tree, the version, the document parsers.
     "core/errors.py",
     "core/identity.py",

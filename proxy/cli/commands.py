@@ -80,8 +80,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start the servers and decide from the live catalog, even for a name the config resolves",
     )
-    pins = add("pins", "Tool pins: accept changed tool definitions (policy.pins).")
-    pins.add_argument("action", choices=["accept"], help="accept the drifted definitions into the pins file")
+    pins = add("pins", "Tool pins: accept changed or quarantined tool definitions (policy.pins, guardrails).")
+    pins.add_argument(
+        "action", choices=["accept"], help="accept the drifted and quarantined definitions into the pins file"
+    )
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
     from proxy.cli.credentials import add_parser as add_credentials
 

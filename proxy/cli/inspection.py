@@ -159,6 +159,14 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
             "remember_any_arguments": confirm.remember_any_arguments,
             "reasons": list(confirm.reasons),
         }
+    guard = access.guard
+    if guard is not None and subject.kind != "log_level":
+        # The guardrail rules that read what flows to and from it, per direction.
+        report["guardrails"] = guard.inspector.engine.explain(
+            identity, subject.server_id, subject.kind, subject.name
+        )
+        if shown_as is not None and shown_as in access.quarantined:
+            report["quarantined"] = True
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -173,6 +181,11 @@ async def explain(config: Config, args: argparse.Namespace) -> int:
         if "confirm" in report:
             roles = report["confirm"]["approver_roles"]
             print(f"  asks:   {'an approver with role ' + ' or '.join(roles) if roles else 'the caller'}")
+        if report.get("quarantined"):
+            print("  quarantined: a guardrail rule holds its definition (manifold pins accept)")
+        for direction, applying in report.get("guardrails", {}).items():
+            listed = ", ".join(f"{g['rule']} ({g['effect']}: {', '.join(g['detectors'])})" for g in applying)
+            print(f"  guardrails on {direction}: {listed}")
         if report["enforced"] != report["effect"]:
             print("  dry_run is on: this is logged, not enforced")
         if not report["servers_started"]:
@@ -231,21 +244,30 @@ def _live(
 
 
 async def pins_accept(config: Config, args: argparse.Namespace) -> int:
-    """Accept drifted tool definitions (all, or those named) into the pins file."""
+    """Accept drifted tool definitions (all, or those named) into the pins file, and definitions
+    a guardrail rule quarantined (they are kept there as ``quarantine:<server>/<tool>``)."""
     settings = config.policy.pins
-    if settings.mode == "off":
-        print("manifold: pins are off (policy.pins.mode: off); nothing to accept", file=sys.stderr)
-        return 2
     async with Gateway(config).running() as gateway:
         entries = gateway.catalogs.tools.entries
+        held = {**gateway.access.held_keys, **gateway.access.quarantined}  # prompts, resources; tools
+        quarantined = {name: key for name, key in held.items() if not args.tool or name in args.tool}
     pins = load_pins(settings.path)
-    drifts = [d for d in compare(pins, entries) if not args.tool or d.name in args.tool]
-    if not drifts:
-        print("no pin drift to accept")
+    drifts = []
+    if settings.mode != "off":
+        drifts = [d for d in compare(pins, entries) if not args.tool or d.name in args.tool]
+    elif not quarantined:
+        print("manifold: pins are off (policy.pins.mode: off); nothing to accept", file=sys.stderr)
+        return 2
+    if not drifts and not quarantined:
+        print("no pin drift or quarantined tool to accept")
         return 0
-    save_pins(settings.path, accept(pins, drifts))
+    pins = accept(pins, drifts)
+    pins.update(dict(quarantined.values()))
+    save_pins(settings.path, pins)
     for drift in drifts:
         where = f"{drift.server}/{drift.original_name}"
         print(f"accepted: {drift.name} ({where}) now pinned at {drift.new_hash[:19]}…")
+    for name, (key, digest) in sorted(quarantined.items()):
+        print(f"accepted out of quarantine: {name} ({key.removeprefix('quarantine:')}) at {digest[:19]}…")
     print("a running Manifold picks this up on SIGHUP or restart")
     return 0

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
+from proxy.config.guardrails import GuardrailSettings
 from proxy.core.documents import switch_word
 
 __all__ = ["AuditSettings", "PinSettings", "PolicySettings"]
@@ -45,6 +46,7 @@ class PolicySettings(_Model):
     validate_results: bool = True
     pins: PinSettings = PinSettings()
     audit: AuditSettings = AuditSettings()
+    guardrails: GuardrailSettings = GuardrailSettings()  # how guardrail rules run; hooks
     # Where people reach Manifold, for the approval links of `approver: {role: r}` rules
     # (default http://<listen.host>:<listen.port>); the page is <this>/approvals/<id>.
     approvals_url: str | None = None

@@ -19,6 +19,7 @@ operator is paged for::
     │   │   └── InvalidRequestState -32602: a retry's requestState is forged, stale or not its own
     │   ├── ResourceNotFound        -32002: no server serves that URI (-32602 to 2026-07-28 callers)
     │   ├── RateLimited             -32029: a rate limit denied a request that is not a tool call
+    │   ├── GuardrailDenied         -32030: a guardrail rule refused a prompt, resource or server request
     │   ├── HeaderMismatch          -32020: HTTP headers disagree with the body (2026-07-28)
     │   ├── MissingCapability       -32021: needs a client capability the request did not declare
     │   └── UnsupportedVersion      -32022: a 2026-07-28-style request at a revision not served
@@ -57,6 +58,7 @@ __all__ = [
     "PARSE_ERROR",
     "REQUEST_TIMEOUT",
     "ConfigError",
+    "GuardrailDenied",
     "HeaderMismatch",
     "HiddenByPolicy",
     "InvalidParams",
@@ -72,6 +74,7 @@ __all__ = [
     "ParseError",
     "ProtocolError",
     "RATE_LIMITED",
+    "GUARDRAIL_DENIED",
     "RESOURCE_NOT_FOUND",
     "RateLimited",
     "RemoteError",
@@ -96,6 +99,7 @@ CONNECTION_CLOSED: Final = -32000
 REQUEST_TIMEOUT: Final = -32001
 RESOURCE_NOT_FOUND: Final = -32002
 RATE_LIMITED: Final = -32029  # Manifold's own: "429" in JSON-RPC's implementation-defined range
+GUARDRAIL_DENIED: Final = -32030  # Manifold's own: a guardrail rule refused the content
 # Revision 2026-07-28's own, from the range the spec reserves (-32020 … -32099): never invent one there.
 HEADER_MISMATCH: Final = -32020
 MISSING_CAPABILITY: Final = -32021
@@ -233,6 +237,13 @@ class ResourceNotFound(ProtocolError):
 
 class RateLimited(ProtocolError):
     code = RATE_LIMITED
+
+
+class GuardrailDenied(ProtocolError):
+    """A guardrail rule refused what was asked or answered (not a tool call: those get an
+    ``isError`` result). The message names the rules and detectors, never a matched value."""
+
+    code = GUARDRAIL_DENIED
 
 
 class HeaderMismatch(ProtocolError):

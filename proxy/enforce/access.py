@@ -9,12 +9,15 @@ sees.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import anyio
+import orjson
 from cachetools import LRUCache
 
 from proxy.catalog.merge import Catalog, Entry
@@ -27,6 +30,7 @@ from proxy.core.errors import ConfigError
 from proxy.core.files import stamps
 from proxy.enforce.pin_definitions import Definitions, definitions_path, save_definitions
 from proxy.policy import (
+    ANONYMOUS,
     CAUTIOUS,
     Decision,
     EffectiveAnnotations,
@@ -44,7 +48,20 @@ from proxy.policy import (
 from proxy.policy.limits import LimitRule
 from proxy.policy.pins import PINNED_FIELDS, Drift, pin_key, summarise_change, tool_hash
 
-__all__ = ["Access", "PinChange", "PinsStore", "ServedTools", "renames", "tool_shapes"]
+if TYPE_CHECKING:  # guardrails are built (and their detectors imported) only for a policy with them
+    from proxy.guardrails.guard import Guard
+    from proxy.observe.metrics import Metrics
+
+__all__ = [
+    "Access",
+    "PinChange",
+    "PinsStore",
+    "ServedTools",
+    "own_secrets",
+    "quarantine_key",
+    "renames",
+    "tool_shapes",
+]
 
 logger = logging.getLogger("proxy.enforce.access")
 
@@ -124,6 +141,36 @@ def renames(servers: Mapping[str, ServerConfig]) -> dict[tuple[str, str], str]:
     return {(sid, tool): o.name for sid, s in servers.items() for tool, o in s.tools.items() if o.name}
 
 
+def quarantine_key(entry: Entry) -> str:
+    """Where the pins file keeps the definition an operator accepted out of quarantine."""
+    return f"quarantine:{pin_key(entry.server_id, entry.original_name)}"
+
+
+def definition_hash(definition: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of a prompt's or resource's definition (canonical JSON)."""
+    return "sha256:" + hashlib.sha256(orjson.dumps(definition, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _why(reason: str, detectors: Sequence[str]) -> str:
+    return f"{reason} (found: {', '.join(detectors)})" if detectors else reason
+
+
+_SECRET_NAME: Final = re.compile(r"(?i)token|secret|passw|api_?key|credential|auth")
+
+
+def own_secrets(servers: Mapping[str, ServerConfig]) -> tuple[str, ...]:
+    """The secrets the config gives Manifold for its servers (headers, environment): what the
+    ``manifold_secret`` detector finds, should one leak into a message."""
+    found = {value.get_secret_value() for server in servers.values() for value in server.headers.values()}
+    found.update(
+        value.get_secret_value()
+        for server in servers.values()
+        for name, value in server.env.items()
+        if _SECRET_NAME.search(name)  # PATH or NODE_ENV are not secrets; API_TOKEN is
+    )
+    return tuple(sorted(value for value in found if len(value) >= 8))
+
+
 class Access:
     def __init__(
         self,
@@ -165,6 +212,17 @@ class Access:
         if settings.pins.mode == "confirm":
             self._definitions.load()
         self._views: LRUCache[tuple[Any, ...], tuple[Mapping[str, Any], ...]] = LRUCache(maxsize=512)
+        self.guard: Guard | None = None  # the policy's guardrails, when it has any
+        # Definitions judged by the guardrails (server, tool, definition hash) -> (effect, why),
+        # and the tools quarantined now: namespaced name -> (acceptance key, definition hash).
+        self._judged: LRUCache[tuple[str, str, str], tuple[str, str]] = LRUCache(maxsize=16384)
+        self.quarantined: dict[str, tuple[str, str]] = {}
+        # Prompts and resources whose definitions are quarantined: (kind, canonical name or URI)
+        # -> the refusal's reason. Hidden from lists and refused as missing, as denied ones are.
+        self._held: dict[tuple[str, str], str] = {}
+        self.held_keys: dict[str, tuple[str, str]] = {}  # name or URI -> (acceptance key, hash)
+        self._guard_outputs: tuple[Metrics | None, Callable[[dict[str, Any]], None] | None] = (None, None)
+        self._own_secrets = own_secrets(servers)
 
     # ---- the policy in force ----------------------------------------------------------
 
@@ -189,13 +247,33 @@ class Access:
         return policy, pins
 
     def _install(self, policy: Policy | None, pins: dict[str, str]) -> None:
+        """Install what :meth:`_read` read; the guardrails are built first, so a failure there
+        (a ConfigError) installs nothing."""
+        guard = None
+        if policy is not None and policy.guardrails is not None and policy.guardrails.rules:
+            from proxy.guardrails.wiring import build_guard
+
+            guard = build_guard(policy.guardrails, self.settings.guardrails, own_secrets=self._own_secrets)
+            guard.observe(*self._guard_outputs)
         if policy is not None:
+            if self.guard is not None:
+                self.guard.close()
+            self.guard = guard
+            self._judged.clear()
             self.engine = PolicyEngine(policy)
             self.limits = policy.limits
             self._limits_by_id = {rule.id: rule for rule in policy.limits}
         self._pins = pins
         self.version += 1
         self._views.clear()
+
+    def observe_guardrails(
+        self, metrics: Metrics | None, audit: Callable[[dict[str, Any]], None] | None
+    ) -> None:
+        """Where the guardrails count and audit (now and after every reload)."""
+        self._guard_outputs = (metrics, audit)
+        if self.guard is not None:
+            self.guard.observe(metrics, audit)
 
     def reload(self) -> bool:
         """Re-read the files; a bad file is logged and the old policy stays. True if what they
@@ -217,7 +295,11 @@ class Access:
         read = [f"policy files {', '.join(self.settings.files)}"] if policy != in_force else []
         if pins != self._pins:
             read.append(f"pins {self.settings.pins.path}")
-        self._install(policy, pins)
+        try:
+            self._install(policy, pins)
+        except ConfigError as exc:
+            logger.error("policy reload refused, the previous policy stays in force:\n%s", exc)
+            return False
         logger.info("policy reloaded: %s changed (version %d)", " and ".join(read), self.version)
         return True
 
@@ -227,6 +309,7 @@ class Access:
             sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
         }
         self._shapes = tool_shapes(servers)
+        self._own_secrets = own_secrets(servers)  # read by the guardrails at the next policy load
         self.version += 1
         self._views.clear()
 
@@ -241,13 +324,59 @@ class Access:
         return self._limits_by_id.get(rule_id)
 
     def decide(self, identity: Identity, subject: Subject) -> Decision:
+        if self._held and (held := self._held.get((subject.kind, subject.name))) is not None:
+            return Decision("deny", ("quarantine",), (held,))
         return _ALLOW_ALL if self.engine is None else self.engine.decide(identity, subject)
+
+    def judge_definitions(self, kind: str, items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
+        """Quarantine the prompts or resources (``kind``) among ``items`` — (server id, canonical
+        name or URI, definition) — that a guardrail rule holds and no operator accepted; release
+        the rest. Each definition is judged once (by its hash)."""
+        if self.guard is None:
+            changed = any(key[0] == kind for key in self._held)
+            self._held = {key: why for key, why in self._held.items() if key[0] != kind}
+            self.held_keys = {
+                n: k for n, k in self.held_keys.items() if not k[0].startswith(f"quarantine:{kind}:")
+            }
+        else:
+            from proxy.policy.guardrail_engine import GuardSubject
+
+            accepted = load_pins(self.settings.pins.path) if self.settings.pins.path else {}
+            held = {key: why for key, why in self._held.items() if key[0] != kind}
+            self.held_keys = {
+                n: k for n, k in self.held_keys.items() if not k[0].startswith(f"quarantine:{kind}:")
+            }
+            for server_id, name, definition in items:
+                digest = definition_hash(definition)
+                key = (server_id, f"{kind}:{name}", digest)
+                judged = self._judged.get(key)
+                if judged is None:
+                    subject = GuardSubject("definitions", server_id, kind, name)  # type: ignore[arg-type]
+                    found = self.guard.inspect_now(ANONYMOUS, subject, definition)
+                    judged = (
+                        ("allow", "")
+                        if found is None
+                        else (found.effect, _why(found.reason, found.detectors))
+                    )
+                    self._judged[key] = judged
+                accept_key = f"quarantine:{kind}:{server_id}/{name}"
+                if judged[0] == "quarantine" and accepted.get(accept_key) != digest:
+                    self.held_keys[name] = (accept_key, digest)
+                    held[(kind, name)] = f"Manifold is withholding this {kind}: its definition is {judged[1]}"
+                    if (name, digest) not in self._reported:
+                        self._reported.add((name, digest))
+                        logger.warning("%s %r quarantined: %s", kind, name, judged[1])
+            changed = held != self._held
+            self._held = held
+        if changed:
+            self.version += 1  # the views (and cursors) of every identity follow
+            self._views.clear()
 
     def allows(self, identity: Identity, subject: Subject) -> bool:
         """Whether lists show ``subject`` to ``identity`` (and so whether it exists for them)."""
         if self.engine is None or self.settings.dry_run:
             return True
-        return self.engine.decide(identity, subject).visible
+        return self.decide(identity, subject).visible
 
     # ---- tools: trust and pins ------------------------------------------------------
 
@@ -271,6 +400,8 @@ class Access:
                 continue
             definitions[entry.name] = shape_definition(definitions[entry.name], shape)
         self._unmatched_overrides(catalog)
+        if self.guard is not None:
+            blocked.update(self._quarantine(catalog.entries, blocked))
         mode = self.settings.pins.mode
         if mode != "off":
             # The file is the source of truth: `manifold pins accept` may have changed it.
@@ -301,6 +432,41 @@ class Access:
                 self._pins = pins
                 self._pins_store.save(pins)
         return ServedTools(catalog, definitions, effective, blocked)
+
+    def _quarantine(self, entries: Sequence[Entry], blocked: Mapping[str, str]) -> dict[str, str]:
+        """The tools whose definitions a guardrail rule quarantines and no operator accepted:
+        namespaced name -> why. Judged on what the server sent, once per definition."""
+        from proxy.policy.guardrail_engine import GuardSubject
+
+        assert self.guard is not None
+        accepted = load_pins(self.settings.pins.path) if self.settings.pins.path else {}
+        held: dict[str, str] = {}
+        self.quarantined = {}
+        for entry in entries:
+            if entry.name in blocked:
+                continue
+            subject = GuardSubject("definitions", entry.server_id, "tool", entry.canonical)
+            digest = tool_hash(entry)
+            key = (entry.server_id, entry.original_name, digest)
+            judged = self._judged.get(key)
+            if judged is None:
+                found = self.guard.inspect_now(ANONYMOUS, subject, entry.definition)
+                judged = (
+                    ("allow", "") if found is None else (found.effect, _why(found.reason, found.detectors))
+                )
+                self._judged[key] = judged
+            verdict, why = judged
+            if verdict != "quarantine" or accepted.get(quarantine_key(entry)) == digest:
+                continue
+            self.quarantined[entry.name] = (quarantine_key(entry), digest)
+            held[entry.name] = (
+                f"Manifold is withholding this tool: its definition is {why}; an operator "
+                "must accept it (manifold pins accept --tool <name>)."
+            )
+            if (entry.name, digest) not in self._reported:
+                self._reported.add((entry.name, digest))
+                logger.warning("tool %r quarantined: %s", entry.name, why)
+        return held
 
     def _note_changes(self, catalog: Catalog, drifts: Sequence[Drift]) -> None:
         drifted = {drift.key: drift for drift in drifts}

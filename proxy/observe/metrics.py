@@ -109,6 +109,10 @@ UNAVAILABLE: Final = "unavailable"  # a rate-limit denial because the limit stor
 LATENCY_BUCKETS: Final = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
+# One message inspected: tens of microseconds for a small one, up to a second for megabytes.
+GUARD_BUCKETS: Final = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+)  # fmt: skip
 # Server start + initialize + first tools/list; connect_timeout defaults to 30 s.
 CONNECT_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -193,6 +197,7 @@ class Metrics:
         self._tool_label = _Bounded(settings.max_tool_label_values)
         self._identity_label = _Bounded(settings.max_tool_label_values)
         self._rule_label = _Bounded(settings.max_tool_label_values)
+        self._detector_label = _Bounded(settings.max_tool_label_values)
 
         def counter(name: str, doc: str, *labels: str) -> _Children[Counter]:
             return _Children(Counter(name, doc, labels, registry=r))
@@ -299,6 +304,32 @@ class Metrics:
             "Bearer tokens verified (each once; a remembered token is not counted again), by outcome.",
             "method",
             "outcome",
+        )
+        self._guard_findings = counter(
+            "manifold_guardrail_findings",
+            "What guardrail detectors found, by detector, direction and the effect carried out.",
+            "detector",
+            "direction",
+            "effect",
+        )
+        self._guard_seconds = _Children(
+            Histogram(
+                "manifold_guardrail_inspection_duration_seconds",
+                "Time to inspect one message (walk and detectors, on the loop or a worker thread).",
+                ("direction",),
+                buckets=GUARD_BUCKETS,
+                registry=r,
+            )
+        )
+        self._hook_seconds = _Children(
+            Histogram(
+                "manifold_guardrail_hook_duration_seconds",
+                "Time an external inspection service took to answer, by hook and outcome "
+                "(allow, deny, redact, confirm, cached, failed).",
+                ("hook", "outcome"),
+                buckets=LATENCY_BUCKETS,
+                registry=r,
+            )
         )
         self._received = counter("manifold_received_bytes", "Bytes received from clients.", "transport")
         self._sent = counter("manifold_sent_bytes", "Bytes sent to clients.", "transport")
@@ -434,6 +465,16 @@ class Metrics:
     def config_reload(self, outcome: str) -> None:
         """Count one config reload (``applied``, ``unchanged`` or ``refused``: a fixed set)."""
         self._reloads.get(outcome).inc()
+
+    def guardrail_finding(self, detector: str, direction: str, effect: str, count: int = 1) -> None:
+        """Count findings of one detector (a fixed set of names; custom ones are bounded too)."""
+        self._guard_findings.get(self._detector_label(detector), direction, effect).inc(count)
+
+    def guardrail_inspection(self, direction: str, seconds: float) -> None:
+        self._guard_seconds.get(direction).observe(seconds)
+
+    def guardrail_hook(self, hook: str, outcome: str, seconds: float) -> None:
+        self._hook_seconds.get(hook, outcome).observe(seconds)
 
     def confirmation(self, outcome: str) -> None:
         """Count one question about a call (``proxy.enforce.confirm.question.Outcome``: a fixed set)."""

@@ -2,6 +2,6 @@
 order declared once (order, stages/), the innermost send to a server (forward), and the bridges
 between protocol eras (bridge/).
 
-May import: catalog, config, core, credentials, enforce, observe, outbound, policy, protocol,
-ratelimit (pinned in tests/test_architecture.py).
+May import: catalog, clients, config, core, credentials, enforce, guardrails, observe, outbound,
+policy, protocol, ratelimit (pinned in tests/test_architecture.py).
 """

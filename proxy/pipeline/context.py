@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.catalog.merge import Entry
 from proxy.core.errors import (
+    GuardrailDenied,
     HiddenByPolicy,
     ProtocolError,
     RemoteError,
@@ -32,10 +33,11 @@ from proxy.protocol.jsonrpc import RequestId
 if TYPE_CHECKING:
     from proxy.observe.metrics import Outcome
     from proxy.policy.engine import Subject
-    from proxy.policy.model import Identity
+    from proxy.policy.model import Confirmation, Identity
 
 __all__ = [
     "CallContext",
+    "GuardQuestion",
     "Caller",
     "Handler",
     "Stage",
@@ -77,11 +79,31 @@ class CallContext:
     entry: Entry | None = None  # the catalog entry, for tools and prompts
     subject: Subject | None = None  # what the policy decides about
     endpoint: str = ""  # the named endpoint the request came in on ("": /mcp)
+    guard_question: GuardQuestion | None = None  # a guardrail asks first (the confirm stage asks)
 
     @property
     def arguments(self) -> Mapping[str, Any]:
         arguments = self.params.get("arguments")
         return arguments if isinstance(arguments, Mapping) else {}
+
+    @property
+    def shown_arguments(self) -> Mapping[str, Any]:
+        """The arguments as a person approving the call is shown them: with what a guardrail
+        found in them redacted."""
+        if self.guard_question is not None:
+            return self.guard_question.shown_arguments
+        return self.arguments
+
+
+@dataclass(frozen=True, slots=True)
+class GuardQuestion:
+    """A guardrail rule's ``confirm`` (:mod:`proxy.pipeline.stages.guard`), asked by the confirm stage
+    with any confirm rule's: the guardrail rules, how to ask, and the arguments with every
+    finding redacted (a person approves what they see, never a secret shown to them)."""
+
+    rule_ids: tuple[str, ...]
+    confirm: Confirmation
+    shown_arguments: Mapping[str, Any]
 
 
 Handler = Callable[[CallContext], Awaitable[Any]]
@@ -127,7 +149,7 @@ def outcome_of(ended: object) -> Outcome:
             return "timeout"
         if isinstance(ended, ServerUnavailable | RemoteError):
             return "server_error"
-        if isinstance(ended, HiddenByPolicy):
+        if isinstance(ended, HiddenByPolicy | GuardrailDenied):
             return "denied"
         if isinstance(ended, ProtocolError):
             return "invalid"

@@ -1,8 +1,11 @@
 """The call pipeline's stages, outermost first: the order is declared here once (a test pins it).
 
-    Measure → Authorize (+ audit) → Shape → Validate → RateLimit → Confirm → SignIn → (forward)
+    Measure → Authorize (+ audit) → Shape → Validate → Guard → RateLimit → Confirm → SignIn → (forward)
 
-A stage that has nothing to do is left out, so switched-off features cost nothing. Confirm is
+A stage that has nothing to do is left out, so switched-off features cost nothing. Guard (the
+guardrail rules: present with any policy file, since a reload may bring rules; it passes calls
+straight on while there are none) reads arguments after they are shaped and valid, and results
+before validate checks them on their way out. Confirm is
 last but one: nobody is asked to approve a call that a later check would refuse. SignIn (servers
 in ``credentials.mode: oauth``) is last: nobody signs in for a call that would be refused.
 """
@@ -72,6 +75,11 @@ def stages(config: Config, parts: Parts) -> list[Stage]:
                 in_thread_bytes=config.limits.validate_in_thread_bytes,
             )
         )
+    if policy.files:
+        from proxy.pipeline.stages.guard import Guard
+
+        parts.access.observe_guardrails(parts.metrics, parts.audit.write if parts.audit is not None else None)
+        built.append(Guard(parts.access, SchemaValidators()))
     if parts.limiter is not None:
         built.append(RateLimit(parts.access, parts.limiter, parts.metrics))
     if policy.files or policy.pins.mode == "confirm":

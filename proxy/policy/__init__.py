@@ -10,10 +10,13 @@ Deciding is apart from enforcing: this package decides and returns data; the req
 * :mod:`~proxy.policy.annotations`: the *effective* annotations of a tool (trusted or not).
 * :mod:`~proxy.policy.validation`: arguments and structured results against the tool's schemas.
 * :mod:`~proxy.policy.pins`: tool definition hashes, drift, and the pins file's contents.
+* :mod:`~proxy.policy.guardrails`, :mod:`~proxy.policy.guardrail_loader`,
+  :mod:`~proxy.policy.guardrail_engine`: guardrail rules (what flows, read by detectors), their
+  section of a policy file, and deciding on what the detectors found.
 
 The files themselves are read and written by :mod:`proxy.config.policy_files`.
 
-May import: catalog, core (pinned in tests/test_architecture.py).
+May import: catalog, core, guard (the detectors' names) (pinned in tests/test_architecture.py).
 """
 
 from __future__ import annotations

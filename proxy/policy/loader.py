@@ -66,6 +66,10 @@ def document_from_mapping(data: Mapping[str, Any], *, source: str = "<policy>") 
         raise ConfigError("\n".join(problems))
     if document.limits:
         document = document.model_copy(update={"limits": parse_limits(list(document.limits), source)})
+    if document.guardrails is not None:
+        from proxy.policy.guardrail_loader import parse_guardrails  # only for a policy that has them
+
+        document = document.model_copy(update={"guardrails": parse_guardrails(document.guardrails, source)})
     return document
 
 
@@ -81,7 +85,10 @@ def combine(documents: Iterable[tuple[str, PolicyDocument]]) -> Policy:
     rules: list[Rule] = []
     limits: list[LimitRule] = []
     limit_owners: dict[str, str] = {}
+    guarded: list[tuple[str, Any]] = []
     for source, document in documents:
+        if document.guardrails is not None:
+            guarded.append((source, document.guardrails))
         for index, limit in enumerate(document.limits):
             if limit.id in limit_owners:
                 problems.append(
@@ -110,8 +117,16 @@ def combine(documents: Iterable[tuple[str, PolicyDocument]]) -> Policy:
                 rules.append(rule)
     if problems:
         raise ConfigError("\n".join(problems))
+    guardrails = None
+    if guarded:
+        from proxy.policy.guardrail_loader import BUILT_IN_DETECTORS, combine_guardrails
+
+        guardrails = combine_guardrails(guarded, known_detectors=BUILT_IN_DETECTORS, policy_rule_ids=owners)
     return Policy(
-        default=default[1] if default is not None else "deny", rules=tuple(rules), limits=tuple(limits)
+        default=default[1] if default is not None else "deny",
+        rules=tuple(rules),
+        limits=tuple(limits),
+        guardrails=guardrails,
     )
 
 

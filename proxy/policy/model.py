@@ -360,6 +360,7 @@ class PolicyDocument(_Model):
     default: Omittable[Default] = None
     rules: tuple[Rule, ...] = ()
     limits: tuple[Any, ...] = ()  # rate limits: parsed by proxy.policy.limits (policies/RATELIMITS.md)
+    guardrails: Any = None  # parsed by proxy.policy.guardrail_loader (docs/reference/guardrails.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +376,9 @@ class Policy:
     default: Default
     rules: tuple[Rule, ...]
     limits: tuple[LimitRule, ...] = ()
+    # A proxy.policy.guardrail_loader.Guardrails, or None: no guardrails section in any file.
+    # (Typed loosely: the guardrail language builds on this module, so this one cannot name it.)
+    guardrails: Any = None
 
     def __post_init__(self) -> None:
         seen: set[str] = set()

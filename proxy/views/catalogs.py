@@ -138,6 +138,9 @@ class Catalogs:
         changed = catalog.generation != old.generation
         if kind == "prompts":
             self.prompts = catalog
+            self._access.judge_definitions(
+                "prompt", [(e.server_id, e.canonical, e.definition) for e in catalog.entries]
+            )
             return changed
         self.tools = catalog
         blocked_before = self.served.blocked
@@ -147,6 +150,14 @@ class Catalogs:
     def _merge_resources(self) -> bool:
         before = self.resources
         self.resources = build_resource_index(self._slices["resources"], self._slices["resourceTemplates"])
+        index = self.resources
+        self._access.judge_definitions(
+            "resource",
+            [
+                (index.by_uri[uri], uri, item)
+                for item, uri in zip(index.resources, index.resource_uris, strict=True)
+            ],
+        )
         for collision in self.resources.collisions:
             if collision not in before.collisions:
                 logger.warning("URI collision: %s", collision.describe())

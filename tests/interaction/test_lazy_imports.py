@@ -76,6 +76,8 @@ LAZY = (
     "proxy.credentials.on_behalf",
     "proxy.credentials.redis_store",
     "proxy.credentials.tokens",
+    "proxy.guard",
+    "proxy.guardrails",
     "proxy.views.semantic",
     "proxy.inbound.signin_page",
     "proxy.cli.inspection",
@@ -243,3 +245,25 @@ def test_a_bad_jwt_issuer_is_still_refused_before_anything_starts(tmp_path: Path
     assert "auth.jwt[0].jwks_file" in result.stderr
     if command == "check":
         assert result.returncode == 2
+
+
+async def test_a_policy_without_guardrail_rules_loads_no_detector_and_one_with_them_does(
+    tmp_path: Path,
+) -> None:
+    guarded = ("proxy.guard", "proxy.guardrails")
+    plain = "version: 1\ndefault: allow\n"
+    for name, policy, expected in (
+        ("plain", plain, False),
+        ("guarded", plain + "guardrails:\n  rules:\n    - {id: r, effect: audit, match: {}}\n", True),
+    ):
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "policy.yaml").write_text(policy)
+        config = {
+            "servers": {"one": fixture_server("one")},
+            "policy": {"files": [str(directory / "policy.yaml")], "pins": {"mode": "off"}},
+        }
+        async with serving(directory, config) as served, aiohttp.ClientSession() as http:
+            assert "one.echo" in await list_tools(http, served.manifold.url, {})
+        loaded = {m for m in served.modules() if m.split(".")[:2] in (g.split(".") for g in guarded)}
+        assert bool(loaded) is expected, (name, sorted(loaded))

@@ -12,6 +12,7 @@ from proxy.config.loading import config_from_mapping
 from proxy.pipeline.context import CallContext, Handler, compose
 from proxy.pipeline.stages.authorize import Authorize
 from proxy.pipeline.stages.confirm import Confirm
+from proxy.pipeline.stages.guard import Guard
 from proxy.pipeline.stages.metrics import Measure
 from proxy.pipeline.stages.ratelimit import RateLimit
 from proxy.pipeline.stages.shape import Shape
@@ -26,13 +27,14 @@ def stages(tmp_path: Path, servers: dict[str, Any] | None = None, **sections: An
     return [type(stage) for stage in Gateway(config)._stages()]
 
 
-def test_with_everything_on_the_order_is_measure_authorize_validate_ratelimit_confirm(
+def test_with_everything_on_the_order_is_measure_authorize_validate_guard_ratelimit_confirm(
     tmp_path: Path,
 ) -> None:
     # Confirm runs after authorize (a hidden tool answers as missing, nobody is asked about it)
     # and last (nobody is asked about a call that invalid arguments or a rate limit would stop).
+    # Guard reads valid arguments, and its redacted results are validated on their way out.
     policy = {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}}
-    assert stages(tmp_path, policy=policy) == [Measure, Authorize, Validate, RateLimit, Confirm]
+    assert stages(tmp_path, policy=policy) == [Measure, Authorize, Validate, Guard, RateLimit, Confirm]
 
 
 def test_argument_shaping_runs_after_authorize_and_before_validate(tmp_path: Path) -> None:
@@ -43,6 +45,7 @@ def test_argument_shaping_runs_after_authorize_and_before_validate(tmp_path: Pat
         Authorize,
         Shape,
         Validate,
+        Guard,
         RateLimit,
         Confirm,
     ]

@@ -41,6 +41,45 @@ def rule(**fields: Any) -> dict[str, Any]:
     return {"version": 1, "rules": [{"id": "r", "effect": "allow", "match": {}, **fields}]}
 
 
+def guard(**fields: Any) -> dict[str, Any]:
+    rule = {"id": "g", "effect": "deny", "match": {}, **fields}
+    return {"version": 1, "guardrails": {"rules": [rule]}}
+
+
+def test_a_complete_guardrails_section_is_valid_for_the_schema_and_the_loader() -> None:
+    document = {
+        "version": 1,
+        "guardrails": {
+            "patterns": {"ticket": "TCK-[0-9]{6}"},
+            "words": {"codenames": ["bluebird"]},
+            "allowed_hosts": ["docs.example.com"],
+            "rules": [
+                {
+                    "id": "a",
+                    "effect": "redact",
+                    "match": {"directions": ["tool_arguments"], "detectors": ["*_key"]},
+                },
+                {"id": "b", "effect": "inspect", "hook": "dlp", "decode": True, "match": {"servers": ["gh"]}},
+                {
+                    "id": "c",
+                    "effect": "confirm",
+                    "match": {"detectors": ["email"]},
+                    "confirm": {"timeout": 30},
+                },
+                {"id": "d", "effect": "quarantine", "match": {"directions": ["definitions"]}},
+                {
+                    "id": "e",
+                    "effect": "deny",
+                    "match": {"detectors": ["custom:ticket"]},
+                    "unless": {"roles": ["x"]},
+                },
+            ],
+        },
+    }
+    assert list(VALIDATOR.iter_errors(document)) == []
+    document_from_mapping(document)
+
+
 @pytest.mark.parametrize(
     "document",
     [
@@ -72,6 +111,16 @@ def rule(**fields: Any) -> dict[str, Any]:
         rule(effect="confirm", confirm={"timeout": 0}),
         rule(effect="confirm", confirm={"reson": "x"}),
         rule(effect="confirm", match={"prompts": ["*"]}),
+        guard(effect="shred"),
+        guard(effect="inspect"),
+        guard(hook="dlp"),
+        guard(match={"directions": ["sideways"]}),
+        guard(match={"detectors": []}),
+        guard(effect="quarantine", match={"directions": ["tool_results"]}),
+        guard(effect="confirm", match={"directions": ["tool_results"]}),
+        guard(effect="redact", match={"directions": ["definitions"]}),
+        {"version": 1, "guardrails": {"rulez": []}},
+        {"version": 1, "guardrails": {"patterns": {"x": ""}}},
     ],
 )
 def test_the_schema_rejects_what_the_loader_rejects(document: dict[str, Any]) -> None:

@@ -152,12 +152,12 @@ class Confirm:
         if self._remembered(ctx, decision, decision.confirm):
             self._settled(ctx, decision, "remembered", how="remembered")
             return await self._run(ctx, decision, call_next, ctx)
-        if not summary_of(ctx.arguments).complete:  # nobody approves what they cannot see
+        if not summary_of(ctx.shown_arguments).complete:  # nobody approves what they cannot see
             return self._refused(ctx, decision, "too_large", how="none")
         if decision.confirm.approver_roles and self._approvals is not None:
             return await self._by_approver(ctx, decision, self._approvals, call_next)
         asked = self._asked(ctx, decision)
-        params = question(asked, ctx.arguments)
+        params = question(asked, ctx.shown_arguments)
         if not ctx.caller.supports(_ELICIT, params):
             return self._refused(ctx, decision, "unavailable", how="none")
         if ctx.caller.stateless:
@@ -179,6 +179,8 @@ class Confirm:
         change = self._access.pin_change(ctx.entry) if ctx.entry is not None else None
         if change is not None and self._memory.approved(_pin_key(ctx, change)):
             change = None
+        if (guarded := ctx.guard_question) is not None:  # with any confirm rule's (guard stage)
+            return Need(guarded.rule_ids, guarded.confirm, change)
         if decision.effect == "confirm" and decision.confirm is not None:
             return Need(decision.rule_ids, decision.confirm, change)
         if change is not None:
@@ -358,7 +360,7 @@ class Confirm:
             caller_key=identity.key,
             roles=tuple(sorted(confirmation.approver_roles)),
             reason=confirmation.reason,
-            summary=summarise_arguments(ctx.arguments),
+            summary=summarise_arguments(ctx.shown_arguments),
             deadline=self._clock() + confirmation.timeout,
             call=hashlib.sha256(call).hexdigest()[:32],
         )
