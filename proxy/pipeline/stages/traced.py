@@ -21,6 +21,7 @@ STAGE_NAMES: Final = {
     "Authorize": "policy",
     "Shape": "shape",
     "Validate": "validate",
+    "Guard": "guardrails",
     "RateLimit": "rate_limit",
     "Confirm": "confirm",
     "SignInStage": "sign_in",
