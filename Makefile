@@ -7,7 +7,7 @@ NPM_STAMP := tests/npm/node_modules/.installed
 CONFORMANCE_STAMP := tests/conformance/node_modules/.installed
 CONFORMANCE_MODERN_STAMP := tests/conformance_modern/node_modules/.installed
 
-.PHONY: run desktop-config test test-fast lint typecheck unit conformance bench discovery-eval guard-eval soak system-deps fmt clean
+.PHONY: run desktop-config test test-fast lint typecheck unit docs docs-serve conformance bench discovery-eval guard-eval soak system-deps fmt clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -111,6 +111,15 @@ guard-eval: $(STAMP)
 ## leaks, crossed or lost answers, recovery times (see benchmarks/README.md, "Soak").
 soak: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.soak
+
+## The documentation site (docs/, mkdocs.yml) into build/site, offline and strict: a broken link or
+## anchor, or a page the nav leaves out, fails it. `make test` builds it too (tests/docs/).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean
+
+## Serve the site at http://127.0.0.1:8000 while you edit it (rebuilt on every change).
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 fmt: $(STAMP)
 	$(BIN)/ruff format proxy tests benchmarks examples

@@ -18,7 +18,7 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
       idle_timeout: 3600       # seconds an idle inbound HTTP session is kept
       max_lifetime: 86400      # seconds a session id is good for, however busy its session
       revocations: auto        # where ended ids are remembered: auto | memory | redis
-    limits:                    # every bound, its default and what a peer gets: README "Limits"
+    limits:                    # every bound, its default and what a peer gets: docs/reference/limits.md
       max_depth: 64            # objects/arrays one message may nest, from clients and servers alike;
                                # 8..200 (deeper ones are refused with -32600 naming the limit)
       max_request_bytes: 4194304
@@ -39,7 +39,7 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         session_mode: shared   # shared (one connection for all clients) | per_client
         era: auto              # auto (server/discover, else initialize) | handshake | stateless
         credentials: {mode: secret, env: GITHUB_TOKEN}  # whose: shared (default) | secret |
-                               # oauth | exchange (README "Credentials to servers")
+                               # oauth | exchange (docs/guides/per-user-credentials.md)
       search:
         url: http://127.0.0.1:9000/mcp       # ... or an HTTP server
         headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}

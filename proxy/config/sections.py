@@ -92,7 +92,7 @@ class LimitsConfig(_Model):
     """Bounds on what one client or one server can make Manifold hold or spend.
 
     Every refusal names its limit (the field name below) to the peer that hit it and counts it
-    in ``manifold_limit_refusals_total{limit}``. README's "Limits" table says what each peer gets.
+    in ``manifold_limit_refusals_total{limit}``. docs/reference/limits.md says what each peer gets.
     """
 
     # ---- one message from a client (HTTP body, stdio line) -----------------------------------

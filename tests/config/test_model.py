@@ -605,9 +605,11 @@ def test_every_setting_can_be_overridden_from_the_environment(variable: str) -> 
 
 
 def documented_overrides() -> list[str]:
-    """Every ``MANIFOLD_X=value`` example in the README and the config module's docstring."""
+    """Every ``MANIFOLD_X=value`` example in the README, the documentation and the config module's
+    docstring."""
+    pages = [README, *sorted((README.parent / "docs").rglob("*.md"))]
     texts = [
-        README.read_text(encoding="utf-8"),
+        *(page.read_text(encoding="utf-8") for page in pages),
         proxy.config.model.__doc__ or "",
         proxy.config.overrides.__doc__ or "",
     ]

@@ -64,6 +64,9 @@ async def test_the_readmes_client_snippet_runs_as_written(
     assert "notes.add_note" in printed
     assert "clock.now" in printed
     assert "saved note 'hello'" in printed
+    # Client(url) speaks 2026-07-28 with Manifold; mode="legacy" the handshake era.
+    assert printed.splitlines()[0] == "2026-07-28"
+    assert "2025-11-25" in printed.splitlines()
 
 
 async def test_the_desktop_entry_from_make_works_from_any_directory(tmp_path: Path) -> None:
