@@ -26,6 +26,7 @@ __all__ = [
     "manifold_config",
     "materialize",
     "stdio_server",
+    "wants_otlp",
 ]
 
 # The fixture's tools besides tool_000 … tool_{T-1} (tests/fixtures/fixture_server.py).
@@ -62,6 +63,8 @@ class Plan:
         "metrics",
         "access-log",
         "guardrails",
+        "tracing-100",
+        "tracing-10",
     )
     middleware_servers: int = 1  # K for the middleware on/off runs
     sse_direct: bool = True  # also the fixture in SSE mode, directly
@@ -222,6 +225,34 @@ MIDDLEWARES: Final[dict[str, Overlay]] = {
         note="every built-in detector on each call's arguments and result (audit: nothing refused); "
         "the 4 KiB figures are benchmarks.guard_cost's",
     ),
+    # Tracing (proxy.tracing): every call a root trace (the load generator sends no traceparent),
+    # sampled at 100 % or 10 %, exported over OTLP/HTTP to a real receiver on loopback (`{otlp}`,
+    # tests/fixtures/otlp_receiver.py, decoding every request): the cost is Manifold's spans,
+    # propagation and export thread. The target: at most 1.15x "all off" at 10 %.
+    "tracing-100": Overlay(
+        on={
+            "tracing": {
+                "enabled": True,
+                "endpoint": "{otlp}",
+                "sampler": "traceidratio",
+                "sampler_ratio": 1.0,
+            }
+        },
+        off={"tracing": {"enabled": False}},
+        note="OpenTelemetry spans for every call (100 % sampled), OTLP/HTTP to a loopback receiver",
+    ),
+    "tracing-10": Overlay(
+        on={
+            "tracing": {
+                "enabled": True,
+                "endpoint": "{otlp}",
+                "sampler": "traceidratio",
+                "sampler_ratio": 0.1,
+            }
+        },
+        off={"tracing": {"enabled": False}},
+        note="the same at 10 % sampling (unsampled calls still get ids and propagate them)",
+    ),
     "metrics": Overlay(
         on={"metrics": {"enabled": True}},
         off={"metrics": {"enabled": False}},
@@ -252,15 +283,27 @@ def deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str,
     return merged
 
 
-def materialize(value: Any, directory: Path) -> Any:
-    """``value`` with ``{dir}`` in every string replaced by ``directory``."""
+def materialize(value: Any, directory: Path, otlp: str = "") -> Any:
+    """``value`` with ``{dir}`` in every string replaced by ``directory`` (and ``{otlp}`` by the
+    OTLP receiver's URL)."""
     if isinstance(value, str):
-        return value.replace("{dir}", str(directory))
+        return value.replace("{dir}", str(directory)).replace("{otlp}", otlp)
     if isinstance(value, Mapping):
-        return {key: materialize(item, directory) for key, item in value.items()}
+        return {key: materialize(item, directory, otlp) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [materialize(item, directory) for item in value]
+        return [materialize(item, directory, otlp) for item in value]
     return value
+
+
+def wants_otlp(value: Any) -> bool:
+    """Whether a config fragment names the OTLP receiver (``{otlp}``)."""
+    if isinstance(value, str):
+        return "{otlp}" in value
+    if isinstance(value, Mapping):
+        return any(wants_otlp(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(wants_otlp(item) for item in value)
+    return False
 
 
 def stdio_server(name: str, *, tools: int, page_size: int) -> dict[str, Any]:

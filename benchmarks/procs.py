@@ -31,6 +31,7 @@ __all__ = [
     "rss_bytes",
     "spawn_http_fixture",
     "spawn_manifold",
+    "spawn_otlp_receiver",
     "stop_all",
     "total_cpu",
     "wait_listening",
@@ -93,6 +94,16 @@ def spawn_http_fixture(
     )
     process = _popen(argv, workdir / f"fixture-{name}.log")
     return Spawned(name, process, f"http://127.0.0.1:{port}/mcp", workdir / f"fixture-{name}.log")
+
+
+def spawn_otlp_receiver(workdir: Path) -> Spawned:
+    """The tests' OTLP/HTTP receiver on a free loopback port, decoding every export and keeping
+    nothing (``--mode discard``); its ``url`` is the base endpoint Manifold posts /v1/traces to."""
+    port = free_port()
+    receiver = REPO / "tests" / "fixtures" / "otlp_receiver.py"
+    argv = [sys.executable, str(receiver), "--port", str(port), "--out", os.devnull, "--mode", "discard"]
+    process = _popen(argv, workdir / "otlp-receiver.log")
+    return Spawned("otlp", process, f"http://127.0.0.1:{port}", workdir / "otlp-receiver.log")
 
 
 def write_config(path: Path, config: dict[str, Any]) -> Path:

@@ -39,7 +39,7 @@ import anyio.to_thread
 from benchmarks.clients import available_candidates, open_stateless
 from benchmarks.figures import MANIFOLD_PREFIXES, MIB, MemoryRecord, Results, evaluate, summarize
 from benchmarks.load import CallTarget, wrong_answer_in
-from benchmarks.plan import FIXED_TOOLS, Plan, http_server, manifold_config, stdio_server
+from benchmarks.plan import FIXED_TOOLS, MIDDLEWARES, Plan, http_server, manifold_config, stdio_server
 from benchmarks.procs import (
     REPO,
     Spawned,
@@ -354,6 +354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="K=1, no lists or middleware: ~90 s")
     parser.add_argument("--rounds", type=int, help="interleaved rounds of call runs")
     parser.add_argument("--duration", type=float, help="seconds per measured call run")
+    parser.add_argument(
+        "--middlewares",
+        help="comma-separated middleware variants to measure (benchmarks/plan.py MIDDLEWARES), e.g. "
+        "--quick --middlewares tracing-100,tracing-10 for the tracing rows alone",
+    )
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
     parser.add_argument("--no-scale", action="store_true", help="skip the scale run")
     parser.add_argument("--scale-only", action="store_true", help="only the scale run (~1 minute)")
@@ -366,6 +371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         changes["rounds"] = args.rounds
     if args.duration is not None:
         changes["duration"] = args.duration
+    if args.middlewares is not None:
+        changes["middlewares"] = tuple(name for name in args.middlewares.split(",") if name)
+        unknown = set(changes["middlewares"]) - set(MIDDLEWARES)
+        if unknown:
+            parser.error(f"unknown middleware variants: {', '.join(sorted(unknown))}")
     if args.no_profile:
         changes["profile_seconds"] = 0.0
     if args.no_scale:

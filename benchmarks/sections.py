@@ -31,8 +31,9 @@ from benchmarks.plan import (
     manifold_config,
     materialize,
     stdio_server,
+    wants_otlp,
 )
-from benchmarks.procs import Spawned, manifold_check, rss_bytes, write_config
+from benchmarks.procs import Spawned, manifold_check, rss_bytes, spawn_otlp_receiver, write_config
 from benchmarks.profile import find_py_spy, parse_collapsed, record
 
 __all__ = [
@@ -113,6 +114,9 @@ async def middleware_variants(run: Run, names: Sequence[str]) -> dict[str, dict[
     for overlay in overlays.values():
         for file_name, text in overlay.files.items():
             (directory / file_name).write_text(text)
+    otlp = ""
+    if any(wants_otlp(overlay.on) for overlay in overlays.values()):
+        otlp = run.spawn(spawn_otlp_receiver(run.workdir)).url  # stopped with the rest
     servers = {
         f"s{i:02d}": stdio_server(f"s{i:02d}", tools=plan.tools_per_server, page_size=plan.page_size)
         for i in range(plan.middleware_servers)
@@ -122,7 +126,7 @@ async def middleware_variants(run: Run, names: Sequence[str]) -> dict[str, dict[
     def with_(*fragments: Any) -> dict[str, Any]:
         config = base
         for fragment in fragments:
-            config = deep_merge(config, materialize(fragment, directory))
+            config = deep_merge(config, materialize(fragment, directory, otlp))
         return config
 
     # First each fragment alone, to learn which keys this Manifold accepts at all.

@@ -31,8 +31,9 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "catalog": frozenset({"core", "protocol"}),
     "policy": frozenset({"core", "catalog", "guard"}),  # guardrail rules name the detectors
     "config": frozenset({"core", "protocol", "catalog", "policy"}),
+    "tracing": frozenset({"core", "protocol", "config"}),
     "observe": frozenset({"core", "protocol", "config"}),
-    "outbound": frozenset({"core", "protocol", "config"}),
+    "outbound": frozenset({"core", "protocol", "config", "tracing"}),
     "ratelimit": frozenset({"policy", "config"}),
     "auth": frozenset({"core", "policy", "config"}),
     "credentials": frozenset({"core", "policy", "config", "auth"}),
@@ -43,7 +44,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     ),
     "pipeline": frozenset(
         {"core", "protocol", "catalog", "policy", "config", "observe", "outbound", "ratelimit"}
-        | {"credentials", "enforce", "clients", "guardrails"}
+        | {"credentials", "enforce", "clients", "guardrails", "tracing"}
     ),
     "servers": frozenset(
         {"core", "protocol", "policy", "config", "observe", "outbound", "credentials", "clients", "pipeline"}
@@ -57,11 +58,11 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     ),
     "router": frozenset(
         {"core", "protocol", "catalog", "policy", "config", "observe", "outbound", "clients", "pipeline"}
-        | {"servers", "views", "notify"}
+        | {"servers", "views", "notify", "tracing"}
     ),
     "inbound": frozenset(
         {"core", "protocol", "policy", "config", "observe", "outbound", "ratelimit", "auth", "credentials"}
-        | {"enforce", "clients"}
+        | {"enforce", "clients", "tracing"}
     ),
     "app": frozenset(
         {"core", "catalog", "policy", "config", "observe", "outbound", "auth", "credentials", "enforce"}
@@ -79,6 +80,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "enforce",
             "inbound",
             "app",
+            "tracing",
         }
     ),
 }
@@ -101,6 +103,7 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "config/discovery.py": "with the service it configures: tests/views/test_discovery.py",
     "config/oauth.py": "with the resource server it configures: tests/auth/test_oauth.py",
     "config/observe.py": "with what it configures: tests/observe/test_logs.py, test_metrics.py",
+    "config/tracing.py": "with what it configures: tests/tracing/test_settings.py",
     "config/policy.py": "through the config model: tests/config/test_model.py",
     "config/guardrails.py": "with the guard it builds: tests/guardrails/test_wiring.py",
     "guardrails/guard.py": "through the guard stage: tests/pipeline/stages/test_guard.py, tests/interaction/",

@@ -13,6 +13,7 @@ import resource
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
@@ -26,6 +27,7 @@ from proxy.core.errors import ConfigError
 from proxy.core.redaction import remember_key_digests, url_secrets
 from proxy.observe.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
+from proxy.tracing import Running, TracingUnavailable, started
 
 __all__ = ["main"]
 
@@ -129,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = anyio.run(_runner(args.command), config, args, backend_options=_loop_options())
     except KeyboardInterrupt:
         return 130
+    except TracingUnavailable as exc:
+        print(f"manifold: {exc}", file=sys.stderr)
+        return 2
     return code
 
 
@@ -337,6 +342,14 @@ def _reloader(
     return reloader
 
 
+@asynccontextmanager
+async def _traced(config: Config) -> AsyncIterator[Running | None]:
+    """Tracing on for the block when the config or the OTEL_* variables say so (proxy.tracing);
+    before the gateway is built, whose call pipeline wraps its stages in spans only then."""
+    with started(config.tracing, os.environ) as running:
+        yield running
+
+
 async def _serve(config: Config, args: argparse.Namespace) -> int:
     from proxy.inbound.observers import warnings
     from proxy.inbound.server import bind, serve
@@ -353,7 +366,13 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     # Listening at once: /healthz answers while servers connect, /readyz waits for the required
     # ones, and a server that connects later joins the catalog (clients hear list_changed).
-    async with anyio.create_task_group() as tg, Gateway(config).running(wait_for="none") as gateway:
+    async with (
+        _traced(config) as traced,
+        anyio.create_task_group() as tg,
+        Gateway(config).running(wait_for="none") as gateway,
+    ):
+        if traced is not None:
+            traced.count_drops(gateway.metrics.trace_spans_dropped)
         reloader = _reloader(gateway, config, args, tg)
         tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
         await tg.start(
@@ -390,6 +409,11 @@ async def bounded_lines(
         yield last
 
 
+def _for_one_client(gateway: Gateway) -> Gateway:
+    gateway.connections.for_one_client()
+    return gateway
+
+
 async def _stdio(config: Config, args: argparse.Namespace) -> int:
     from proxy.enforce.confirm.approvals import approver_rules
     from proxy.inbound.stdio import serve_stdio
@@ -410,10 +434,14 @@ async def _stdio(config: Config, args: argparse.Namespace) -> int:
     # no /readyz to ask, lists tools as soon as it has initialized, and not every one re-lists on
     # list_changed. Its start-up is paid once per launch, not by other clients.
     # Its shared servers start for its one client, with that client's capabilities, once its first
-    # request says what they are (proxy.inbound.stdio).
-    one = Gateway(config)
-    one.connections.for_one_client()
-    async with anyio.create_task_group() as tg, one.running(wait_for="all") as gateway:
+    # request says what they are (proxy.inbound.stdio). Tracing is on before the gateway is built.
+    async with (
+        _traced(config) as traced,
+        anyio.create_task_group() as tg,
+        _for_one_client(Gateway(config)).running(wait_for="all") as gateway,
+    ):
+        if traced is not None:
+            traced.count_drops(gateway.metrics.trace_spans_dropped)
         reloader = _reloader(gateway, config, args, tg)
         tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
         inbound = gateway.endpoints[name] if name else gateway.inbound

@@ -103,6 +103,7 @@ from proxy.config.sections import (
     SessionsConfig,
 )
 from proxy.config.servers import ArgumentOverride, ServerConfig, ToolOverride
+from proxy.config.tracing import TracingSettings
 
 __all__ = [
     # Re-exported: the sections a Config is made of, so one import gives the whole schema.
@@ -140,6 +141,7 @@ class Config(_Model):
     logging: LogSettings = LogSettings()
     discovery: DiscoverySettings = DiscoverySettings()
     credentials: CredentialStoreSettings = CredentialStoreSettings()
+    tracing: TracingSettings = TracingSettings()
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
 

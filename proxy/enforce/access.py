@@ -306,7 +306,11 @@ class Access:
         read = [f"policy files {', '.join(self.settings.files)}"] if policy != in_force else []
         if pins != self._pins:
             read.append(f"pins {self.settings.pins.path}")
-        self._install(policy, pins)
+        try:
+            self._install(policy, pins)
+        except ConfigError as exc:
+            logger.error("policy reload refused, the previous policy stays in force:\n%s", exc)
+            return False
         logger.info("policy reloaded: %s changed (version %d)", " and ".join(read), self.version)
         return True
 

@@ -58,6 +58,8 @@ from proxy.protocol.headers import VERSION_HEADER, Headers, ParamHeader, check_p
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.sse import encode_event
 from proxy.protocol.subscriptions import LISTEN, Filter
+from proxy.tracing import active as tracing
+from proxy.tracing.w3c import from_headers
 
 __all__ = ["StatelessEndpoint", "is_stateless_header"]
 
@@ -124,6 +126,8 @@ class StatelessEndpoint:
 
     async def answer(self, scope: Scope, message: Message, size: int, receive: Receive, send: Send) -> None:
         """Serve one validated JSON-RPC message (the body, of ``size`` bytes, was read already)."""
+        if tracing.tracer is not None:  # the request's trace context headers, for the router
+            tracing.HEADERS.set(from_headers(scope["headers"]))
         headers = Headers.of(
             (bytes(k).decode("latin-1"), bytes(v).decode("latin-1"))
             for k, v in scope["headers"]

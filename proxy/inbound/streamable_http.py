@@ -56,6 +56,8 @@ from proxy.protocol.jsonrpc import Message, MessageKind
 from proxy.protocol.sse import encode_event
 from proxy.protocol.stateless import has_envelope, http_status
 from proxy.ratelimit import LimitCheck, MemoryBackend
+from proxy.tracing import active as tracing
+from proxy.tracing.w3c import from_headers
 
 __all__ = ["McpEndpoint", "OriginPolicy", "Receive", "Scope", "Send"]
 
@@ -221,6 +223,8 @@ class McpEndpoint:
         return session  # Sessions.find counted this request as the session's activity
 
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if tracing.tracer is not None:  # the request's trace context headers, for the router
+            tracing.HEADERS.set(from_headers(scope["headers"]))
         content_type = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
             raise Refused(InvalidRequest("Unsupported Media Type: POST application/json"), 415)

@@ -27,6 +27,7 @@ Families (``manifold_`` prefix, base units, ``_total`` on counters)::
     manifold_config_reloads_total{outcome}                      counter
     manifold_received_bytes_total{transport}                    counter
     manifold_sent_bytes_total{transport}                        counter
+    manifold_trace_spans_dropped_total{reason}                  counter
     manifold_build_info{version}                                gauge, always 1
 
 Cardinality is bounded by construction. Label values come from the config (server ids, limit
@@ -284,6 +285,12 @@ class Metrics:
             "Config reloads (a changed file, SIGHUP) by outcome: applied, unchanged or refused.",
             "outcome",
         )
+        self._spans_dropped = counter(
+            "manifold_trace_spans_dropped",
+            "Spans of sampled traces never exported: queue_full (the export queue, tracing.max_queue_size, "
+            "was full) or export_failed (the collector refused, hung past the timeout, or was down).",
+            "reason",
+        )
         self._confirmations = counter(
             "manifold_confirmations",
             "Tool calls a confirm rule asked a person about, by how it ended.",
@@ -338,13 +345,21 @@ class Metrics:
     # ---- tool calls (the hot path) ------------------------------------------------------
 
     def tool_call(
-        self, server: str, tool: str | None, outcome: Outcome, seconds: float, identity: str | None = None
+        self,
+        server: str,
+        tool: str | None,
+        outcome: Outcome,
+        seconds: float,
+        identity: str | None = None,
+        exemplar: dict[str, str] | None = None,
     ) -> None:
         """Count one ``tools/call`` and observe its duration.
 
         ``tool`` is the catalog's namespaced name, or ``None`` when the client named a tool the
         catalog does not have (``server`` is then ``"unknown"`` too). ``identity`` is ignored
-        unless ``identity_labels`` is on.
+        unless ``identity_labels`` is on. ``exemplar`` (``{"trace_id": …}``, when the call was
+        traced and sampled) is kept with the latency observation: the OpenMetrics exposition
+        shows it, and a dashboard links the bucket to the trace.
 
         Raises:
             ValueError: ``outcome`` is not one of :data:`OUTCOMES`.
@@ -354,7 +369,7 @@ class Metrics:
         if children is None:
             children = self._new_call_children(key)
         children[0].inc()
-        children[1].observe(seconds)
+        children[1].observe(seconds, exemplar)
 
     def _new_call_children(self, key: tuple[str, str | None, str, str | None]) -> tuple[Counter, Histogram]:
         server, tool, outcome, identity = key
@@ -458,6 +473,11 @@ class Metrics:
 
     def server_connect_seconds(self, server: str, seconds: float) -> None:
         self._connect.get(server).observe(seconds)
+
+    def trace_spans_dropped(self, reason: str, count: int) -> None:
+        """Count spans tracing lost (``queue_full``, ``export_failed``: a fixed set); called from
+        the OpenTelemetry SDK's export thread."""
+        self._spans_dropped.get(reason).inc(count)
 
     def pin_drift(self, server: str) -> None:
         self._pin_drift.get(server).inc()

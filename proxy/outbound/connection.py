@@ -74,6 +74,8 @@ from proxy.protocol.headers import ParamHeader, param_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.results import CacheHint
 from proxy.protocol.subscriptions import LISTEN
+from proxy.tracing.active import RelayTrace
+from proxy.tracing.carry import to_client, to_server
 
 __all__ = [
     "AnswerError",
@@ -366,9 +368,7 @@ class ServerConnection:
             token = params.get("progressToken")
             slot = self._pending.get(token)
             if slot is not None and slot.relay is not None and slot.progress_token is not None:
-                slot.relay.notify(
-                    jsonrpc.notification(method, {**params, "progressToken": slot.progress_token})
-                )
+                slot.tell(jsonrpc.notification(method, {**params, "progressToken": slot.progress_token}))
         elif method in CHANGED:
             self._stale.update(CHANGED[method])
             self._refresh.set()
@@ -382,7 +382,7 @@ class ServerConnection:
         else:
             slot = self._pending.get(related)
             if slot is not None and slot.relay is not None:
-                slot.relay.notify(message)
+                slot.tell(message)
             else:
                 self._listener.server_notification(self.server_id, untagged(message))
 
@@ -394,6 +394,8 @@ class ServerConnection:
         Cancelled (the server's ``notifications/cancelled``): nothing is written back.
         """
         request_id: RequestId = message["id"]
+        traced: RelayTrace | None = None
+        failure: Exception | None = None
         try:
             with scope:
                 try:
@@ -405,9 +407,12 @@ class ServerConnection:
                         method=message["method"],
                         server_id=self.server_id,
                     )
-                    result = await relay.request(message["method"], message.get("params"))
+                    call = self._pending.trace_of(related, relay)
+                    traced, params = to_client(call, message["method"], message.get("params"))
+                    result = await relay.request(message["method"], params)
                     reply = jsonrpc.result_response(request_id, result)
                 except Exception as exc:
+                    failure = exc
                     reply = self._answer_error(exc, request_id)
                 await self._reply(link, reply, request_id)
         except Exception as exc:  # answer_error itself failed: the server still gets an answer
@@ -415,6 +420,8 @@ class ServerConnection:
             with contextlib.suppress(ServerUnavailable, Unencodable):
                 await link.send(_internal_error_reply(request_id))
         finally:
+            if traced is not None:
+                traced.end(failure)
             if self._server_requests.get(request_id) is scope:
                 del self._server_requests[request_id]
             if not self._server_requests:
@@ -539,6 +546,9 @@ class ServerConnection:
         if specs and params is not None:
             arguments = params.get("arguments")
             headers = param_headers(specs, arguments if isinstance(arguments, dict) else {})
+        # Our CLIENT span is the server's parent (or, untraced, the caller's context cleaned).
+        slot.trace, params, headers = to_server(method, params, headers, self.server_id, request_id)
+        failure: BaseException | None = None  # how the wait ended if not with an answer (for the span)
         try:
             await link.send(jsonrpc.request(request_id, method, params), headers=headers)
             # math.inf (a listen stream) has no timer: it waits for its answer or its end.
@@ -551,13 +561,17 @@ class ServerConnection:
             if timed_out:
                 await self._cancel(link, request_id, "timeout")
                 raise ServerTimeout(self.server_id, method, timeout)
-        except anyio.get_cancelled_exc_class():
+        except anyio.get_cancelled_exc_class() as exc:
+            failure = exc
             # Our caller was cancelled: tell the server, under its id, and stop waiting.
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_GRACE):
                 await self._cancel(link, request_id, "cancelled by the client")
             raise
+        except Exception as exc:
+            failure = exc
+            raise
         finally:
-            self._pending.close(request_id)
+            self._pending.close(request_id, failure)
         if slot.failure is not None:
             raise slot.failure
         assert slot.response is not None

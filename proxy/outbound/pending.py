@@ -16,9 +16,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.core.errors import ServerProtocolError, ServerUnavailable
+from proxy.core.errors import RemoteError, ServerProtocolError, ServerUnavailable
 from proxy.outbound.relay import Relay
 from proxy.protocol.jsonrpc import Message
+from proxy.tracing import active
+from proxy.tracing.active import ClientTrace
 
 __all__ = ["Pending", "Slot", "time_out"]
 
@@ -33,6 +35,14 @@ class Slot:
     response: Message | None = None
     failure: ServerUnavailable | None = None
     progress_token: Any = None  # the client's own token, when the request carried one
+    trace: ClientTrace | None = None  # its span, when tracing is on and a client's request is traced
+
+    def tell(self, message: Message) -> None:
+        """Pass a message about this request to its client (an event on its span, if traced)."""
+        assert self.relay is not None
+        self.relay.notify(message)
+        if self.trace is not None:
+            self.trace.event(message["method"])
 
 
 class Pending:
@@ -51,11 +61,28 @@ class Pending:
         slot = self._slots[request_id] = Slot(relay, loop.create_future())
         return request_id, slot
 
-    def close(self, request_id: int) -> None:
-        del self._slots[request_id]
+    def close(self, request_id: int, failure: BaseException | None = None) -> None:
+        """Forget the request; ``failure``: how its wait ended, if not with an answer (the
+        request's span, if it has one, ends with it or with the answer)."""
+        slot = self._slots.pop(request_id)
+        if slot.trace is not None:
+            if failure is None and slot.failure is None and slot.response is not None:
+                error = slot.response.get("error")
+                failure = RemoteError(self.server_id, error) if error is not None else None
+                slot.trace.end(slot.response.get("result") if failure is None else None, failure)
+            else:
+                slot.trace.end(None, failure or slot.failure)
 
     def get(self, request_id: object) -> Slot | None:
         return self._slots.get(request_id) if type(request_id) is int else None
+
+    def trace_of(self, related: object, relay: Relay) -> ClientTrace | None:
+        """The span of the call a server's request is about: the one it names, else (over stdio a
+        server cannot name it) the one :func:`~proxy.outbound.relay.relay_for` chose."""
+        if active.tracer is None:
+            return None
+        slot = self.get(related) or next((s for s in self._slots.values() if s.relay is relay), None)
+        return slot.trace if slot is not None else None
 
     def relays(self) -> dict[int, Relay | None]:
         """Each request in flight's relay, by our id (whose request a server's request is about)."""

@@ -28,6 +28,7 @@ from proxy.pipeline.stages.confirm import Confirm
 from proxy.pipeline.stages.metrics import Measure
 from proxy.pipeline.stages.ratelimit import RateLimit
 from proxy.pipeline.stages.shape import Shape
+from proxy.pipeline.stages.traced import traced
 from proxy.pipeline.stages.validate import Validate
 from proxy.policy import SchemaValidators
 from proxy.ratelimit import LimitBackend, make_backend
@@ -98,7 +99,7 @@ def stages(config: Config, parts: Parts) -> list[Stage]:
         from proxy.pipeline.stages.sign_in import SignInStage
 
         built.append(SignInStage(parts.on_behalf, parts.sign_ins))
-    return built
+    return traced(built)  # each stage in a span of its own when tracing is on
 
 
 def audit_log(config: Config, metrics: Metrics) -> AuditLog | None:

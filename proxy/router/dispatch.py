@@ -54,6 +54,7 @@ from proxy.protocol.uris import normalize_uri
 from proxy.router.params import session_of, string_param, too_many
 from proxy.servers.connections import Connections
 from proxy.servers.per_client import owner, owner_of
+from proxy.tracing import active as tracing
 from proxy.views.catalogs import Catalogs
 from proxy.views.discovery import Call, Discovery
 from proxy.views.per_client import PerClientCatalogs
@@ -163,16 +164,19 @@ class Router:
         # The client may cancel this request by id (notifications/cancelled): its own scope.
         with anyio.CancelScope() as scope, self._metrics.in_flight():
             session.in_flight[request_id] = scope
+            traced, ended = tracing.begin(message["method"], message.get("params"), request_id, session), None
             try:
                 params = message.get("params") or {}
-                result = await self._request(
+                ended = await self._request(
                     InboundRequest(session, stream), message["method"], params, request_id
                 )
-                return self._boundary.respond(request_id, result, session=session)
+                return self._boundary.respond(request_id, ended, session=session)
             except Exception as exc:
-                return self._boundary.answer(exc, request_id, method=message["method"], session=session)
+                ended = self._boundary.answer(exc, request_id, method=message["method"], session=session)
+                return ended
             finally:
                 session.in_flight.pop(request_id, None)
+                traced.end(ended)
         return None  # cancelled by the client: the spec says nothing is sent back
 
     async def handle_stateless(self, caller: StatelessCaller, message: Message, stream: Deliver) -> Message:
@@ -183,14 +187,18 @@ class Router:
         but cancellation (the client closed the response stream)."""
         request_id = message["id"]
         with self._metrics.in_flight():
+            traced, ended = tracing.begin(message["method"], message.get("params"), request_id, caller), None
             try:
                 params = message.get("params") or {}
-                result = await self._stateless(
+                ended = await self._stateless(
                     InboundRequest(caller, stream), message["method"], params, request_id
                 )
-                return self._boundary.respond(request_id, result, session=caller)
+                return self._boundary.respond(request_id, ended, session=caller)
             except Exception as exc:
-                return self._boundary.answer(exc, request_id, method=message["method"], session=caller)
+                ended = self._boundary.answer(exc, request_id, method=message["method"], session=caller)
+                return ended
+            finally:
+                traced.end(ended)
 
     async def warm_search(self) -> None:
         """Until cancelled: keep the tool search's vectors embedded as the catalog changes, off

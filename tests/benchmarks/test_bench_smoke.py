@@ -182,7 +182,16 @@ def test_overlays_merge_mappings_concatenate_lists_and_name_their_directory(tmp_
     assert merged == {"policy": {"files": ["a", "b"]}, "metrics": {"enabled": True}, "log_level": "warning"}
     assert deep_merge(merged, {"policy": {"files": []}})["policy"] == {"files": []}
     assert materialize({"files": ["{dir}/x.yaml"]}, tmp_path) == {"files": [f"{tmp_path}/x.yaml"]}
-    assert set(MIDDLEWARES) == {"policy", "validation", "ratelimit", "metrics", "access-log", "guardrails"}
+    assert set(MIDDLEWARES) == {
+        "policy",
+        "validation",
+        "ratelimit",
+        "metrics",
+        "access-log",
+        "guardrails",
+        "tracing-100",
+        "tracing-10",
+    }
 
 
 def test_manifold_check_tells_which_config_fragments_this_manifold_accepts(tmp_path: Path) -> None:

@@ -160,8 +160,8 @@ def test_docker_compose_accepts_the_stack(tmp_path: Path) -> None:
     assert set(json.loads(result.stdout)["services"]) == set(SERVICES)
 
 
-def test_the_stack_is_manifold_redis_prometheus_and_grafana() -> None:
-    assert set(SERVICES) == {"manifold", "redis", "prometheus", "grafana"}
+def test_the_stack_is_manifold_redis_prometheus_grafana_and_the_trace_pipeline() -> None:
+    assert set(SERVICES) == {"manifold", "redis", "prometheus", "grafana", "otel-collector", "tempo"}
     assert STACK["name"] == "manifold"
 
 
@@ -339,6 +339,14 @@ def test_grafana_gets_the_prometheus_datasource_and_the_dashboard() -> None:
     )["datasources"]
     (prometheus,) = datasources
     assert prometheus["type"] == "prometheus"
+    tempo = yaml.safe_load(
+        host_path("grafana", "/etc/grafana/provisioning/datasources/tempo.yaml").read_text()
+    )
+    (traces,) = tempo["datasources"]
+    # An exemplar's trace_id opens the trace in Tempo.
+    assert prometheus["jsonData"]["exemplarTraceIdDestinations"] == [
+        {"name": "trace_id", "datasourceUid": traces["uid"]}
+    ]
     assert prometheus["isDefault"] is True
     assert prometheus["url"] == "http://prometheus:9090"
     providers = yaml.safe_load(

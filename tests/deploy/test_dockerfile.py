@@ -298,7 +298,7 @@ def test_only_the_runtime_dependencies_are_installed() -> None:
 
 def test_the_examples_image_has_the_mcp_version_the_test_suite_uses() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    (pinned,) = [r for r in extras["test"] if r.startswith("mcp")]
+    (pinned,) = [r for r in extras["test"] if r.startswith("mcp==")]
     examples = BY_NAME["examples"]
     installs = " ".join(i.arguments for i in examples.all("RUN"))
     assert pinned in installs.split()

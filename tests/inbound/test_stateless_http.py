@@ -172,14 +172,22 @@ async def test_with_a_policy_in_force_what_one_identity_is_shown_is_cached_priva
 
 
 async def test_a_call_reaches_the_server_without_the_callers_envelope(asgi: Asgi, server: Server) -> None:
-    meta = {**META, stateless.CLIENT_INFO_KEY: {"name": "c", "version": "1"}, "traceparent": "00-1-2-01"}
+    meta = {
+        **META,
+        stateless.CLIENT_INFO_KEY: {"name": "c", "version": "1"},
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    }
     body = request("tools/call", meta=meta, name="mem.echo", arguments={"a": 1})
     response = await asgi("POST", body, routed("tools/call", "mem.echo"))
     result = valid(response.json())["result"]
     assert result["resultType"] == "complete"
     assert result["_meta"][stateless.SERVER_INFO_KEY]["name"] == "manifold"
     forwarded = server.calls()[-1]["params"]
-    assert forwarded == {"name": "echo", "arguments": {"a": 1}, "_meta": {"traceparent": "00-1-2-01"}}
+    assert forwarded == {
+        "name": "echo",
+        "arguments": {"a": 1},
+        "_meta": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+    }
 
 
 async def test_a_read_carries_private_hints_and_an_unknown_uri_is_invalid_params_with_its_uri(

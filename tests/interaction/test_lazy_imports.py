@@ -58,6 +58,9 @@ LAZY = (
     "jwt",
     "numpy",
     "opentelemetry",
+    "grpc",
+    "google.protobuf",
+    "requests",
     "re2",
     "redis",
     "referencing",
@@ -86,6 +89,8 @@ LAZY = (
     "proxy.outbound.over_http.streamable",
     "proxy.policy.patterns",
     "proxy.ratelimit.redis",
+    "proxy.tracing.export",
+    "proxy.tracing.spans",
 )
 
 SECRET = "an-hs256-test-secret-of-at-least-32-bytes!"
@@ -267,3 +272,17 @@ async def test_a_policy_without_guardrail_rules_loads_no_detector_and_one_with_t
             assert "one.echo" in await list_tools(http, served.manifold.url, {})
         loaded = {m for m in served.modules() if m.split(".")[:2] in (g.split(".") for g in guarded)}
         assert bool(loaded) is expected, (name, sorted(loaded))
+
+
+async def test_a_config_with_tracing_on_loads_the_sdk_and_its_http_exporter_only(tmp_path: Path) -> None:
+    # Nobody listens at the endpoint: export fails, quietly, and the call is served all the same.
+    config = {
+        "tracing": {"enabled": True, "endpoint": f"http://127.0.0.1:{free_port()}", "export_timeout_ms": 200},
+        "servers": {"one": fixture_server("one")},
+    }
+    async with serving(tmp_path, config) as served, aiohttp.ClientSession() as http:
+        assert "one.echo" in await list_tools(http, served.manifold.url, {})
+    loaded = served.modules()
+    assert {"opentelemetry.sdk.trace", "proxy.tracing.spans", "proxy.tracing.export"} <= loaded
+    assert "opentelemetry.exporter.otlp.proto.http.trace_exporter" in loaded
+    assert "grpc" not in loaded  # the gRPC exporter only for protocol grpc

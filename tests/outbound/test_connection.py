@@ -487,3 +487,25 @@ async def test_every_restart_is_counted_in_the_metric_the_first_one_included() -
     restarts = metrics.registry.get_sample_value("manifold_server_restarts_total", {"server": "mem"})
     assert (connection.restarts, restarts) == (1, 1.0)
     assert recorder.states[0] == (ServerState.STARTING, None)  # the first start is told too
+
+
+async def test_untraced_a_callers_malformed_trace_context_is_not_passed_on_and_a_valid_one_is() -> None:
+    received: list[dict[str, Any]] = []
+
+    async def on_call(message: Message, reply: Reply) -> None:
+        received.append(message["params"].get("_meta", {}))
+        await reply(answer(message, {"content": []}))
+
+    good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with connected(MemoryTransport(paged_server([([], None)], on_call)), Recorder()) as connection:
+        for meta in (
+            {"traceparent": "00-" + "a" * 10_240, "tracestate": "a=1", "progressToken": "p"},
+            {"traceparent": good, "tracestate": "a=1,a=2", "baggage": "k=v,bad key=1"},
+            {"traceparent": good, "tracestate": "a=1"},
+        ):
+            await connection.request("tools/call", {"name": "x", "_meta": meta})
+    assert received == [
+        {"progressToken": "p"},  # the rest of _meta stays
+        {"traceparent": good, "baggage": "k=v"},
+        {"traceparent": good, "tracestate": "a=1"},
+    ]

@@ -19,6 +19,8 @@ from tests.outbound.memory import MemoryTransport, answer, initialize_result
 from tests.outbound.test_connection import Recorder
 
 pytestmark = pytest.mark.anyio
+# A valid W3C traceparent: a malformed one is not forwarded (proxy.tracing.w3c).
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 Reply = Callable[[Message], Awaitable[None]]
 VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -137,14 +139,16 @@ async def test_the_envelope_is_the_callers_capabilities_it_may_be_asked_and_its_
     caller = Caller({"sampling": {}, "elicitation": {"form": {}}, "experimental": {"x": {}}}, "warning")
     async with connected(server) as connection:
         result = await connection.request(
-            "tools/call", {"name": "t", "_meta": {"progressToken": "p", "traceparent": "00-x"}}, relay=caller
+            "tools/call",
+            {"name": "t", "_meta": {"progressToken": "p", "traceparent": TRACEPARENT}},
+            relay=caller,
         )
     meta = result["meta"]
     assert meta[VERSION] == "2026-07-28"
     assert meta[CAPS] == {"sampling": {}, "elicitation": {"form": {}}}
     assert meta[LEVEL] == "warning"
     assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "manifold"
-    assert meta["traceparent"] == "00-x"
+    assert meta["traceparent"] == TRACEPARENT
     assert isinstance(meta["progressToken"], int)  # remapped, as for any shared connection
 
 

@@ -29,6 +29,7 @@ from proxy.observe.line_writer import LineWriter
 from proxy.observe.logs import redact_arguments
 from proxy.observe.metrics import Metrics
 from proxy.pipeline.context import CallContext, Handler, outcome_of, tool_error
+from proxy.tracing import active as tracing
 
 __all__ = ["AuditLog", "Authorize"]
 
@@ -65,7 +66,10 @@ class AuditLog:
         )
 
     def write(self, record: dict[str, Any]) -> None:
-        """Queue ``record``; never blocks (it may be dropped: see the class docstring)."""
+        """Queue ``record``; never blocks (it may be dropped: see the class docstring). While a
+        request is traced, its ``trace_id`` and ``span_id`` go in the record."""
+        if (ids := tracing.ids()) is not None:
+            record["trace_id"], record["span_id"] = ids
         self.lines.put(orjson.dumps(record) + b"\n")
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

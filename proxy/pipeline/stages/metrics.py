@@ -9,6 +9,7 @@ from typing import Any
 
 from proxy.observe.metrics import Metrics, Outcome
 from proxy.pipeline.context import CallContext, Handler, outcome_of
+from proxy.tracing import active as tracing
 
 __all__ = ["Measure"]
 
@@ -32,5 +33,9 @@ class Measure:
             raise
         finally:
             identity = ctx.caller.identity.name
-            self._metrics.tool_call(ctx.server_id, ctx.name, outcome, self._clock() - started, identity)
+            traced = tracing.CURRENT.get() if tracing.tracer is not None else None
+            exemplar = traced.exemplar if traced is not None else None
+            self._metrics.tool_call(
+                ctx.server_id, ctx.name, outcome, self._clock() - started, identity, exemplar
+            )
             self._metrics.endpoint_call(ctx.endpoint, outcome)

@@ -32,6 +32,7 @@ from proxy.pipeline.context import tool_error
 from proxy.pipeline.stages.authorize import AuditLog, Authorize
 from proxy.policy.engine import Subject
 from proxy.policy.model import Identity
+from proxy.tracing import active as tracing
 from tests.pipeline.stages.contexts import (
     ALICE,
     Recorder,
@@ -413,3 +414,24 @@ def test_an_audit_log_on_stdout_writes_there_and_closing_it_leaves_stdout_open(
 
     assert not sys.stdout.buffer.closed
     assert capsys.readouterr().out == '{"n":1}\n'
+
+
+def test_an_audit_record_written_while_a_request_is_traced_names_the_trace(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = AuditLog(AuditSettings(path="-"))
+
+    class Traced:
+        trace_id, span_id = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+
+    log.write({"n": 1})  # tracing off: nothing added
+    monkeypatch.setattr(tracing, "tracer", object())
+    token = tracing.CURRENT.set(Traced())  # type: ignore[arg-type]
+    try:
+        log.write({"n": 2})
+    finally:
+        tracing.CURRENT.reset(token)
+    log.lines.drain()
+    log.close()
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines == [{"n": 1}, {"n": 2, "trace_id": Traced.trace_id, "span_id": Traced.span_id}]
