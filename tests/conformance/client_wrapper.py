@@ -31,7 +31,7 @@ from mcp.client.session import ClientRequestContext
 if not __package__:  # run as a script (as the suite does): make `tests.conformance` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.conformance.run import MANIFOLD_READY, manifold_command, started
+from tests.conformance.run import MANIFOLD_READY, manifold_command, started, until_ready
 
 __all__ = ["main"]
 
@@ -49,7 +49,14 @@ def manifold_config(path: Path, url: str) -> Path:
         "listen": {"host": "127.0.0.1", "port": 0},
         "log_level": "debug",
         "servers": {
-            "target": {"url": url, "prefix": "", "connect_timeout": 15, "request_timeout": 15},
+            # required: the wrapper waits on /readyz for it (serve listens before it connects).
+            "target": {
+                "url": url,
+                "prefix": "",
+                "connect_timeout": 15,
+                "request_timeout": 15,
+                "required": True,
+            },
         },
     }
     path.write_text(json.dumps(config, indent=2))
@@ -104,6 +111,7 @@ async def run(server_url: str, scenario: str, work: Path) -> int:
         with anyio.fail_after(TIMEOUT):
             command = manifold_command(config)
             async with started(command, MANIFOLD_READY, log, "Manifold", cwd=work) as manifold:
+                await until_ready(manifold.url)
                 ok = await drive(manifold.url, scenario)
     except Exception as exc:  # RunnerError, TimeoutError, MCPError…: reported; the suite judges
         print(f"client_wrapper: {scenario}: {type(exc).__name__}: {exc}", file=sys.stderr)

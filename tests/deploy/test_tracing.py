@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
 from proxy.tracing.settings import resolve
@@ -29,6 +30,8 @@ from tests.deploy.test_kubernetes import (  # the fixtures too: kubectl, the val
     render,
     validate,  # noqa: F401
 )
+
+pytestmark = pytest.mark.slow
 
 COLLECTOR_COMPONENT = KUBERNETES / "components" / "tracing"
 
