@@ -301,6 +301,9 @@ class Access:
             return False
         in_force = self.engine.policy if self.engine is not None else None
         if policy == in_force and pins == self._pins:
+            unused, self._pending_guard = self._pending_guard, None
+            if unused is not None:
+                unused.close()  # built with the read, never installed: its hooks' clients go too
             logger.debug("policy and pins read again: unchanged (version %d)", self.version)
             return False
         read = [f"policy files {', '.join(self.settings.files)}"] if policy != in_force else []
