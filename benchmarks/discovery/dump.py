@@ -48,8 +48,8 @@ SERVERS: dict[str, tuple[str, list[str], str]] = {
 }
 
 
-async def dump(name: str, command: str, args: list[str], source: str) -> None:
-    server = StdioServerParameters(command=command, args=args)
+async def listed_tools(server: StdioServerParameters) -> list[dict[str, Any]]:
+    """Every page of a stdio server's tools/list, as served (bounded: 60 s)."""
     tools: list[dict[str, Any]] = []
     with anyio.fail_after(60):
         async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
@@ -63,7 +63,11 @@ async def dump(name: str, command: str, args: list[str], source: str) -> None:
                 ]
                 cursor = page.next_cursor
                 if cursor is None:
-                    break
+                    return tools
+
+
+async def dump(name: str, command: str, args: list[str], source: str) -> None:
+    tools = await listed_tools(StdioServerParameters(command=command, args=args))
     document = {"source": source, "tools": tools}
     (OUT / f"{name}.json").write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
     print(f"{name}: {len(tools)} tools")

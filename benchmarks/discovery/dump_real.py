@@ -23,12 +23,11 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import anyio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.types import PaginatedRequestParams
+from mcp import StdioServerParameters
+
+from benchmarks.discovery.dump import listed_tools
 
 OUT = Path(__file__).resolve().parent / "real" / "catalogs"
 PLACEHOLDER = "placeholder-not-a-key"
@@ -122,20 +121,7 @@ async def dump(server_id: str, npm: Path, venv: Path) -> None:
     package, kind, binary, args, env = SERVERS[server_id]
     command = npm / "node_modules" / ".bin" / binary if kind == "npm" else venv / "bin" / binary
     server = StdioServerParameters(command=str(command), args=args, env={**os.environ, **env})
-    tools: list[dict[str, Any]] = []
-    with anyio.fail_after(60):
-        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            cursor: str | None = None
-            while True:
-                paging = None if cursor is None else PaginatedRequestParams(cursor=cursor)
-                page = await session.list_tools(params=paging)
-                tools += [
-                    tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools
-                ]
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
+    tools = await listed_tools(server)
     version = _version(package, kind, npm, venv)
     document = {"source": f"{kind} {package} {version}, tools/list as served", "tools": tools}
     OUT.mkdir(parents=True, exist_ok=True)
