@@ -178,23 +178,34 @@ def _with_flags(config: Config, args: argparse.Namespace) -> Config:
     return config.model_copy(update={"listen": listen})
 
 
-def _reloads(config: Config, args: argparse.Namespace) -> Callable[[], Config]:
-    """What a config reload reads: the file again (bounded), with the command line's overrides;
-    the secrets of every config read stay redacted (a removed server's may still be in a log)."""
+def _reloads(
+    config: Config, args: argparse.Namespace
+) -> tuple[Callable[[], Config], Callable[[str], Config]]:
+    """What a config reload reads: the file again (bounded), or a config given as text (the admin
+    API), with the command line's overrides; the secrets of every config read stay redacted (a
+    removed server's may still be in a log)."""
     secrets = set(_configured_secrets(config))
     digests = set(_key_digests(config))
 
-    def load() -> Config:
-        from proxy.app.reloader import MAX_CONFIG_BYTES
-
-        fresh = _with_flags(load_config(args.config, max_bytes=MAX_CONFIG_BYTES), args)
+    def taken(fresh: Config) -> Config:
+        fresh = _with_flags(fresh, args)
         secrets.update(_configured_secrets(fresh))
         remember_secrets(secrets)
         digests.update(_key_digests(fresh))
         remember_key_digests(digests)
         return fresh
 
-    return load
+    def load() -> Config:
+        from proxy.app.reloader import MAX_CONFIG_BYTES
+
+        return taken(load_config(args.config, max_bytes=MAX_CONFIG_BYTES))
+
+    def parse(text: str) -> Config:
+        from proxy.config.loading import config_from_text
+
+        return taken(config_from_text(text, "<admin reload>", beside=args.config))
+
+    return load, parse
 
 
 def _configured_secrets(config: Config) -> list[str]:
@@ -341,7 +352,8 @@ def _reloader(
     """The config's reloader (SIGHUP), and its watcher of the file started in ``tg``."""
     from proxy.observe.boundary import supervised
 
-    reloader = Reloader(gateway, _reloads(config, args), args.config)
+    load, parse = _reloads(config, args)
+    reloader = Reloader(gateway, load, args.config, parse=parse)
     tg.start_soon(supervised, gateway.boundary, "config watcher", reloader.watch)
     return reloader
 
