@@ -1,4 +1,4 @@
-"""``manifold``: serve, stdio, check, tools, explain, pins, keygen, credentials.
+"""``manifold``: serve, stdio, check, tools, explain, pins, keygen, credentials, admin.
 
 Exit codes: 0 success; 1 a server is not ready (``tools``); 2 bad usage or bad config.
 """
@@ -91,9 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         "action", choices=["accept"], help="accept the drifted and quarantined definitions into the pins file"
     )
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
+    from proxy.cli.admin import add_parser as add_admin
     from proxy.cli.credentials import add_parser as add_credentials
 
     add_credentials(commands)
+    add_admin(commands)
     keygen = commands.add_parser("keygen", help="Generate an API key and the form to store in auth.api_keys.")
     keygen.add_argument("--name", default="client", help="the identity name for the config snippet")
     keygen.add_argument("--role", action="append", help="a role for the config snippet (repeatable)")
@@ -112,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "keygen":
         return _keygen(args)
+    if args.command == "admin":  # a client of a running Manifold's API: no config read
+        from proxy.cli.admin import run as run_admin
+
+        return run_admin(args)
     if args.command == "credentials" and args.action == "keygen":
         from proxy.cli.credentials import keygen
 
