@@ -365,3 +365,25 @@ ROUTES_TO_READ = [
     ("/refusals", "Refusals"),
     ("/audit", "Audit"),
 ]
+
+
+async def test_with_its_own_listener_the_api_is_there_and_not_beside_mcp(tmp_path: Path) -> None:
+    from tests.fixtures.spawn import free_port
+
+    port = free_port()
+    setup = {**config_without_redis(), "admin": {"listen": {"host": "127.0.0.1", "port": port}}}
+    async with running_manifold(tmp_path, setup) as manifold, aiohttp.ClientSession() as http:
+        auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        main = manifold.url.replace("/mcp", "/admin/api/servers")
+        async with http.get(main, headers=auth) as response:
+            assert response.status == 404
+        async with http.get(f"http://127.0.0.1:{port}/admin/api/servers", headers=auth) as response:
+            assert response.status == 200
+            assert response.headers["content-type"] == "application/json"
+            assert response.headers["x-content-type-options"] == "nosniff"
+        async with http.post(f"http://127.0.0.1:{port}/mcp", json={}, headers=auth) as response:
+            assert response.status == 404  # only the admin API is served there
+        # The Host check applies as on /mcp: a rebinding page's name is refused.
+        headers = {**auth, "Host": "evil.example"}
+        async with http.get(f"http://127.0.0.1:{port}/admin/api/servers", headers=headers) as response:
+            assert response.status == 403
