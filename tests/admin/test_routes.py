@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
 
 from proxy.admin.routes import FORBIDDEN, PREFIX, AdminApi
 from proxy.admin.service import Admin
@@ -97,6 +98,14 @@ async def test_a_non_admin_gets_the_same_403_on_every_path_existing_or_not(tmp_p
         status, headers, _ = await request(app, method, path)
         assert status == 401, (method, path)
         assert headers["www-authenticate"].startswith("Bearer")
+
+
+def test_the_document_is_a_valid_openapi_3_1_document(tmp_path: Path) -> None:
+    app = api(tmp_path)
+    validate(app.openapi)
+    assert app.openapi["openapi"] == "3.1.0"
+    served = {(m.upper(), p) for p, ops in app.openapi["paths"].items() for m in ops}
+    assert served == {(r.method, PREFIX + r.path) for r in app.routes}
 
 
 async def test_every_read_answers_what_the_openapi_document_says(tmp_path: Path) -> None:
