@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import orjson
 
+from proxy.catalog.apps import server_spelling
 from proxy.catalog.merge import ServerSlice
 from proxy.catalog.uri_templates import CompiledTemplate, UriSubject, compile_template
 from proxy.core.errors import InvalidParams
@@ -83,8 +84,9 @@ class ResourceIndex:
 
     def spelling(self, uri: str) -> str:
         """What to send the server for the normalized ``uri``: its own spelling if it lists the
-        URI (the same resource, named as the server knows it), else ``uri``."""
-        return self.listed_as.get(uri, uri)
+        URI (the same resource, named as the server knows it), else ``uri``; a UI's namespace
+        taken off (:mod:`proxy.catalog.apps`)."""
+        return server_spelling(self.listed_as.get(uri, uri))
 
 
 def _same(value: str) -> str:
