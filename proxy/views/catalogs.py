@@ -98,6 +98,7 @@ class Catalogs:
         self._slices = {
             kind: tuple(ServerSlice(s, p, ()) for s, p in prefixes.items()) for kind in LIST_KINDS
         }
+        self._slices_shown = False  # the slices are as servers listed them
         self.tools: Catalog = EMPTY_CATALOG
         self.served: ServedTools = access.serve_tools(EMPTY_CATALOG)
         self.prompts: Catalog = EMPTY_CATALOG
@@ -240,7 +241,11 @@ class Catalogs:
         return catalogs
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.tools, self.served, self.prompts, self.resources, dict(self._slices))
+        # A view is handed the slices as clients are shown them (MCP Apps' UIs namespaced).
+        slices = self._slices
+        if not self._slices_shown:
+            slices = {kind: _shown(kind, pieces) for kind, pieces in slices.items()}
+        return Snapshot(self.tools, self.served, self.prompts, self.resources, dict(slices))
 
     def show(self, view: Snapshot, *, policy_changed: bool = False) -> None:
         """Serve ``view`` (an endpoint's view of another :class:`Catalogs`) instead of merging:
@@ -253,6 +258,7 @@ class Catalogs:
             view.resources,
         )
         self._slices = {kind: tuple(view.slices.get(kind, ())) for kind in LIST_KINDS}
+        self._slices_shown = True  # a view's slices come namespaced (snapshot)
         if policy_changed:
             self._pages.clear()
         changed = {
@@ -311,13 +317,13 @@ class Catalogs:
 
     def route_resource(self, uri: str, identity: Identity) -> str | None:
         """The server of a concrete (normalized) resource URI, before the policy is asked. A UI
-        (``ui://``) that tools point at is ``identity``'s only while it is shown one of them here;
-        a UI is never routed by a template (:mod:`proxy.catalog.apps`)."""
+        (``ui://``) is ``identity``'s only while it is shown a tool here that points at it
+        (:mod:`proxy.catalog.apps`), listed or not; never routed by a template."""
         if not apps.is_ui(uri):
             return self.resources.route(uri)
         link = self._ui_links().get(uri)
         if link is None:
-            return self.resources.by_uri.get(uri)
+            return None
         server, tools = link
         served = self.served
         return server if any(self._access.tool_visible(served, t, identity) for t in tools) else None
@@ -429,11 +435,11 @@ class Catalogs:
         templates = kind == "resourceTemplates"
         generation = index.templates_generation if templates else index.generation
         viewed = access.resources_view(index, identity, templates=templates)
-        if templates or not (links := self._ui_links()):
+        if templates or not index.has_ui:
             return viewed, f"{generation}.{access.version}"
-        # A UI that tools point at is listed only to an identity shown one of them.
+        # A UI is listed only to an identity shown a tool here that points at it.
         served = self.served
-        shown = [i for i in viewed if i["uri"] not in links or self.route_resource(i["uri"], identity)]
+        shown = [i for i in viewed if not apps.is_ui(i["uri"]) or self.route_resource(i["uri"], identity)]
         return shown, f"{generation}.{access.version}.{served.catalog.generation}.{len(served.blocked)}"
 
 
