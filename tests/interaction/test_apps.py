@@ -9,7 +9,6 @@ contractors and denies them ``evil``'s UIs; endpoint ``narrow`` shows ``evil``'s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -24,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.interaction.harness import REPO, RunningManifold, running_manifold
+from tests.interaction.test_resource_uris import KEYS, stored
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -31,10 +31,6 @@ APPS = str(REPO / "tests" / "fixtures" / "apps_server.py")
 UI = "io.modelcontextprotocol/ui"
 TASKS = "io.modelcontextprotocol/tasks"
 MIME = "text/html;profile=mcp-app"
-KEYS = {
-    "sam": ("mfd_sam-staff-key-0123456789abcdefghijklmnopqrs", ["staff"]),
-    "carl": ("mfd_carl-contractor-key-0123456789abcdefghijklm", ["contractor"]),
-}
 POLICY = """\
 version: 1
 default: allow
@@ -71,9 +67,8 @@ async def manifold(
     era = request.param
     tmp = tmp_path_factory.mktemp(f"apps-{era}")
     (tmp / "policy.yaml").write_text(POLICY)
-    stored = {n: "sha256:" + hashlib.sha256(k.encode()).hexdigest() for n, (k, _) in KEYS.items()}
     config = {
-        "auth": {"api_keys": [{"name": n, "key": stored[n], "roles": r} for n, (_, r) in KEYS.items()]},
+        "auth": {"api_keys": [{"name": n, "key": stored(k), "roles": r} for n, (k, r) in KEYS.items()]},
         "policy": {"files": ["policy.yaml"]},
         "servers": {
             "a": apps_server(
@@ -116,6 +111,11 @@ async def listed_uris(client: Client) -> set[str]:
     return {str(r.uri) for r in (await client.list_resources(cache_mode="bypass")).resources}
 
 
+async def shown(client: Client) -> tuple[dict[str, Any], set[str]]:
+    """The tools' ``_meta`` by name, and the resources listed."""
+    return await tools_meta(client), await listed_uris(client)
+
+
 async def read(client: Client, uri: str) -> tuple[str, str]:
     contents = (await client.read_resource(uri)).contents[0]
     return str(contents.uri), getattr(contents, "text", "")
@@ -132,8 +132,7 @@ async def test_ui_references_are_namespaced_and_a_hostile_servers_removed(
     manifold: RunningManifold, mode: str
 ) -> None:
     async with connect(manifold, "sam", mode) as client:
-        meta = await tools_meta(client)
-        listed = await listed_uris(client)
+        meta, listed = await shown(client)
     assert meta["a.show_panel"] == {"ui": {"resourceUri": "ui://a/panel/main"}}
     assert meta["a.secret_panel"] == {"ui": {"resourceUri": "ui://a/panel/secret"}}
     # evil points at a's UI as Manifold names it: it stays in evil's own namespace.
@@ -175,8 +174,7 @@ async def test_the_ui_of_a_tool_hidden_from_an_identity_is_neither_listed_nor_re
     manifold: RunningManifold, mode: str
 ) -> None:
     async with connect(manifold, "carl", mode) as client:
-        meta = await tools_meta(client)
-        listed = await listed_uris(client)
+        meta, listed = await shown(client)
         assert "a.secret_panel" not in meta
         assert "ui://a/panel/secret" not in listed
         assert "ui://a/panel/main" in listed

@@ -52,7 +52,7 @@ def test_a_hostile_declaration_is_dropped_naming_what_is_wrong(
 
 
 def test_only_the_first_few_declarations_are_looked_at() -> None:
-    declared = {f"com.example/e{i}": {} for i in range(10_000)}
+    declared: dict[str, Any] = {f"com.example/e{i}": {} for i in range(10_000)}
     kept, dropped = relayable(declared)
     assert list(kept) == [f"com.example/e{i}" for i in range(MAX_EXTENSIONS)]
     assert dropped == (Dropped("extensions", f"more than {MAX_EXTENSIONS} declared; the rest dropped"),)
