@@ -43,7 +43,9 @@ __all__ = [
     "OWN",
     "TASKS",
     "UI",
+    "MAX_KEPT_BYTES",
     "Dropped",
+    "kept",
     "merge",
     "relayable",
 ]
@@ -63,6 +65,9 @@ OWN: Final[Mapping[str, Any]] = {UI: {"mimeTypes": ["text/html;profile=mcp-app"]
 
 MAX_EXTENSIONS: Final = 8  # per declaration: a client's are kept in its session and its id
 MAX_SETTINGS_BYTES: Final = 256
+# What a client's session keeps of its declared extensions (signed into its id, which must stay
+# well under the 2 KiB a session id may be): the first relayable ones that fit, encoded.
+MAX_KEPT_BYTES: Final = 512
 _MAX_ID: Final = 128
 _LABEL: Final = r"[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _NAME: Final = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
@@ -111,6 +116,19 @@ def relayable(declared: object) -> tuple[dict[str, Any], tuple[Dropped, ...]]:
     if len(declared) > MAX_EXTENSIONS:
         dropped.append(Dropped("extensions", f"more than {MAX_EXTENSIONS} declared; the rest dropped"))
     return kept, tuple(dropped)
+
+
+def kept(declared: object) -> dict[str, Any]:
+    """What a client's session keeps of its ``extensions``: :func:`relayable`, then the first ones
+    whose identifiers and settings fit in :data:`MAX_KEPT_BYTES` together (encoded)."""
+    room = MAX_KEPT_BYTES
+    out: dict[str, Any] = {}
+    for extension, settings in relayable(declared)[0].items():
+        size = len(extension) + len(orjson.dumps(settings)) + 6  # quotes, colon, comma
+        if size > room:
+            break
+        out[extension], room = settings, room - size
+    return out
 
 
 def merge(

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.outbound.era import CLIENT_CAPABILITIES, relayed_capabilities
 from proxy.protocol.asks import kept_capabilities
-from proxy.protocol.extensions import MAX_EXTENSIONS, MAX_SETTINGS_BYTES, TASKS, UI, Dropped, merge, relayable
+from proxy.protocol.extensions import (
+    MAX_EXTENSIONS,
+    MAX_KEPT_BYTES,
+    MAX_SETTINGS_BYTES,
+    TASKS,
+    UI,
+    Dropped,
+    kept,
+    merge,
+    relayable,
+)
 
 VENDOR = "com.example/maps"
 
@@ -88,3 +99,11 @@ def test_a_client_keeps_its_relayed_extensions_in_its_session_and_its_servers_he
 
 def test_manifold_declares_mcp_apps_on_the_connections_it_shares() -> None:
     assert CLIENT_CAPABILITIES["extensions"] == {UI: {"mimeTypes": ["text/html;profile=mcp-app"]}}
+
+
+def test_a_session_keeps_the_first_relayable_extensions_that_fit_its_share() -> None:
+    declared = {TASKS: {}, **{f"com.example/e{i}": {"x": "y" * 100} for i in range(MAX_EXTENSIONS)}}
+    kept_ones = kept(declared)
+    assert list(kept_ones) == ["com.example/e0", "com.example/e1", "com.example/e2", "com.example/e3"]
+    assert len(orjson.dumps(kept_ones)) <= MAX_KEPT_BYTES
+    assert kept({UI: {}}) == {UI: {}}
