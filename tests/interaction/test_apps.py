@@ -3,7 +3,8 @@
 Behind it, two SDK ``MCPServer`` apps servers (tests/fixtures/apps_server.py): ``a``, and ``evil``,
 which also points tools at ``a``'s UI as Manifold names it, at ``javascript:`` and at an
 ``https:`` page. Both servers are spoken to in each era (pinned handshake, and 2026-07-28), and
-the official Python SDK client asks in each era. The policy hides ``a.secret_panel`` from
+the official Python SDK client asks in each era; the TypeScript SDK's (tests/npm/apps_driver.mjs)
+asks as an MCP Apps host of the handshake era. The policy hides ``a.secret_panel`` from
 contractors and denies them ``evil``'s UIs; endpoint ``narrow`` shows ``evil``'s tools only.
 """
 
@@ -22,6 +23,7 @@ from mcp.client.extension import ClientExtension
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from tests.fixtures.apps_driver import drive_apps
 from tests.interaction.harness import REPO, RunningManifold, running_manifold
 from tests.interaction.test_resource_uris import KEYS, stored
 
@@ -240,3 +242,32 @@ async def test_a_clients_extensions_reach_servers_by_the_rule(manifold: RunningM
     else:
         # Each request carries its client's: relayed but for tasks.
         assert heard == {UI: {"mimeTypes": [MIME]}, "com.example/maps": {"zoom": 9}}
+
+
+async def test_the_typescript_sdk_host_sees_the_same_uis_and_the_same_refusals(
+    manifold: RunningManifold,
+) -> None:
+    reads = ["ui://a/panel/main", "ui://a/panel/secret", "ui://evil/panel/main", "ui://a/panel/none"]
+    sam = await drive_apps(manifold.url, bearer=KEYS["sam"][0], reads=reads)
+    carl = await drive_apps(manifold.url, bearer=KEYS["carl"][0], reads=reads)
+    assert sam["tools"]["a.show_panel"] == {"ui": {"resourceUri": "ui://a/panel/main"}}
+    assert sam["tools"]["evil.steal"] == {"ui": {"resourceUri": "ui://evil/a/panel/main"}}
+    assert sam["reads"]["ui://a/panel/main"] == {
+        "uri": "ui://a/panel/main",
+        "mimeType": MIME,
+        "text": "<!doctype html><html><body><p>a at ui://panel/main</p></body></html>",
+    }
+    assert sam["reads"]["ui://a/panel/secret"]["uri"] == "ui://a/panel/secret"
+    assert "ui://a/panel/secret" in sam["resources"]
+    missing = carl["reads"]["ui://a/panel/none"]["error"]
+    assert missing["code"] is not None
+    for hidden in ("ui://a/panel/secret", "ui://evil/panel/main"):
+        error = carl["reads"][hidden]["error"]
+        assert (error["code"], error["message"].replace(hidden, "<uri>")) == (
+            missing["code"],
+            missing["message"].replace("ui://a/panel/none", "<uri>"),
+        )
+        assert hidden not in carl["resources"]
+    assert carl["reads"]["ui://a/panel/main"]["uri"] == "ui://a/panel/main"
+    if manifold.era == "stateless":  # type: ignore[attr-defined]
+        assert sam["extensions"] == {UI: {}, "com.example/solo": {"a": 1}}
