@@ -14,17 +14,19 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.extension import ClientExtension
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.fixtures.apps_driver import drive_apps
-from tests.interaction.harness import REPO, RunningManifold, running_manifold
+from tests.interaction.harness import REPO, RunningManifold, running_manifold, write_config
 from tests.interaction.test_resource_uris import KEYS, stored
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -271,3 +273,23 @@ async def test_the_typescript_sdk_host_sees_the_same_uis_and_the_same_refusals(
     assert carl["reads"]["ui://a/panel/main"]["uri"] == "ui://a/panel/main"
     if manifold.era == "stateless":  # type: ignore[attr-defined]
         assert sam["extensions"] == {UI: {}, "com.example/solo": {"a": 1}}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_manifold_stdio_serves_the_uis_and_relays_its_one_clients_extensions(
+    tmp_path: Path, mode: str
+) -> None:
+    config = write_config(tmp_path / "m.yaml", {"servers": {"a": apps_server("a", "handshake")}})
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
+    )
+    declared = [Declared(UI, {"mimeTypes": [MIME]}), Declared("com.example/maps", {"zoom": 9})]
+    with anyio.fail_after(60):
+        async with Client(params, mode=mode, extensions=declared) as client:
+            meta, listed = await shown(client)
+            assert meta["a.show_panel"] == {"ui": {"resourceUri": "ui://a/panel/main"}}
+            assert {"ui://a/panel/main", "ui://a/panel/secret"} <= listed
+            assert (await read(client, "ui://a/panel/main"))[0] == "ui://a/panel/main"
+            heard = json.loads((await client.call_tool("a.client_extensions", {})).content[0].text)  # type: ignore[union-attr]
+    # manifold stdio has one client: its handshake-era server hears that client's extensions.
+    assert heard == {UI: {"mimeTypes": [MIME]}, "com.example/maps": {"zoom": 9}}
