@@ -28,6 +28,9 @@ from proxy.config.openapi import OpenApiSelection, OpenApiSource
 from proxy.openapi.document import Operation, operations, selected
 from proxy.openapi.schemas import DocumentProblem, Resolver
 
+#: Where a tool says which operation it calls (``GET /pets/{petId}``): ``manifold tools`` shows it.
+OPERATION_KEY: Final = "dev.manifold/operation"
+
 __all__ = [
     "MAX_NAME",
     "BodyPlan",
@@ -239,6 +242,7 @@ def _plan(resolver: Resolver, operation: Operation, name: str, trust_extensions:
         "name": name,
         "inputSchema": {"type": "object", "properties": args.properties, "required": args.required},
         "annotations": _annotations(operation.method, spec, trust_extensions),
+        "_meta": {OPERATION_KEY: f"{operation.method.upper()} {operation.path}"},
     }
     if isinstance(spec.get("summary"), str):
         tool["title"] = spec["summary"][:1024]

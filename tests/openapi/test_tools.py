@@ -12,7 +12,7 @@ import pytest
 
 from proxy.config.openapi import OpenApiSelection
 from proxy.openapi.schemas import DocumentProblem
-from proxy.openapi.tools import MAX_NAME, ToolPlan, plan_tools
+from proxy.openapi.tools import MAX_NAME, OPERATION_KEY, ToolPlan, plan_tools
 from tests.openapi.documents import PETS, document
 
 ALL = OpenApiSelection()
@@ -26,6 +26,12 @@ def tools(doc: dict[str, Any], **options: Any) -> dict[str, ToolPlan]:
 
 def test_names_from_operation_ids_or_method_and_path() -> None:
     assert list(tools(PETS)) == ["listPets", "createPet", "getPet", "putPet", "delete_pets_petId"]
+
+
+def test_each_tool_says_its_operation() -> None:
+    found = {name: plan.tool["_meta"][OPERATION_KEY] for name, plan in tools(PETS).items()}
+    assert found["delete_pets_petId"] == "DELETE /pets/{petId}"
+    assert tools(PETS)["getPet"].tool["description"] == "GET /pets/{petId}"
 
 
 def test_every_schema_is_valid_json_schema_with_references_inlined() -> None:
