@@ -285,6 +285,10 @@ class ServerConfig(_Model):
             problems.append(
                 (("transport",), f"does not apply to an 'openapi' server (got {self.transport!r})")
             )
+        if self.era == "stateless":
+            problems.append(
+                (("era",), "an 'openapi' server is answered in the handshake era: use 'auto' or 'handshake'")
+            )
         mode = self.credentials.mode
         if mode in ("oauth", "exchange") and self.url is None:
             problems.append(

@@ -36,6 +36,7 @@ def test_a_selection_reads_methods_in_any_case_and_path_patterns() -> None:
         ({"command": "x"}, "give either 'command' or 'openapi'"),
         ({"env": {"A": "b"}}, "only applies to command servers"),
         ({"transport": "sse"}, "does not apply to an 'openapi' server"),
+        ({"era": "stateless"}, "answered in the handshake era"),
         ({"credentials": {"mode": "exchange", "client_id": "c", "client_secret": "s"}}, "the API's base URL"),
         ({"openapi": {"document": "a.yaml", "include": {"paths": ["no-slash"]}}}, "path patterns"),
         ({"openapi": {"document": "a.yaml", "include": {"methods": ["FETCH"]}}}, "FETCH"),

@@ -11,6 +11,7 @@ origin: each ends that one call with an error result, and the next call is serve
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import sys
@@ -26,7 +27,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import TextContent
+from mcp.types import BlobResourceContents, EmbeddedResource, TextContent
 
 from proxy.credentials.sealing import new_key
 from proxy.protocol import versions
@@ -187,6 +188,30 @@ async def test_a_path_parameter_stays_in_its_segment(served: Served, segment: st
     assert not result.is_error, text_of(result)
     assert result.structured_content is not None
     assert result.structured_content["raw_path"] == raw
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_parameters_named_like_mcps_own_fields_are_plain_arguments(served: Served, era: str) -> None:
+    sent = {"_meta": "m", "name": "n", "arguments": "a", "progressToken": "p", "cursor": "c"}
+    async with client(served.manifold.url, "alice", era) as session:
+        tools = await tools_of(session)
+        assert set(tools["pets.named_like_ours"].input_schema["properties"]) == set(sent)
+        result = await session.call_tool("pets.named_like_ours", sent)
+    assert result.structured_content == sent
+
+
+async def test_bodies_that_are_not_json_are_text_or_resources_by_media_type(served: Served) -> None:
+    async with client(served.manifold.url, "alice", V) as session:
+        tools = await tools_of(session)
+        assert tools["pets.report"].output_schema is None
+        text = await session.call_tool("pets.report", {})
+        blob = await session.call_tool("pets.archive", {})
+    assert text_of(text) == "pet,count\nrex,1\n"
+    resource = blob.content[0]
+    assert isinstance(resource, EmbeddedResource)
+    assert isinstance(resource.resource, BlobResourceContents)
+    assert resource.resource.mime_type == "application/zip"
+    assert base64.b64decode(resource.resource.blob) == b"PK\x03\x04 not really a zip"
 
 
 @pytest.mark.parametrize("segment", ["..", "."])
