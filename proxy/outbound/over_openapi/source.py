@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urljoin, urlsplit
 
 import anyio
@@ -25,6 +25,9 @@ from proxy.outbound.over_http import h1
 from proxy.outbound.over_http.common import TRANSPORT_ERRORS, describe
 
 __all__ = ["Loaded", "base_url_of", "load", "modified"]
+
+_KEPT_PLANS: Final = 8  # documents' plans kept for the connections that share them
+_PLANS: dict[tuple[OpenApiSource, str | None, tuple[float, int] | None], Loaded] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +126,26 @@ async def load(
 ) -> Loaded:
     """The document's tools and where to call them.
 
+    A document file's plan is shared by every connection made from the same settings while the
+    file is unchanged (same mtime and size): a server reached with each user's own credentials
+    has a connection per user, and a large document would otherwise be parsed, and its tools
+    kept, once per user. The plan is never changed by its users (the link copies what it lists).
+
     Raises:
         ServerUnavailable: see the module's docstring.
     """
     stamp = modified(source)
+    key = (source, configured_url, stamp)
+    if stamp is not None and (shared := _PLANS.get(key)) is not None:
+        return shared
     data = await _read(server_id, source, connect_timeout)
     try:
         loaded = await anyio.to_thread.run_sync(_plan, data, source, configured_url)
     except DocumentProblem as exc:
         raise ServerUnavailable(server_id, f"its OpenAPI document is unusable: {exc}") from None
-    return Loaded(loaded.tools, loaded.skipped, loaded.base_url, loaded.scheme, loaded.info, stamp)
+    loaded = Loaded(loaded.tools, loaded.skipped, loaded.base_url, loaded.scheme, loaded.info, stamp)
+    if stamp is not None:
+        while len(_PLANS) >= _KEPT_PLANS:
+            del _PLANS[next(iter(_PLANS))]  # the oldest
+        _PLANS[key] = loaded
+    return loaded

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
+import orjson
 import yarl
 
 from proxy import __version__
@@ -176,7 +177,8 @@ class _OpenApiLink:
             if not (isinstance(cursor, str) and cursor.isdigit() and int(cursor) <= len(self._tools)):
                 return jsonrpc.error_response(request_id, -32602, "invalid cursor")
             start = int(cursor)
-        result: dict[str, Any] = {"tools": self._tools[start : start + PAGE]}
+        # A copy, as a transport that decodes bytes hands out: the plan is shared (source.load).
+        result: dict[str, Any] = {"tools": orjson.loads(orjson.dumps(self._tools[start : start + PAGE]))}
         if start + PAGE < len(self._tools):
             result["nextCursor"] = str(start + PAGE)
         return jsonrpc.result_response(request_id, result)

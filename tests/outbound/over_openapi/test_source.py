@@ -75,3 +75,18 @@ async def test_a_50_mb_document_loads_and_one_past_the_bound_is_refused(tmp_path
     assert len(loaded.tools) == 1000
     with pytest.raises(ServerUnavailable, match="max_document_bytes"):
         await load("api", OpenApiSource(document=str(path), max_document_bytes=10_000_000), "http://x", 5)
+
+
+async def test_connections_from_the_same_settings_share_one_plan_until_the_file_changes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(PETS))
+    source = OpenApiSource(document=str(path))
+    first = await load("api", source, "http://x", 5)
+    assert await load("api", source, "http://x", 5) is first
+    assert await load("api", source, "http://other", 5) is not first
+    path.write_text(json.dumps({**PETS, "paths": {}}) + " " * 10)  # another size: another stamp
+    changed = await load("api", source, "http://x", 5)
+    assert changed is not first
+    assert changed.tools == []
