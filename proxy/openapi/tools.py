@@ -45,6 +45,7 @@ __all__ = [
 MAX_NAME: Final = 64
 _INVALID: Final = re.compile(r"[^A-Za-z0-9_.-]+")
 _UNDERSCORES: Final = re.compile(r"__+")
+_TEMPLATE: Final = re.compile(r"\{([^{}/]+)\}")
 # Accept, Content-Type, Authorization: OpenAPI says to ignore them. The rest frame the request or
 # carry what Manifold sets (cookies from the credential placement): an argument may never set them.
 _IGNORED_HEADERS: Final = frozenset(
@@ -235,6 +236,9 @@ def _output(resolver: Resolver, operation: Operation) -> tuple[dict[str, Any] | 
 
 def _plan(resolver: Resolver, operation: Operation, name: str, trust_extensions: bool) -> ToolPlan:
     args = _arguments(resolver, operation)
+    declared = {p.name for p in args.params if p.location == "path"}
+    if undeclared := sorted(set(_TEMPLATE.findall(operation.path)) - declared):
+        raise DocumentProblem(f"path parameter {undeclared[0]!r} is in the path but not declared")
     body = _body(resolver, operation, args)
     output, wraps = _output(resolver, operation)
     spec = operation.spec

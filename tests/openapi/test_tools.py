@@ -163,3 +163,10 @@ def test_a_bad_operation_is_skipped_with_its_reason_and_the_rest_served() -> Non
 def test_more_operations_than_allowed_are_refused() -> None:
     with pytest.raises(DocumentProblem, match="5 operations are selected; at most 2"):
         plan_tools(PETS, ALL, ALL, max_operations=2)
+
+
+def test_an_operation_whose_path_names_an_undeclared_parameter_is_skipped() -> None:
+    doc = document({"/items/{id}": {"get": {"operationId": "op"}}})
+    plans, skipped = plan_tools(doc, ALL, ALL, max_operations=10)
+    assert plans == []
+    assert skipped[0].reason == "path parameter 'id' is in the path but not declared"
