@@ -194,6 +194,10 @@ class _OpenApiLink:
                 arguments = params.get("arguments") or {}
                 result = await self._http(plan, arguments if isinstance(arguments, Mapping) else {})
                 self.inbox.put(jsonrpc.result_response(request_id, result))
+        except Exception:
+            # A bug of ours fails this one call, never the link every other call shares.
+            logger.exception("server %s: a call to the API failed unexpectedly", self._server_id)
+            self.inbox.put(jsonrpc.error_response(request_id, -32603, "internal error calling the API"))
         finally:
             self._calls.pop(request_id, None)
 

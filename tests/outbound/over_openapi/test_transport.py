@@ -160,3 +160,23 @@ async def test_a_response_past_the_limit_is_refused(tmp_path: Path) -> None:
         found = await ask(link, 1, "tools/call", {"name": "getPet", "arguments": {"petId": 1}})
     assert found["result"]["isError"] is True
     assert "max_response_bytes (1000 bytes)" in found["result"]["content"][0]["text"]
+
+
+async def test_an_unexpected_failure_fails_only_its_own_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import proxy.outbound.over_openapi.transport as transport
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("a bug")
+
+    async with (
+        raw_server(answering) as server,
+        linked(tmp_path, pets(f"http://127.0.0.1:{server.port}")) as link,
+    ):
+        with monkeypatch.context() as patched:
+            patched.setattr(transport, "build_request", broken)
+            failed = await ask(link, 1, "tools/call", {"name": "getPet", "arguments": {"petId": 1}})
+        assert failed["error"]["code"] == -32603
+        served = await ask(link, 2, "tools/call", {"name": "getPet", "arguments": {"petId": 1}})
+        assert "GET /pets/1 HTTP/1.1" in served["result"]["content"][0]["text"]
