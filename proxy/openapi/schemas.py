@@ -130,7 +130,9 @@ def _from_30(node: Mapping[str, Any], out: dict[str, Any]) -> None:
         kind = out.get("type")
         if isinstance(kind, str):
             out["type"] = [kind, "null"]
-        elif "enum" in out and isinstance(out["enum"], list) and None not in out["enum"]:
+        # 3.0.3 wants null listed in a nullable enum; documents (GitHub's) and servers take
+        # nullable to allow it anyway, and a result checked against a stricter schema is withheld.
+        if isinstance(out.get("enum"), list) and None not in out["enum"]:
             out["enum"] = [*out["enum"], None]
     for exclusive, bound in (("exclusiveMaximum", "maximum"), ("exclusiveMinimum", "minimum")):
         flag = out.get(exclusive)

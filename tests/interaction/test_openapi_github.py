@@ -38,7 +38,18 @@ def operation_count() -> int:
 async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
     tmp: Path = tmp_path_factory.mktemp("github")
     port = free_port()
-    prism = [str(NPM_BIN / "prism"), "mock", "--dynamic", "-h", "127.0.0.1", "-p", str(port), str(GITHUB)]
+    prism = [
+        str(NPM_BIN / "prism"),
+        "mock",
+        "--dynamic",
+        "--seed",
+        "manifold",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        str(GITHUB),
+    ]
     config: dict[str, Any] = {
         "auth": OBSERVER,
         "servers": {

@@ -80,6 +80,12 @@ def test_openapi_30_nullable_and_boolean_bounds_become_json_schema() -> None:
     jsonschema.Draft202012Validator.check_schema(found)
 
 
+def test_a_nullable_enum_allows_null() -> None:
+    found = resolver({}, openapi_30=True).schema({"type": "string", "enum": ["a"], "nullable": True})
+    assert found == {"type": ["string", "null"], "enum": ["a", None]}
+    jsonschema.validate(None, found)
+
+
 def test_a_31_reference_keeps_its_sibling_description() -> None:
     found = resolver({"A": {"type": "string"}}).schema({"$ref": "#/components/schemas/A", "description": "d"})
     assert found == {"type": "string", "description": "d"}
