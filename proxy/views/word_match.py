@@ -14,7 +14,7 @@ query), and each tool is a run of row numbers into it: its first :data:`MAX_TOOL
 words, i.e. its name, title and the start of its description, where authors say what it does. A
 tool cannot buy matches with a long text: one stuffed with every task's words takes the first
 place on 2 of the 100 old tasks, against 11 when 80 words were read (``tests/benchmarks``). A query
-is one matrix-vector product per word and one segmented maximum: linear in the catalog, no Python
+is one matrix-vector product and one segmented maximum per word: linear in the catalog, no Python
 loop per tool. Words are runs of letters and digits, lower-cased; stop words and numbers are left
 out on both sides; a query reads its first :data:`MAX_QUERY_WORDS` distinct words.
 
@@ -112,10 +112,15 @@ class WordMatch:
         vectors = vectors[known]
         top = math.log(1 + len(self))  # a word no tool has is as rare as can be
         weights = np.asarray([self._idf.get(word, top) for word in words], dtype=np.float32)
-        # One matrix-vector product per query word (a product of two matrices this small costs
-        # more in BLAS threads than in arithmetic), then each tool's maximum over its words.
-        near = np.stack([self._vectors @ vector for vector in vectors])  # (query words, catalog words)
-        best = np.maximum.reduceat(np.take(near, self._rows, axis=1), self._starts[self._has_words], axis=1)
+        # Per query word: one matrix-vector product with the catalog's words (a product of two
+        # matrices this small costs more in BLAS threads than in arithmetic), then each tool's
+        # maximum over its words; one word at a time, so a 10,000-tool catalog's temporary is a
+        # row of its words, not one per query word.
+        starts = self._starts[self._has_words]
+        total = np.zeros(len(starts), dtype=np.float32)
+        for vector, weight in zip(vectors, weights.tolist(), strict=True):
+            nearest = np.maximum.reduceat(np.take(self._vectors @ vector, self._rows), starts)
+            total += weight * nearest
         out = np.zeros(len(self), dtype=np.float32)
-        out[self._has_words] = weights @ best / weights.sum()
+        out[self._has_words] = total / weights.sum()
         return out
