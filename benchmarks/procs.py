@@ -23,6 +23,7 @@ import yaml
 from tests.fixtures.spawn import fixture_command, free_port
 
 __all__ = [
+    "LOOP_ENV",
     "REPO",
     "Spawned",
     "children_of",
@@ -42,6 +43,15 @@ __all__ = [
 
 REPO: Final = Path(__file__).resolve().parents[1]
 MANIFOLD: Final = (sys.executable, "-m", "proxy.cli")
+# `--loop asyncio` (benchmarks.run): Manifold as if uvloop were not installed, so it runs on
+# asyncio's own loop (proxy.cli.commands falls back to it); the load generator keeps uvloop.
+LOOP_ENV: Final = "MANIFOLD_BENCH_LOOP"
+_WITHOUT_UVLOOP: Final = (
+    sys.executable,
+    "-c",
+    "import sys; sys.modules['uvloop'] = None; from proxy.cli.commands import main; "
+    "raise SystemExit(main(sys.argv[1:]))",
+)
 _CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 _POLL: Final = 0.1
 
@@ -119,7 +129,8 @@ def spawn_manifold(name: str, workdir: Path, config: dict[str, Any]) -> Spawned:
     home.mkdir(exist_ok=True)
     config_path = write_config(home / "manifold.yaml", config)
     log_path = home / "manifold.log"
-    argv = [*MANIFOLD, "serve", "--config", str(config_path), "--port", str(port)]
+    launcher = _WITHOUT_UVLOOP if os.environ.get(LOOP_ENV) == "asyncio" else MANIFOLD
+    argv = [*launcher, "serve", "--config", str(config_path), "--port", str(port)]
     process = _popen(argv, log_path)
     spawned = Spawned(name, process, f"http://127.0.0.1:{port}/mcp", log_path, config_path)
     spawned.server_ids = list(config.get("servers", {}))

@@ -50,6 +50,7 @@ from benchmarks.peers import (
 )
 from benchmarks.plan import FIXED_TOOLS, MIDDLEWARES, Plan, http_server, manifold_config, stdio_server
 from benchmarks.procs import (
+    LOOP_ENV,
     REPO,
     Spawned,
     children_of,
@@ -356,6 +357,7 @@ async def bench(plan: Plan, workdir: Path, *, scale_only: bool = False) -> Resul
                     else "skipped"
                 )
                 + (" (scale run only)" if scale_only else "")
+                + f"; Manifold's event loop: {os.environ.get(LOOP_ENV, 'uvloop')}"
             ),
         }
     )
@@ -417,6 +419,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
     parser.add_argument("--no-scale", action="store_true", help="skip the scale run")
     parser.add_argument("--no-peers", action="store_true", help="skip mcp-hub (the peer)")
+    parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="Manifold's event loop (uvloop when installed, as `manifold serve` picks; or asyncio's own)",
+    )
     parser.add_argument("--scale-only", action="store_true", help="only the scale run (~1 minute)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where latest.md/latest.json go")
     parser.add_argument("--keep-workdir", action="store_true", help="keep configs, logs and raw profiles")
@@ -439,6 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_peers:
         changes["peers"] = False
     plan = dataclasses.replace(plan, **changes)
+    os.environ[LOOP_ENV] = args.loop  # read by spawn_manifold
     workdir = Path(tempfile.mkdtemp(prefix="manifold-bench-"))
     keep = args.keep_workdir
     try:
