@@ -10,7 +10,9 @@ it (on exit, those still running are cancelled and awaited, bounded), and a task
 POST task turns every failure into a message, so that is a bug) cancels the block, whose exit then
 raises that exception, as a task group would have (unwrapped: the link's callers expect their own
 exceptions, see ``common.owned_task_group``). Cancelling one task (a request's own cancel scope
-inside it) is the task's business, as before.
+inside it) is the task's business, as before. The exit cancels with asyncio's own
+``Task.cancel``, which an anyio shield inside the task would not hold off: a POST task has no
+shielded cleanup (the session's DELETE runs in the link's own task), and one must not get any.
 """
 
 from __future__ import annotations
