@@ -1,4 +1,4 @@
-"""``manifold``: serve, stdio, check, tools, explain, pins, keygen, credentials.
+"""``manifold``: serve, stdio, check, tools, explain, pins, keygen, credentials, admin.
 
 Exit codes: 0 success; 1 a server is not ready (``tools``); 2 bad usage or bad config.
 """
@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -28,6 +29,9 @@ from proxy.core.redaction import remember_key_digests, url_secrets
 from proxy.observe.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.tracing import Running, TracingUnavailable, started
+
+if TYPE_CHECKING:
+    from proxy.admin.wiring import AdminParts
 
 __all__ = ["main"]
 
@@ -87,9 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         "action", choices=["accept"], help="accept the drifted and quarantined definitions into the pins file"
     )
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
+    from proxy.cli.admin import add_parser as add_admin
     from proxy.cli.credentials import add_parser as add_credentials
 
     add_credentials(commands)
+    add_admin(commands)
     keygen = commands.add_parser("keygen", help="Generate an API key and the form to store in auth.api_keys.")
     keygen.add_argument("--name", default="client", help="the identity name for the config snippet")
     keygen.add_argument("--role", action="append", help="a role for the config snippet (repeatable)")
@@ -108,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "keygen":
         return _keygen(args)
+    if args.command == "admin":  # a client of a running Manifold's API: no config read
+        from proxy.cli.admin import run as run_admin
+
+        return run_admin(args)
     if args.command == "credentials" and args.action == "keygen":
         from proxy.cli.credentials import keygen
 
@@ -174,23 +184,34 @@ def _with_flags(config: Config, args: argparse.Namespace) -> Config:
     return config.model_copy(update={"listen": listen})
 
 
-def _reloads(config: Config, args: argparse.Namespace) -> Callable[[], Config]:
-    """What a config reload reads: the file again (bounded), with the command line's overrides;
-    the secrets of every config read stay redacted (a removed server's may still be in a log)."""
+def _reloads(
+    config: Config, args: argparse.Namespace
+) -> tuple[Callable[[], Config], Callable[[str], Config]]:
+    """What a config reload reads: the file again (bounded), or a config given as text (the admin
+    API), with the command line's overrides; the secrets of every config read stay redacted (a
+    removed server's may still be in a log)."""
     secrets = set(_configured_secrets(config))
     digests = set(_key_digests(config))
 
-    def load() -> Config:
-        from proxy.app.reloader import MAX_CONFIG_BYTES
-
-        fresh = _with_flags(load_config(args.config, max_bytes=MAX_CONFIG_BYTES), args)
+    def taken(fresh: Config) -> Config:
+        fresh = _with_flags(fresh, args)
         secrets.update(_configured_secrets(fresh))
         remember_secrets(secrets)
         digests.update(_key_digests(fresh))
         remember_key_digests(digests)
         return fresh
 
-    return load
+    def load() -> Config:
+        from proxy.app.reloader import MAX_CONFIG_BYTES
+
+        return taken(load_config(args.config, max_bytes=MAX_CONFIG_BYTES))
+
+    def parse(text: str) -> Config:
+        from proxy.config.loading import config_from_text
+
+        return taken(config_from_text(text, "<admin reload>", beside=args.config))
+
+    return load, parse
 
 
 def _configured_secrets(config: Config) -> list[str]:
@@ -370,9 +391,23 @@ def _reloader(
     """The config's reloader (SIGHUP), and its watcher of the file started in ``tg``."""
     from proxy.observe.boundary import supervised
 
-    reloader = Reloader(gateway, _reloads(config, args), args.config)
+    load, parse = _reloads(config, args)
+    reloader = Reloader(gateway, load, args.config, parse=parse)
     tg.start_soon(supervised, gateway.boundary, "config watcher", reloader.watch)
     return reloader
+
+
+async def _admin(gateway: Gateway, reloader: Reloader, tg: anyio.abc.TaskGroup) -> AdminParts:
+    """The admin API (``admin:``), running in ``tg`` until it is cancelled."""
+    from proxy.admin.wiring import admin_parts
+
+    async def run(*, task_status: anyio.abc.TaskStatus[AdminParts]) -> None:
+        async with admin_parts(gateway, reloader) as made:
+            task_status.started(made)
+            await anyio.sleep_forever()
+
+    parts: AdminParts = await tg.start(run)
+    return parts
 
 
 @asynccontextmanager
@@ -408,8 +443,22 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
             traced.count_drops(gateway.metrics.trace_spans_dropped)
         reloader = _reloader(gateway, config, args, tg)
         tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
+        try:
+            admin = await _admin(gateway, reloader, tg) if config.admin is not None else None
+        except OSError as exc:
+            logger.error("cannot listen for the admin API: %s", exc.strerror or exc)
+            tg.cancel_scope.cancel()
+            return 2
         await tg.start(
-            functools.partial(serve, endpoints=gateway.endpoints), gateway.inbound, sock, metrics_sock
+            functools.partial(
+                serve,
+                endpoints=gateway.endpoints,
+                mounts=admin.mounts if admin is not None else (),
+                mounts_sock=admin.sock if admin is not None else None,
+            ),
+            gateway.inbound,
+            sock,
+            metrics_sock,
         )
         shown = f"[{host}]" if ":" in host else host
         logger.info("Manifold %s listening on http://%s:%d/mcp", __version__, shown, port)

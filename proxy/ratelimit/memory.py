@@ -54,6 +54,17 @@ class MemoryBackend:
         """The stored TAT of a bucket (``None``: fresh, or expired)."""
         return self._tats.get(key)
 
+    async def buckets(self, limit: int = 1000) -> list[tuple[str, float]]:
+        """Up to ``limit`` live buckets: (bucket key, seconds until it is full again), for the
+        admin API."""
+        now = self._clock()
+        found: list[tuple[str, float]] = []
+        for key in list(self._tats)[:limit]:
+            tat = self._tats.get(key)
+            if tat is not None and tat > now:
+                found.append((key, tat - now))
+        return found
+
     def hit_now(self, checks: Sequence[LimitCheck], now: float | None = None) -> LimitOutcome:
         """:meth:`hit` without the coroutine, for callers that are not async."""
         if now is None:
