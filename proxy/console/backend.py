@@ -1,0 +1,84 @@
+"""What the console asks of the admin service layer: one typed seam, so the pages and routes
+never reach into the gateway's parts themselves.
+
+Every answer is plain JSON-like data (what ``/admin/api/`` answers for the same question), and
+every value in it is untrusted text to the pages that show it. Actions take the identity that
+asked and the address it asked from (the audit trail's who and where) and answer a dict with at
+least ``ok`` (bool) and ``message`` (a sentence to show).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeAlias
+
+from proxy.core.identity import Identity
+
+__all__ = ["Answer", "Backend", "Rows"]
+
+Rows: TypeAlias = Sequence[Mapping[str, Any]]
+Answer: TypeAlias = Mapping[str, Any]
+
+
+class Backend(Protocol):
+    """The reads and acts the console's pages make (each as the API's route of the same name)."""
+
+    async def servers(self) -> Rows:
+        """Each server: id, state, required, drained, restarts, last_error, lists (tools,
+        prompts, resources), calls (per_second, error_rate, p50_ms, p99_ms, series)."""
+        ...
+
+    async def server(self, server_id: str) -> Answer | None:
+        """One server as in :meth:`servers`, with its redacted ``stderr_tail`` (lines)."""
+        ...
+
+    async def catalog(self, roles: Sequence[str], name: str) -> Answer:
+        """What an identity named ``name`` holding ``roles`` sees: tools, prompts, resources,
+        each with name, description, annotations, server, and where it came from."""
+        ...
+
+    async def policy(self) -> Answer:
+        """The policy's rules (id, effect, description, file, line) and the overlays in force."""
+        ...
+
+    async def explain(self, name: str, roles: Sequence[str], who: str) -> Answer | None:
+        """Why ``who`` holding ``roles`` may or may not call ``name``: effect, policy_effect,
+        rules, reason, overlay; None when the live catalog has no such tool."""
+        ...
+
+    async def sessions(self) -> Rows:
+        """Open sessions: id (shortened), identity, transport, endpoint, idle_seconds, replica."""
+        ...
+
+    async def approvals(self) -> Rows:
+        """Parked and pending approvals: id, tool, caller, state, deadline, url."""
+        ...
+
+    async def credentials(self) -> Rows:
+        """Credentials held: server, kind, holder (source, issuer, subject; never a value)."""
+        ...
+
+    async def audit(self, filters: Mapping[str, str]) -> Rows:
+        """Recent audit entries matching ``filters`` (identity, tool, outcome, since)."""
+        ...
+
+    async def restart(self, server_id: str, by: Identity, address: str) -> Answer: ...
+
+    async def end_session(self, session_id: str, by: Identity, address: str) -> Answer: ...
+
+    async def revoke(self, server_id: str, holder: Mapping[str, str], by: Identity, address: str) -> Answer:
+        """Revoke the credential ``holder`` (source, issuer, subject) holds for ``server_id``."""
+        ...
+
+    async def tool_off(
+        self, tool: str, role: str | None, seconds: float, by: Identity, address: str
+    ) -> Answer: ...
+
+    async def tool_on(self, tool: str, role: str | None, by: Identity, address: str) -> Answer: ...
+
+    async def reload_plan(self, config_text: str | None) -> Answer:
+        """The plan a reload would carry out (added, removed, restarted, needs_restart,
+        problems), for the config file as it is now (None) or for ``config_text``."""
+        ...
+
+    async def reload_apply(self, config_text: str | None, by: Identity, address: str) -> Answer: ...

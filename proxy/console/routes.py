@@ -1,0 +1,252 @@
+"""The console's HTTP side: ``/admin/`` and its pages, sign-in and sign-out, and the forms.
+
+Who may use it: a credential the API takes (an API key, a JWT or an OAuth access token, pasted
+on the sign-in page) whose identity holds one of the admin roles. Signing in keeps it in this
+process under a fresh id (:mod:`proxy.console.signins`); the browser holds only that id, in a
+cookie that is ``HttpOnly``, ``SameSite=Strict``, scoped to ``/admin/`` and ``Secure`` unless the
+page is served on loopback. Each request authenticates the kept credential again.
+
+Every POST (each one changes something) must come from the console itself: its ``Origin`` is the
+page's own (another loopback port is another site) and ``Sec-Fetch-Site``, when sent, is
+``same-origin``; besides, every form but sign-in carries the sign-in's CSRF token. A page is
+answered with :data:`~proxy.console.markup.CONSOLE_HEADERS` (no script, no framing). Sign-ins are
+rate-limited per address (each checks a credential).
+
+What a page shows and does is the :class:`~proxy.console.backend.Backend`'s; the pages render it
+(:mod:`proxy.console.pages_servers`, :mod:`proxy.console.pages_access`,
+:mod:`proxy.console.pages_people`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from proxy.auth.authenticator import Authenticated, Authenticator
+from proxy.console import pages_access, pages_people, pages_servers
+from proxy.console.backend import Backend
+from proxy.console.markup import CONSOLE_HEADERS, STYLESHEET, Html, page
+from proxy.console.shown import Act, Build, Shown
+from proxy.console.signins import COOKIE, SignIn, SignIns
+from proxy.core.identity import Identity
+from proxy.inbound.pages import CredentialFlood, address_of, own_origin, read_form
+from proxy.inbound.pages import refused as refused_here
+from proxy.inbound.streamable_http import OriginPolicy
+
+__all__ = ["PREFIX", "Viewer", "console_routes"]
+
+PREFIX: Final = "/admin"
+_MAX_FORM: Final = 256 * 1024  # a pasted config for the reload plan
+_MAX_FIELDS: Final = 16
+_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "[::1]", "localhost"})
+_SIGNIN_INTERVAL: Final = 2.0  # each sign-in checks a credential: one per 2 s after a burst
+_SIGNIN_BURST: Final = 20
+_NOT_ADMIN: Final = "This credential does not hold an admin role: it cannot use the console."
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who is looking at a page: their identity, their form token, where they are."""
+
+    identity: Identity
+    csrf: str
+    address: str
+
+
+Handler = Callable[[Request, Viewer, dict[str, str]], Awaitable[Response]]
+
+
+def _html(body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status, headers=CONSOLE_HEADERS)
+
+
+def _signin_page(message: str = "", status: int = 200) -> HTMLResponse:
+    body = [
+        Html(
+            '<form method="post" action="/admin/signin">'
+            '<label for="credential">Your API key or token (an admin\'s)</label>'
+            '<input id="credential" name="credential" type="password" autocomplete="off" required '
+            'aria-describedby="credential-help" size="60">'
+            '<p id="credential-help">The credential you use with the admin API. It is kept on the '
+            "server for this sign-in only; your browser holds a random id.</p>"
+            '<button type="submit" class="primary" id="signin">Sign in</button></form>'
+        )
+    ]
+    notice = ("bad", message) if message else None
+    return _html(page("Sign in", body, notice=notice), status)
+
+
+def _secure(request: Request) -> bool:
+    host = (request.url.hostname or "").lower()
+    return request.url.scheme == "https" or host not in _LOOPBACK
+
+
+def console_routes(
+    backend: Backend,
+    auth: Authenticator,
+    origins: OriginPolicy,
+    admin_roles: Collection[str],
+    *,
+    grafana_url: str | None = None,
+    clock: Callable[[], float] = time.time,
+    sign_ins: SignIns | None = None,
+) -> list[Route]:
+    """The console's routes under :data:`PREFIX`."""
+    signed = sign_ins if sign_ins is not None else SignIns()
+    flood = CredentialFlood(_SIGNIN_INTERVAL, _SIGNIN_BURST)
+    roles = frozenset(admin_roles)
+
+    def is_admin(identity: Identity) -> bool:
+        return identity.authenticated and not identity.roles.isdisjoint(roles)
+
+    def post_refused(request: Request) -> Response | None:
+        what = "a console form must be sent from the console"
+        if (refusal := refused_here(request, origins, post=True, what=what)) is not None:
+            return refusal
+        if not own_origin(request) or request.headers.get("sec-fetch-site") not in (None, "same-origin"):
+            return Response(f"Forbidden: {what}\n", status_code=403)
+        return None
+
+    async def viewer(request: Request) -> tuple[Viewer | None, SignIn | None]:
+        record = signed.get(request.cookies.get(COOKIE), now=clock())
+        if record is None:
+            return None, None
+        verdict = await auth.authenticate(
+            {"authorization": f"Bearer {record.credential}"}, address_of(request)
+        )
+        if not isinstance(verdict, Authenticated) or not is_admin(verdict.identity):
+            signed.end(request.cookies.get(COOKIE))  # revoked, expired or no longer an admin
+            return None, None
+        return Viewer(verdict.identity, record.csrf, address_of(request)), record
+
+    def read(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            if (refusal := refused_here(request, origins, post=False, what="")) is not None:
+                return refusal
+            who, _ = await viewer(request)
+            if who is None:
+                return RedirectResponse(
+                    f"{PREFIX}/signin", status_code=303, headers={"cache-control": "no-store"}
+                )
+            query = {k: v[:512] for k, v in list(request.query_params.items())[:_MAX_FIELDS]}
+            return await handler(request, who, query)
+
+        return endpoint
+
+    def act(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            if (refusal := post_refused(request)) is not None:
+                return refusal
+            who, record = await viewer(request)
+            if who is None or record is None:
+                return _signin_page("Sign in first: you are not signed in (or your sign-in ended).", 403)
+            form = await read_form(request, max_bytes=_MAX_FORM, max_fields=_MAX_FIELDS)
+            if form is None:
+                return Response("Request body too large\n", status_code=413)
+            if not SignIns.csrf_ok(record, form.get("csrf", "")):
+                body = [Html("<p>Open the page again and repeat what you did.</p>")]
+                notice = ("bad", "This form is out of date or was not sent from the console.")
+                return _html(page("Refused", body, who=who.identity.name, csrf=who.csrf, notice=notice), 403)
+            return await handler(request, who, form)
+
+        return endpoint
+
+    async def show_signin(request: Request) -> Response:
+        if (refusal := refused_here(request, origins, post=False, what="")) is not None:
+            return refusal
+        return _signin_page()
+
+    async def sign_in(request: Request) -> Response:
+        if (refusal := post_refused(request)) is not None:
+            return refusal
+        if (refusal := flood.refusal([f"console-signin:{address_of(request)}"])) is not None:
+            return refusal
+        form = await read_form(request, max_bytes=16 * 1024, max_fields=4)
+        if form is None:
+            return Response("Request body too large\n", status_code=413)
+        credential = form.get("credential", "").strip()
+        verdict = await auth.authenticate({"authorization": f"Bearer {credential}"}, address_of(request))
+        if not isinstance(verdict, Authenticated) or not verdict.identity.authenticated:
+            message = verdict.message if not isinstance(verdict, Authenticated) else "no credential given"
+            return _signin_page(f"Your credential was not accepted: {message}.", 401)
+        if not is_admin(verdict.identity):
+            return _signin_page(_NOT_ADMIN, 403)
+        signed.end(request.cookies.get(COOKIE))  # whatever the browser held before is gone
+        sign_in_id, _ = signed.start(credential, now=clock())
+        response = RedirectResponse(f"{PREFIX}/", status_code=303, headers={"cache-control": "no-store"})
+        response.set_cookie(
+            COOKIE, sign_in_id, path=f"{PREFIX}/", secure=_secure(request), httponly=True, samesite="strict"
+        )
+        return response
+
+    async def sign_out(request: Request, who: Viewer, form: dict[str, str]) -> Response:
+        signed.end(request.cookies.get(COOKIE))
+        response = RedirectResponse(
+            f"{PREFIX}/signin", status_code=303, headers={"cache-control": "no-store"}
+        )
+        response.delete_cookie(
+            COOKIE, path=f"{PREFIX}/", secure=_secure(request), httponly=True, samesite="strict"
+        )
+        return response
+
+    async def stylesheet(request: Request) -> Response:
+        headers = {**CONSOLE_HEADERS, "cache-control": "max-age=300"}
+        return Response(STYLESHEET, media_type="text/css", headers=headers)
+
+    def render(who: Viewer, shown: Shown) -> Response:
+        body = page(
+            shown.title,
+            shown.body,
+            current=shown.current,
+            who=who.identity.name,
+            csrf=who.csrf,
+            notice=shown.notice,
+        )
+        return _html(body, shown.status)
+
+    def reading(build: Build) -> Handler:
+        async def handler(request: Request, who: Viewer, query: dict[str, str]) -> Response:
+            return render(who, await build(backend, who.csrf, query | dict(request.path_params)))
+
+        return handler
+
+    def acting(build: Act) -> Handler:
+        async def handler(request: Request, who: Viewer, form: dict[str, str]) -> Response:
+            fields = form | dict(request.path_params)
+            return render(who, await build(backend, who.csrf, fields, who.identity, who.address))
+
+        return handler
+
+    reads: dict[str, Build] = {
+        "/": pages_servers.overview_page(grafana_url),
+        "/servers/{server_id:path}": pages_servers.server_page,
+        "/catalog": pages_access.catalog_page,
+        "/policy": pages_access.policy_page,
+        "/sessions": pages_people.sessions_page,
+        "/approvals": pages_people.approvals_page,
+        "/credentials": pages_people.credentials_page,
+        "/audit": pages_people.audit_page,
+        "/reload": pages_servers.reload_page,
+    }
+    acts: dict[str, Act] = {
+        "/servers/{server_id:path}/restart": pages_servers.restart,
+        "/tools/off": pages_access.tool_off,
+        "/tools/on": pages_access.tool_on,
+        "/sessions/end": pages_people.end_session,
+        "/credentials/revoke": pages_people.revoke,
+        "/reload": pages_servers.reload_act,
+    }
+    return [
+        Route(f"{PREFIX}/console.css", stylesheet, methods=["GET"]),
+        Route(f"{PREFIX}/signin", show_signin, methods=["GET"]),
+        Route(f"{PREFIX}/signin", sign_in, methods=["POST"]),
+        Route(f"{PREFIX}/signout", act(sign_out), methods=["POST"]),
+        *(Route(PREFIX + path, read(reading(build)), methods=["GET"]) for path, build in reads.items()),
+        *(Route(PREFIX + path, act(acting(build)), methods=["POST"]) for path, build in acts.items()),
+    ]

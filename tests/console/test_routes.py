@@ -1,0 +1,312 @@
+"""The console's routes in memory (a real authenticator with API keys, the fake backend): who
+may sign in, the cookie it gets, fixation, CSRF and cross-origin posts, every page escaping
+what it shows. End to end in headless Chromium: tests/interaction/test_admin_console.py."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import pytest
+from starlette.applications import Starlette
+
+from proxy.auth.authenticator import Authenticator
+from proxy.config.auth import AuthSettings
+from proxy.console.routes import console_routes
+from proxy.console.signins import COOKIE
+from proxy.inbound.streamable_http import OriginPolicy
+from tests.console.fake_backend import FakeBackend
+
+pytestmark = pytest.mark.anyio
+
+ADMIN_KEY = "mfd_admin-console-key-0123456789abcdefghijkl"
+STAFF_KEY = "mfd_staff-console-key-0123456789abcdefghijkl"
+ORIGIN = "http://127.0.0.1:8080"
+READS = [
+    "/admin/",
+    "/admin/servers/fx",
+    "/admin/catalog?roles=staff",
+    "/admin/policy?explain=fx.a",
+    "/admin/sessions",
+    "/admin/approvals",
+    "/admin/credentials",
+    "/admin/audit?identity=x",
+    "/admin/reload",
+]
+ACTS = [
+    "/admin/servers/fx/restart",
+    "/admin/tools/off",
+    "/admin/tools/on",
+    "/admin/sessions/end",
+    "/admin/credentials/revoke",
+    "/admin/reload",
+    "/admin/signout",
+]
+
+
+def _stored(key: str) -> str:
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def _app(backend: FakeBackend, *, hosts: tuple[str, ...] = ()) -> Starlette:
+    settings = AuthSettings.model_validate(
+        {
+            "api_keys": [
+                {"name": "ann", "key": _stored(ADMIN_KEY), "roles": ["admin"]},
+                {"name": "bob", "key": _stored(STAFF_KEY), "roles": ["staff"]},
+            ]
+        }
+    )
+    auth = Authenticator.from_settings(settings, {})
+    origins = OriginPolicy("127.0.0.1", [], hosts)
+    return Starlette(
+        routes=console_routes(backend, auth, origins, ["admin"], grafana_url="https://grafana.example/d/m")
+    )
+
+
+@pytest.fixture
+def backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+async def http(backend: FakeBackend) -> AsyncIterator[httpx2.AsyncClient]:
+    transport = httpx2.ASGITransport(app=_app(backend))
+    async with httpx2.AsyncClient(transport=transport, base_url=ORIGIN) as client:
+        yield client
+
+
+async def _sign_in(http: httpx2.AsyncClient, key: str = ADMIN_KEY, **headers: str) -> httpx2.Response:
+    return await http.post("/admin/signin", data={"credential": key}, headers={"origin": ORIGIN, **headers})
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None, page
+    return found[1]
+
+
+async def _post(http: httpx2.AsyncClient, path: str, form: dict[str, Any], **headers: str) -> httpx2.Response:
+    return await http.post(path, data=form, headers={"origin": ORIGIN, **headers})
+
+
+async def test_without_a_sign_in_every_page_sends_to_the_sign_in_page(http: httpx2.AsyncClient) -> None:
+    for path in READS:
+        response = await http.get(path)
+        assert response.status_code == 303, path
+        assert response.headers["location"] == "/admin/signin"
+    page = await http.get("/admin/signin")
+    assert page.status_code == 200
+    assert 'for="credential"' in page.text
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+
+
+async def test_an_admin_signs_in_with_a_strict_http_only_cookie_on_loopback(http: httpx2.AsyncClient) -> None:
+    response = await _sign_in(http)
+    assert response.status_code == 303
+    assert response.headers["location"] == "/admin/"
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE}=")
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie
+    assert "Path=/admin/" in cookie
+    assert "Secure" not in cookie  # plain http on loopback: a Secure cookie would never come back
+    assert ADMIN_KEY not in cookie
+    overview = await http.get("/admin/")
+    assert overview.status_code == 200
+    assert "Signed in as ann" in overview.text
+    assert overview.headers["x-frame-options"] == "DENY"
+    assert overview.headers["x-content-type-options"] == "nosniff"
+    assert 'href="https://grafana.example/d/m"' in overview.text
+
+
+async def test_off_loopback_the_cookie_is_secure(backend: FakeBackend) -> None:
+    transport = httpx2.ASGITransport(app=_app(backend, hosts=("gw.example.com",)))
+    async with httpx2.AsyncClient(transport=transport, base_url="http://gw.example.com") as http:
+        response = await http.post(
+            "/admin/signin", data={"credential": ADMIN_KEY}, headers={"origin": "http://gw.example.com"}
+        )
+    assert response.status_code == 303
+    assert "Secure" in response.headers["set-cookie"]
+
+
+async def test_a_non_admin_or_a_bad_credential_gets_no_sign_in(http: httpx2.AsyncClient) -> None:
+    staff = await _sign_in(http, STAFF_KEY)
+    assert staff.status_code == 403
+    assert "does not hold an admin role" in staff.text
+    bad = await _sign_in(http, "mfd_not-a-key")
+    assert bad.status_code == 401
+    empty = await _sign_in(http, "")
+    assert empty.status_code == 401
+    for response in (staff, bad, empty):
+        assert "set-cookie" not in response.headers
+    assert (await http.get("/admin/")).status_code == 303
+
+
+async def test_a_sign_in_from_another_origin_or_cross_site_is_refused(http: httpx2.AsyncClient) -> None:
+    for headers in (
+        {"origin": "http://127.0.0.1:9999"},  # another loopback port is another site
+        {"origin": "http://evil.example"},
+        {"origin": ORIGIN, "sec-fetch-site": "same-site"},
+        {"origin": ORIGIN, "sec-fetch-site": "cross-site"},
+    ):
+        response = await http.post("/admin/signin", data={"credential": ADMIN_KEY}, headers=headers)
+        assert response.status_code == 403, headers
+        assert "set-cookie" not in response.headers
+    no_origin = await http.post("/admin/signin", data={"credential": ADMIN_KEY})
+    assert no_origin.status_code == 403
+
+
+async def test_a_cookie_planted_before_sign_in_is_not_adopted(http: httpx2.AsyncClient) -> None:
+    http.cookies.set(COOKIE, "planted-by-an-attacker", domain="127.0.0.1", path="/admin/")
+    assert (await http.get("/admin/")).status_code == 303  # an id not minted here is nobody
+    response = await _sign_in(http)
+    minted = response.cookies[COOKIE]
+    assert minted != "planted-by-an-attacker"
+    async with httpx2.AsyncClient(transport=http._transport, base_url=ORIGIN) as attacker:
+        attacker.cookies.set(COOKIE, "planted-by-an-attacker", domain="127.0.0.1", path="/admin/")
+        assert (await attacker.get("/admin/")).status_code == 303
+
+
+async def test_signing_in_again_drops_the_previous_id(http: httpx2.AsyncClient) -> None:
+    first = (await _sign_in(http)).cookies[COOKIE]
+    second = (await _sign_in(http)).cookies[COOKIE]
+    assert first != second
+    async with httpx2.AsyncClient(transport=http._transport, base_url=ORIGIN) as old:
+        old.cookies.set(COOKIE, first, domain="127.0.0.1", path="/admin/")
+        assert (await old.get("/admin/")).status_code == 303
+
+
+async def test_every_form_without_the_csrf_token_changes_nothing(
+    http: httpx2.AsyncClient, backend: FakeBackend
+) -> None:
+    await _sign_in(http)
+    for path in ACTS:
+        for form in ({}, {"csrf": "forged"}):
+            response = await _post(http, path, {**form, "session": "abc", "tool": "fx.a", "minutes": "5"})
+            assert response.status_code == 403, path
+            assert "out of date or was not sent from the console" in response.text
+    assert backend.acts == []
+    assert (await http.get("/admin/")).status_code == 200  # sign-out was refused too
+
+
+async def test_a_form_with_the_token_from_another_origin_is_refused(
+    http: httpx2.AsyncClient, backend: FakeBackend
+) -> None:
+    await _sign_in(http)
+    token = _csrf((await http.get("/admin/sessions")).text)
+    for headers in ({"origin": "http://127.0.0.1:9999"}, {"origin": ORIGIN, "sec-fetch-site": "cross-site"}):
+        response = await http.post(
+            "/admin/sessions/end", data={"csrf": token, "session": "abc"}, headers=headers
+        )
+        assert response.status_code == 403
+    assert backend.acts == []
+
+
+async def test_actions_reach_the_backend_as_the_signed_in_admin(
+    http: httpx2.AsyncClient, backend: FakeBackend
+) -> None:
+    await _sign_in(http)
+    token = _csrf((await http.get("/admin/")).text)
+    ended = await _post(http, "/admin/sessions/end", {"csrf": token, "session": "abc123def456"})
+    assert ended.status_code == 200
+    assert "Replicas that acted: r1" in ended.text
+    off = await _post(
+        http, "/admin/tools/off", {"csrf": token, "tool": "fx.add", "role": "staff", "minutes": "2"}
+    )
+    assert off.status_code == 200
+    bad_minutes = await _post(http, "/admin/tools/off", {"csrf": token, "tool": "fx.add", "minutes": "-1"})
+    assert bad_minutes.status_code == 400
+    on = await _post(http, "/admin/tools/on", {"csrf": token, "tool": "fx.add", "role": ""})
+    assert on.status_code == 200
+    holder = {"source": "api_key", "issuer": "", "subject": "bob"}
+    revoked = await _post(http, "/admin/credentials/revoke", {"csrf": token, "server": "fx", **holder})
+    assert revoked.status_code == 200
+    restarted = await _post(http, "/admin/servers/fx/restart", {"csrf": token})
+    assert restarted.status_code == 200
+    plan = await _post(http, "/admin/reload", {"csrf": token, "step": "plan", "config": "servers: {}"})
+    assert plan.status_code == 200
+    assert "The config is valid" in plan.text
+    invalid = await _post(http, "/admin/reload", {"csrf": token, "step": "plan", "config": "bad"})
+    assert invalid.status_code == 422
+    assert 'id="problems"' in invalid.text
+    applied = await _post(http, "/admin/reload", {"csrf": token, "step": "apply", "config": ""})
+    assert applied.status_code == 200
+    assert backend.acts == [
+        ("end", "abc123def456", "ann", "127.0.0.1"),
+        ("off", "fx.add", "staff", 120.0, "ann"),
+        ("on", "fx.add", None, "ann"),
+        ("revoke", "fx", holder, "ann", "127.0.0.1"),
+        ("restart", "fx", "ann", "127.0.0.1"),
+        ("plan", "servers: {}"),
+        ("plan", "bad"),
+        ("apply", None, "ann"),
+    ]
+
+
+async def test_sign_out_ends_the_sign_in(http: httpx2.AsyncClient) -> None:
+    minted = (await _sign_in(http)).cookies[COOKIE]
+    token = _csrf((await http.get("/admin/")).text)
+    out = await _post(http, "/admin/signout", {"csrf": token})
+    assert out.status_code == 303
+    assert out.headers["location"] == "/admin/signin"
+    async with httpx2.AsyncClient(transport=http._transport, base_url=ORIGIN) as replay:
+        replay.cookies.set(COOKIE, minted, domain="127.0.0.1", path="/admin/")
+        assert (await replay.get("/admin/")).status_code == 303
+
+
+async def test_every_page_shows_hostile_values_as_text_and_no_javascript_link(
+    http: httpx2.AsyncClient,
+) -> None:
+    await _sign_in(http)
+    for path in [
+        *READS,
+        "/admin/servers/bad%3Cscript%3Ealert(%22x%22)%3C%2Fscript%3E%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E",
+    ]:
+        response = await http.get(path)
+        assert response.status_code == 200, path
+        page = response.text
+        assert "<script" not in page.lower(), path
+        assert "<img" not in page.lower(), path
+        assert 'href="javascript:' not in page.lower(), path
+        assert "&lt;script&gt;" in page or path in ("/admin/", "/admin/servers/fx"), path
+
+
+async def test_the_failing_servers_reason_and_stderr_are_on_its_page(http: httpx2.AsyncClient) -> None:
+    await _sign_in(http)
+    overview = (await http.get("/admin/")).text
+    assert "2 servers, 1 failing" in overview
+    assert 'href="/admin/servers/bad%3Cscript%3E' in overview
+    detail = await http.get(
+        "/admin/servers/bad%3Cscript%3Ealert(%22x%22)%3C%2Fscript%3E%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E"
+    )
+    assert 'id="reason">exited with 1: &lt;script&gt;' in detail.text
+    assert "line &lt;script&gt;" in detail.text
+    assert (await http.get("/admin/servers/nope")).status_code == 404
+
+
+async def test_the_catalog_is_shown_as_the_roles_asked(
+    http: httpx2.AsyncClient, backend: FakeBackend
+) -> None:
+    await _sign_in(http)
+    staff = (await http.get("/admin/catalog", params={"roles": "staff, ops", "identity": "carol"})).text
+    assert "fx.&lt;script&gt;" in staff
+    nobody = (await http.get("/admin/catalog", params={"roles": "guest"})).text
+    assert "sees no tools" in nobody
+    assert ("catalog", ["staff", "ops"], "carol") in backend.acts
+
+
+async def test_sign_ins_are_rate_limited_per_address(http: httpx2.AsyncClient) -> None:
+    statuses = [(await _sign_in(http, "mfd_wrong")).status_code for _ in range(25)]
+    assert statuses[:20] == [401] * 20
+    assert statuses[-1] == 429
+
+
+async def test_a_huge_form_is_refused(http: httpx2.AsyncClient) -> None:
+    await _sign_in(http)
+    token = _csrf((await http.get("/admin/")).text)
+    response = await _post(http, "/admin/reload", {"csrf": token, "config": "x" * 300_000})
+    assert response.status_code == 413
