@@ -51,7 +51,7 @@ class Backend(Protocol):
         ...
 
     async def approvals(self) -> Rows:
-        """Parked and pending approvals: id, tool, caller, state, deadline, url."""
+        """Approvals kept (pending and decided): id, tool, server, caller, state, deadline, link."""
         ...
 
     async def credentials(self) -> Rows:
@@ -59,26 +59,32 @@ class Backend(Protocol):
         ...
 
     async def audit(self, filters: Mapping[str, str]) -> Rows:
-        """Recent audit entries matching ``filters`` (identity, tool, outcome, since)."""
+        """Recent audit entries matching ``filters`` (identity, tool, outcome; since: seconds
+        ago), newest first: ts, identity, name or action and target, outcome, rules, from."""
         ...
 
     async def restart(self, server_id: str, by: Identity, address: str) -> Answer: ...
 
     async def end_session(self, session_id: str, by: Identity, address: str) -> Answer: ...
 
-    async def revoke(self, server_id: str, holder: Mapping[str, str], by: Identity, address: str) -> Answer:
-        """Revoke the credential ``holder`` (source, issuer, subject) holds for ``server_id``."""
+    async def revoke(
+        self, server_id: str, kind: str, holder: Mapping[str, str], by: Identity, address: str
+    ) -> Answer:
+        """Revoke the ``kind`` credential ``holder`` (source, issuer, subject) holds for ``server_id``."""
         ...
 
     async def tool_off(
-        self, tool: str, role: str | None, seconds: float, by: Identity, address: str
-    ) -> Answer: ...
+        self, tool: str, role: str | None, minutes: float, reason: str, by: Identity, address: str
+    ) -> Answer:
+        """Switch ``tool`` off for ``role`` (None: everyone) for ``minutes``, on every replica."""
+        ...
 
     async def tool_on(self, tool: str, role: str | None, by: Identity, address: str) -> Answer: ...
 
     async def reload_plan(self, config_text: str | None) -> Answer:
-        """The plan a reload would carry out (added, removed, restarted, needs_restart,
-        problems), for the config file as it is now (None) or for ``config_text``."""
+        """The plan a reload would carry out (add, remove, restart, endpoints_added,
+        endpoints_removed, endpoints_changed, needs_restart, held_back), or its ``problems``
+        when the config is not valid; for the config file as it is now (None) or ``config_text``."""
         ...
 
     async def reload_apply(self, config_text: str | None, by: Identity, address: str) -> Answer: ...

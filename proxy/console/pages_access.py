@@ -112,6 +112,8 @@ def _switch_form(csrf: str) -> Html:
         '<input id="off-tool" name="tool" required></div>'
         '<div><label for="off-role">Only for role (empty: everyone)</label>'
         '<input id="off-role" name="role"></div>'
+        '<div><label for="off-reason">Why (shown in explain and the audit)</label>'
+        '<input id="off-reason" name="reason" maxlength="500"></div>'
         '<div><label for="off-minutes">For minutes</label>'
         f'<input id="off-minutes" name="minutes" type="number" min="1" max="{_MAX_MINUTES}" value="60"></div>'
         '<div><button type="submit" class="danger" id="switch-off">Switch off</button></div></form>'
@@ -200,7 +202,8 @@ async def tool_off(
         notice = ("bad", f"Name a tool and a number of minutes from 1 to {_MAX_MINUTES}.")
         shown = await policy_page(backend, csrf, {})
         return Shown(shown.title, shown.body, shown.current, notice, 400)
-    answer = await backend.tool_off(tool, role, minutes * 60, by, address)
+    reason = fields.get("reason", "").strip()[:500]
+    answer = await backend.tool_off(tool, role, minutes, reason, by, address)
     shown = await policy_page(backend, csrf, {})
     return after(shown, answer)
 

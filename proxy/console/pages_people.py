@@ -65,7 +65,7 @@ async def end_session(
 
 
 def _approval_link(approval: Mapping[str, Any]) -> Html:
-    url = approval.get("url")
+    url = approval.get("link")
     if isinstance(url, str) and url:
         return link(url, "open the approval page")
     approval_id = str(approval.get("id", ""))
@@ -106,7 +106,7 @@ def _credential_row(credential: Mapping[str, Any], csrf: str) -> list[object]:
     holder = credential.get("holder")
     held = holder if isinstance(holder, Mapping) else {}
     server, kind = credential.get("server", ""), credential.get("kind", "")
-    fields = [("server", server), *((part, held.get(part, "")) for part in _HOLDER)]
+    fields = [("server", server), ("kind", kind), *((part, held.get(part, "")) for part in _HOLDER)]
     label = f"Revoke the {kind} credential of {who(held)} for {server}"
     return [
         server,
@@ -127,7 +127,7 @@ async def credentials_page(backend: Backend, csrf: str, query: Mapping[str, str]
 
 async def revoke(backend: Backend, csrf: str, fields: Mapping[str, str], by: Identity, address: str) -> Shown:
     holder = {part: fields.get(part, "") for part in _HOLDER}
-    answer = await backend.revoke(fields.get("server", ""), holder, by, address)
+    answer = await backend.revoke(fields.get("server", ""), fields.get("kind", ""), holder, by, address)
     return after(await credentials_page(backend, csrf, {}), answer)
 
 
@@ -145,21 +145,27 @@ def _audit_form(filters: Mapping[str, str]) -> Html:
     )
 
 
+def _audit_row(entry: Mapping[str, Any]) -> list[object]:
+    action = entry.get("action")
+    what = f"{action} {entry.get('target', '')}" if action else entry.get("name", "")
+    rules = entry.get("rules")
+    shown_rules = ", ".join(str(r) for r in rules) if isinstance(rules, list) else (rules or "")
+    return [
+        _when(entry.get("ts")),
+        entry.get("identity", ""),
+        what,
+        entry.get("outcome", ""),
+        shown_rules,
+        entry.get("reason", ""),
+        entry.get("from", ""),
+    ]
+
+
 async def audit_page(backend: Backend, csrf: str, query: Mapping[str, str]) -> Shown:
     filters = {k: v for k, v in query.items() if k in AUDIT_FILTERS and v}
     entries = await backend.audit(filters)
-    rows = [
-        [
-            _when(e.get("ts") or e.get("time")),
-            e.get("identity", ""),
-            e.get("tool", "") or e.get("action", ""),
-            e.get("outcome", ""),
-            e.get("rule", "") or e.get("rule_ids", ""),
-            e.get("address", "") or e.get("from", ""),
-        ]
-        for e in entries
-    ]
-    headers = ["When", "Identity", "Tool or action", "Outcome", "Rule", "From"]
+    rows = [_audit_row(e) for e in entries]
+    headers = ["When", "Identity", "Tool or action", "Outcome", "Rules", "Reason", "From"]
     body = [
         _audit_form(filters),
         table("Audit entries, newest first", headers, rows, empty="No audit entry matches."),

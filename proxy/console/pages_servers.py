@@ -164,6 +164,22 @@ async def restart(
     return after(shown, answer)
 
 
+_PLAN: Final = {
+    "add": "server added",
+    "remove": "server removed",
+    "restart": "server restarted",
+    "endpoints_added": "endpoint added",
+    "endpoints_removed": "endpoint removed",
+    "endpoints_changed": "endpoint changed",
+    "needs_restart": "needs a process restart (not applied by a reload)",
+    "held_back": "held back",
+}
+
+
+def _items(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
 def _plan(plan: Answer) -> list[Html]:
     problems = plan.get("problems") or []
     if problems:
@@ -174,10 +190,7 @@ def _plan(plan: Answer) -> list[Html]:
                 "<p>This config cannot be applied until they are fixed.</p>"
             )
         ]
-    rows = []
-    for what in ("added", "removed", "restarted", "changed", "needs_restart"):
-        for item in plan.get(what) or []:
-            rows.append([what.replace("_", " "), item])
+    rows = [[label, item] for key, label in _PLAN.items() for item in _items(plan.get(key))]
     return [table("Reload plan", ["What happens", "To"], rows, empty="Nothing would change.")]
 
 

@@ -110,7 +110,7 @@ class FakeBackend:
                 "caller": {"name": XSS},
                 "state": "pending",
                 "deadline": 2e9,
-                "url": JS_URL,
+                "link": JS_URL,
             },
             {"id": f"ap2{XSS}", "tool": "t", "caller": "c", "state": "parked"},
         ]
@@ -122,7 +122,23 @@ class FakeBackend:
 
     async def audit(self, filters: Mapping[str, str]) -> Rows:
         self.acts.append(("audit", dict(filters)))
-        return [{"ts": 1_700_000_000.0, "identity": XSS, "tool": JS_URL, "outcome": XSS, "rule": XSS}]
+        return [
+            {
+                "ts": "2026-11-27T15:00:00.000+00:00",
+                "identity": XSS,
+                "name": JS_URL,
+                "outcome": XSS,
+                "rules": [XSS],
+            },
+            {
+                "ts": XSS,
+                "identity": "ann",
+                "action": "tool_off",
+                "target": XSS,
+                "outcome": "done",
+                "from": XSS,
+            },
+        ]
 
     def _did(self, *what: Any) -> Answer:
         self.acts.append(what)
@@ -134,13 +150,15 @@ class FakeBackend:
     async def end_session(self, session_id: str, by: Identity, address: str) -> Answer:
         return self._did("end", session_id, by.name, address)
 
-    async def revoke(self, server_id: str, holder: Mapping[str, str], by: Identity, address: str) -> Answer:
-        return self._did("revoke", server_id, dict(holder), by.name, address)
+    async def revoke(
+        self, server_id: str, kind: str, holder: Mapping[str, str], by: Identity, address: str
+    ) -> Answer:
+        return self._did("revoke", server_id, kind, dict(holder), by.name, address)
 
     async def tool_off(
-        self, tool: str, role: str | None, seconds: float, by: Identity, address: str
+        self, tool: str, role: str | None, minutes: float, reason: str, by: Identity, address: str
     ) -> Answer:
-        return self._did("off", tool, role, seconds, by.name)
+        return self._did("off", tool, role, minutes, reason, by.name)
 
     async def tool_on(self, tool: str, role: str | None, by: Identity, address: str) -> Answer:
         return self._did("on", tool, role, by.name)
@@ -149,8 +167,8 @@ class FakeBackend:
         self.acts.append(("plan", config_text))
         if config_text is not None and "bad" in config_text:
             return {"problems": [f"servers.x: {XSS}"]}
-        return {"added": [XSS], "removed": ["old"], "restarted": [], "needs_restart": ["listen.port"]}
+        return {"add": [XSS], "remove": ["old"], "restart": [], "needs_restart": ["listen.port"]}
 
     async def reload_apply(self, config_text: str | None, by: Identity, address: str) -> Answer:
         self._did("apply", config_text, by.name)
-        return {"ok": True, "message": "applied", "plan": {"added": [XSS]}}
+        return {"ok": True, "message": "applied", "plan": {"add": [XSS]}}

@@ -215,7 +215,9 @@ async def test_actions_reach_the_backend_as_the_signed_in_admin(
     assert ended.status_code == 200
     assert "Replicas that acted: r1" in ended.text
     off = await _post(
-        http, "/admin/tools/off", {"csrf": token, "tool": "fx.add", "role": "staff", "minutes": "2"}
+        http,
+        "/admin/tools/off",
+        {"csrf": token, "tool": "fx.add", "role": "staff", "minutes": "2", "reason": "flaky"},
     )
     assert off.status_code == 200
     bad_minutes = await _post(http, "/admin/tools/off", {"csrf": token, "tool": "fx.add", "minutes": "-1"})
@@ -223,7 +225,9 @@ async def test_actions_reach_the_backend_as_the_signed_in_admin(
     on = await _post(http, "/admin/tools/on", {"csrf": token, "tool": "fx.add", "role": ""})
     assert on.status_code == 200
     holder = {"source": "api_key", "issuer": "", "subject": "bob"}
-    revoked = await _post(http, "/admin/credentials/revoke", {"csrf": token, "server": "fx", **holder})
+    revoked = await _post(
+        http, "/admin/credentials/revoke", {"csrf": token, "server": "fx", "kind": "oauth", **holder}
+    )
     assert revoked.status_code == 200
     restarted = await _post(http, "/admin/servers/fx/restart", {"csrf": token})
     assert restarted.status_code == 200
@@ -237,9 +241,9 @@ async def test_actions_reach_the_backend_as_the_signed_in_admin(
     assert applied.status_code == 200
     assert backend.acts == [
         ("end", "abc123def456", "ann", "127.0.0.1"),
-        ("off", "fx.add", "staff", 120.0, "ann"),
+        ("off", "fx.add", "staff", 2.0, "flaky", "ann"),
         ("on", "fx.add", None, "ann"),
-        ("revoke", "fx", holder, "ann", "127.0.0.1"),
+        ("revoke", "fx", "oauth", holder, "ann", "127.0.0.1"),
         ("restart", "fx", "ann", "127.0.0.1"),
         ("plan", "servers: {}"),
         ("plan", "bad"),
