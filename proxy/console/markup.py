@@ -54,12 +54,12 @@ outline:3px solid #1f6feb;outline-offset:2px}
 header{background:#1b1f24;color:#fff;padding:.5rem 1.5rem;display:flex;gap:1.5rem;align-items:center;
 flex-wrap:wrap}header a{color:#fff}header nav ul{list-style:none;display:flex;gap:1rem;margin:0;
 padding:0;flex-wrap:wrap}header [aria-current=page]{font-weight:700;text-decoration-thickness:3px}
-header form{margin-left:auto}
-main{max-width:72rem;margin:1.5rem auto;padding:1rem 2rem;background:#fff;border-radius:8px;
+header form{margin-left:auto}header button{padding:.2rem .8rem}
+main{max-width:72rem;margin:1.5rem auto;padding:1rem 2rem;overflow-x:auto;background:#fff;border-radius:8px;
 box-shadow:0 1px 3px #0002}
 h1{font-size:1.5rem;margin-top:0}table{border-collapse:collapse;width:100%;margin:1rem 0}
 th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid #d0d7de;vertical-align:top;
-word-break:break-word}th{background:#f0f2f5}
+word-break:break-word}th{background:#f0f2f5;word-break:normal}
 pre{background:#f0f2f5;padding:.75rem;border-radius:6px;white-space:pre-wrap;word-break:break-word;
 max-height:24rem;overflow:auto}
 label{display:block;font-weight:600;margin:.75rem 0 .25rem}
@@ -72,6 +72,7 @@ button.primary{background:#0550ae;color:#fff;border-color:#0550ae}
 .status.ok{background:#dafbe1;border-color:#1a7f37}.status.bad{background:#ffebe9;border-color:#a40e26}
 .state-up{color:#116329;font-weight:600}.state-down{color:#a40e26;font-weight:600}
 .state-other{color:#7d4e00;font-weight:600}
+.state-up,.state-down,.state-other,svg.spark{white-space:nowrap}td:has(svg.spark){min-width:9rem}
 svg.spark{vertical-align:middle}
 """
 

@@ -45,6 +45,7 @@ PREFIX: Final = "/admin"
 _MAX_FORM: Final = 256 * 1024  # a pasted config for the reload plan
 _MAX_FIELDS: Final = 16
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "[::1]", "localhost"})
+_MAX_COOKIES: Final = 64
 _SIGNIN_INTERVAL: Final = 2.0  # each sign-in checks a credential: one per 2 s after a burst
 _SIGNIN_BURST: Final = 20
 _NOT_ADMIN: Final = "This credential does not hold an admin role: it cannot use the console."
@@ -82,6 +83,23 @@ def _signin_page(message: str = "", status: int = 200) -> HTMLResponse:
     return _html(page("Sign in", body, notice=notice), status)
 
 
+def _cookies(request: Request) -> list[str]:
+    """Every value the request's Cookie headers give :data:`COOKIE`, most specific path first.
+
+    Not ``request.cookies``, which keeps one value per name (the last): a cookie planted for
+    ``/`` by another page of this host (ports do not separate cookies) would hide the console's
+    own, and sign the operator out."""
+    found = []
+    for name, value in request.headers.items():
+        if name != "cookie":
+            continue
+        for part in value.split(";")[:_MAX_COOKIES]:
+            key, _, held = part.strip().partition("=")
+            if key == COOKIE and held:
+                found.append(held.strip('"'))
+    return found[:_MAX_COOKIES]
+
+
 def _secure(request: Request) -> bool:
     host = (request.url.hostname or "").lower()
     return request.url.scheme == "https" or host not in _LOOPBACK
@@ -114,14 +132,16 @@ def console_routes(
         return None
 
     async def viewer(request: Request) -> tuple[Viewer | None, SignIn | None]:
-        record = signed.get(request.cookies.get(COOKIE), now=clock())
+        now = clock()
+        held = ((v, signed.get(v, now=now)) for v in _cookies(request))
+        sign_in_id, record = next(((v, r) for v, r in held if r is not None), ("", None))
         if record is None:
             return None, None
         verdict = await auth.authenticate(
             {"authorization": f"Bearer {record.credential}"}, address_of(request)
         )
         if not isinstance(verdict, Authenticated) or not is_admin(verdict.identity):
-            signed.end(request.cookies.get(COOKIE))  # revoked, expired or no longer an admin
+            signed.end(sign_in_id)  # revoked, expired or no longer an admin
             return None, None
         return Viewer(verdict.identity, record.csrf, address_of(request)), record
 
@@ -177,7 +197,8 @@ def console_routes(
             return _signin_page(f"Your credential was not accepted: {message}.", 401)
         if not is_admin(verdict.identity):
             return _signin_page(_NOT_ADMIN, 403)
-        signed.end(request.cookies.get(COOKIE))  # whatever the browser held before is gone
+        for held in _cookies(request):  # whatever the browser held before is gone
+            signed.end(held)
         sign_in_id, _ = signed.start(credential, now=clock())
         response = RedirectResponse(f"{PREFIX}/", status_code=303, headers={"cache-control": "no-store"})
         response.set_cookie(
@@ -186,7 +207,8 @@ def console_routes(
         return response
 
     async def sign_out(request: Request, who: Viewer, form: dict[str, str]) -> Response:
-        signed.end(request.cookies.get(COOKIE))
+        for held in _cookies(request):
+            signed.end(held)
         response = RedirectResponse(
             f"{PREFIX}/signin", status_code=303, headers={"cache-control": "no-store"}
         )

@@ -314,3 +314,22 @@ async def test_a_huge_form_is_refused(http: httpx2.AsyncClient) -> None:
     token = _csrf((await http.get("/admin/")).text)
     response = await _post(http, "/admin/reload", {"csrf": token, "config": "x" * 300_000})
     assert response.status_code == 413
+
+
+async def test_a_cookie_of_the_same_name_planted_for_another_path_does_not_sign_the_admin_out(
+    backend: FakeBackend,
+) -> None:
+    """Ports do not separate cookies: another page on this host can set ``manifold_console``
+    for ``/``, and the browser then sends both values. The console's own still counts."""
+    transport = httpx2.ASGITransport(app=_app(backend))
+    async with httpx2.AsyncClient(transport=transport, base_url=ORIGIN) as http:
+        minted = (await _sign_in(http)).cookies[COOKIE]
+    async with httpx2.AsyncClient(transport=transport, base_url=ORIGIN) as browser:
+        for header in (
+            f"{COOKIE}={minted}; {COOKIE}=planted",
+            f"{COOKIE}=planted; other=1; {COOKIE}={minted}",
+        ):
+            response = await browser.get("/admin/", headers={"cookie": header})
+            assert response.status_code == 200, header
+        only_planted = await browser.get("/admin/", headers={"cookie": f"{COOKIE}=planted"})
+        assert only_planted.status_code == 303
