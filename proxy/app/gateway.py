@@ -84,7 +84,7 @@ class Gateway:
         access.load()
         self.auth = Authenticator.from_settings(config.auth, os.environ)
         self.auth.on_sign_in = metrics.sign_in
-        self._audit = audit_log(config, metrics)
+        self.audit = audit_log(config, metrics)
         self.limiter = limiter(config, metrics)
         self.boundary = Boundary(metrics)
         self.revocations = revocations_for(config, on_error=metrics.session_revocation_error)
@@ -205,7 +205,7 @@ class Gateway:
         """The call pipeline between the router and the forwarding stage (:mod:`proxy.pipeline.order`)."""
         own = (self.token_modes.on_behalf, self._sign_ins, self._states)  # sign-ins; approval marks
         parts = Parts(
-            self.access, self.metrics, self._audit, self.limiter, self._questions, self.approvals, *own
+            self.access, self.metrics, self.audit, self.limiter, self._questions, self.approvals, *own
         )
         return stages(self.config, parts)
 
@@ -227,8 +227,8 @@ class Gateway:
             await tg.start(self.auth.run)
             await tg.start(self.parked.run)
             await tg.start(self.approvals.unanswered.run)  # 2026 questions nobody came back for
-            if self._audit is not None:
-                await tg.start(self._audit.run)  # flushes what is left when cancelled, bounded
+            if self.audit is not None:
+                await tg.start(self.audit.run)  # flushes what is left when cancelled, bounded
             if self.config.policy.pins.mode != "off":
                 await tg.start(self.pins.run)  # likewise
             if self.config.policy.files and self.config.policy.reload:

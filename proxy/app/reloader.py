@@ -65,6 +65,7 @@ class Reloader:
         self._gateway = gateway
         self._load = load
         self._path = path
+        self.path = path  # the config file (a config the admin API is given reads its paths beside it)
         self._lock = anyio.Lock()  # one reload at a time: a SIGHUP while the watcher reloads waits
         self._seen: tuple[Stamp, ...] = stamps([path])
 
@@ -85,26 +86,36 @@ class Reloader:
             self._seen, pending = now, None
             await self.reload("the config file changed")
 
-    async def reload(self, why: str) -> Outcome:
-        """Re-read the config and apply what changed; a bad file is refused (logged, counted)
-        and the config in force stays whole."""
+    async def read(self) -> Config:
+        """The config file as it is now (read off the event loop), for a plan shown before it is
+        applied (the admin API).
+
+        Raises:
+            ConfigError: the file cannot be read or is not a valid config.
+        """
+        return await anyio.to_thread.run_sync(self._load)
+
+    async def reload(self, why: str, new: Config | None = None) -> Outcome:
+        """Re-read the config (or take ``new``, a config the admin API was given) and apply what
+        changed; a bad file is refused (logged, counted) and the config in force stays whole."""
         async with self._lock:
             self._seen = stamps([self._path])
             try:
-                outcome = await self._reload(why)
+                outcome = await self._reload(why, new)
             except Exception as exc:  # a surprise of ours: logged and counted; it must not end Manifold
                 self._gateway.boundary.caught(exc, "task", "config reload")
                 outcome = "refused"
         self._gateway.metrics.config_reload(outcome)
         return outcome
 
-    async def _reload(self, why: str) -> Outcome:
+    async def _reload(self, why: str, new: Config | None) -> Outcome:
         gateway = self._gateway
-        try:
-            new = await anyio.to_thread.run_sync(self._load)  # parsing a big file: off the loop
-        except ConfigError as exc:
-            logger.error("config reload (%s) refused, the config in force stays:\n%s", why, exc)
-            return "refused"
+        if new is None:
+            try:
+                new = await self.read()  # parsing a big file: off the loop
+            except ConfigError as exc:
+                logger.error("config reload (%s) refused, the config in force stays:\n%s", why, exc)
+                return "refused"
         old = gateway.config
         plan = diff(old, new, per_client_ready=gateway.per_client_catalogs is not None)
         if plan.needs_restart or plan.held_back:

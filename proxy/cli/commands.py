@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -28,6 +29,9 @@ from proxy.core.redaction import remember_key_digests, url_secrets
 from proxy.observe.logs import remember_secrets, setup_logging
 from proxy.protocol.framing import LineBuffer, LineTooLong
 from proxy.tracing import Running, TracingUnavailable, started
+
+if TYPE_CHECKING:
+    from proxy.admin.wiring import AdminParts
 
 __all__ = ["main"]
 
@@ -342,6 +346,19 @@ def _reloader(
     return reloader
 
 
+async def _admin(gateway: Gateway, reloader: Reloader, tg: anyio.abc.TaskGroup) -> AdminParts:
+    """The admin API (``admin:``), running in ``tg`` until it is cancelled."""
+    from proxy.admin.wiring import admin_parts
+
+    async def run(*, task_status: anyio.abc.TaskStatus[AdminParts]) -> None:
+        async with admin_parts(gateway, reloader) as made:
+            task_status.started(made)
+            await anyio.sleep_forever()
+
+    parts: AdminParts = await tg.start(run)
+    return parts
+
+
 @asynccontextmanager
 async def _traced(config: Config) -> AsyncIterator[Running | None]:
     """Tracing on for the block when the config or the OTEL_* variables say so (proxy.tracing);
@@ -375,8 +392,22 @@ async def _serve(config: Config, args: argparse.Namespace) -> int:
             traced.count_drops(gateway.metrics.trace_spans_dropped)
         reloader = _reloader(gateway, config, args, tg)
         tg.start_soon(_until_signal, tg.cancel_scope, gateway, reloader)
+        try:
+            admin = await _admin(gateway, reloader, tg) if config.admin is not None else None
+        except OSError as exc:
+            logger.error("cannot listen for the admin API: %s", exc.strerror or exc)
+            tg.cancel_scope.cancel()
+            return 2
         await tg.start(
-            functools.partial(serve, endpoints=gateway.endpoints), gateway.inbound, sock, metrics_sock
+            functools.partial(
+                serve,
+                endpoints=gateway.endpoints,
+                mounts=admin.mounts if admin is not None else (),
+                mounts_sock=admin.sock if admin is not None else None,
+            ),
+            gateway.inbound,
+            sock,
+            metrics_sock,
         )
         shown = f"[{host}]" if ":" in host else host
         logger.info("Manifold %s listening on http://%s:%d/mcp", __version__, shown, port)

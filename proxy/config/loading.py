@@ -62,6 +62,22 @@ def load_config(
     return _relative_to(config, Path(source).parent)
 
 
+def config_from_text(text: str, source: str, *, beside: str | os.PathLike[str]) -> Config:
+    """A config given as text (the admin API's reload plan), read as :func:`load_config` reads
+    the file at ``beside``: its relative paths are found next to that file.
+
+    Raises:
+        ConfigError: the text is not a valid config.
+    """
+    data = parse_document(text, source)
+    if not isinstance(data, Mapping):
+        got = "an empty document" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{source}: the top level must be a mapping of settings (got {got})")
+    where = Path(os.fspath(beside))
+    config = config_from_mapping(data, source=source, workspace=workspace_of(where))
+    return _relative_to(config, where.parent)
+
+
 def _relative_to(config: Config, base: Path) -> Config:
     """Files Manifold itself reads and writes (policies, pins, audit) are found next to the
     config file, as Prometheus finds its rule files, not wherever Manifold was started. So is a

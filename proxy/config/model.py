@@ -85,6 +85,7 @@ from pydantic import (
 )
 
 from proxy.catalog.naming import RESERVED_PREFIX
+from proxy.config.admin import AdminSettings
 from proxy.config.auth import AuthSettings
 from proxy.config.base import Loc
 from proxy.config.base import Problems as _Problems
@@ -142,6 +143,7 @@ class Config(_Model):
     discovery: DiscoverySettings = DiscoverySettings()
     credentials: CredentialStoreSettings = CredentialStoreSettings()
     tracing: TracingSettings = TracingSettings()
+    admin: AdminSettings | None = None  # the admin API (proxy.admin): off unless configured
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     endpoints: dict[str, EndpointConfig] = Field(default_factory=dict)
 

@@ -28,6 +28,7 @@ from proxy.config.policy import PolicySettings
 from proxy.config.policy_files import load_pins, load_policy, save_pins
 from proxy.core.errors import ConfigError
 from proxy.core.files import stamps
+from proxy.enforce.overlays import Overlays
 from proxy.enforce.pin_definitions import Definitions, definitions_path, save_definitions
 from proxy.policy import (
     ANONYMOUS,
@@ -224,6 +225,7 @@ class Access:
         self._guard_outputs: tuple[Metrics | None, Callable[[dict[str, Any]], None] | None] = (None, None)
         self._own_secrets = own_secrets(servers)
         self._pending_guard: Guard | None = None  # read with the policy, not installed yet
+        self.overlays = Overlays()  # tools operators switched off (proxy.admin), on top of the policy
 
     # ---- the policy in force ----------------------------------------------------------
 

@@ -24,7 +24,7 @@ import logging
 import math
 import socket
 import time
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import anyio
@@ -55,9 +55,11 @@ from proxy.observe.boundary import supervised
 from proxy.observe.logs import log_access
 from proxy.observe.metrics import Metrics
 
-__all__ = ["bind", "build_app", "metrics_app", "serve"]
+__all__ = ["Mount", "bind", "build_app", "metrics_app", "mounts_app", "serve"]
 
 logger = logging.getLogger("proxy.inbound.server")
+
+Mount = tuple[str, Any]  # (path prefix, ASGI app): served at the prefix and every path under it
 
 
 class _Observed:
@@ -68,12 +70,18 @@ class _Observed:
     """
 
     def __init__(
-        self, app: Any, endpoint: McpEndpoint, metrics: Metrics, endpoints: Mapping[str, McpEndpoint]
+        self,
+        app: Any,
+        endpoint: McpEndpoint | None,
+        metrics: Metrics,
+        endpoints: Mapping[str, McpEndpoint],
+        mounts: Sequence[Mount] = (),
     ) -> None:
         self._app = app
         self._endpoint = endpoint
         self._metrics = metrics
         self._endpoints = endpoints  # exact path -> a named endpoint's app
+        self._mounts = tuple(mounts)  # (path prefix, app): the admin API and console (proxy.admin)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -97,7 +105,15 @@ class _Observed:
             await send(message)
 
         path = scope["path"]
-        app = self._endpoint if path == "/mcp" else self._endpoints.get(path, self._app)
+        app = (
+            self._endpoint
+            if path == "/mcp" and self._endpoint is not None
+            else self._endpoints.get(path, self._app)
+        )
+        for prefix, mounted in self._mounts:
+            if path == prefix or path.startswith(prefix + "/"):
+                app = mounted
+                break
         try:
             await app(scope, counted_receive, counted_send)
         finally:
@@ -197,8 +213,11 @@ class _Named(Mapping[str, "McpEndpoint"]):
         return len(self._endpoints)
 
 
-def build_app(inbound: Inbound, endpoints: Mapping[str, Inbound] | None = None) -> Any:
-    """The HTTP app: ``/mcp`` serves ``inbound``; ``/mcp/NAME`` serves ``endpoints[NAME]``."""
+def build_app(
+    inbound: Inbound, endpoints: Mapping[str, Inbound] | None = None, mounts: Sequence[Mount] = ()
+) -> Any:
+    """The HTTP app: ``/mcp`` serves ``inbound``; ``/mcp/NAME`` serves ``endpoints[NAME]``; each
+    of ``mounts`` (path prefix, ASGI app) serves its prefix and every path under it."""
     listen = inbound.config.listen
     origins = OriginPolicy(listen.host, listen.allowed_origins, listen.allowed_hosts)
     endpoint = McpEndpoint(inbound, origins)
@@ -225,7 +244,12 @@ def build_app(inbound: Inbound, endpoints: Mapping[str, Inbound] | None = None) 
         routes += signin_routes(inbound.sign_in, inbound.auth, origins)
     if inbound.config.metrics.enabled and inbound.config.metrics.port is None:
         routes.append(_metrics_route(inbound, observers))
-    return _Observed(Starlette(routes=routes), endpoint, inbound.metrics, named)
+    return _Observed(Starlette(routes=routes), endpoint, inbound.metrics, named, mounts)
+
+
+def mounts_app(inbound: Inbound, mounts: Sequence[Mount]) -> Any:
+    """The app of a listener that serves ``mounts`` only (``admin.listen``); 404 elsewhere."""
+    return _Observed(Starlette(routes=[]), None, inbound.metrics, {}, mounts)
 
 
 def metrics_app(inbound: Inbound) -> Any:
@@ -314,15 +338,21 @@ async def serve(
     metrics_sock: socket.socket | None = None,
     *,
     endpoints: Mapping[str, Inbound] | None = None,
+    mounts: Sequence[Mount] = (),
+    mounts_sock: socket.socket | None = None,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``/mcp`` (and the probes) on an already-bound socket until cancelled."""
+    """Serve ``/mcp`` (and the probes) on an already-bound socket until cancelled; ``mounts``
+    there too, or on ``mounts_sock`` alone when it is given (``admin.listen``)."""
     with contextlib.suppress(RuntimeError):  # asyncio's loop (uvloop's never logs these)
         AcceptFailures().install(asyncio.get_running_loop())
     async with anyio.create_task_group() as tg:
         tg.start_soon(supervised, inbound.boundary, "session expiry", inbound.sessions.expire)
         guard = _guard(inbound)
-        tg.start_soon(_run_uvicorn, build_app(inbound, endpoints), sock, guard)
+        here = () if mounts_sock is not None else mounts
+        tg.start_soon(_run_uvicorn, build_app(inbound, endpoints, here), sock, guard)
+        if mounts_sock is not None:
+            tg.start_soon(_run_uvicorn, mounts_app(inbound, mounts), mounts_sock, guard)
         if metrics_sock is not None:
             tg.start_soon(_run_uvicorn, metrics_app(inbound), metrics_sock, guard)
         task_status.started()

@@ -59,6 +59,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from proxy import __version__
 from proxy.config.observe import MetricsSettings
+from proxy.observe.recent import RecentCalls, RecentRefusals
 
 __all__ = [
     "CONNECT_BUCKETS",
@@ -93,6 +94,7 @@ that asks the client for input (its retry is counted again); ``server_error``: t
 went away or answered a JSON-RPC error; ``invalid``: refused before routing (unknown tool, bad
 arguments); ``error``: an unexpected exception in Manifold itself."""
 OUTCOMES: Final[frozenset[str]] = frozenset(get_args(Outcome))
+_FAILED: Final = frozenset({"tool_error", "timeout", "server_error", "error"})  # the server's or ours
 
 Effect = Literal["allow", "deny", "confirm"]
 ListKind = Literal["tools", "prompts", "resources", "resourceTemplates"]  # the gateway's kind names
@@ -194,6 +196,8 @@ class Metrics:
             PlatformCollector(registry=self.registry)
         r = self.registry
         self._identity_labels = settings.identity_labels
+        self.recent = RecentCalls()  # the admin API's per-server rates and latencies
+        self.refusals = RecentRefusals()
         self._per_tool = settings.per_tool_latency
         self._tool_label = _Bounded(settings.max_tool_label_values)
         self._identity_label = _Bounded(settings.max_tool_label_values)
@@ -370,6 +374,7 @@ class Metrics:
             children = self._new_call_children(key)
         children[0].inc()
         children[1].observe(seconds, exemplar)
+        self.recent.record(server, outcome not in _FAILED, seconds)
 
     def _new_call_children(self, key: tuple[str, str | None, str, str | None]) -> tuple[Counter, Histogram]:
         server, tool, outcome, identity = key
@@ -416,6 +421,7 @@ class Metrics:
     def rate_limited(self, limit: str | None) -> None:
         """Count one call refused by the limit rule ``limit``; ``None``: the limit store was down."""
         self._rate_limited.get(limit or UNAVAILABLE).inc()
+        self.refusals.record(f"rate limit {limit or UNAVAILABLE}")
 
     def rate_limit_backend_error(self, backend: str) -> None:
         self._backend_errors.get(backend).inc()
@@ -529,6 +535,7 @@ class Metrics:
     def limit_refused(self, limit: str) -> None:
         """Count one refusal by ``limits.<limit>`` (a config field name: bounded by construction)."""
         self._limit_refusals.get(limit).inc()
+        self.refusals.record(limit)
 
     def sign_in(self, method: str, outcome: str) -> None:
         """Count one token verified: ``method`` jwt | oauth | introspection, ``outcome`` ok or why

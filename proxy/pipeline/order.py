@@ -1,8 +1,10 @@
 """The call pipeline's stages, outermost first: the order is declared here once (a test pins it).
 
-    Measure → Authorize (+ audit) → Shape → Validate → Guard → RateLimit → Confirm → SignIn → (forward)
+    Measure → Authorize (+ audit) → SwitchedOff → Shape → Validate → Guard → RateLimit → Confirm
+      → SignIn → (forward)
 
-A stage that has nothing to do is left out, so switched-off features cost nothing. Guard (the
+SwitchedOff (tools an operator switched off, ``admin:``) follows Authorize, so its refusals
+are audited. A stage that has nothing to do is left out, so switched-off features cost nothing. Guard (the
 guardrail rules: present with any policy file, since a reload may bring rules; it passes calls
 straight on while there are none) reads arguments after they are shaped and valid, and results
 before validate checks them on their way out. Confirm is
@@ -65,6 +67,10 @@ def stages(config: Config, parts: Parts) -> list[Stage]:
             sid: s.credentials.mode for sid, s in config.servers.items() if s.credentials.mode != "shared"
         }
         built.append(Authorize(parts.access, parts.audit, parts.metrics, credential_modes=modes))
+    if config.admin is not None:  # operators may switch tools off (proxy.admin)
+        from proxy.pipeline.stages.switched import SwitchedOff
+
+        built.append(SwitchedOff(parts.access.overlays))
     if (shape := Shape.of(config.servers)) is not None:
         built.append(shape)  # after authorize (audited), before validate (the shaped call)
     if policy.validate_arguments or policy.validate_results:

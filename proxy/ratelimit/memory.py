@@ -54,6 +54,10 @@ class MemoryBackend:
         """The stored TAT of a bucket (``None``: fresh, or expired)."""
         return self._tats.get(key)
 
+    def items(self) -> list[tuple[str, float]]:
+        """Every live bucket's key and TAT (for the admin API's buckets near their limit)."""
+        return [(key, tat) for key in list(self._tats) if (tat := self._tats.get(key)) is not None]
+
     def hit_now(self, checks: Sequence[LimitCheck], now: float | None = None) -> LimitOutcome:
         """:meth:`hit` without the coroutine, for callers that are not async."""
         if now is None:

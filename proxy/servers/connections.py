@@ -93,6 +93,7 @@ class Connections:
             server.id: self._connection(server, given.get(server.id)) for server in servers
         }
         self._scopes: dict[str, anyio.CancelScope] = {}  # server id -> its shared connection's run
+        self.drained: set[str] = set()  # servers an operator drained (proxy.admin): no new calls
         self._tg: anyio.abc.TaskGroup | None = None
         self._per_client = ClientConnections(
             self._servers,
@@ -148,6 +149,17 @@ class Connections:
         self.shared[server.id] = connection
         if self._tg is not None and (not self._one_client or self._client is not None):
             self._start(self._tg, connection)
+
+    def restart(self, server_id: str, reason: str) -> bool:
+        """Stop ``server_id``'s connections (failing their requests in flight with ``reason``)
+        and start its shared one anew, as a reload that changed it does; False if no such server."""
+        server = self._servers.get(server_id)
+        if server is None:
+            return False
+        connection = self.prepare(server)
+        self.remove(server_id, reason)
+        self.add(server, connection)
+        return True
 
     def remove(self, server_id: str, reason: str) -> None:
         """Stop every connection to ``server_id`` (its shared one and each client's own), failing
@@ -241,6 +253,8 @@ class Connections:
         """
         if server_id not in self._servers:  # removed by a reload after the call was routed
             raise ServerUnavailable(server_id, "it was removed from the config")
+        if self.drained and server_id in self.drained:  # calls in flight finish; new ones go nowhere
+            raise ServerUnavailable(server_id, "it is drained by an operator; try again later")
         if self.shares(caller, server_id):
             return self.shared[server_id]
         # Only a client's own request gets here: its session or its identity owns the connection.

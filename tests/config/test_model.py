@@ -463,6 +463,21 @@ SAMPLES: dict[str, str] = {
     "MANIFOLD_METRICS__REQUIRE_AUTH": "true",
     "MANIFOLD_METRICS__MAX_TOOL_LABEL_VALUES": "50",
     "MANIFOLD_METRICS__ROLE": "prometheus",
+    "MANIFOLD_ADMIN": '{"roles": ["ops"]}',
+    "MANIFOLD_ADMIN__ROLES": '["ops", "sre"]',
+    "MANIFOLD_ADMIN__LISTEN": '{"port": 9191}',
+    "MANIFOLD_ADMIN__LISTEN__HOST": "::1",
+    "MANIFOLD_ADMIN__LISTEN__PORT": "9292",
+    "MANIFOLD_ADMIN__REDIS_URL": "redis://cache:6379/2",
+    "MANIFOLD_ADMIN__REPLICA": "eu-1",
+    "MANIFOLD_ADMIN__WRITES": '{"rate": "5/minute", "burst": 2}',
+    "MANIFOLD_ADMIN__WRITES__RATE": "5/minute",
+    "MANIFOLD_ADMIN__WRITES__BURST": "3",
+    "MANIFOLD_ADMIN__REQUESTS": '{"rate": "5/second", "burst": 9}',
+    "MANIFOLD_ADMIN__REQUESTS__RATE": "5/second",
+    "MANIFOLD_ADMIN__REQUESTS__BURST": "7",
+    "MANIFOLD_ADMIN__REPLY_WAIT": "2.5",
+    "MANIFOLD_ADMIN__GRAFANA_URL": "https://grafana.example.com/d/manifold",
     "MANIFOLD_TRACING": '{"enabled": true, "service_name": "gw"}',
     "MANIFOLD_TRACING__ENABLED": "true",
     "MANIFOLD_TRACING__PROTOCOL": "grpc",
@@ -512,6 +527,16 @@ _OAUTH = {
     }
 }
 SAMPLE_FILES: dict[str, dict[str, Any]] = {
+    **{
+        f"MANIFOLD_ADMIN__{field}": {"admin": {}}
+        for field in ("ROLES", "REDIS_URL", "REPLICA", "WRITES", "REQUESTS", "REPLY_WAIT", "GRAFANA_URL")
+    },
+    **{f"MANIFOLD_ADMIN__{field}": {"admin": {"listen": {}}} for field in ("LISTEN__HOST", "LISTEN__PORT")},
+    "MANIFOLD_ADMIN__LISTEN": {"admin": {}},
+    "MANIFOLD_ADMIN__WRITES__RATE": {"admin": {}},
+    "MANIFOLD_ADMIN__WRITES__BURST": {"admin": {"writes": {"rate": "1/second"}}},
+    "MANIFOLD_ADMIN__REQUESTS__RATE": {"admin": {}},
+    "MANIFOLD_ADMIN__REQUESTS__BURST": {"admin": {"requests": {"rate": "1/second"}}},
     "MANIFOLD_RATE_LIMITS__HTTP__BURST": {"rate_limits": {"http": {"rate": "1/second"}}},
     **{
         f"MANIFOLD_AUTH__OAUTH__{field}": _OAUTH

@@ -16,6 +16,7 @@ from proxy.pipeline.stages.guard import Guard
 from proxy.pipeline.stages.metrics import Measure
 from proxy.pipeline.stages.ratelimit import RateLimit
 from proxy.pipeline.stages.shape import Shape
+from proxy.pipeline.stages.switched import SwitchedOff
 from proxy.pipeline.stages.validate import Validate
 
 POLICY = "version: 1\ndefault: allow\n"
@@ -51,6 +52,13 @@ def test_argument_shaping_runs_after_authorize_and_before_validate(tmp_path: Pat
     ]
     worded = {"gh": {"command": "x", "tools": {"t": {"description": "no arguments shaped"}}}}
     assert Shape not in stages(tmp_path, worded, policy=policy)
+
+
+def test_with_the_admin_api_switched_off_tools_are_refused_after_authorize(tmp_path: Path) -> None:
+    # After Authorize, so the refusal is audited with the call; before anything that costs more.
+    policy = {"files": [str(tmp_path / "policy.yaml")], "pins": {"mode": "off"}}
+    assert stages(tmp_path, policy=policy, admin={})[:3] == [Measure, Authorize, SwitchedOff]
+    assert SwitchedOff not in stages(tmp_path, policy=policy)
 
 
 def test_switched_off_stages_are_left_out(tmp_path: Path) -> None:

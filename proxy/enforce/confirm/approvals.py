@@ -141,6 +141,10 @@ class ApprovalStore(Protocol):
         """Mark the decision used by a retry: True the first time only."""
         ...
 
+    async def listed(self, limit: int) -> list[Approval]:
+        """At most ``limit`` records kept now (pending and decided), for the admin API."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -187,6 +191,10 @@ class MemoryApprovals:
         if approval.call:
             self._calls[approval.call] = approval.id
         return approval
+
+    async def listed(self, limit: int) -> list[Approval]:
+        self._prune()
+        return list(self._records.values())[:limit]
 
     async def get(self, approval_id: str) -> Approval | None:
         self._prune()
@@ -314,6 +322,16 @@ class RedisApprovals:
         if verdict in ("caller", "total"):
             raise _refusal(verdict == "caller", self._per_caller, self._total)
         return approval
+
+    async def listed(self, limit: int) -> list[Approval]:
+        found: list[Approval] = []
+        async for key in self._redis.scan_iter(match=self._key("*"), count=100):
+            if len(found) >= limit:
+                break
+            raw = await self._redis.get(key)
+            if raw is not None:
+                found.append(Approval.decode(raw))
+        return found
 
     async def get(self, approval_id: str) -> Approval | None:
         if len(approval_id) > _MAX_ID:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any, Final
@@ -36,6 +37,7 @@ __all__ = ["AuditLog", "Authorize"]
 logger = logging.getLogger("proxy.pipeline.stages.authorize")
 
 DEFAULT_BUFFER_BYTES: Final = 4 * 1024 * 1024
+RECENT_KEPT: Final = 1000  # the last records kept in memory, for the admin API's audit view
 
 
 class AuditLog:
@@ -61,6 +63,7 @@ class AuditLog:
         assert settings.path is not None
         stdout = settings.path == "-"
         out: IO[bytes] = sys.stdout.buffer if stdout else open(settings.path, "ab")  # noqa: SIM115
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_KEPT)  # for the admin API
         self.lines = LineWriter(
             out, what="audit log", max_buffered=buffer_bytes, on_dropped=on_dropped, close_out=not stdout
         )
@@ -70,6 +73,7 @@ class AuditLog:
         request is traced, its ``trace_id`` and ``span_id`` go in the record."""
         if (ids := tracing.ids()) is not None:
             record["trace_id"], record["span_id"] = ids
+        self.recent.append(record)
         self.lines.put(orjson.dumps(record) + b"\n")
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
