@@ -82,9 +82,11 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "app",
         }
     ),
+    "console": frozenset({"core", "config", "auth", "inbound", "admin"}),  # the web console at /admin/
     "cli": frozenset(
         {
             "admin",
+            "console",
             "core",
             "protocol",
             "policy",
@@ -98,7 +100,6 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "tracing",
         }
     ),
-    "console": frozenset({"core", "config", "auth", "inbound"}),  # the web console at /admin/
 }
 
 # Modules whose tests live elsewhere than the mirrored path, and where.
@@ -118,6 +119,7 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "cli/__main__.py": "python -m proxy.cli: tests/cli/test_commands.py runs it",
     "clients/contract.py": "a Protocol: its implementations' tests (tests/views, tests/inbound)",
     "console/backend.py": "a Protocol: tests/console/fake_backend.py implements it; tests/console/",
+    "console/live.py": "over the real admin service, end to end: tests/interaction/test_admin_console.py",
     "console/pages_access.py": "through the routes: tests/console/test_routes.py",
     "console/pages_people.py": "through the routes: tests/console/test_routes.py",
     "console/pages_servers.py": "through the routes: tests/console/test_routes.py",

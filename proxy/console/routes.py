@@ -67,6 +67,11 @@ def _html(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers=CONSOLE_HEADERS)
 
 
+def _redirect(page: str) -> RedirectResponse:
+    """303 to a console page, with the pages' headers (no framing, no caching)."""
+    return RedirectResponse(f"{PREFIX}/{page}", status_code=303, headers=CONSOLE_HEADERS)
+
+
 def _signin_page(message: str = "", status: int = 200) -> HTMLResponse:
     body = [
         Html(
@@ -151,9 +156,7 @@ def console_routes(
                 return refusal
             who, _ = await viewer(request)
             if who is None:
-                return RedirectResponse(
-                    f"{PREFIX}/signin", status_code=303, headers={"cache-control": "no-store"}
-                )
+                return _redirect("signin")
             query = {k: v[:512] for k, v in list(request.query_params.items())[:_MAX_FIELDS]}
             return await handler(request, who, query)
 
@@ -200,7 +203,7 @@ def console_routes(
         for held in _cookies(request):  # whatever the browser held before is gone
             signed.end(held)
         sign_in_id, _ = signed.start(credential, now=clock())
-        response = RedirectResponse(f"{PREFIX}/", status_code=303, headers={"cache-control": "no-store"})
+        response = _redirect("")
         response.set_cookie(
             COOKIE, sign_in_id, path=f"{PREFIX}/", secure=_secure(request), httponly=True, samesite="strict"
         )
@@ -209,9 +212,7 @@ def console_routes(
     async def sign_out(request: Request, who: Viewer, form: dict[str, str]) -> Response:
         for held in _cookies(request):
             signed.end(held)
-        response = RedirectResponse(
-            f"{PREFIX}/signin", status_code=303, headers={"cache-control": "no-store"}
-        )
+        response = _redirect("signin")
         response.delete_cookie(
             COOKIE, path=f"{PREFIX}/", secure=_secure(request), httponly=True, samesite="strict"
         )

@@ -98,6 +98,7 @@ async def test_without_a_sign_in_every_page_sends_to_the_sign_in_page(http: http
         response = await http.get(path)
         assert response.status_code == 303, path
         assert response.headers["location"] == "/admin/signin"
+        assert response.headers["x-frame-options"] == "DENY"
     page = await http.get("/admin/signin")
     assert page.status_code == 200
     assert 'for="credential"' in page.text
