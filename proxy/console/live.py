@@ -166,6 +166,12 @@ def console_mount(admin: Admin) -> tuple[str, Starlette]:
     host = settings.listen.host if settings.listen is not None else listen.host
     origins = OriginPolicy(host, listen.allowed_origins, listen.allowed_hosts)
     routes = console_routes(
-        LiveBackend(admin), admin.gateway.auth, origins, settings.roles, grafana_url=settings.grafana_url
+        LiveBackend(admin),
+        admin.gateway.auth,
+        origins,
+        settings.roles,
+        grafana_url=settings.grafana_url,
+        requests=(settings.requests.rate.interval, settings.requests.burst),
+        writes=(settings.writes.rate.interval, settings.writes.burst),
     )
     return PREFIX, Starlette(routes=routes)

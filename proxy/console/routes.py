@@ -60,6 +60,7 @@ class Viewer:
     address: str
 
 
+Limit = tuple[float, int]  # (seconds a request, burst)
 Handler = Callable[[Request, Viewer, dict[str, str]], Awaitable[Response]]
 
 
@@ -117,12 +118,17 @@ def console_routes(
     admin_roles: Collection[str],
     *,
     grafana_url: str | None = None,
+    requests: Limit = (0.05, 40),
+    writes: Limit = (2.0, 10),
     clock: Callable[[], float] = time.time,
     sign_ins: SignIns | None = None,
 ) -> list[Route]:
-    """The console's routes under :data:`PREFIX`."""
+    """The console's routes under :data:`PREFIX`. ``requests``: each address's pages, and
+    ``writes``: each admin's forms, as ``(seconds a request, burst)`` (``admin.requests`` and
+    ``admin.writes``, as the API's)."""
     signed = sign_ins if sign_ins is not None else SignIns()
     flood = CredentialFlood(_SIGNIN_INTERVAL, _SIGNIN_BURST)
+    paced, acted = CredentialFlood(*requests), CredentialFlood(*writes)
     roles = frozenset(admin_roles)
 
     def is_admin(identity: Identity) -> bool:
@@ -154,6 +160,8 @@ def console_routes(
         async def endpoint(request: Request) -> Response:
             if (refusal := refused_here(request, origins, post=False, what="")) is not None:
                 return refusal
+            if (refusal := paced.refusal([f"console:{address_of(request)}"])) is not None:
+                return refusal
             who, _ = await viewer(request)
             if who is None:
                 return _redirect("signin")
@@ -162,9 +170,11 @@ def console_routes(
 
         return endpoint
 
-    def act(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def act(handler: Handler, *, limited: bool = True) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             if (refusal := post_refused(request)) is not None:
+                return refusal
+            if (refusal := paced.refusal([f"console:{address_of(request)}"])) is not None:
                 return refusal
             who, record = await viewer(request)
             if who is None or record is None:
@@ -176,6 +186,9 @@ def console_routes(
                 body = [Html("<p>Open the page again and repeat what you did.</p>")]
                 notice = ("bad", "This form is out of date or was not sent from the console.")
                 return _html(page("Refused", body, who=who.identity.name, csrf=who.csrf, notice=notice), 403)
+            writer = "console-write:" + "\0".join(who.identity.key)
+            if limited and (refusal := acted.refusal([writer])) is not None:
+                return refusal
             return await handler(request, who, form)
 
         return endpoint
@@ -269,7 +282,7 @@ def console_routes(
         Route(f"{PREFIX}/console.css", stylesheet, methods=["GET"]),
         Route(f"{PREFIX}/signin", show_signin, methods=["GET"]),
         Route(f"{PREFIX}/signin", sign_in, methods=["POST"]),
-        Route(f"{PREFIX}/signout", act(sign_out), methods=["POST"]),
+        Route(f"{PREFIX}/signout", act(sign_out, limited=False), methods=["POST"]),
         *(Route(PREFIX + path, read(reading(build)), methods=["GET"]) for path, build in reads.items()),
         *(Route(PREFIX + path, act(acting(build)), methods=["POST"]) for path, build in acts.items()),
     ]

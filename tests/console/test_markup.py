@@ -130,3 +130,38 @@ def test_the_headers_allow_no_script_and_no_framing() -> None:
     assert "frame-ancestors 'none'" in policy
     assert CONSOLE_HEADERS["x-frame-options"] == "DENY"
     assert CONSOLE_HEADERS["x-content-type-options"] == "nosniff"
+
+
+def _luminance(colour: str) -> float:
+    digits = colour.lstrip("#")
+    if len(digits) == 3:
+        digits = "".join(c * 2 for c in digits)
+    channels = [int(digits[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def _contrast(one: str, other: str) -> float:
+    high, low = sorted((_luminance(one), _luminance(other)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_every_text_colour_has_at_least_aa_contrast_on_its_background() -> None:
+    """WCAG AA (4.5:1) for each rule's text colour, on its own background or else on the
+    lightest and darkest the page has under it (white main, the grey table headers)."""
+    from proxy.console.markup import STYLESHEET
+
+    rules = re.findall(r"([^{}]+)\{([^}]*)\}", STYLESHEET)
+    checked = 0
+    for selector, body in rules:
+        colour = re.search(r"(?<![-\w])color:(#[0-9a-fA-F]{3,6})", body)
+        if colour is None:
+            continue
+        background = re.search(r"background:(#[0-9a-fA-F]{3,6})", body)
+        grounds = [background[1]] if background else ["#ffffff", "#f0f2f5"]
+        if selector.strip().startswith("header"):
+            grounds = [background[1]] if background else ["#1b1f24"]
+        for ground in grounds:
+            assert _contrast(colour[1], ground) >= 4.5, (selector.strip(), colour[1], ground)
+            checked += 1
+    assert checked >= 8

@@ -51,7 +51,13 @@ def _stored(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
-def _app(backend: FakeBackend, *, hosts: tuple[str, ...] = ()) -> Starlette:
+def _app(
+    backend: FakeBackend,
+    *,
+    hosts: tuple[str, ...] = (),
+    writes: tuple[float, int] = (2.0, 10),
+    requests: tuple[float, int] = (0.05, 40),
+) -> Starlette:
     settings = AuthSettings.model_validate(
         {
             "api_keys": [
@@ -62,8 +68,11 @@ def _app(backend: FakeBackend, *, hosts: tuple[str, ...] = ()) -> Starlette:
     )
     auth = Authenticator.from_settings(settings, {})
     origins = OriginPolicy("127.0.0.1", [], hosts)
+    grafana = "https://grafana.example/d/m"
     return Starlette(
-        routes=console_routes(backend, auth, origins, ["admin"], grafana_url="https://grafana.example/d/m")
+        routes=console_routes(
+            backend, auth, origins, ["admin"], grafana_url=grafana, writes=writes, requests=requests
+        )
     )
 
 
@@ -334,3 +343,43 @@ async def test_a_cookie_of_the_same_name_planted_for_another_path_does_not_sign_
             assert response.status_code == 200, header
         only_planted = await browser.get("/admin/", headers={"cookie": f"{COOKIE}=planted"})
         assert only_planted.status_code == 303
+
+
+async def test_an_admins_forms_and_an_addresss_pages_are_rate_limited(backend: FakeBackend) -> None:
+    transport = httpx2.ASGITransport(app=_app(backend, writes=(60.0, 2), requests=(60.0, 6)))
+    async with httpx2.AsyncClient(transport=transport, base_url=ORIGIN) as http:
+        await _sign_in(http)
+        token = _csrf((await http.get("/admin/sessions")).text)
+        ends = [
+            (await _post(http, "/admin/sessions/end", {"csrf": token, "session": f"s{i}"})).status_code
+            for i in range(3)
+        ]
+        assert ends == [200, 200, 429]
+        assert [a[1] for a in backend.acts] == ["s0", "s1"]
+        pages = [(await http.get("/admin/")).status_code for _ in range(3)]
+        assert pages[-1] == 429
+        out = await _post(http, "/admin/signout", {"csrf": token})
+        assert out.status_code in (303, 429)  # never the writes' bucket: only the address's pages
+
+
+async def test_every_page_is_navigable_and_labelled(http: httpx2.AsyncClient) -> None:
+    """Accessibility the markup can show: a language, one heading, a skip link, every field
+    labelled, every button named, tables with captions and column headers."""
+    await _sign_in(http)
+    for path in READS:
+        page = (await http.get(path)).text
+        assert '<html lang="en">' in page, path
+        assert page.count("<h1>") == 1, path
+        assert 'href="#main"' in page, path
+        labelled = set(re.findall(r'<label for="([^"]+)"', page))
+        fields = re.findall(r"<(?:input|select|textarea)\b([^>]*)>", page)
+        for attributes in fields:
+            if 'type="hidden"' in attributes:
+                continue
+            found = re.search(r'id="([^"]+)"', attributes)
+            assert found is not None, (path, attributes)
+            assert found[1] in labelled, (path, attributes)
+        for button in re.findall(r"<button\b[^>]*>([^<]*)</button>", page):
+            assert button.strip(), path
+        assert page.count("<table>") == page.count("<caption>"), path
+        assert page.count("<table>") <= page.count('<th scope="col">'), path
