@@ -20,7 +20,6 @@ import anyio.to_thread
 
 from proxy.admin import reads
 from proxy.admin.replicas import Replicas, replicas_for
-from proxy.config.loading import config_from_text
 from proxy.config.model import Config
 from proxy.config.reload_plan import Plan, diff
 from proxy.core.errors import ConfigError
@@ -334,12 +333,7 @@ class Admin:
         if self._reloader is None:
             raise AdminError(409, "this Manifold was not started from a config file it can reload")
         try:
-            if text is None:
-                return await self._reloader.read()
-            path = self._reloader.path
-            return await anyio.to_thread.run_sync(
-                lambda: config_from_text(text, "<admin reload>", beside=path)
-            )
+            return await self._reloader.read(text)
         except ConfigError as exc:
             raise AdminError(400, f"invalid config:\n{exc}") from None
 

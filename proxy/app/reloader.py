@@ -61,11 +61,18 @@ RESTARTED: Final = "it was restarted with new settings (a config reload)"
 class Reloader:
     """Reloads the gateway's config from ``path`` (``load`` reads and validates it)."""
 
-    def __init__(self, gateway: Gateway, load: Callable[[], Config], path: str) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        load: Callable[[], Config],
+        path: str,
+        *,
+        parse: Callable[[str], Config] | None = None,  # a config given as text, read as the file is
+    ) -> None:
         self._gateway = gateway
         self._load = load
+        self._parse = parse
         self._path = path
-        self.path = path  # the config file (a config the admin API is given reads its paths beside it)
         self._lock = anyio.Lock()  # one reload at a time: a SIGHUP while the watcher reloads waits
         self._seen: tuple[Stamp, ...] = stamps([path])
 
@@ -86,14 +93,19 @@ class Reloader:
             self._seen, pending = now, None
             await self.reload("the config file changed")
 
-    async def read(self) -> Config:
-        """The config file as it is now (read off the event loop), for a plan shown before it is
-        applied (the admin API).
+    async def read(self, text: str | None = None) -> Config:
+        """The config file as it is now, or ``text`` read as the file would be (off the event
+        loop), for a plan shown before it is applied (the admin API).
 
         Raises:
-            ConfigError: the file cannot be read or is not a valid config.
+            ConfigError: the file or text is not a valid config (or no text can be read here).
         """
-        return await anyio.to_thread.run_sync(self._load)
+        if text is None:
+            return await anyio.to_thread.run_sync(self._load)
+        parse = self._parse
+        if parse is None:
+            raise ConfigError("this Manifold reads its config from its file only")
+        return await anyio.to_thread.run_sync(lambda: parse(text))
 
     async def reload(self, why: str, new: Config | None = None) -> Outcome:
         """Re-read the config (or take ``new``, a config the admin API was given) and apply what

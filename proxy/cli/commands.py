@@ -1,4 +1,4 @@
-"""``manifold``: serve, stdio, check, tools, explain, pins, keygen, credentials.
+"""``manifold``: serve, stdio, check, tools, explain, pins, keygen, credentials, admin.
 
 Exit codes: 0 success; 1 a server is not ready (``tools``); 2 bad usage or bad config.
 """
@@ -91,9 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         "action", choices=["accept"], help="accept the drifted and quarantined definitions into the pins file"
     )
     pins.add_argument("--tool", action="append", help="only this namespaced tool (repeatable; default: all)")
+    from proxy.cli.admin import add_parser as add_admin
     from proxy.cli.credentials import add_parser as add_credentials
 
     add_credentials(commands)
+    add_admin(commands)
     keygen = commands.add_parser("keygen", help="Generate an API key and the form to store in auth.api_keys.")
     keygen.add_argument("--name", default="client", help="the identity name for the config snippet")
     keygen.add_argument("--role", action="append", help="a role for the config snippet (repeatable)")
@@ -112,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "keygen":
         return _keygen(args)
+    if args.command == "admin":  # a client of a running Manifold's API: no config read
+        from proxy.cli.admin import run as run_admin
+
+        return run_admin(args)
     if args.command == "credentials" and args.action == "keygen":
         from proxy.cli.credentials import keygen
 
@@ -178,23 +184,34 @@ def _with_flags(config: Config, args: argparse.Namespace) -> Config:
     return config.model_copy(update={"listen": listen})
 
 
-def _reloads(config: Config, args: argparse.Namespace) -> Callable[[], Config]:
-    """What a config reload reads: the file again (bounded), with the command line's overrides;
-    the secrets of every config read stay redacted (a removed server's may still be in a log)."""
+def _reloads(
+    config: Config, args: argparse.Namespace
+) -> tuple[Callable[[], Config], Callable[[str], Config]]:
+    """What a config reload reads: the file again (bounded), or a config given as text (the admin
+    API), with the command line's overrides; the secrets of every config read stay redacted (a
+    removed server's may still be in a log)."""
     secrets = set(_configured_secrets(config))
     digests = set(_key_digests(config))
 
-    def load() -> Config:
-        from proxy.app.reloader import MAX_CONFIG_BYTES
-
-        fresh = _with_flags(load_config(args.config, max_bytes=MAX_CONFIG_BYTES), args)
+    def taken(fresh: Config) -> Config:
+        fresh = _with_flags(fresh, args)
         secrets.update(_configured_secrets(fresh))
         remember_secrets(secrets)
         digests.update(_key_digests(fresh))
         remember_key_digests(digests)
         return fresh
 
-    return load
+    def load() -> Config:
+        from proxy.app.reloader import MAX_CONFIG_BYTES
+
+        return taken(load_config(args.config, max_bytes=MAX_CONFIG_BYTES))
+
+    def parse(text: str) -> Config:
+        from proxy.config.loading import config_from_text
+
+        return taken(config_from_text(text, "<admin reload>", beside=args.config))
+
+    return load, parse
 
 
 def _configured_secrets(config: Config) -> list[str]:
@@ -341,7 +358,8 @@ def _reloader(
     """The config's reloader (SIGHUP), and its watcher of the file started in ``tg``."""
     from proxy.observe.boundary import supervised
 
-    reloader = Reloader(gateway, _reloads(config, args), args.config)
+    load, parse = _reloads(config, args)
+    reloader = Reloader(gateway, load, args.config, parse=parse)
     tg.start_soon(supervised, gateway.boundary, "config watcher", reloader.watch)
     return reloader
 

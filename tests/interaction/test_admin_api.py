@@ -1,0 +1,266 @@
+"""The admin API end to end: two ``manifold serve`` processes sharing a real Redis, fronting a
+real fixture server (and one that fails at start), driven by the official SDK client and raw
+HTTP. Switch a tool off on one replica: a client's call is refused on both within a second;
+see a failing server's reason with its stderr redacted; restart and drain on every replica;
+end a session another replica holds; plan and apply a reload; every answer checked against the
+OpenAPI document."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import httpx2
+import orjson
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.interaction.harness import RunningManifold, fixture_server, post, raw_session, running_manifold
+from tests.ratelimit.redis_server import REDIS_SERVER, RedisServer, running_redis
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+ADMIN_KEY = "admin-key-for-the-admin-api-tests"
+USER_KEY = "user-key-for-the-admin-api-tests"
+SECRET = "replicas-share-this-secret-of-32+chars"
+LEAKED = "stderr-leaks-this-configured-secret-4242"
+
+
+def stored(key: str) -> str:
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def broken_server() -> dict[str, Any]:
+    """A stdio server that prints its own secret to stderr and exits at start."""
+    code = (
+        "import os, sys; sys.stderr.write('cannot start: token=' + os.environ['TOKEN'] + '\\n'); sys.exit(3)"
+    )
+    return {"command": sys.executable, "args": ["-c", code], "env": {"TOKEN": LEAKED}, "connect_timeout": 5}
+
+
+def config(redis: RedisServer, name: str) -> dict[str, Any]:
+    return {
+        "sessions": {"secret": SECRET},
+        "auth": {
+            "api_keys": [
+                {"name": "root", "key": stored(ADMIN_KEY), "roles": ["admin"]},
+                {"name": "ann", "key": stored(USER_KEY), "roles": ["dev"]},
+            ]
+        },
+        "admin": {"roles": ["admin"], "redis_url": redis.url, "replica": name, "reply_wait": 2},
+        "servers": {"alpha": fixture_server("alpha", tools=2), "broken": broken_server()},
+    }
+
+
+@pytest.fixture
+async def redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (needed to share admin actions between replicas)")
+    (tmp_path / "redis").mkdir()
+    async with running_redis(tmp_path / "redis") as server:
+        yield server
+
+
+@asynccontextmanager
+async def two_replicas(tmp_path: Path, redis: RedisServer) -> AsyncIterator[list[RunningManifold]]:
+    async with AsyncExitStack() as stack:
+        running = []
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            running.append(
+                await stack.enter_async_context(running_manifold(tmp_path / name, config(redis, name)))
+            )
+        yield running
+
+
+@asynccontextmanager
+async def sdk_client(manifold: RunningManifold, key: str = USER_KEY) -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(30)) as http,
+        Client(streamable_http_client(manifold.url, http_client=http)) as client,
+    ):
+        yield client
+
+
+class AdminClient:
+    """Raw HTTP to one replica's /admin/api, every answer checked against its OpenAPI document."""
+
+    def __init__(
+        self, http: aiohttp.ClientSession, manifold: RunningManifold, document: dict[str, Any]
+    ) -> None:
+        self.base = manifold.url.replace("/mcp", "/admin/api")
+        self._http = http
+        self._document = document
+
+    async def call(
+        self, method: str, path: str, schema: str, body: dict[str, Any] | None = None, key: str = ADMIN_KEY
+    ) -> tuple[int, Any]:
+        async with self._http.request(
+            method, self.base + path, json=body, headers={"Authorization": f"Bearer {key}"}
+        ) as response:
+            answer = orjson.loads(await response.read())
+        check = schema if response.status == 200 else "Error"
+        ref = {"$ref": f"#/components/schemas/{check}", "components": self._document["components"]}
+        assert [e.message for e in Draft202012Validator(ref).iter_errors(answer)] == [], (path, answer)
+        return response.status, answer
+
+
+@asynccontextmanager
+async def admins(replicas: list[RunningManifold]) -> AsyncIterator[list[AdminClient]]:
+    async with aiohttp.ClientSession() as http:
+        base = replicas[0].url.replace("/mcp", "/admin/api")
+        async with http.get(
+            f"{base}/openapi.json", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        ) as response:
+            assert response.status == 200
+            document = orjson.loads(await response.read())
+        yield [AdminClient(http, replica, document) for replica in replicas]
+
+
+def refused(result: Any) -> bool:
+    return bool(result.is_error) and "switched off" in str(result.content)
+
+
+async def test_a_tool_switched_off_on_one_replica_is_refused_on_both_within_a_second(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    async with (
+        two_replicas(tmp_path, redis) as (a, b),
+        admins([a, b]) as (admin_a, admin_b),
+        sdk_client(a) as on_a,
+        sdk_client(b) as on_b,
+    ):
+        for client in (on_a, on_b):
+            assert not (await client.call_tool("alpha.echo", {"n": 0})).is_error
+        body = {"tool": "alpha.echo", "minutes": 5, "reason": "misbehaves"}
+        started = time.monotonic()
+        status, overlay = await admin_a.call("POST", "/tools/off", "Overlay", body)
+        assert status == 200
+        assert overlay["by"] == "root"
+        waits = {}
+        for name, client in (("a", on_a), ("b", on_b)):
+            with anyio.fail_after(1.0):
+                while not refused(await client.call_tool("alpha.echo", {"n": 1})):  # noqa: ASYNC110 - another process
+                    await anyio.sleep(0.02)
+            waits[name] = time.monotonic() - started
+        assert max(waits.values()) < 1.0, waits
+        # Another tool still works; explain on the other replica shows the overlay as such.
+        assert not (await on_b.call_tool("alpha.tool_000", {})).is_error
+        status, explained = await admin_b.call(
+            "GET", "/explain?tool=alpha.echo&identity=ann&role=dev", "Explain"
+        )
+        assert (explained["effect"], explained["policy_effect"]) == ("deny", "allow")
+        assert explained["overlay"]["reason"] == "misbehaves"
+        # Switched on again from the other replica: both serve the tool again.
+        status, removed = await admin_b.call("POST", "/tools/on", "Removed", {"tool": "alpha.echo"})
+        assert len(removed["removed"]) == 1
+        for client in (on_a, on_b):
+            with anyio.fail_after(1.0):
+                while (await client.call_tool("alpha.echo", {"n": 2})).is_error:  # noqa: ASYNC110 - likewise
+                    await anyio.sleep(0.02)
+        status, audit = await admin_b.call("GET", "/audit?identity=root", "Audit")
+        assert [e["action"] for e in audit] == ["tool_on"]  # each replica's own actions
+        status, audit = await admin_a.call("GET", "/audit?identity=root", "Audit")
+        assert [(e["action"], e["from"]) for e in audit] == [("tool_off", "127.0.0.1")]
+
+
+async def test_a_failing_server_shows_why_with_its_stderr_redacted_and_acts_reach_both(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    async with two_replicas(tmp_path, redis) as (a, b), admins([a, b]) as (admin_a, admin_b):
+        with anyio.fail_after(10):
+            while True:
+                _, broken = await admin_a.call("GET", "/servers/broken", "Server")
+                if broken["stderr_tail"]:
+                    break
+                await anyio.sleep(0.1)
+        assert broken["state"] != "ready"
+        assert broken["last_error"]
+        assert any("cannot start: token=[REDACTED]" in line for line in broken["stderr_tail"])
+        _, everything = await admin_a.call("GET", "/servers", "Servers")
+        assert LEAKED not in orjson.dumps(everything).decode()
+        # A non-admin identity: 403, the same body as for a path that does not exist.
+        forbidden = [
+            await admin_a.call("GET", "/servers", "Error", key=USER_KEY),
+            await admin_a.call("GET", "/no/such/path", "Error", key=USER_KEY),
+        ]
+        assert forbidden[0] == forbidden[1]
+        assert forbidden[0][0] == 403
+        # Drain on one replica: no new calls on either; undrain: calls again.
+        _, acted = await admin_b.call("POST", "/servers/alpha/drain", "Acted", {})
+        assert sorted((r["replica"], r["acted"]) for r in acted["replicas"]) == [("a", True), ("b", True)]
+        for replica in (a, b):
+            async with sdk_client(replica) as client:
+                with pytest.raises(Exception, match="drained by an operator"):
+                    await client.call_tool("alpha.echo", {})
+        await admin_b.call("POST", "/servers/alpha/undrain", "Acted", {})
+        async with sdk_client(a) as client:
+            assert not (await client.call_tool("alpha.echo", {})).is_error
+        # Restart on every replica: each answers, and alpha serves again on both.
+        _, acted = await admin_a.call("POST", "/servers/alpha/restart", "Acted", {})
+        assert sorted((r["replica"], r["acted"]) for r in acted["replicas"]) == [("a", True), ("b", True)]
+        for replica in (a, b):
+            async with sdk_client(replica) as client:
+                with anyio.fail_after(10):
+                    while True:
+                        try:
+                            if not (await client.call_tool("alpha.echo", {})).is_error:
+                                break
+                        except Exception:  # while it reconnects
+                            pass
+                        await anyio.sleep(0.1)
+
+
+async def test_a_session_held_by_one_replica_is_ended_from_the_other(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    async with (
+        two_replicas(tmp_path, redis) as (a, b),
+        admins([a, b]) as (admin_a, admin_b),
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {USER_KEY}"}) as http,
+    ):
+        session = await raw_session(http, b.url)
+        _, held = await admin_b.call("GET", "/sessions", "Sessions")
+        (shown,) = [s for s in held if session.startswith(s["id"])]
+        assert len(shown["id"]) == 12
+        assert shown["identity"]["name"] == "ann"
+        status, acted = await admin_a.call("POST", f"/sessions/{shown['id']}/end", "Acted", {})
+        assert {r["replica"]: r["acted"] for r in acted["replicas"]} == {"a": False, "b": True}
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        status, _, _ = await post(http, b.url, ping, {"Mcp-Session-Id": session})
+        assert status == 404
+        _, held = await admin_b.call("GET", "/sessions", "Sessions")
+        assert not [s for s in held if session.startswith(s["id"])]
+
+
+async def test_a_reload_is_planned_then_applied(tmp_path: Path, redis: RedisServer) -> None:
+    async with two_replicas(tmp_path, redis) as (a, _), admins([a]) as (admin_a,):
+        new = config(redis, "a")
+        new["servers"] = {"alpha": new["servers"]["alpha"], "beta": fixture_server("beta", tools=1)}
+        new["log_level"] = "debug"
+        text = yaml.safe_dump(new)
+        status, plan = await admin_a.call("POST", "/reload/plan", "Plan", {"config": text})
+        assert (plan["add"], plan["remove"], plan["needs_restart"]) == (["beta"], ["broken"], ["log_level"])
+        _, servers = await admin_a.call("GET", "/servers", "Servers")
+        assert sorted(s["id"] for s in servers) == ["alpha", "broken"]  # a plan changes nothing
+        status, bad = await admin_a.call("POST", "/reload/plan", "Error", {"config": "servers: [1"})
+        assert status == 400
+        assert "invalid config" in bad["message"]
+        status, applied = await admin_a.call("POST", "/reload/apply", "Applied", {"config": text})
+        assert applied["outcome"] == "applied"
+        _, servers = await admin_a.call("GET", "/servers", "Servers")
+        assert sorted(s["id"] for s in servers) == ["alpha", "beta"]
+        async with sdk_client(a) as client:
+            with anyio.fail_after(10):
+                while "beta.echo" not in [t.name for t in (await client.list_tools()).tools]:  # noqa: ASYNC110
+                    await anyio.sleep(0.1)
