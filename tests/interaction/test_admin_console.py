@@ -33,14 +33,17 @@ from proxy.credentials.sealing import new_key
 from tests.fixtures.xss_server import JS_URL, SCRIPT
 from tests.interaction.browser import Browser, chromium, headless
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold, write_config
+from tests.interaction.test_admin_api import ADMIN_KEY, redis, sdk_client, two_replicas
 from tests.interaction.test_approvals import ATTACK, attacker_page
 from tests.interaction.test_credentials import keep
+from tests.ratelimit.redis_server import RedisServer
 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.slow,
     pytest.mark.skipif(chromium() is None, reason="chromium is not installed (make system-deps)"),
 ]
+__all__ = ["redis"]  # a fixture of the admin API's tests, used here too
 
 KEYS = {
     "ann": ("mfd_ann-console-admin-key-0123456789abcdefghij", ["admin"]),
@@ -384,3 +387,31 @@ async def test_a_cookie_planted_before_sign_in_is_replaced(console: Console, tmp
     fixed = aiohttp.ClientSession(cookies={"manifold_console": "planted-by-someone-else"})
     async with fixed as http, http.get(f"{console.base}/admin/", allow_redirects=False) as response:
         assert response.status == 303
+
+
+async def test_a_tool_switched_off_in_the_console_is_refused_on_both_replicas_within_a_second(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    """Two replicas sharing Redis (the admin API's own fixtures): the console of one switches
+    ``alpha.echo`` off; a client of each is refused within a second."""
+    async with (
+        two_replicas(tmp_path, redis) as (a, b),
+        sdk_client(a) as on_a,
+        sdk_client(b) as on_b,
+        headless(tmp_path / "profile") as browser,
+    ):
+        for client in (on_a, on_b):
+            assert not (await client.call_tool("alpha.echo", {})).is_error
+        base = a.url.removesuffix("/mcp")
+        await browser.open(f"{base}/admin/signin")
+        await browser.type_into("#credential", ADMIN_KEY)
+        await browser.click_and_wait("#signin")
+        await browser.open(f"{base}/admin/policy")
+        await browser.type_into("#off-tool", "alpha.echo")
+        await browser.click_and_wait("#switch-off")
+        assert "switched off" in await browser.evaluate("document.getElementById('notice').textContent")
+        with anyio.fail_after(1):
+            for client in (on_a, on_b):
+                while not (result := await client.call_tool("alpha.echo", {})).is_error:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)  # the other replica hears of it over Redis pub/sub
+                assert "switched off" in _said(result)
