@@ -65,6 +65,10 @@ class Backend(Protocol):
 
     async def restart(self, server_id: str, by: Identity, address: str) -> Answer: ...
 
+    async def drain(self, server_id: str, on: bool, by: Identity, address: str) -> Answer:
+        """Drain ``server_id`` (``on``: no new calls, in-flight ones finish) or undrain it."""
+        ...
+
     async def end_session(self, session_id: str, by: Identity, address: str) -> Answer: ...
 
     async def revoke(

@@ -107,6 +107,10 @@ class LiveBackend:
     async def restart(self, server_id: str, by: Identity, address: str) -> Answer:
         return await _everywhere(self._admin.restart(Actor(by, address), server_id), f"Restarted {server_id}")
 
+    async def drain(self, server_id: str, on: bool, by: Identity, address: str) -> Answer:
+        draining = self._admin.drain(Actor(by, address), server_id, on=on)
+        return await _everywhere(draining, f"{'Drained' if on else 'Undrained'} {server_id}")
+
     async def end_session(self, session_id: str, by: Identity, address: str) -> Answer:
         ending = self._admin.end_session(Actor(by, address), session_id)
         return await _everywhere(ending, f"Ended session {session_id}")

@@ -20,7 +20,7 @@ from proxy.core.identity import Identity
 _UP: Final = frozenset({"ready"})
 _DOWN: Final = frozenset({"failing", "backoff"})
 
-__all__ = ["overview_page", "reload_act", "reload_page", "restart", "server_page"]
+__all__ = ["drain", "overview_page", "reload_act", "reload_page", "restart", "server_page"]
 
 
 def _state(value: object, *, drained: bool = False) -> Html:
@@ -144,13 +144,21 @@ async def server_page(backend: Backend, csrf: str, query: Mapping[str, str]) -> 
             Html(f'<h2>Why it fails</h2><p class="status bad" id="reason">{text(server["last_error"])}</p>')
         )
     body.append(_stderr(server.get("stderr_tail")))
+    here = f"/admin/servers/{quote(server_id, safe='')}"
+    drained = bool(server.get("drained"))
     body.append(
-        form(
-            f"/admin/servers/{quote(server_id, safe='')}/restart",
-            csrf,
-            "Restart this server",
-            danger=True,
-            inline=False,
+        Html(
+            '<h2>Act on every replica</h2><div class="actions">'
+            + form(f"{here}/restart", csrf, "Restart this server", danger=True)
+            + " "
+            + form(
+                f"{here}/drain",
+                csrf,
+                "Undrain: take new calls again" if drained else "Drain: no new calls, in-flight ones finish",
+                [("on", "0" if drained else "1")],
+                danger=not drained,
+            )
+            + "</div>"
         )
     )
     return Shown(f"Server {server_id}", body, current="overview")
@@ -160,8 +168,12 @@ async def restart(
     backend: Backend, csrf: str, fields: Mapping[str, str], by: Identity, address: str
 ) -> Shown:
     answer = await backend.restart(fields.get("server_id", ""), by, address)
-    shown = await server_page(backend, csrf, fields)
-    return after(shown, answer)
+    return after(await server_page(backend, csrf, fields), answer)
+
+
+async def drain(backend: Backend, csrf: str, fields: Mapping[str, str], by: Identity, address: str) -> Shown:
+    answer = await backend.drain(fields.get("server_id", ""), fields.get("on") != "0", by, address)
+    return after(await server_page(backend, csrf, fields), answer)
 
 
 _PLAN: Final = {

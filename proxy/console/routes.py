@@ -272,6 +272,7 @@ def console_routes(
     }
     acts: dict[str, Act] = {
         "/servers/{server_id:path}/restart": pages_servers.restart,
+        "/servers/{server_id:path}/drain": pages_servers.drain,
         "/tools/off": pages_access.tool_off,
         "/tools/on": pages_access.tool_on,
         "/sessions/end": pages_people.end_session,

@@ -147,6 +147,9 @@ class FakeBackend:
     async def restart(self, server_id: str, by: Identity, address: str) -> Answer:
         return self._did("restart", server_id, by.name, address)
 
+    async def drain(self, server_id: str, on: bool, by: Identity, address: str) -> Answer:
+        return self._did("drain", server_id, on, by.name)
+
     async def end_session(self, session_id: str, by: Identity, address: str) -> Answer:
         return self._did("end", session_id, by.name, address)
 

@@ -38,6 +38,7 @@ READS = [
 ]
 ACTS = [
     "/admin/servers/fx/restart",
+    "/admin/servers/fx/drain",
     "/admin/tools/off",
     "/admin/tools/on",
     "/admin/sessions/end",
@@ -55,7 +56,7 @@ def _app(
     backend: FakeBackend,
     *,
     hosts: tuple[str, ...] = (),
-    writes: tuple[float, int] = (2.0, 10),
+    writes: tuple[float, int] = (1.0, 100),
     requests: tuple[float, int] = (0.05, 40),
 ) -> Starlette:
     settings = AuthSettings.model_validate(
@@ -241,6 +242,10 @@ async def test_actions_reach_the_backend_as_the_signed_in_admin(
     assert revoked.status_code == 200
     restarted = await _post(http, "/admin/servers/fx/restart", {"csrf": token})
     assert restarted.status_code == 200
+    drained = await _post(http, "/admin/servers/fx/drain", {"csrf": token, "on": "1"})
+    assert drained.status_code == 200
+    undrained = await _post(http, "/admin/servers/fx/drain", {"csrf": token, "on": "0"})
+    assert undrained.status_code == 200
     plan = await _post(http, "/admin/reload", {"csrf": token, "step": "plan", "config": "servers: {}"})
     assert plan.status_code == 200
     assert "The config is valid" in plan.text
@@ -255,6 +260,8 @@ async def test_actions_reach_the_backend_as_the_signed_in_admin(
         ("on", "fx.add", None, "ann"),
         ("revoke", "fx", "oauth", holder, "ann", "127.0.0.1"),
         ("restart", "fx", "ann", "127.0.0.1"),
+        ("drain", "fx", True, "ann"),
+        ("drain", "fx", False, "ann"),
         ("plan", "servers: {}"),
         ("plan", "bad"),
         ("apply", None, "ann"),

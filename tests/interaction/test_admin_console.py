@@ -248,6 +248,17 @@ async def test_a_tool_switched_off_in_the_console_is_refused_to_a_client_at_once
         assert not again.is_error
 
 
+async def test_an_admin_drains_and_undrains_a_server(console: Console, tmp_path: Path) -> None:
+    async with signed_in(console, tmp_path) as browser:
+        await browser.open(f"{console.base}/admin/servers/fx")
+        await browser.click_and_wait("form[action$='/drain'] button")
+        assert "Drained fx" in await browser.evaluate("document.getElementById('notice').textContent")
+        assert "drained: no new calls" in await _text(browser)
+        await browser.click_and_wait("form[action$='/drain'] button")
+        assert "Undrained fx" in await browser.evaluate("document.getElementById('notice').textContent")
+        assert "drained: no new calls" not in await _text(browser)
+
+
 async def test_an_admin_ends_a_clients_session(console: Console, tmp_path: Path) -> None:
     async with client_as(console, "bob") as client, signed_in(console, tmp_path) as browser:
         await client.call_tool("fx.echo", {})
