@@ -34,7 +34,8 @@ from tests.fixtures.xss_server import JS_URL, SCRIPT
 from tests.interaction.browser import Browser, chromium, headless
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold, write_config
 from tests.interaction.test_admin_api import ADMIN_KEY, redis, sdk_client, two_replicas
-from tests.interaction.test_approvals import ATTACK, attacker_page
+from tests.interaction.test_approvals import ATTACK, attacker_page, waiting_call
+from tests.interaction.test_approvals import KEYS as APPROVAL_KEYS
 from tests.interaction.test_credentials import keep
 from tests.ratelimit.redis_server import RedisServer
 
@@ -58,7 +59,12 @@ rules:
     effect: deny
     description: guests do not get the fixture tools
     match: {roles: [guest], tools: ["fx.*"]}
+  - id: adds-need-a-manager
+    effect: confirm
+    match: {tools: ["fx.add"]}
+    confirm: {approver: {role: finance-managers}, timeout: 60}
 """
+HELD_SECRET = "carol-own-secret-0123456789"
 XSS_SERVER = str(REPO / "tests" / "fixtures" / "xss_server.py")
 ALERT_HOOK = """
 window.__alerts = [];
@@ -74,7 +80,12 @@ def _stored(key: str) -> str:
 
 def _config(tmp: Path) -> dict[str, Any]:
     return {
-        "auth": {"api_keys": [{"name": n, "key": _stored(k), "roles": r} for n, (k, r) in KEYS.items()]},
+        "auth": {
+            "api_keys": [
+                {"name": n, "key": _stored(k), "roles": r}
+                for n, (k, r) in {**KEYS, **{n: APPROVAL_KEYS[n] for n in ("alice", "mona")}}.items()
+            ]
+        },
         "admin": {"roles": ["admin"], "grafana_url": "https://grafana.example/d/manifold"},
         "credentials": {"store": "file", "path": str(tmp / "credentials.json"), "key": new_key()},
         "policy": {
@@ -108,7 +119,7 @@ async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Con
     (tmp / "policy.yaml").write_text(POLICY)
     config = _config(tmp)
     config_path = write_config(tmp / "for-cli.yaml", config)
-    await keep(config_path, "own", "carol", "carol-own-secret-0123456789")
+    await keep(config_path, "own", "carol", HELD_SECRET)
     async with running_manifold(tmp, config) as running:
         yield Console(running, tmp, config)
 
@@ -202,9 +213,12 @@ async def test_every_page_shows_what_a_hostile_server_sent_as_text_and_runs_none
         catalog = await _text(browser)
         assert f"xss.t{SCRIPT}" in catalog  # the tool's name, as text
         assert f"{SCRIPT} {JS_URL}" in catalog  # its description
+        secrets = [HELD_SECRET, *(key for key, _ in KEYS.values()), console.config["credentials"]["key"]]
         for path in pages:
             await browser.open(console.base + path.replace(" ", "%20").replace("#", "%23"))
             await _no_script_ran(browser)
+            shown = await browser.evaluate("document.documentElement.outerHTML")
+            assert [s for s in secrets if s in shown] == [], path
         # The hook is live: a page that does run a script is seen.
         await browser.evaluate("alert('the hook works')")
         assert await browser.evaluate("window.__alerts") == ["alert:the hook works"]
@@ -257,6 +271,28 @@ async def test_an_admin_drains_and_undrains_a_server(console: Console, tmp_path:
         await browser.click_and_wait("form[action$='/drain'] button")
         assert "Undrained fx" in await browser.evaluate("document.getElementById('notice').textContent")
         assert "drained: no new calls" not in await _text(browser)
+
+
+async def test_the_approvals_page_links_each_waiting_call_to_its_approval_page(
+    console: Console, tmp_path: Path
+) -> None:
+    async with (
+        waiting_call(console.manifold, "alice", "legacy") as (caller, outcome),
+        signed_in(console, tmp_path) as browser,
+    ):
+        await browser.open(f"{console.base}/admin/approvals")
+        listed = await _text(browser)
+        assert "fx.add" in listed
+        assert "pending" in listed
+        link = await browser.evaluate("document.querySelector('main table a').href")
+        assert link == caller.url
+        await browser.click_and_wait("main table a")  # the existing approval page, as it is
+        await browser.type_into("#credential", APPROVAL_KEYS["mona"][0])
+        await browser.click_and_wait("button.identify")
+        await browser.click_and_wait("button.approve")
+        await browser.open(f"{console.base}/admin/approvals")
+        assert "approved" in await _text(browser)
+    assert not outcome["result"].is_error
 
 
 async def test_an_admin_ends_a_clients_session(console: Console, tmp_path: Path) -> None:
