@@ -264,3 +264,104 @@ async def test_a_reload_is_planned_then_applied(tmp_path: Path, redis: RedisServ
             with anyio.fail_after(10):
                 while "beta.echo" not in [t.name for t in (await client.list_tools()).tools]:  # noqa: ASYNC110
                     await anyio.sleep(0.1)
+
+
+async def test_a_held_credential_is_listed_without_its_value_and_revoked(tmp_path: Path) -> None:
+    from proxy.credentials.sealing import new_key
+    from tests.fixtures.spawn import fixture_command
+    from tests.interaction.harness import MANIFOLD, REPO, write_config
+
+    held = "ghp_ann-personal-token-never-shown-5555"
+    command = [*fixture_command("st", tools=1), "--report-env", "TOKEN"]
+    setup = {
+        **config_without_redis(),
+        "credentials": {"store": "file", "path": str(tmp_path / "credentials.json"), "key": new_key()},
+        "servers": {
+            "st": {
+                "command": command[0],
+                "args": command[1:],
+                "env": {"TOKEN": LEAKED},
+                "credentials": {"mode": "secret", "env": "TOKEN"},
+            }
+        },
+    }
+    path = write_config(tmp_path / "for-cli.yaml", setup)
+    kept = await anyio.run_process(
+        [
+            *MANIFOLD,
+            "credentials",
+            "set",
+            "--config",
+            str(path),
+            "--server",
+            "st",
+            "--identity",
+            "ann",
+            "--secret-stdin",
+        ],
+        input=f"{held}\n".encode(),
+        cwd=REPO,
+        check=False,
+    )
+    assert kept.returncode == 0, kept.stderr
+    async with running_manifold(tmp_path, setup) as manifold, admins([manifold]) as (api,):
+        async with sdk_client(manifold) as client:
+            assert held in str((await client.call_tool("st.report", {})).content)
+        _, listed = await api.call("GET", "/credentials", "Credentials")
+        assert listed == [
+            {
+                "server": "st",
+                "kind": "secret",
+                "holder": {"source": "api_key", "issuer": "", "subject": "ann"},
+            }
+        ]
+        # No answer of the API carries the held credential, a configured secret or a key.
+        for path_and_query, schema in ROUTES_TO_READ:
+            status, answer = await api.call("GET", path_and_query, schema)
+            assert status == 200, (path_and_query, answer)
+            shown = orjson.dumps(answer).decode()
+            for secret in (held, LEAKED, ADMIN_KEY, USER_KEY, SECRET):
+                assert secret not in shown, path_and_query
+        holder = {"source": "api_key", "issuer": "", "subject": "ann"}
+        status, revoked = await api.call(
+            "POST", "/credentials/revoke", "Revoked", {"server": "st", "kind": "secret", "holder": holder}
+        )
+        assert revoked == {"revoked": True}
+        _, listed = await api.call("GET", "/credentials", "Credentials")
+        assert listed == []
+        async with sdk_client(manifold) as client:
+            with pytest.raises(Exception, match="credentials set --server st --identity ann"):
+                await client.call_tool("st.report", {})
+        _, audit = await api.call("GET", "/audit?identity=root", "Audit")
+        assert [(e["action"], e["target"]) for e in audit] == [
+            ("revoke_credential", "st/secret/api_key//ann")
+        ]
+
+
+def config_without_redis() -> dict[str, Any]:
+    return {
+        "auth": {
+            "api_keys": [
+                {"name": "root", "key": stored(ADMIN_KEY), "roles": ["admin"]},
+                {"name": "ann", "key": stored(USER_KEY), "roles": ["dev"]},
+            ]
+        },
+        "admin": {},
+    }
+
+
+ROUTES_TO_READ = [
+    ("/servers", "Servers"),
+    ("/servers/st", "Server"),
+    ("/endpoints", "Endpoints"),
+    ("/catalog?identity=ann&role=dev", "Catalog"),
+    ("/policy", "Policy"),
+    ("/explain?identity=ann&tool=st.report", "Explain"),
+    ("/sessions", "Sessions"),
+    ("/approvals", "Approvals"),
+    ("/credentials", "Credentials"),
+    ("/overlays", "Overlays"),
+    ("/ratelimits", "Buckets"),
+    ("/refusals", "Refusals"),
+    ("/audit", "Audit"),
+]
