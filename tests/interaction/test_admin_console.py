@@ -271,6 +271,15 @@ async def test_an_admin_drains_and_undrains_a_server(console: Console, tmp_path:
         await browser.click_and_wait("form[action$='/drain'] button")
         assert "Undrained fx" in await browser.evaluate("document.getElementById('notice').textContent")
         assert "drained: no new calls" not in await _text(browser)
+        await browser.open(f"{console.base}/admin/audit")
+        await browser.type_into("#audit-identity", "ann")
+        await browser.type_into("#audit-tool", "fx")
+        await browser.type_into("#audit-since", "10m")
+        await browser.click_and_wait("#filter")
+        audited = await _text(browser)
+        assert "undrain fx" in audited  # newest first, from this browser's address
+        assert "drain fx" in audited.split("undrain fx", 1)[1]
+        assert "127.0.0.1" in audited
 
 
 async def test_the_approvals_page_links_each_waiting_call_to_its_approval_page(
