@@ -65,9 +65,10 @@ async def end_session(
 
 
 def _approval_link(approval: Mapping[str, Any]) -> Html:
-    url = approval.get("link")
-    if isinstance(url, str) and url:
-        return link(url, "open the approval page")
+    """The approval's own link when it is http(s) (``policy.approvals_url``), else its page here."""
+    linked = link(approval.get("link"), "open the approval page")
+    if linked.startswith("<a "):
+        return linked
     approval_id = str(approval.get("id", ""))
     return Html(f'<a href="/approvals/{quote(approval_id, safe="")}">open the approval page</a>')
 

@@ -390,3 +390,11 @@ async def test_every_page_is_navigable_and_labelled(http: httpx2.AsyncClient) ->
             assert button.strip(), path
         assert page.count("<table>") == page.count("<caption>"), path
         assert page.count("<table>") <= page.count('<th scope="col">'), path
+
+
+async def test_an_approval_whose_link_is_not_http_links_to_its_page_here(http: httpx2.AsyncClient) -> None:
+    await _sign_in(http)
+    page = (await http.get("/admin/approvals")).text
+    assert 'href="/approvals/ap1"' in page  # its link was javascript:
+    assert 'href="/approvals/ap2%3Cscript%3E' in page  # no link given: the id, quoted
+    assert 'href="javascript:' not in page
