@@ -28,6 +28,11 @@ class Backend(Protocol):
         prompts, resources), calls (per_second, error_rate, p50_ms, p99_ms, series)."""
         ...
 
+    async def limits(self) -> Answer:
+        """``buckets`` near their limit (rule, bucket, spent, burst, rate) and the last
+        ``refusals`` by a limit (at, limit), newest first."""
+        ...
+
     async def server(self, server_id: str) -> Answer | None:
         """One server as in :meth:`servers`, with its redacted ``stderr_tail`` (lines)."""
         ...

@@ -67,6 +67,9 @@ class LiveBackend:
     async def servers(self) -> Rows:
         return self._admin.servers()
 
+    async def limits(self) -> Answer:
+        return {"buckets": self._admin.near_limit().get("buckets", []), "refusals": self._admin.refusals()}
+
     async def server(self, server_id: str) -> Answer | None:
         try:
             return self._admin.server(server_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -30,6 +31,7 @@ __all__ = [
     "sparkline",
     "table",
     "text",
+    "when",
     "who",
 ]
 
@@ -99,6 +101,13 @@ def text(value: object) -> Html:
     if isinstance(value, Html):
         return value
     return Html(html.escape("" if value is None else str(value), quote=True))
+
+
+def when(value: object) -> str:
+    """Seconds since the epoch as a UTC time; any other value (an ISO time already) as it is."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e11:
+        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "" if value is None else str(value)
 
 
 def who(value: object) -> str:

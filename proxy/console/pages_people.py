@@ -10,24 +10,17 @@ shown through :func:`~proxy.console.markup.text`, and a URL is a link only when 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import quote
 
 from proxy.console.backend import Backend
-from proxy.console.markup import Html, form, link, table, text, who
+from proxy.console.markup import Html, form, link, table, text, when, who
 from proxy.console.shown import Shown, after
 from proxy.core.identity import Identity
 
 __all__ = ["approvals_page", "audit_page", "credentials_page", "end_session", "revoke", "sessions_page"]
 
 AUDIT_FILTERS: Final = ("identity", "tool", "outcome", "since")
-
-
-def _when(value: object) -> str:
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e11:
-        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return "" if value is None else str(value)
 
 
 def _idle(value: object) -> str:
@@ -80,7 +73,7 @@ async def approvals_page(backend: Backend, csrf: str, query: Mapping[str, str]) 
             a.get("tool", ""),
             who(a.get("caller")),
             a.get("state", ""),
-            _when(a.get("deadline")),
+            when(a.get("deadline")),
             _approval_link(a),
         ]
         for a in await backend.approvals()
@@ -152,7 +145,7 @@ def _audit_row(entry: Mapping[str, Any]) -> list[object]:
     rules = entry.get("rules")
     shown_rules = ", ".join(str(r) for r in rules) if isinstance(rules, list) else (rules or "")
     return [
-        _when(entry.get("ts")),
+        when(entry.get("ts")),
         entry.get("identity", ""),
         what,
         entry.get("outcome", ""),

@@ -13,7 +13,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from proxy.console.backend import Answer, Backend
-from proxy.console.markup import Html, definitions, form, link, sparkline, table, text
+from proxy.console.markup import Html, definitions, form, link, sparkline, table, text, when
 from proxy.console.shown import Build, Shown, after
 from proxy.core.identity import Identity
 
@@ -78,6 +78,40 @@ def _row(server: Mapping[str, Any]) -> list[object]:
     ]
 
 
+def _limits(limits: Answer) -> list[Html]:
+    """Rate-limit buckets near their limit (this replica's memory) and the last refusals by a limit."""
+    buckets = [
+        [
+            b.get("rule", ""),
+            b.get("bucket", ""),
+            f"{b.get('spent', '?')} of {b.get('burst', '?')}",
+            b.get("rate", ""),
+        ]
+        for b in _items(limits.get("buckets"))
+        if isinstance(b, Mapping)
+    ]
+    refusals = [
+        [when(r.get("at")), r.get("limit", "")]
+        for r in _items(limits.get("refusals"))[:50]
+        if isinstance(r, Mapping)
+    ]
+    return [
+        Html('<h2 id="limits">Limits</h2>'),
+        table(
+            "Rate-limit buckets near their limit",
+            ["Rule", "Bucket", "Spent", "Rate"],
+            buckets,
+            empty="No rate-limit bucket is near its limit (on this replica).",
+        ),
+        table(
+            "Recent refusals by a limit, newest first",
+            ["When", "Limit"],
+            refusals,
+            empty="No request was refused by a limit lately.",
+        ),
+    ]
+
+
 def overview_page(grafana_url: str | None) -> Build:
     """The overview, linking to Grafana when its URL is configured."""
 
@@ -102,6 +136,7 @@ def overview_page(grafana_url: str | None) -> Build:
             ),
             table("Servers", headers, (_row(s) for s in servers), empty="No servers are configured."),
         ]
+        body += _limits(await backend.limits())
         if grafana_url:
             body.append(Html(f"<p>Long-term metrics: {link(grafana_url, 'the Grafana dashboard')}.</p>"))
         return Shown("Overview", body, current="overview")

@@ -55,6 +55,10 @@ class FakeBackend:
     async def servers(self) -> Rows:
         return [self.ok, self.failing]
 
+    async def limits(self) -> Answer:
+        bucket = {"rule": XSS, "bucket": f"per-user:{XSS}", "spent": 9.5, "burst": 10, "rate": "1/second"}
+        return {"buckets": [bucket], "refusals": [{"at": 1_700_000_000.0, "limit": XSS}]}
+
     async def server(self, server_id: str) -> Answer | None:
         return next((s for s in (self.ok, self.failing) if s["id"] == server_id), None)
 

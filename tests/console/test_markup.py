@@ -17,6 +17,7 @@ from proxy.console.markup import (
     sparkline,
     table,
     text,
+    when,
     who,
 )
 
@@ -94,6 +95,14 @@ def test_a_sparkline_is_an_svg_with_a_name_and_survives_odd_series() -> None:
         points = re.search(r'points="([^"]*)"', shown)
         assert points is not None
         assert "nan" not in points[1]
+
+
+def test_a_time_reads_in_utc_and_anything_else_as_it_is() -> None:
+    assert when(1_700_000_000.0) == "2023-11-14 22:13:20 UTC"
+    assert when("2026-11-27T15:00:00+00:00") == "2026-11-27T15:00:00+00:00"
+    assert when(None) == ""
+    assert when(float("inf")) == "inf"
+    assert when(True) == "True"
 
 
 def test_an_identity_reads_as_name_roles_and_issuer() -> None:

@@ -300,6 +300,8 @@ async def test_the_failing_servers_reason_and_stderr_are_on_its_page(http: httpx
     await _sign_in(http)
     overview = (await http.get("/admin/")).text
     assert "2 servers, 1 failing" in overview
+    assert "per-user:&lt;script&gt;" in overview  # a bucket near its limit, its key escaped
+    assert "2023-11-14 22:13:20 UTC" in overview  # the last refusal by a limit
     assert 'href="/admin/servers/bad%3Cscript%3E' in overview
     detail = await http.get(
         "/admin/servers/bad%3Cscript%3Ealert(%22x%22)%3C%2Fscript%3E%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E"
