@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from proxy.config.model import Config
 
-__all__ = ["CHANNEL", "OVERLAYS_KEY", "Handler", "Replicas", "replica_name", "replicas_for"]
+__all__ = ["CHANNEL", "OVERLAYS_KEY", "Handler", "Replicas", "Unshared", "replica_name", "replicas_for"]
 
 logger = logging.getLogger("proxy.admin.replicas")
 
@@ -47,6 +47,11 @@ _REPLY: Final = "manifold:admin:reply:"
 _TIMEOUT: Final = 2.0  # seconds one Redis call may take
 _RESYNC: Final = 5.0  # seconds between reads of the overlays hash, messages or not
 _MAX_MESSAGE: Final = 64 * 1024  # a message bigger than this on the channel is not ours: ignored
+
+
+class Unshared(Exception):
+    """Redis, where overlays are shared, could not be reached (the message names the failure)."""
+
 
 Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]  # (action, arguments) -> result
 
@@ -135,27 +140,43 @@ class Replicas:
 
         Raises:
             ValueError: too many overlays are in force already.
+            Unshared: Redis could not be reached; nothing was switched off anywhere.
         """
-        self.overlays.add(overlay)
         if self._client is None:
+            self.overlays.add(overlay)
             return
-        with anyio.fail_after(_TIMEOUT):
-            async with self._client.pipeline(transaction=False) as pipe:
-                pipe.hset(OVERLAYS_KEY, overlay.id, orjson.dumps(overlay.to_json()))
-                pipe.publish(CHANNEL, orjson.dumps({"kind": "overlays", "from": self.name}))
-                await pipe.execute()
-
-    async def switch_on(self, tool: str, role: str | None) -> list[Overlay]:
-        """Drop the overlays on ``tool`` (for ``role``; None: all of them) here and everywhere."""
-        if self._client is not None:
+        try:
             await self.resync()
-        gone = self.overlays.remove(tool, role)
-        if self._client is not None and gone:
+            self.overlays.add(overlay)
             with anyio.fail_after(_TIMEOUT):
                 async with self._client.pipeline(transaction=False) as pipe:
-                    pipe.hdel(OVERLAYS_KEY, *[o.id for o in gone])
+                    pipe.hset(OVERLAYS_KEY, overlay.id, orjson.dumps(overlay.to_json()))
                     pipe.publish(CHANNEL, orjson.dumps({"kind": "overlays", "from": self.name}))
                     await pipe.execute()
+        except _failures() as exc:
+            self.overlays.remove_id(overlay.id)
+            raise Unshared(type(exc).__name__) from None
+
+    async def switch_on(self, tool: str, role: str | None) -> list[Overlay]:
+        """Drop the overlays on ``tool`` (for ``role``; None: all of them) here and everywhere.
+
+        Raises:
+            Unshared: Redis could not be reached; nothing was switched on anywhere.
+        """
+        if self._client is None:
+            return self.overlays.remove(tool, role)
+        try:
+            await self.resync()
+            gone = [o for o in self.overlays.active() if o.tool == tool and (role is None or o.role == role)]
+            if gone:
+                with anyio.fail_after(_TIMEOUT):
+                    async with self._client.pipeline(transaction=False) as pipe:
+                        pipe.hdel(OVERLAYS_KEY, *[o.id for o in gone])
+                        pipe.publish(CHANNEL, orjson.dumps({"kind": "overlays", "from": self.name}))
+                        await pipe.execute()
+        except _failures() as exc:
+            raise Unshared(type(exc).__name__) from None
+        self.overlays.remove(tool, role)
         return gone
 
     async def resync(self) -> None:

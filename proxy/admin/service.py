@@ -19,7 +19,7 @@ import anyio.abc
 import anyio.to_thread
 
 from proxy.admin import reads
-from proxy.admin.replicas import Replicas, replicas_for
+from proxy.admin.replicas import Replicas, Unshared, replicas_for
 from proxy.config.model import Config
 from proxy.config.reload_plan import Plan, diff
 from proxy.core.errors import ConfigError
@@ -286,11 +286,17 @@ class Admin:
             await self.replicas.switch_off(overlay)
         except ValueError as exc:
             raise AdminError(409, str(exc)) from None
+        except Unshared as exc:
+            raise AdminError(503, f"Redis could not be reached ({exc}); nothing was switched off") from None
         self._audited(actor, "tool_off", tool, "done", role=role, minutes=minutes, reason=reason)
         return {**overlay.to_json(), "description": overlay.describe()}
 
     async def switch_on(self, actor: Actor, tool: str, role: str | None) -> dict[str, Any]:
-        gone = await self.replicas.switch_on(tool, role)
+        """Raises: AdminError: Redis could not be reached (503)."""
+        try:
+            gone = await self.replicas.switch_on(tool, role)
+        except Unshared as exc:
+            raise AdminError(503, f"Redis could not be reached ({exc}); nothing was switched on") from None
         self._audited(actor, "tool_on", tool, "done" if gone else "was not off", role=role)
         return {"removed": [o.to_json() for o in gone]}
 

@@ -99,6 +99,9 @@ class Overlays:
             raise ValueError(f"{MAX_OVERLAYS} overlays are in force already; switch some back on first")
         self.replace([*active, overlay])
 
+    def remove_id(self, overlay_id: str) -> None:
+        self.replace([o for o in self.active() if o.id != overlay_id])
+
     def remove(self, tool: str, role: str | None) -> list[Overlay]:
         """Drop the overlays on ``tool`` for ``role`` (None: every overlay on ``tool``); those dropped."""
         active = self.active()

@@ -123,3 +123,25 @@ async def test_without_redis_an_action_is_this_replicas_alone() -> None:
     await replica.run()  # returns at once
     answer = await replica.act("drain", {"target": "nothing-here"})
     assert answer == {"replicas": [{"replica": "solo", "acted": False}], "unanswered": 0}
+
+
+async def test_while_redis_is_down_actions_are_done_here_and_overlays_refused_whole(
+    redis: RedisServer,
+) -> None:
+    from proxy.admin.replicas import Unshared
+
+    async with replicas(redis.url, "a") as ([a], seen):
+        await redis.stop()
+        answer = await a.act("drain", {"target": "gh"})
+        assert [r["replica"] for r in answer["replicas"]] == ["a"]
+        assert "Redis could not be reached" in answer["problem"]
+        now = time.time()
+        with pytest.raises(Unshared):
+            await a.switch_off(Overlay("o1", "gh.t", None, now + 60, "ops", now))
+        assert a.overlays.active() == []  # not in force here while no other replica has it
+        with pytest.raises(Unshared):
+            await a.switch_on("gh.t", None)
+        await redis.start()
+        await a.switch_off(Overlay("o2", "gh.t", None, now + 60, "ops", now))  # back: works again
+        assert [o.id for o in a.overlays.active()] == ["o2"]
+    assert len(seen) == 1

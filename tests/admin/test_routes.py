@@ -16,7 +16,9 @@ from proxy.admin.routes import FORBIDDEN, PREFIX, AdminApi
 from proxy.admin.service import Admin
 from proxy.app.gateway import Gateway
 from proxy.config.loading import config_from_mapping
+from proxy.enforce.confirm.approvals import Approval
 from proxy.inbound.streamable_http import OriginPolicy
+from proxy.ratelimit import LimitCheck, MemoryBackend
 from tests.admin.asgi import request
 
 pytestmark = pytest.mark.anyio
@@ -27,13 +29,17 @@ SERVER_SECRET = "server-env-secret-9f8e7d6c5b4a"
 HEADER_SECRET = "header-secret-1a2b3c4d5e6f"
 
 
+LIMITS = "limits:\n  - {id: per-user, rate: 1/minute, burst: 10, per: [identity]}\n"
+
+
 def stored(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def api(tmp_path: Path, **admin: Any) -> AdminApi:
     (tmp_path / "policy.yaml").write_text(
-        "version: 1\ndefault: allow\nrules:\n  - id: no-rm\n    effect: deny\n    match: {tools: ['*.rm']}\n"
+        LIMITS
+        + "version: 1\ndefault: allow\nrules:\n  - {id: no-rm, effect: deny, match: {tools: ['*.rm']}}\n"
     )
     config = config_from_mapping(
         {
@@ -210,3 +216,54 @@ async def test_a_foreign_origin_is_refused(tmp_path: Path) -> None:
     app = api(tmp_path)
     headers = {**as_(ADMIN_KEY), "origin": "https://evil.example"}
     assert (await request(app, "GET", f"{PREFIX}/servers", headers=headers))[0] == 403
+
+
+async def test_buckets_near_their_limit_are_shown_and_others_are_not(tmp_path: Path) -> None:
+    app = api(tmp_path)
+    limiter = app._admin.gateway.limiter
+    assert isinstance(limiter, MemoryBackend)
+    for _ in range(9):
+        limiter.hit_now([LimitCheck("per-user:ann", 60.0, 10, "per-user")])
+    limiter.hit_now([LimitCheck("per-user:bob", 60.0, 10, "per-user")])
+    _, _, body = await request(app, "GET", f"{PREFIX}/ratelimits", headers=as_(ADMIN_KEY))
+    valid(app, "Buckets", body)
+    (bucket,) = orjson.loads(body)["buckets"]
+    assert (bucket["bucket"], bucket["burst"], bucket["rate"]) == ("per-user:ann", 10, "1/minute")
+    assert 8.9 < bucket["spent"] <= 9.0
+
+
+async def test_approvals_kept_are_listed_with_their_page(tmp_path: Path) -> None:
+    app = api(tmp_path)
+    approvals = app._admin.gateway.approvals
+    fields = {
+        "tool": "local.<script>alert(1)</script>",
+        "server": "local",
+        "caller": "ann",
+        "caller_key": ("api_key", "", "ann"),
+        "roles": ("lead",),
+        "reason": "javascript:alert(1)",
+        "summary": "{}",
+        "deadline": 4e9,
+    }
+    kept = await approvals.store.put(Approval.new(**fields))
+    status, headers, body = await request(app, "GET", f"{PREFIX}/approvals", headers=as_(ADMIN_KEY))
+    assert status == 200
+    valid(app, "Approvals", body)
+    (shown,) = orjson.loads(body)["approvals"]
+    assert (shown["id"], shown["state"], shown["link"]) == (kept.id, "pending", approvals.link(kept.id))
+    # Untrusted text is data, sent as JSON that no browser sniffs into markup.
+    assert shown["tool"] == fields["tool"]
+    assert (headers["content-type"], headers["x-content-type-options"]) == ("application/json", "nosniff")
+
+
+async def test_the_policy_rules_are_shown_with_their_file_and_line(tmp_path: Path) -> None:
+    app = api(tmp_path)
+    _, _, body = await request(app, "GET", f"{PREFIX}/policy", headers=as_(ADMIN_KEY))
+    valid(app, "Policy", body)
+    (rule,) = orjson.loads(body)["rules"]
+    assert (rule["id"], rule["effect"], rule["file"], rule["line"]) == (
+        "no-rm",
+        "deny",
+        str(tmp_path / "policy.yaml"),
+        6,
+    )

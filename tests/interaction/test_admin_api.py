@@ -365,3 +365,56 @@ ROUTES_TO_READ = [
     ("/refusals", "Refusals"),
     ("/audit", "Audit"),
 ]
+
+
+async def test_with_its_own_listener_the_api_is_there_and_not_beside_mcp(tmp_path: Path) -> None:
+    from tests.fixtures.spawn import free_port
+
+    port = free_port()
+    setup = {**config_without_redis(), "admin": {"listen": {"host": "127.0.0.1", "port": port}}}
+    async with running_manifold(tmp_path, setup) as manifold, aiohttp.ClientSession() as http:
+        auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        main = manifold.url.replace("/mcp", "/admin/api/servers")
+        async with http.get(main, headers=auth) as response:
+            assert response.status == 404
+        async with http.get(f"http://127.0.0.1:{port}/admin/api/servers", headers=auth) as response:
+            assert response.status == 200
+            assert response.headers["content-type"] == "application/json"
+            assert response.headers["x-content-type-options"] == "nosniff"
+        async with http.post(f"http://127.0.0.1:{port}/mcp", json={}, headers=auth) as response:
+            assert response.status == 404  # only the admin API is served there
+        # The Host check applies as on /mcp: a rebinding page's name is refused.
+        headers = {**auth, "Host": "evil.example"}
+        async with http.get(f"http://127.0.0.1:{port}/admin/api/servers", headers=headers) as response:
+            assert response.status == 403
+
+
+async def test_the_catalog_is_viewed_as_a_role_sees_it_and_explain_names_the_rule(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(
+        "version: 1\ndefault: allow\nrules:\n"
+        "  - {id: interns-read-only, effect: deny, match: {roles: [intern], tools: ['alpha.tool_*']}}\n"
+    )
+    setup = {
+        **config_without_redis(),
+        "policy": {"files": ["policy.yaml"]},
+        "servers": {"alpha": fixture_server("alpha", tools=2)},
+    }
+    async with running_manifold(tmp_path, setup) as manifold, admins([manifold]) as (api,):
+        _, as_dev = await api.call("GET", "/catalog?identity=ann&role=dev", "Catalog")
+        _, as_intern = await api.call("GET", "/catalog?identity=ivy&role=intern", "Catalog")
+        dev_tools = {t["name"]: t for t in as_dev["tools"]}
+        assert {"alpha.tool_000", "alpha.tool_001", "alpha.echo"} <= set(dev_tools)
+        assert (dev_tools["alpha.echo"]["server"], dev_tools["alpha.echo"]["original_name"]) == (
+            "alpha",
+            "echo",
+        )
+        assert dev_tools["alpha.echo"]["annotations"]["source"]
+        intern_tools = {t["name"] for t in as_intern["tools"]}
+        assert "alpha.echo" in intern_tools
+        assert not intern_tools & {"alpha.tool_000", "alpha.tool_001"}
+        _, explained = await api.call(
+            "GET", "/explain?identity=ivy&role=intern&tool=alpha.tool_000", "Explain"
+        )
+        assert (explained["effect"], explained["rules"]) == ("deny", ["interns-read-only"])
+        _, policy = await api.call("GET", "/policy", "Policy")
+        assert [(r["id"], r["line"]) for r in policy["rules"]] == [("interns-read-only", 4)]

@@ -167,6 +167,19 @@ async def test_the_same_call_asked_again_waits_on_its_pending_approval(kind: str
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_the_records_kept_are_listed_up_to_a_bound(kind: str, tmp_path: Path) -> None:
+    clock = Clock()
+    async with store_of(kind, clock, tmp_path, total=10, per_caller=10) as store:
+        kept = [await store.put(of("alice", f"c{n}", clock.now + 60)) for n in range(4)]
+        await store.decide(kept[0].id, "approved", "mona", clock.now)
+        listed = await store.listed(10)
+        assert sorted(a.id for a in listed) == sorted(a.id for a in kept)
+        assert {a.id: a.state for a in listed}[kept[0].id] == "approved"
+        assert len(await store.listed(2)) == 2
+
+
+@pytest.mark.slow
 async def test_pruning_many_expired_records_is_linear() -> None:
     clock = Clock()
     store = MemoryApprovals(clock=clock, total=20_000, per_caller=20_000)
