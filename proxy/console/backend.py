@@ -2,7 +2,9 @@
 never reach into the gateway's parts themselves.
 
 Every answer is plain JSON-like data (what ``/admin/api/`` answers for the same question), and
-every value in it is untrusted text to the pages that show it. Actions take the identity that
+every value in it is untrusted text to the pages that show it. A read the service refuses
+raises :class:`Refused`; anything else a read raises is the console's fault boundary's
+(:mod:`proxy.console.routes`: logged, and a page saying so). Actions take the identity that
 asked and the address it asked from (the audit trail's who and where) and answer a dict with at
 least ``ok`` (bool) and ``message`` (a sentence to show).
 """
@@ -14,10 +16,20 @@ from typing import Any, Protocol, TypeAlias
 
 from proxy.core.identity import Identity
 
-__all__ = ["Answer", "Backend", "Rows"]
+__all__ = ["Answer", "Backend", "Refused", "Rows"]
 
 Rows: TypeAlias = Sequence[Mapping[str, Any]]
 Answer: TypeAlias = Mapping[str, Any]
+
+
+class Refused(Exception):
+    """The service layer will not answer a read now (its store unreachable, say): ``message``
+    is safe to show, ``status`` is the page's."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class Backend(Protocol):

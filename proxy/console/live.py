@@ -10,13 +10,14 @@ next to the API.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Final
 
 from starlette.applications import Starlette
 
 from proxy.admin.service import Actor, Admin, AdminError
-from proxy.console.backend import Answer, Rows
+from proxy.console.backend import Answer, Refused, Rows
 from proxy.console.routes import PREFIX, console_routes
 from proxy.core.identity import Identity
 from proxy.inbound.streamable_http import OriginPolicy
@@ -57,6 +58,15 @@ async def _everywhere(act: Awaitable[Mapping[str, Any]], what: str) -> Answer:
     return {"ok": False, "message": f"Nothing done: {'; '.join(problems) or 'no replica acted'}."}
 
 
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """A read the service refuses, as the console's :class:`Refused`."""
+    try:
+        yield
+    except AdminError as exc:
+        raise Refused(exc.status, exc.message) from None
+
+
 class LiveBackend:
     """The console's reads and acts, answered by one :class:`Admin`."""
 
@@ -80,7 +90,8 @@ class LiveBackend:
         return self._admin.catalog_as(Identity(name or _VIEWED_AS, frozenset(roles), "api_key"))
 
     async def policy(self) -> Answer:
-        return await self._admin.policy()
+        with _refusals():
+            return await self._admin.policy()
 
     async def explain(self, name: str, roles: Sequence[str], who: str) -> Answer | None:
         try:
@@ -92,11 +103,13 @@ class LiveBackend:
         return self._admin.sessions()
 
     async def approvals(self) -> Rows:
-        listed = (await self._admin.approvals()).get("approvals", [])
+        with _refusals():
+            listed = (await self._admin.approvals()).get("approvals", [])
         return [a for a in listed if isinstance(a, Mapping)]
 
     async def credentials(self) -> Rows:
-        return await self._admin.credentials()
+        with _refusals():
+            return await self._admin.credentials()
 
     async def audit(self, filters: Mapping[str, str]) -> Rows:
         since = _since(filters["since"], self._clock()) if filters.get("since") else None
@@ -140,7 +153,10 @@ class LiveBackend:
         return {"ok": True, "message": f"{tool}: {answer.get('description', 'switched off')}."}
 
     async def tool_on(self, tool: str, role: str | None, by: Identity, address: str) -> Answer:
-        answer = await self._admin.switch_on(Actor(by, address), tool, role)
+        try:
+            answer = await self._admin.switch_on(Actor(by, address), tool, role)
+        except AdminError as exc:
+            return {"ok": False, "message": exc.message}
         if answer.get("removed"):
             return {"ok": True, "message": f"{tool} is switched on again."}
         return {"ok": False, "message": f"{tool} was not switched off."}

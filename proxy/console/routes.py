@@ -19,6 +19,7 @@ What a page shows and does is the :class:`~proxy.console.backend.Backend`'s; the
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from starlette.routing import Route
 
 from proxy.auth.authenticator import Authenticated, Authenticator
 from proxy.console import pages_access, pages_people, pages_servers
-from proxy.console.backend import Backend
+from proxy.console.backend import Backend, Refused
 from proxy.console.markup import CONSOLE_HEADERS, STYLESHEET, Html, page
 from proxy.console.shown import Act, Build, Shown
 from proxy.console.signins import COOKIE, SignIn, SignIns
@@ -40,6 +41,8 @@ from proxy.inbound.pages import refused as refused_here
 from proxy.inbound.streamable_http import OriginPolicy
 
 __all__ = ["PREFIX", "Viewer", "console_routes"]
+
+logger = logging.getLogger("proxy.console")
 
 PREFIX: Final = "/admin"
 _MAX_FORM: Final = 256 * 1024  # a pasted config for the reload plan
@@ -66,6 +69,19 @@ Handler = Callable[[Request, Viewer, dict[str, str]], Awaitable[Response]]
 
 def _html(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers=CONSOLE_HEADERS)
+
+
+async def _bounded(request: Request, made: Awaitable[Shown]) -> Shown:
+    """The console's fault boundary: a read or act the service refuses, or one that fails,
+    becomes a page saying so (the failure's details only in the log)."""
+    try:
+        return await made
+    except Refused as exc:
+        return Shown("Not now", [Html("<p>Try again in a moment.</p>")], "", ("bad", exc.message), exc.status)
+    except Exception:  # the boundary: anything else is ours, logged once with where it happened
+        logger.exception("console page %s %s failed", request.method, request.url.path)
+        notice = ("bad", "This page could not be made: the log says why.")
+        return Shown("Something went wrong", [Html("<p>Try again in a moment.</p>")], "", notice, 500)
 
 
 def _redirect(page: str) -> RedirectResponse:
@@ -248,14 +264,16 @@ def console_routes(
 
     def reading(build: Build) -> Handler:
         async def handler(request: Request, who: Viewer, query: dict[str, str]) -> Response:
-            return render(who, await build(backend, who.csrf, query | dict(request.path_params)))
+            made = build(backend, who.csrf, query | dict(request.path_params))
+            return render(who, await _bounded(request, made))
 
         return handler
 
     def acting(build: Act) -> Handler:
         async def handler(request: Request, who: Viewer, form: dict[str, str]) -> Response:
             fields = form | dict(request.path_params)
-            return render(who, await build(backend, who.csrf, fields, who.identity, who.address))
+            made = build(backend, who.csrf, fields, who.identity, who.address)
+            return render(who, await _bounded(request, made))
 
         return handler
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.console.backend import Answer, Rows
+from proxy.console.backend import Answer, Refused, Rows
 from proxy.core.identity import Identity
 
 XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -17,6 +17,7 @@ JS_URL = "javascript:alert(document.cookie)"
 class FakeBackend:
     def __init__(self) -> None:
         self.acts: list[tuple[Any, ...]] = []
+        self.broken = ""  # "credentials": that read is refused; "crash": it fails
         self.failing = {
             "id": f"bad{XSS}",
             "state": "backoff",
@@ -120,6 +121,10 @@ class FakeBackend:
         ]
 
     async def credentials(self) -> Rows:
+        if self.broken == "credentials":
+            raise Refused(503, f"the store is unreachable {XSS}")
+        if self.broken == "crash":
+            raise RuntimeError(f"a bug {XSS}")
         return [
             {"server": "fx", "kind": "oauth", "holder": {"source": "api_key", "issuer": "", "subject": XSS}}
         ]

@@ -400,3 +400,22 @@ async def test_an_approval_whose_link_is_not_http_links_to_its_page_here(http: h
     assert 'href="/approvals/ap1"' in page  # its link was javascript:
     assert 'href="/approvals/ap2%3Cscript%3E' in page  # no link given: the id, quoted
     assert 'href="javascript:' not in page
+
+
+async def test_a_read_the_service_refuses_or_that_fails_is_a_page_saying_so(
+    http: httpx2.AsyncClient, backend: FakeBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _sign_in(http)
+    backend.broken = "credentials"
+    refused = await http.get("/admin/credentials")
+    assert refused.status_code == 503
+    assert "the store is unreachable &lt;script&gt;" in refused.text
+    assert refused.headers["x-frame-options"] == "DENY"
+    backend.broken = "crash"
+    failed = await http.get("/admin/credentials")
+    assert failed.status_code == 500
+    assert "the log says why" in failed.text
+    assert "a bug" not in failed.text  # details only in the log
+    assert "a bug" in caplog.text
+    backend.broken = ""
+    assert (await http.get("/admin/credentials")).status_code == 200
