@@ -13,11 +13,12 @@ import httpx2
 import pytest
 from starlette.applications import Starlette
 
-from proxy.auth.authenticator import Authenticator
+from proxy.auth.authenticator import Authenticator, FailureReason, Rejected
 from proxy.config.auth import AuthSettings
 from proxy.console.routes import console_routes
 from proxy.console.signins import COOKIE
 from proxy.inbound.streamable_http import OriginPolicy
+from tests.auth.keys import AUDIENCE, ISSUER, SECRET, claims, sign
 from tests.console.fake_backend import FakeBackend
 
 pytestmark = pytest.mark.anyio
@@ -64,7 +65,8 @@ def _app(
             "api_keys": [
                 {"name": "ann", "key": _stored(ADMIN_KEY), "roles": ["admin"]},
                 {"name": "bob", "key": _stored(STAFF_KEY), "roles": ["staff"]},
-            ]
+            ],
+            "jwt": [{"issuer": ISSUER, "audience": AUDIENCE, "secret": SECRET, "roles_claim": "roles"}],
         }
     )
     auth = Authenticator.from_settings(settings, {})
@@ -419,3 +421,33 @@ async def test_a_read_the_service_refuses_or_that_fails_is_a_page_saying_so(
     assert "a bug" in caplog.text
     backend.broken = ""
     assert (await http.get("/admin/credentials")).status_code == 200
+
+
+async def test_a_jwt_holding_the_admin_role_signs_in_and_one_without_it_does_not(
+    http: httpx2.AsyncClient,
+) -> None:
+    staff = await _sign_in(http, sign(claims(sub="dana", roles=["staff"])))
+    assert staff.status_code == 403
+    expired = await _sign_in(http, sign(claims(lifetime=-120, sub="erin", roles=["admin"])))
+    assert expired.status_code == 401
+    admin = await _sign_in(http, sign(claims(sub="erin", roles=["admin"])))
+    assert admin.status_code == 303
+    assert "Signed in as erin" in (await http.get("/admin/")).text
+
+
+async def test_a_sign_in_ends_once_its_credential_is_no_longer_accepted(
+    backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key removed by a reload, a token past its expiry: the console asks again every request."""
+    app = _app(backend)
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url=ORIGIN) as http:
+        await _sign_in(http)
+        assert (await http.get("/admin/")).status_code == 200
+
+        async def no_more(self: Authenticator, headers: Any, client: str | None = None) -> Rejected:
+            return Rejected(FailureReason.INVALID, "unknown API key")
+
+        monkeypatch.setattr(Authenticator, "authenticate", no_more)
+        assert (await http.get("/admin/")).status_code == 303
+        monkeypatch.undo()
+        assert (await http.get("/admin/")).status_code == 303  # ended, not merely refused once
