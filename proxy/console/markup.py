@@ -75,6 +75,7 @@ button.primary{background:#0550ae;color:#fff;border-color:#0550ae}
 .state-up{color:#116329;font-weight:600}.state-down{color:#a40e26;font-weight:600}
 .state-other{color:#7d4e00;font-weight:600}
 .state-up,.state-down,.state-other,svg.spark{white-space:nowrap}td:has(svg.spark){min-width:9rem}
+dl{display:grid;grid-template-columns:max-content auto;gap:.25rem 1.5rem}dd{margin:0}
 svg.spark{vertical-align:middle}.actions{display:flex;gap:1rem;flex-wrap:wrap}
 """
 

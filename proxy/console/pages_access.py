@@ -14,7 +14,7 @@ from typing import Any, Final
 import orjson
 
 from proxy.console.backend import Answer, Backend
-from proxy.console.markup import Html, form, table, text
+from proxy.console.markup import Html, form, table, text, when
 from proxy.console.shown import Shown, after
 from proxy.core.identity import Identity
 
@@ -159,7 +159,7 @@ async def policy_page(backend: Backend, csrf: str, query: Mapping[str, str]) -> 
         [
             o.get("tool", ""),
             o.get("role") or "everyone",
-            o.get("until", ""),
+            when(o.get("until")),
             o.get("by", ""),
             form(
                 "/admin/tools/on",
