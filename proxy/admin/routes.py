@@ -170,13 +170,17 @@ class AdminApi:
 
     async def _body(self, request: Request, schema: str) -> dict[str, Any]:
         """Raises: AdminError: not a JSON object of the route's schema (400), or too big (413)."""
-        if int(request.headers.get("content-length") or 0) > MAX_BODY:
-            raise AdminError(413, f"the body is larger than {MAX_BODY} bytes")
-        raw = b""
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+            raise AdminError(413 if declared.isdigit() else 400, f"Content-Length must be at most {MAX_BODY}")
+        chunks: list[bytes] = []
+        size = 0
         async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > MAX_BODY:
+            size += len(chunk)
+            if size > MAX_BODY:
                 raise AdminError(413, f"the body is larger than {MAX_BODY} bytes")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
         if not raw.strip():
             raw = b"{}"
         try:

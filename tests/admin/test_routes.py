@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 import pytest
 from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
 
-from proxy.admin.routes import FORBIDDEN, PREFIX, AdminApi
+from proxy.admin.routes import FORBIDDEN, MAX_BODY, PREFIX, AdminApi
 from proxy.admin.service import Admin
 from proxy.app.gateway import Gateway
 from proxy.config.loading import config_from_mapping
@@ -99,6 +100,14 @@ async def test_a_non_admin_gets_the_same_403_on_every_path_existing_or_not(tmp_p
         assert headers["www-authenticate"].startswith("Bearer")
 
 
+def test_the_document_is_a_valid_openapi_3_1_document(tmp_path: Path) -> None:
+    app = api(tmp_path)
+    validate(app.openapi)
+    assert app.openapi["openapi"] == "3.1.0"
+    served = {(m.upper(), p) for p, ops in app.openapi["paths"].items() for m in ops}
+    assert served == {(r.method, PREFIX + r.path) for r in app.routes}
+
+
 async def test_every_read_answers_what_the_openapi_document_says(tmp_path: Path) -> None:
     app = api(tmp_path)
     status, _, body = await request(app, "GET", f"{PREFIX}/openapi.json", headers=as_(ADMIN_KEY))
@@ -144,6 +153,18 @@ async def test_bad_bodies_are_refused_naming_the_problem(tmp_path: Path) -> None
         assert status == 400, body
         valid(app, "Error", answer)
         assert named in orjson.loads(answer)["message"], (body, answer)
+
+
+async def test_a_body_too_big_or_a_bad_length_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    app = api(tmp_path)
+    off = f"{PREFIX}/tools/off"
+    headers = {**as_(ADMIN_KEY), "content-length": "abc"}
+    assert (await request(app, "POST", off, headers=headers))[0] == 400
+    headers = {**as_(ADMIN_KEY), "content-length": str(MAX_BODY + 1)}
+    assert (await request(app, "POST", off, headers=headers))[0] == 413
+    status, _, body = await request(app, "POST", off, headers=as_(ADMIN_KEY), body=b" " * (MAX_BODY + 1))
+    assert status == 413
+    valid(app, "Error", body)
 
 
 async def test_switching_a_tool_off_is_shown_audited_and_switched_back_on(tmp_path: Path) -> None:

@@ -206,6 +206,14 @@ async def test_a_failing_server_shows_why_with_its_stderr_redacted_and_acts_reac
         await admin_b.call("POST", "/servers/alpha/undrain", "Acted", {})
         async with sdk_client(a) as client:
             assert not (await client.call_tool("alpha.echo", {})).is_error
+            assert not (await client.call_tool("alpha.echo", {"again": True})).is_error
+        # Manifold's own measurements of the calls above.
+        _, alpha = await admin_a.call("GET", "/servers/alpha", "Server")
+        calls = alpha["calls"]
+        assert calls["calls"] >= 2
+        assert calls["p50_ms"] is not None
+        assert calls["p99_ms"] >= calls["p50_ms"]
+        assert sum(calls["series"]) == calls["calls"]
         # Restart on every replica: each answers, and alpha serves again on both.
         _, acted = await admin_a.call("POST", "/servers/alpha/restart", "Acted", {})
         assert sorted((r["replica"], r["acted"]) for r in acted["replicas"]) == [("a", True), ("b", True)]

@@ -311,3 +311,23 @@ def test_settings_are_frozen_and_reject_unknown_keys_and_clashing_paths() -> Non
         with pytest.raises(ValidationError, match="absolute path"):
             MetricsSettings(path=path)
     assert MetricsSettings(port=9464).port == 9464
+
+
+def test_each_tool_call_is_kept_for_the_admin_api_errors_being_the_servers_or_ours() -> None:
+    metrics = Metrics(process_metrics=False)
+    for outcome in (
+        "ok",
+        "tool_error",
+        "server_error",
+        "timeout",
+        "error",
+        "denied",
+        "rate_limited",
+        "cancelled",
+    ):
+        metrics.tool_call("gh", "gh.t", outcome, 0.002)
+    stats = metrics.recent.stats("gh")
+    assert (stats.calls, stats.errors) == (8, 4)  # a refusal by policy or a limit is not the server's error
+    metrics.limit_refused("max_sessions")
+    metrics.rate_limited("per-user")
+    assert [r.limit for r in metrics.refusals] == ["max_sessions", "rate limit per-user"]
