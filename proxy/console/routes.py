@@ -19,7 +19,9 @@ What a page shows and does is the :class:`~proxy.console.backend.Backend`'s; the
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ from proxy.console import pages_access, pages_people, pages_servers
 from proxy.console.backend import Backend, Refused
 from proxy.console.markup import CONSOLE_HEADERS, STYLESHEET, Html, page
 from proxy.console.shown import Act, Build, Shown
-from proxy.console.signins import COOKIE, SignIn, SignIns
+from proxy.console.signins import COOKIE, SIGNIN_COOKIE, SignIn, SignIns
 from proxy.core.identity import Identity
 from proxy.inbound.pages import CredentialFlood, address_of, own_origin, read_form
 from proxy.inbound.pages import refused as refused_here
@@ -51,6 +53,10 @@ _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "[::1]", "localhost"})
 _MAX_COOKIES: Final = 64
 _SIGNIN_INTERVAL: Final = 2.0  # each sign-in checks a credential: one per 2 s after a burst
 _SIGNIN_BURST: Final = 20
+_SIGN_IN_FIRST: Final = page(
+    "Sign in first",
+    [Html('<p>You are not signed in, or your sign-in ended: <a href="/admin/signin">sign in</a>.</p>')],
+)
 _NOT_ADMIN: Final = "This credential does not hold an admin role: it cannot use the console."
 
 
@@ -89,10 +95,14 @@ def _redirect(page: str) -> RedirectResponse:
     return RedirectResponse(f"{PREFIX}/{page}", status_code=303, headers=CONSOLE_HEADERS)
 
 
-def _signin_page(message: str = "", status: int = 200) -> HTMLResponse:
+def _signin_page(request: Request, message: str = "", status: int = 200) -> HTMLResponse:
+    """The sign-in form, with a fresh form token that a cookie of its own also holds (the form
+    must come back with both: a page elsewhere cannot sign this browser in as someone else)."""
+    token = secrets.token_urlsafe(24)
     body = [
         Html(
             '<form method="post" action="/admin/signin">'
+            f'<input type="hidden" name="csrf" value="{token}">'
             '<label for="credential">Your API key or token (an admin\'s)</label>'
             '<input id="credential" name="credential" type="password" autocomplete="off" required '
             'aria-describedby="credential-help" size="60">'
@@ -102,11 +112,21 @@ def _signin_page(message: str = "", status: int = 200) -> HTMLResponse:
         )
     ]
     notice = ("bad", message) if message else None
-    return _html(page("Sign in", body, notice=notice), status)
+    response = _html(page("Sign in", body, notice=notice), status)
+    response.set_cookie(
+        SIGNIN_COOKIE,
+        token,
+        max_age=3600,
+        path=f"{PREFIX}/signin",
+        secure=_secure(request),
+        httponly=True,
+        samesite="strict",
+    )
+    return response
 
 
-def _cookies(request: Request) -> list[str]:
-    """Every value the request's Cookie headers give :data:`COOKIE`, most specific path first.
+def _cookies(request: Request, cookie: str = COOKIE) -> list[str]:
+    """Every value the request's Cookie headers give ``cookie``, most specific path first.
 
     Not ``request.cookies``, which keeps one value per name (the last): a cookie planted for
     ``/`` by another page of this host (ports do not separate cookies) would hide the console's
@@ -117,7 +137,7 @@ def _cookies(request: Request) -> list[str]:
             continue
         for part in value.split(";")[:_MAX_COOKIES]:
             key, _, held = part.strip().partition("=")
-            if key == COOKIE and held:
+            if key == cookie and held:
                 found.append(held.strip('"'))
     return found[:_MAX_COOKIES]
 
@@ -194,7 +214,7 @@ def console_routes(
                 return refusal
             who, record = await viewer(request)
             if who is None or record is None:
-                return _signin_page("Sign in first: you are not signed in (or your sign-in ended).", 403)
+                return _html(_SIGN_IN_FIRST, 403)  # the same body whatever was asked
             form = await read_form(request, max_bytes=_MAX_FORM, max_fields=_MAX_FIELDS)
             if form is None:
                 return Response("Request body too large\n", status_code=413)
@@ -212,7 +232,7 @@ def console_routes(
     async def show_signin(request: Request) -> Response:
         if (refusal := refused_here(request, origins, post=False, what="")) is not None:
             return refusal
-        return _signin_page()
+        return _signin_page(request)
 
     async def sign_in(request: Request) -> Response:
         if (refusal := post_refused(request)) is not None:
@@ -222,19 +242,25 @@ def console_routes(
         form = await read_form(request, max_bytes=16 * 1024, max_fields=4)
         if form is None:
             return Response("Request body too large\n", status_code=413)
+        sent = form.get("csrf", "").encode()
+        if not any(hmac.compare_digest(sent, held.encode()) for held in _cookies(request, SIGNIN_COOKIE)):
+            return _signin_page(request, "This form is out of date or was not sent from the console.", 403)
         credential = form.get("credential", "").strip()
         verdict = await auth.authenticate({"authorization": f"Bearer {credential}"}, address_of(request))
         if not isinstance(verdict, Authenticated) or not verdict.identity.authenticated:
             message = verdict.message if not isinstance(verdict, Authenticated) else "no credential given"
-            return _signin_page(f"Your credential was not accepted: {message}.", 401)
+            return _signin_page(request, f"Your credential was not accepted: {message}.", 401)
         if not is_admin(verdict.identity):
-            return _signin_page(_NOT_ADMIN, 403)
+            return _signin_page(request, _NOT_ADMIN, 403)
         for held in _cookies(request):  # whatever the browser held before is gone
             signed.end(held)
         sign_in_id, _ = signed.start(credential, now=clock())
         response = _redirect("")
         response.set_cookie(
             COOKIE, sign_in_id, path=f"{PREFIX}/", secure=_secure(request), httponly=True, samesite="strict"
+        )
+        response.delete_cookie(
+            SIGNIN_COOKIE, path=f"{PREFIX}/signin", secure=_secure(request), httponly=True, samesite="strict"
         )
         return response
 

@@ -9,7 +9,8 @@ session at once, as it ends API access.
 * No fixation: the id is minted at sign-in (a cookie the browser brought is never adopted) and
   an id this process did not mint signs nobody in.
 * CSRF: each sign-in has its own random form token; every form carries it and every POST is
-  compared to it in constant time.
+  compared to it in constant time. The sign-in form itself carries a token that a cookie of
+  its own (:data:`SIGNIN_COOKIE`) holds too.
 * Bounded: at most :data:`MAX_SIGNINS` records (the oldest goes first), each ending after
   ``idle`` seconds unused or ``lifetime`` seconds in all. Time is passed in.
 
@@ -24,9 +25,10 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Final
 
-__all__ = ["COOKIE", "MAX_SIGNINS", "SignIn", "SignIns"]
+__all__ = ["COOKIE", "MAX_SIGNINS", "SIGNIN_COOKIE", "SignIn", "SignIns"]
 
 COOKIE: Final = "manifold_console"
+SIGNIN_COOKIE: Final = "manifold_console_signin"  # the sign-in form's own token, before any sign-in
 MAX_SIGNINS: Final = 1024
 _ID_BYTES: Final = 32
 

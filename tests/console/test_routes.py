@@ -92,7 +92,10 @@ async def http(backend: FakeBackend) -> AsyncIterator[httpx2.AsyncClient]:
 
 
 async def _sign_in(http: httpx2.AsyncClient, key: str = ADMIN_KEY, **headers: str) -> httpx2.Response:
-    return await http.post("/admin/signin", data={"credential": key}, headers={"origin": ORIGIN, **headers})
+    """The sign-in form as a browser fills it: its page first (the form token and its cookie)."""
+    token = _csrf((await http.get("/admin/signin")).text)
+    form = {"credential": key, "csrf": token}
+    return await http.post("/admin/signin", data=form, headers={"origin": ORIGIN, **headers})
 
 
 def _csrf(page: str) -> str:
@@ -139,8 +142,14 @@ async def test_an_admin_signs_in_with_a_strict_http_only_cookie_on_loopback(http
 async def test_off_loopback_the_cookie_is_secure(backend: FakeBackend) -> None:
     transport = httpx2.ASGITransport(app=_app(backend, hosts=("gw.example.com",)))
     async with httpx2.AsyncClient(transport=transport, base_url="http://gw.example.com") as http:
+        shown = await http.get("/admin/signin")
+        assert "Secure" in shown.headers["set-cookie"]  # the form's own token too
+        # A Secure cookie is not sent back over http: as a browser behind TLS would, send it.
+        http.cookies.set("manifold_console_signin", shown.cookies["manifold_console_signin"])
         response = await http.post(
-            "/admin/signin", data={"credential": ADMIN_KEY}, headers={"origin": "http://gw.example.com"}
+            "/admin/signin",
+            data={"credential": ADMIN_KEY, "csrf": _csrf(shown.text)},
+            headers={"origin": "http://gw.example.com"},
         )
     assert response.status_code == 303
     assert "Secure" in response.headers["set-cookie"]
@@ -155,18 +164,20 @@ async def test_a_non_admin_or_a_bad_credential_gets_no_sign_in(http: httpx2.Asyn
     empty = await _sign_in(http, "")
     assert empty.status_code == 401
     for response in (staff, bad, empty):
-        assert "set-cookie" not in response.headers
+        assert COOKIE not in response.cookies  # a new sign-in form's token only
     assert (await http.get("/admin/")).status_code == 303
 
 
 async def test_a_sign_in_from_another_origin_or_cross_site_is_refused(http: httpx2.AsyncClient) -> None:
+    token = _csrf((await http.get("/admin/signin")).text)  # even with the form's token and cookie
     for headers in (
         {"origin": "http://127.0.0.1:9999"},  # another loopback port is another site
         {"origin": "http://evil.example"},
         {"origin": ORIGIN, "sec-fetch-site": "same-site"},
         {"origin": ORIGIN, "sec-fetch-site": "cross-site"},
     ):
-        response = await http.post("/admin/signin", data={"credential": ADMIN_KEY}, headers=headers)
+        form = {"credential": ADMIN_KEY, "csrf": token}
+        response = await http.post("/admin/signin", data=form, headers=headers)
         assert response.status_code == 403, headers
         assert "set-cookie" not in response.headers
     no_origin = await http.post("/admin/signin", data={"credential": ADMIN_KEY})
@@ -451,3 +462,22 @@ async def test_a_sign_in_ends_once_its_credential_is_no_longer_accepted(
         assert (await http.get("/admin/")).status_code == 303
         monkeypatch.undo()
         assert (await http.get("/admin/")).status_code == 303  # ended, not merely refused once
+
+
+async def test_a_sign_in_form_without_its_token_and_cookie_signs_nobody_in(http: httpx2.AsyncClient) -> None:
+    """Login CSRF: a page elsewhere posting its own credential into this browser's console."""
+    shown = await http.get("/admin/signin")
+    token = _csrf(shown.text)
+    http.cookies.clear()
+    without_cookie = await http.post(
+        "/admin/signin", data={"credential": ADMIN_KEY, "csrf": token}, headers={"origin": ORIGIN}
+    )
+    assert without_cookie.status_code == 403
+    await http.get("/admin/signin")  # a cookie again, for another token
+    for form in ({"credential": ADMIN_KEY}, {"credential": ADMIN_KEY, "csrf": token + "x"}):
+        refused = await http.post("/admin/signin", data=form, headers={"origin": ORIGIN})
+        assert refused.status_code == 403
+        assert "out of date" in refused.text
+        assert COOKIE + "=" not in refused.headers.get("set-cookie", "").replace(COOKIE + "_signin=", "")
+    assert (await http.get("/admin/")).status_code == 303
+    assert (await _sign_in(http)).status_code == 303  # the form as served works

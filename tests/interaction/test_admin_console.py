@@ -13,6 +13,7 @@ local origin, a non-admin credential, a planted cookie (fixation), framing (clic
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -404,13 +405,15 @@ async def test_the_console_cannot_be_framed(console: Console, tmp_path: Path) ->
 
 
 async def test_a_non_admin_credential_gets_no_console(console: Console) -> None:
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
         origin = {"Origin": console.base}
-        async with http.post(
-            f"{console.base}/admin/signin", data={"credential": KEYS["bob"][0]}, headers=origin
-        ) as response:
+        async with http.get(f"{console.base}/admin/signin") as shown:
+            token = re.search(r'name="csrf" value="([^"]+)"', await shown.text())
+        assert token is not None
+        form = {"credential": KEYS["bob"][0], "csrf": token[1]}
+        async with http.post(f"{console.base}/admin/signin", data=form, headers=origin) as response:
             assert response.status == 403
-            assert "set-cookie" not in response.headers
+            assert "manifold_console" not in response.cookies
             assert "does not hold an admin role" in await response.text()
         posts = ["/admin/tools/off", "/admin/sessions/end", "/admin/credentials/revoke", "/admin/reload"]
         bodies = set()
