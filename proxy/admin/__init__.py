@@ -8,6 +8,9 @@ holds the HTTP app and the mounts a console adds its own to). Every method retur
 JSON-ready data, the same the HTTP routes answer; none returns a secret; every string in it
 that came from a server or client is untrusted text to escape.
 
+Who: ``is_admin(identity)`` (authenticated, holding one of ``admin.roles``); authenticate with
+the gateway's :class:`~proxy.auth.authenticator.Authenticator` (``gateway.auth``), as the routes do.
+
 Reads (sync unless marked async)::
 
     servers()                  [server]: state, required, restarts, last_error and stderr_tail

@@ -93,7 +93,6 @@ class AdminApi:
         self._admin = admin
         self._auth = auth
         self._origins = origins
-        self._roles = frozenset(settings.roles)
         self._buckets = MemoryBackend(maxsize=10_000)
         self._requests = (settings.requests.rate.interval, settings.requests.burst)
         self._writes = (settings.writes.rate.interval, settings.writes.burst)
@@ -134,7 +133,7 @@ class AdminApi:
         if isinstance(verdict, Rejected):
             return _error(verdict.status, "unauthorized", verdict.message, dict(verdict.headers()))
         identity = verdict.identity
-        if not identity.authenticated or not (identity.roles & self._roles):
+        if not self._admin.is_admin(identity):
             return _json(403, FORBIDDEN)
         return await self._route(request, Actor(identity, address))
 

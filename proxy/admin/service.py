@@ -20,6 +20,7 @@ import anyio.to_thread
 
 from proxy.admin import reads
 from proxy.admin.replicas import Replicas, Unshared, replicas_for
+from proxy.config.admin import AdminSettings
 from proxy.config.model import Config
 from proxy.config.reload_plan import Plan, diff
 from proxy.core.errors import ConfigError
@@ -66,8 +67,15 @@ class Admin:
         self.replicas: Replicas = replicas_for(gateway.config, gateway.access.overlays, self._here)
 
     @property
-    def settings(self) -> Any:
-        return self.gateway.config.admin
+    def settings(self) -> AdminSettings:
+        settings = self.gateway.config.admin
+        assert settings is not None, "the admin API runs only with admin: configured"
+        return settings
+
+    def is_admin(self, identity: Identity) -> bool:
+        """Whether ``identity`` may use the admin API (and console): authenticated, holding one of
+        ``admin.roles``."""
+        return identity.authenticated and not identity.roles.isdisjoint(self.settings.roles)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Follow the other replicas until cancelled (returns at once without Redis)."""
@@ -205,11 +213,12 @@ class Admin:
         if not isinstance(target, str):
             return {"acted": False, "problem": "no target"}
         if action == "restart":
-            if not gateway.connections.restart(target, RESTARTED):
-                return {"acted": False, "problem": "no such server here"}
-            gateway.catalogs.servers_changed()
-            if gateway.per_client_catalogs is not None:
-                gateway.per_client_catalogs.servers_changed()
+            with gateway.notices.held():  # clients hear one list_changed, as for a reload
+                if not gateway.connections.restart(target, RESTARTED):
+                    return {"acted": False, "problem": "no such server here"}
+                gateway.catalogs.servers_changed()
+                if gateway.per_client_catalogs is not None:
+                    gateway.per_client_catalogs.servers_changed()
             return {"acted": True}
         if action in ("drain", "undrain"):
             if target not in gateway.connections.shared:

@@ -37,7 +37,7 @@ def stored(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
-def api(tmp_path: Path, **admin: Any) -> AdminApi:
+def api(tmp_path: Path, anonymous: dict[str, Any] | None = None, **admin: Any) -> AdminApi:
     (tmp_path / "policy.yaml").write_text(
         LIMITS
         + "version: 1\ndefault: allow\nrules:\n  - {id: no-rm, effect: deny, match: {tools: ['*.rm']}}\n"
@@ -48,7 +48,8 @@ def api(tmp_path: Path, **admin: Any) -> AdminApi:
                 "api_keys": [
                     {"name": "root", "key": stored(ADMIN_KEY), "roles": ["admin"]},
                     {"name": "user", "key": stored(USER_KEY), "roles": ["staff"]},
-                ]
+                ],
+                "anonymous": anonymous or {},
             },
             "policy": {"files": [str(tmp_path / "policy.yaml")]},
             "admin": {"requests": {"rate": "1000/second", "burst": 1000}, **admin},  # the flood test's own
@@ -106,6 +107,12 @@ def test_the_document_is_a_valid_openapi_3_1_document(tmp_path: Path) -> None:
     assert app.openapi["openapi"] == "3.1.0"
     served = {(m.upper(), p) for p, ops in app.openapi["paths"].items() for m in ops}
     assert served == {(r.method, PREFIX + r.path) for r in app.routes}
+
+
+async def test_an_anonymous_caller_never_gets_in_whatever_roles_it_is_given(tmp_path: Path) -> None:
+    app = api(tmp_path, anonymous={"enabled": True, "roles": ["admin"]})
+    status, _, body = await request(app, "GET", f"{PREFIX}/servers")
+    assert (status, body) == (403, FORBIDDEN)
 
 
 async def test_every_read_answers_what_the_openapi_document_says(tmp_path: Path) -> None:
