@@ -31,10 +31,11 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 
 from proxy.credentials.sealing import new_key
+from tests.fixtures.spawn import free_port
 from tests.fixtures.xss_server import JS_URL, SCRIPT
 from tests.interaction.browser import Browser, chromium, headless
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold, write_config
-from tests.interaction.test_admin_api import ADMIN_KEY, redis, sdk_client, two_replicas
+from tests.interaction.test_admin_api import ADMIN_KEY, config_without_redis, redis, sdk_client, two_replicas
 from tests.interaction.test_approvals import ATTACK, attacker_page, waiting_call
 from tests.interaction.test_approvals import KEYS as APPROVAL_KEYS
 from tests.interaction.test_credentials import keep
@@ -474,3 +475,27 @@ async def test_a_tool_switched_off_in_the_console_is_refused_on_both_replicas_wi
                 while not (result := await client.call_tool("alpha.echo", {})).is_error:  # noqa: ASYNC110
                     await anyio.sleep(0.05)  # the other replica hears of it over Redis pub/sub
                 assert "switched off" in _said(result)
+
+
+async def test_with_the_admin_listener_the_console_is_there_and_not_beside_mcp(tmp_path: Path) -> None:
+    port = free_port()
+    setup = {**config_without_redis(), "admin": {"listen": {"host": "127.0.0.1", "port": port}}}
+    async with (
+        running_manifold(tmp_path, setup) as manifold,
+        aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http,
+    ):
+        beside_mcp = manifold.url.replace("/mcp", "/admin/")
+        async with http.get(beside_mcp, allow_redirects=False) as response:
+            assert response.status == 404
+        own = f"http://127.0.0.1:{port}"
+        async with http.get(f"{own}/admin/", allow_redirects=False) as response:
+            assert response.status == 303
+        async with http.get(f"{own}/admin/signin") as shown:
+            token = re.search(r'name="csrf" value="([^"]+)"', await shown.text())
+        assert token is not None
+        form = {"credential": ADMIN_KEY, "csrf": token[1]}
+        async with http.post(f"{own}/admin/signin", data=form, headers={"Origin": own}) as response:
+            assert response.status == 200  # followed to the overview
+            assert "Signed in as root" in await response.text()
+        async with http.get(f"{own}/admin/", headers={"Host": "evil.example"}) as response:
+            assert response.status == 403  # a rebinding page's name, refused as on /mcp
