@@ -26,7 +26,7 @@ Reads (sync unless marked async)::
     sessions()                 open sessions here (ids cut to 12 characters)
     async approvals()          approvals kept (from Redis when kept there), parked calls
     async credentials()        credentials held: server, kind, holder; never a value
-    near_limit()               rate-limit buckets with 80 % of their burst spent (memory backend)
+    async near_limit()         rate-limit buckets with 80 % of their burst spent (memory or Redis)
     refusals()                 the last refusals by a limit
     audit(identity=, tool=, outcome=, since=, limit=)   recent calls' and admin actions' records
 

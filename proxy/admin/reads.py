@@ -261,32 +261,28 @@ async def credentials(gateway: Gateway) -> list[dict[str, Any]]:
     ]
 
 
-def near_limit(gateway: Gateway, share: float = _NEAR) -> dict[str, Any]:
-    """Rate-limit buckets (in this process's memory) with at least ``share`` of their burst spent."""
-    from proxy.ratelimit import MemoryBackend
+async def near_limit(gateway: Gateway, share: float = _NEAR) -> dict[str, Any]:
+    """Rate-limit buckets (in memory, or in Redis when they are kept there: the first 1000 found)
+    with at least ``share`` of their burst spent.
 
+    Raises:
+        ConnectionError: the Redis backend could not be asked.
+    """
     limiter = gateway.limiter
-    if not isinstance(limiter, MemoryBackend):
-        return {"backend": "redis" if limiter is not None else None, "buckets": []}
-    now = time.monotonic()
+    if limiter is None:
+        return {"backend": None, "buckets": []}
+    backend = gateway.config.rate_limits.backend
     buckets: list[dict[str, Any]] = []
-    for key, tat in limiter.items():
+    for key, until_full in await limiter.buckets(1000):
         rule = gateway.access.limit(key.split(":", 1)[0])
-        if rule is None or tat <= now:
+        if rule is None:
             continue
-        spent = (tat - now) / rule.rate.interval
+        spent = until_full / rule.rate.interval
         if spent >= share * rule.burst:
-            buckets.append(
-                {
-                    "rule": rule.id,
-                    "bucket": key,
-                    "spent": round(spent, 2),
-                    "burst": rule.burst,
-                    "rate": str(rule.rate),
-                }
-            )
+            shown = {"rule": rule.id, "bucket": key, "spent": round(spent, 2), "burst": rule.burst}
+            buckets.append({**shown, "rate": str(rule.rate)})
     buckets.sort(key=lambda b: -float(b["spent"]) / float(b["burst"]))
-    return {"backend": "memory", "buckets": buckets[:200]}
+    return {"backend": backend, "buckets": buckets[:200]}
 
 
 def limit_refusals(gateway: Gateway) -> list[dict[str, Any]]:

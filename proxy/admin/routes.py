@@ -285,7 +285,7 @@ def _routes(admin: Admin) -> list[_Route]:
         return await admin.accept_pins(c.actor, c.body.get("tools"))
 
     async def buckets(_: Call) -> Any:
-        return admin.near_limit()
+        return await admin.near_limit()
 
     async def refusals(_: Call) -> Any:
         return admin.refusals()

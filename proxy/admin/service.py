@@ -126,8 +126,12 @@ class Admin:
     async def credentials(self) -> list[dict[str, Any]]:
         return await reads.credentials(self.gateway)
 
-    def near_limit(self) -> dict[str, Any]:
-        return reads.near_limit(self.gateway)
+    async def near_limit(self) -> dict[str, Any]:
+        """Raises: AdminError: the Redis rate-limit store could not be asked (503)."""
+        try:
+            return await reads.near_limit(self.gateway)
+        except ConnectionError as exc:
+            raise AdminError(503, f"the rate-limit store could not be asked ({exc})") from None
 
     def refusals(self) -> list[dict[str, Any]]:
         return reads.limit_refusals(self.gateway)

@@ -57,6 +57,10 @@ class LimitBackend(Protocol):
 
     async def hit(self, checks: Sequence[LimitCheck], now: float | None = None) -> LimitOutcome: ...
 
+    async def buckets(self, limit: int = 1000) -> list[tuple[str, float]]:
+        """Up to ``limit`` live buckets: (bucket key, seconds until it is full again)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

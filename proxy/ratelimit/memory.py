@@ -54,9 +54,16 @@ class MemoryBackend:
         """The stored TAT of a bucket (``None``: fresh, or expired)."""
         return self._tats.get(key)
 
-    def items(self) -> list[tuple[str, float]]:
-        """Every live bucket's key and TAT (for the admin API's buckets near their limit)."""
-        return [(key, tat) for key in list(self._tats) if (tat := self._tats.get(key)) is not None]
+    async def buckets(self, limit: int = 1000) -> list[tuple[str, float]]:
+        """Up to ``limit`` live buckets: (bucket key, seconds until it is full again), for the
+        admin API."""
+        now = self._clock()
+        found: list[tuple[str, float]] = []
+        for key in list(self._tats)[:limit]:
+            tat = self._tats.get(key)
+            if tat is not None and tat > now:
+                found.append((key, tat - now))
+        return found
 
     def hit_now(self, checks: Sequence[LimitCheck], now: float | None = None) -> LimitOutcome:
         """:meth:`hit` without the coroutine, for callers that are not async."""

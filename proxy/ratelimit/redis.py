@@ -186,6 +186,30 @@ class RedisBackend:
             logger.info("Redis rate-limit store is reachable again (%d failed calls in all)", self.errors)
         return outcome
 
+    async def buckets(self, limit: int = 1000) -> list[tuple[str, float]]:
+        """Up to ``limit`` live buckets: (bucket key, seconds until it is full again), for the
+        admin API. A bucket's key expires when it is full again, so its PTTL is that time.
+
+        Raises:
+            ConnectionError: Redis could not be asked (bounded by ``timeout``).
+        """
+        pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self._prefix) + "*"
+        keys: list[bytes] = []
+        try:
+            with anyio.fail_after(self._timeout * 4):
+                async for key in self._client.scan_iter(match=pattern, count=200):
+                    keys.append(key)
+                    if len(keys) >= limit:
+                        break
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for key in keys:
+                        pipe.pttl(key)
+                    ttls = await pipe.execute()
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise ConnectionError(f"Redis: {type(exc).__name__}") from None
+        skip = len(self._prefix)
+        return [(key.decode()[skip:], ttl / 1000) for key, ttl in zip(keys, ttls, strict=True) if ttl > 0]
+
     async def aclose(self) -> None:
         """Close the client if this backend created it."""
         if self._owns_client:

@@ -258,6 +258,7 @@ async def test_buckets_near_their_limit_are_shown_and_others_are_not(tmp_path: P
     (bucket,) = orjson.loads(body)["buckets"]
     assert (bucket["bucket"], bucket["burst"], bucket["rate"]) == ("per-user:ann", 10, "1/minute")
     assert 8.9 < bucket["spent"] <= 9.0
+    assert orjson.loads(body)["backend"] == "memory"
 
 
 async def test_approvals_kept_are_listed_with_their_page(tmp_path: Path) -> None:

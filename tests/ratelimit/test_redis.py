@@ -119,6 +119,30 @@ async def test_keys_expire_when_their_bucket_is_full_again(redis_server: RedisSe
 
 
 @pytest.mark.slow
+async def test_the_buckets_in_use_are_listed_with_the_time_until_full_and_memory_says_the_same(
+    redis_server: RedisServer,
+) -> None:
+    memory = MemoryBackend()
+    async with inspector(redis_server.url) as redis:
+        backend = RedisBackend(redis, key_prefix="{a*}:rl:")  # glob characters in the prefix are literal
+        await redis.set("{ab}:rl:not-ours", b"1", px=60_000)
+        with anyio.fail_after(5):
+            for store in (backend, memory):
+                for _ in range(3):
+                    await store.hit([MINUTELY])
+                await store.hit([TIGHT])
+            listed = dict(await backend.buckets())
+        assert sorted(listed) == sorted(dict(await memory.buckets())) == [MINUTELY.key, TIGHT.key]
+        assert 179 < listed[MINUTELY.key] <= 180
+        assert 29 < listed[TIGHT.key] <= 30
+        assert len(await backend.buckets(limit=1)) == 1
+        await redis_server.stop()
+        with pytest.raises(ConnectionError, match="Redis"):
+            await backend.buckets()
+        await backend.aclose()
+
+
+@pytest.mark.slow
 async def test_the_key_prefix_is_configurable(redis_server: RedisServer) -> None:
     async with inspector(redis_server.url) as redis:
         backend = RedisBackend(redis, key_prefix="{team-a}:rl:")

@@ -183,6 +183,9 @@ class Unavailable:
         self.asked.append([check.key for check in checks])
         return LimitOutcome(allowed=False, retry_after=1.25, degraded=True)
 
+    async def buckets(self, limit: int = 1000) -> list[tuple[str, float]]:
+        raise ConnectionError("down")
+
     async def aclose(self) -> None:
         return None
 
