@@ -41,8 +41,9 @@ class Backend(Protocol):
         ...
 
     async def limits(self) -> Answer:
-        """``buckets`` near their limit (rule, bucket, spent, burst, rate) and the last
-        ``refusals`` by a limit (at, limit), newest first."""
+        """``buckets`` near their limit (rule, bucket, spent, burst, rate), or a ``problem``
+        saying why they cannot be listed now, and the last ``refusals`` by a limit (at, limit),
+        newest first."""
         ...
 
     async def server(self, server_id: str) -> Answer | None:

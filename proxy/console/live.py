@@ -78,7 +78,12 @@ class LiveBackend:
         return self._admin.servers()
 
     async def limits(self) -> Answer:
-        return {"buckets": self._admin.near_limit().get("buckets", []), "refusals": self._admin.refusals()}
+        refusals = self._admin.refusals()
+        try:
+            near = await self._admin.near_limit()
+        except AdminError as exc:  # the overview still shows the rest
+            return {"buckets": [], "problem": exc.message, "refusals": refusals}
+        return {"buckets": near.get("buckets", []), "refusals": refusals}
 
     async def server(self, server_id: str) -> Answer | None:
         try:

@@ -95,13 +95,16 @@ def _limits(limits: Answer) -> list[Html]:
         for r in _items(limits.get("refusals"))[:50]
         if isinstance(r, Mapping)
     ]
+    problem = limits.get("problem")
     return [
         Html('<h2 id="limits">Limits</h2>'),
-        table(
+        Html(f'<p class="status bad" id="buckets-problem">{text(problem)}</p>')
+        if problem
+        else table(
             "Rate-limit buckets near their limit",
             ["Rule", "Bucket", "Spent", "Rate"],
             buckets,
-            empty="No rate-limit bucket is near its limit (on this replica).",
+            empty="No rate-limit bucket is near its limit.",
         ),
         table(
             "Recent refusals by a limit, newest first",

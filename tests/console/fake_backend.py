@@ -57,6 +57,8 @@ class FakeBackend:
         return [self.ok, self.failing]
 
     async def limits(self) -> Answer:
+        if self.broken == "buckets":
+            return {"buckets": [], "problem": f"the store could not be asked {XSS}", "refusals": []}
         bucket = {"rule": XSS, "bucket": f"per-user:{XSS}", "spent": 9.5, "burst": 10, "rate": "1/second"}
         return {"buckets": [bucket], "refusals": [{"at": 1_700_000_000.0, "limit": XSS}]}
 

@@ -430,6 +430,11 @@ async def test_a_read_the_service_refuses_or_that_fails_is_a_page_saying_so(
     assert "the log says why" in failed.text
     assert "a bug" not in failed.text  # details only in the log
     assert "a bug" in caplog.text
+    backend.broken = "buckets"  # the overview still shows, saying why the buckets are not listed
+    overview = await http.get("/admin/")
+    assert overview.status_code == 200
+    assert 'id="buckets-problem">the store could not be asked &lt;script&gt;' in overview.text
+    assert "2 servers, 1 failing" in overview.text
     backend.broken = ""
     assert (await http.get("/admin/credentials")).status_code == 200
 
