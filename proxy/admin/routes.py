@@ -161,6 +161,8 @@ class AdminApi:
                 body = await self._body(request, route.body)
             result = await route.handler(Call(actor, match.groupdict(), request, body))
         except AdminError as exc:
+            if route.body is not None:  # every write is audited, refused ones too
+                self._admin.refused(actor, route.path.strip("/").replace("/", "_"), rest[:200], exc.message)
             return _error(exc.status, "refused" if exc.status != 404 else "not_found", exc.message)
         except Exception:  # ours: a generic answer, the traceback in the log once
             logger.exception("admin API %s %s failed", request.method, rest[:200])

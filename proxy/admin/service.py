@@ -210,6 +210,10 @@ class Admin:
             self.gateway.audit.write(dict(record))
         logger.info("admin %s %s by %s from %s: %s", action, target, identity.name, actor.address, outcome)
 
+    def refused(self, actor: Actor, action: str, target: str, why: str) -> None:
+        """Audit a write that was refused (a bad body, an unknown server, a full store …)."""
+        self._audited(actor, action, target, "refused", reason=why[:500])
+
     async def _here(self, action: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Do a per-process ``action`` on this replica (asked here or by another replica)."""
         gateway = self.gateway

@@ -160,6 +160,11 @@ async def test_bad_bodies_are_refused_naming_the_problem(tmp_path: Path) -> None
         assert status == 400, body
         valid(app, "Error", answer)
         assert named in orjson.loads(answer)["message"], (body, answer)
+    # Refused writes are audited too.
+    _, _, audit = await request(
+        app, "GET", f"{PREFIX}/audit", headers=as_(ADMIN_KEY), query="outcome=refused"
+    )
+    assert [(e["action"], e["identity"]) for e in orjson.loads(audit)] == [("tools_off", "root")] * len(cases)
 
 
 async def test_a_body_too_big_or_a_bad_length_is_refused_before_it_is_read(tmp_path: Path) -> None:

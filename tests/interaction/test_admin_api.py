@@ -426,3 +426,26 @@ async def test_the_catalog_is_viewed_as_a_role_sees_it_and_explain_names_the_rul
         assert (explained["effect"], explained["rules"]) == ("deny", ["interns-read-only"])
         _, policy = await api.call("GET", "/policy", "Policy")
         assert [(r["id"], r["line"]) for r in policy["rules"]] == [("interns-read-only", 4)]
+
+
+async def test_a_drifted_tool_is_accepted_and_served_again_without_a_restart(tmp_path: Path) -> None:
+    from tests.interaction.test_policy import ListChanged, connect, pinned, pins_config, redefine_echo
+
+    setup = {**config_without_redis(), **pins_config(tmp_path, "block")}
+    setup["auth"]["anonymous"] = {"enabled": True}  # the policy tests' client has no key
+    notices = ListChanged()
+    async with (
+        running_manifold(tmp_path, setup) as manifold,
+        admins([manifold]) as (api,),
+        connect(manifold.url, mode="legacy", message_handler=notices) as client,
+    ):
+        await pinned(tmp_path / "pins" / "pins.json", "alpha/echo")
+        await redefine_echo(client, notices)
+        assert (await client.call_tool("alpha.echo", {})).is_error
+        _, accepted = await api.call("POST", "/pins/accept", "Accepted", {"tools": ["alpha.echo"]})
+        assert accepted == {"accepted": ["alpha.echo"]}
+        with anyio.fail_after(10):
+            while (await client.call_tool("alpha.echo", {"k": 1})).is_error:  # noqa: ASYNC110 - another process
+                await anyio.sleep(0.1)
+        _, audit = await api.call("GET", "/audit?identity=root", "Audit")
+        assert [(e["action"], e["target"]) for e in audit] == [("accept_pins", "alpha.echo")]
