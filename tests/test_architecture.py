@@ -83,9 +83,11 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "app",
         }
     ),
+    "console": frozenset({"core", "config", "auth", "inbound", "admin"}),  # the web console at /admin/
     "cli": frozenset(
         {
             "admin",
+            "console",
             "core",
             "protocol",
             "policy",
@@ -118,6 +120,12 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "cli/inspection.py": "as commands: tests/cli/test_main.py, tests/interaction/test_cli_policy.py",
     "cli/__main__.py": "python -m proxy.cli: tests/cli/test_commands.py runs it",
     "clients/contract.py": "a Protocol: its implementations' tests (tests/views, tests/inbound)",
+    "console/backend.py": "a Protocol: tests/console/fake_backend.py implements it; tests/console/",
+    "console/live.py": "over the real admin service, end to end: tests/interaction/test_admin_console.py",
+    "console/pages_access.py": "through the routes: tests/console/test_routes.py",
+    "console/pages_people.py": "through the routes: tests/console/test_routes.py",
+    "console/pages_servers.py": "through the routes: tests/console/test_routes.py",
+    "console/shown.py": "data and types only: through the routes, tests/console/test_routes.py",
     "config/base.py": "through the config model: tests/config/test_model.py",
     "config/loading.py": "loading and its errors: tests/config/test_model.py",
     "config/sections.py": "through the config model: tests/config/test_model.py",

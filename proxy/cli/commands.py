@@ -400,9 +400,11 @@ def _reloader(
 async def _admin(gateway: Gateway, reloader: Reloader, tg: anyio.abc.TaskGroup) -> AdminParts:
     """The admin API (``admin:``), running in ``tg`` until it is cancelled."""
     from proxy.admin.wiring import admin_parts
+    from proxy.console.live import console_mount
 
     async def run(*, task_status: anyio.abc.TaskStatus[AdminParts]) -> None:
         async with admin_parts(gateway, reloader) as made:
+            made.mounts.append(console_mount(made.admin))  # the web console at /admin/, after the API
             task_status.started(made)
             await anyio.sleep_forever()
 

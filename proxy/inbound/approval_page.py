@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -37,7 +37,7 @@ from starlette.routing import Route
 from proxy.auth.authenticator import Authenticated, Authenticator
 from proxy.enforce.confirm.approvals import Approval, Approvals, State
 from proxy.enforce.confirm.form_tokens import Approver
-from proxy.inbound.pages import PAGE_HEADERS, CredentialFlood, address_of
+from proxy.inbound.pages import PAGE_HEADERS, CredentialFlood, address_of, own_origin
 from proxy.inbound.pages import refused as refused_here
 from proxy.inbound.streamable_http import OriginPolicy
 
@@ -154,19 +154,6 @@ def render(
     return "".join(parts)
 
 
-def _own_origin(request: Request, public: str) -> bool:
-    """A POST's Origin is the page's own: the Host asked (same scheme), or ``public``
-    (``policy.approvals_url``'s origin). Another origin /mcp would accept is another page."""
-    origin = (request.headers.get("origin") or "").rstrip("/").lower()
-    host = (request.headers.get("host") or "").lower()
-    parts = urlsplit(origin)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return False
-    if public and origin == public:
-        return True
-    return bool(host) and parts.netloc == host and parts.scheme == request.url.scheme
-
-
 def approval_routes(
     approvals: Approvals,
     auth: Authenticator,
@@ -214,7 +201,7 @@ def approval_routes(
         # A decision comes from the page itself: not from another origin /mcp would take (any
         # loopback port), and not from a same-site page either.
         fetch_site = request.headers.get("sec-fetch-site")
-        if not _own_origin(request, approvals.origin) or fetch_site not in (None, "same-origin"):
+        if not own_origin(request, approvals.origin) or fetch_site not in (None, "same-origin"):
             return Response(f"Forbidden: {what}\n", status_code=403)
         return None
 

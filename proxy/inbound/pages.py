@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,7 +19,7 @@ from starlette.responses import Response
 from proxy.inbound.streamable_http import OriginPolicy
 from proxy.ratelimit import LimitCheck, MemoryBackend
 
-__all__ = ["PAGE_HEADERS", "CredentialFlood", "address_of", "refused"]
+__all__ = ["PAGE_HEADERS", "CredentialFlood", "address_of", "own_origin", "read_form", "refused"]
 
 PAGE_HEADERS: Final = {
     "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
@@ -34,6 +34,33 @@ PAGE_HEADERS: Final = {
 
 def address_of(request: Request) -> str:
     return request.client.host if request.client is not None else "unknown"
+
+
+def own_origin(request: Request, public: str = "") -> bool:
+    """A POST's Origin is the page's own: the Host asked (same scheme), or ``public`` (the
+    origin the page's links name). Another origin ``/mcp`` would accept is another page."""
+    origin = (request.headers.get("origin") or "").rstrip("/").lower()
+    host = (request.headers.get("host") or "").lower()
+    parts = urlsplit(origin)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return False
+    if public and origin == public:
+        return True
+    return bool(host) and parts.netloc == host and parts.scheme == request.url.scheme
+
+
+async def read_form(request: Request, *, max_bytes: int, max_fields: int) -> dict[str, str] | None:
+    """A urlencoded form body, first value per name: None past ``max_bytes`` (answer 413);
+    an undecodable body or one with more than ``max_fields`` fields reads as empty."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            return None
+    try:
+        return {k: v[0] for k, v in parse_qs(body.decode(), max_num_fields=max_fields).items()}
+    except (UnicodeDecodeError, ValueError):
+        return {}
 
 
 def _same_origin(origin: str, host: str) -> bool:
