@@ -1,6 +1,6 @@
 """Tasks through Manifold, end to end: ``@modelcontextprotocol/server-everything`` (its task tools)
-over stdio behind a real ``manifold serve``, driven by the official Python SDK client over
-Streamable HTTP (its typed requests: the SDK has no client-side tasks API) and by raw JSON-RPC.
+over stdio behind a real ``manifold serve`` (and ``manifold stdio``), driven by the official Python SDK
+client over Streamable HTTP (its typed requests: the SDK has no client-side tasks API) and by raw JSON-RPC.
 
 What a client holds is Manifold's task id, never the server's; ``tasks/*`` reach the task's server
 with the server's id; an id of another identity or endpoint, or a guessed or malformed one, is
@@ -10,8 +10,10 @@ with the server's id; an id of another identity or endpoint, or a guessed or mal
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -20,11 +22,19 @@ import httpx2
 import mcp.types as t
 import orjson
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.interaction.harness import RunningManifold, everything_server, post, raw_session, running_manifold
+from tests.interaction.harness import (
+    REPO,
+    RunningManifold,
+    everything_server,
+    post,
+    raw_session,
+    running_manifold,
+    write_config,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -310,3 +320,26 @@ async def test_tasks_per_identity_are_bounded_and_the_bound_is_named(manifold: R
     assert len(listed[2]["result"]["tasks"]) <= PER_IDENTITY
     async with client_as(manifold.url, "alice") as alice:
         assert (await _create(alice, "still served")).status == "working"
+
+
+async def test_a_task_with_elicitation_runs_through_manifold_stdio(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "m.yaml", {"servers": {"everything": everything_server()}})
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "proxy.cli", "stdio", "--config", str(config)], cwd=str(REPO)
+    )
+
+    async def elicit(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        return t.ElicitResult(action="accept", content={"interpretation": "comedy"})
+
+    with anyio.fail_after(90):
+        async with Client(params, mode="legacy", elicitation_callback=elicit) as client:
+            task = await _create(client, "python", ambiguous=True)
+            await _until_terminal(client, task.task_id, ("input_required",))
+            payload = await _result(client, task.task_id)
+            assert "Clarification**: comedy" in _text(payload)
+            assert (await _get(client, task.task_id)).status == "completed"
+            listed = await _list(client)
+            assert [listed_task.task_id for listed_task in listed.tasks] == [task.task_id]
+            with pytest.raises(MCPError) as refused:
+                await _get(client, "9a6c8714f6964ea783dcac315461b495")
+            assert refused.value.error.message == "Failed to retrieve task: Task not found"
