@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 import anyio
@@ -98,6 +99,7 @@ class Tasks:
         metrics: Metrics,
         *,
         cursors: CursorCodec,
+        audit: Callable[[dict[str, Any]], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._ids = ids
@@ -109,11 +111,13 @@ class Tasks:
         self._max_result = limits.max_task_result_bytes
         self._cursors = cursors
         self._clock = clock
+        self._audit = audit  # the audit log's write: a task's creation and how it ended
         # Tasks created through this replica's connections: (server, server's id) -> (client's
         # id, session, created, expiry). Status notifications are routed with it, at once.
         self._local: dict[tuple[str, str], tuple[str, str, float, float]] = {}
         self._max_local = limits.max_tasks
-        self._open: dict[tuple[str, str], float] = {}  # tasks not yet seen to end: when created
+        # Tasks not yet seen to end: when created, and who created which (for the audit log).
+        self._open: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._next_sweep = 0.0
 
     # ---- capabilities ---------------------------------------------------------------------
@@ -128,7 +132,9 @@ class Tasks:
 
     # ---- creation -------------------------------------------------------------------------
 
-    async def created(self, inbound: Caller, endpoint: str, server_id: str, result: Any) -> Any:
+    async def created(
+        self, inbound: Caller, endpoint: str, server_id: str, result: Any, *, name: str = ""
+    ) -> Any:
         """A task-augmented call's answer, with a task created by the server recorded and its id
         replaced. Anything else (the server ran it as a plain call) is returned as it is.
 
@@ -167,7 +173,19 @@ class Tasks:
             self._next_sweep = now + _SWEEP
         if len(self._local) < self._max_local:
             self._local[(server_id, server_task)] = (client_id, inbound.session_id, now, record.expires)
-            self._open[(server_id, server_task)] = now
+            who = {
+                "event": "task",
+                "identity": identity.name,
+                "source": identity.source,
+                "issuer": identity.issuer,
+                "subject": identity.subject,
+                "server": server_id,
+                "name": name,
+                "task": client_id,
+                **({"endpoint": endpoint} if endpoint else {}),
+            }
+            self._open[(server_id, server_task)] = (now, who)
+            self._write({**who, "outcome": "created"})
         self._metrics.task_created(server_id)
         return {**result, "task": self._shown(record, client_id)}
 
@@ -180,7 +198,8 @@ class Tasks:
             if not isinstance(ctx.params["task"], dict):
                 raise InvalidParams('"task" must be an object (task-augmented tools/call)')
             await self._store.room(fingerprint(ctx.caller.identity))  # refused before the server is asked
-            return await self.created(ctx.caller, ctx.endpoint, ctx.server_id, await pipeline(ctx))
+            result = await pipeline(ctx)
+            return await self.created(ctx.caller, ctx.endpoint, ctx.server_id, result, name=ctx.name)
 
         return call
 
@@ -358,9 +377,15 @@ class Tasks:
 
     def _ended(self, server_id: str, server_task: str, status: str) -> None:
         """Count a task's end once, the first time Manifold sees it."""
-        created = self._open.pop((server_id, server_task), None)
-        if created is not None:
-            self._metrics.task_ended(server_id, status, max(self._clock() - created, 0.0))
+        opened = self._open.pop((server_id, server_task), None)
+        if opened is not None:
+            seconds = max(self._clock() - opened[0], 0.0)
+            self._metrics.task_ended(server_id, status, seconds)
+            self._write({**opened[1], "outcome": status, "duration_ms": round(seconds * 1000, 3)})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._audit is not None:
+            self._audit({"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), **record})
 
     # ---- what a client is shown -------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from proxy.catalog.cursors import CursorCodec
 from proxy.config.model import Config
 from proxy.core.keys import derive_key
 from proxy.observe.metrics import Metrics
+from proxy.pipeline.stages.authorize import AuditLog
 from proxy.tasks.ids import TaskIds
 from proxy.tasks.relay import Owners, Reach, Tasks
 from proxy.tasks.store import MemoryTasks, TaskStore
@@ -15,7 +16,12 @@ __all__ = ["make_tasks"]
 
 
 def make_tasks(
-    config: Config, secret: bytes, connections: Reach, sessions: Owners, metrics: Metrics
+    config: Config,
+    secret: bytes,
+    connections: Reach,
+    sessions: Owners,
+    metrics: Metrics,
+    audit: AuditLog | None,
 ) -> Tasks:
     """No I/O: a Redis store connects on first use; the caller closes :attr:`Tasks.store`."""
     limits = config.limits
@@ -32,4 +38,5 @@ def make_tasks(
         store = MemoryTasks(per_identity=limits.max_tasks_per_identity, total=limits.max_tasks)
     ids = TaskIds(derive_key(secret, "task-id"))
     cursors = CursorCodec(derive_key(secret, "task-list"))
-    return Tasks(ids, store, connections, sessions, limits, metrics, cursors=cursors)
+    write = None if audit is None else audit.write
+    return Tasks(ids, store, connections, sessions, limits, metrics, cursors=cursors, audit=write)

@@ -58,6 +58,7 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
         "servers": {"everything": everything_server()},
         "endpoints": {"research": {"servers": ["everything"]}},
         "limits": {"max_tasks_per_identity": PER_IDENTITY},
+        "policy": {"audit": {"path": str(tmp / "audit.jsonl")}},
     }
     async with running_manifold(tmp, config) as running:
         yield running
@@ -146,6 +147,18 @@ async def test_a_research_task_runs_through_manifold_under_manifolds_own_id(
         assert payload["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task.task_id}
         listed = await _list(client)
         assert task.task_id in [listed_task.task_id for listed_task in listed.tasks]
+    audit = manifold.log_path.parent / "audit.jsonl"
+    with anyio.fail_after(10):
+        while True:  # written in batches off the event loop: read until both are there
+            lines = audit.read_text().splitlines() if audit.exists() else []
+            tasks = [orjson.loads(line) for line in lines if task.task_id in line]
+            if len(tasks) == 2:
+                break
+            await anyio.sleep(0.1)
+    assert [(r["event"], r["outcome"], r["identity"], r["name"]) for r in tasks] == [
+        ("task", "created", "alice", RESEARCH),
+        ("task", "completed", "alice", RESEARCH),
+    ]
 
 
 async def test_a_task_outlives_its_session_and_its_result_is_read_from_another(

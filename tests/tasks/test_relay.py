@@ -283,3 +283,24 @@ async def test_a_create_task_result_without_a_usable_id_fails_the_call(server_ta
     tasks, _, _ = _relay(Server())
     with pytest.raises(Exception, match="no usable task id"):
         await tasks.created(Caller(ALICE), "", "srv", {"task": {"taskId": server_task, "status": "working"}})  # type: ignore[arg-type]
+
+
+async def test_the_audit_log_records_a_tasks_creation_and_how_it_ended_once() -> None:
+    server = Server()
+    written: list[dict[str, Any]] = []
+    tasks, _, _ = _relay(server)
+    tasks._audit = written.append  # what make_tasks wires to the audit log's write
+    alice = Caller(ALICE)
+    shown = await tasks.created(alice, "research", "srv", {"task": _task("srv-1")}, name="srv.research")  # type: ignore[arg-type]
+    task_id = shown["task"]["taskId"]
+    server.answers["tasks/cancel"] = _task("srv-1", "cancelled")
+    await tasks.request(alice, "research", "tasks/cancel", {"taskId": task_id})  # type: ignore[arg-type]
+    status = {"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": _task("srv-1", "completed")}
+    tasks.status("srv", status)  # seen to end already: not again
+    assert [
+        (r["event"], r["outcome"], r["task"], r["identity"], r["name"], r["endpoint"]) for r in written
+    ] == [
+        ("task", "created", task_id, "alice", "srv.research", "research"),
+        ("task", "cancelled", task_id, "alice", "srv.research", "research"),
+    ]
+    assert "srv-1" not in str(written)
