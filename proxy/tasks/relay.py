@@ -41,6 +41,7 @@ from proxy.core.errors import (
     MethodNotFound,
     ProtocolError,
     RemoteError,
+    ServerUnavailable,
 )
 from proxy.core.keys import fingerprint
 from proxy.observe.metrics import Metrics
@@ -62,6 +63,7 @@ _STATUSES: Final = frozenset({"working", "input_required", *TERMINAL})
 _TASK_FIELDS: Final = ("status", "statusMessage", "createdAt", "lastUpdatedAt", "pollInterval")
 _MAX_SERVER_TASK_ID: Final = 256  # a server's task id longer than this is not kept
 _PAGE: Final = 100
+_FETCH: Final = 10.0  # seconds to read a finished task's result when tasks/get sees it end
 _SWEEP: Final = 60.0  # seconds between looks for expired tasks of this replica's
 
 
@@ -251,7 +253,25 @@ class Tasks:
             return self._shown(record, task_id)
         answer = await self._ask(inbound, record, "tasks/get", task_id)
         record = await self._updated(record, answer)
+        if record.task.get("status") in TERMINAL:
+            record = await self._kept_outcome(inbound, record, task_id)
         return self._shown(record, task_id)
+
+    async def _kept_outcome(self, inbound: Caller, record: TaskRecord, task_id: str) -> TaskRecord:
+        """A task seen to end: its outcome read from its server at once and kept (if it fits), so
+        another session or replica reads it without this replica's server. Best effort: it stays
+        for ``tasks/result`` to read otherwise."""
+        try:
+            result = await self._ask(inbound, record, "tasks/result", task_id, timeout=_FETCH)
+            outcome: dict[str, Any] = {"result": result}
+        except RemoteError as exc:
+            outcome = {"error": _scrubbed(exc.error, record.server_task, task_id)}
+        except (ServerUnavailable, ProtocolError) as exc:
+            logger.info("server %s: a finished task's result could not be read: %s", record.server_id, exc)
+            return record
+        if len(orjson.dumps(outcome)) > self._max_result:
+            return record  # its first tasks/result reader gets it from the server
+        return await self._finished(record, outcome)
 
     async def _result(self, inbound: Caller, record: TaskRecord, task_id: str) -> Any:
         if record.outcome is None:

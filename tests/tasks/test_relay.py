@@ -121,12 +121,17 @@ async def test_the_server_is_asked_under_its_id_and_the_client_told_manifolds() 
     alice = Caller(ALICE)
     task_id = await _created(tasks, alice)
     server.answers["tasks/get"] = _task("srv-1", "completed", statusMessage="done", extra="internal")
+    server.answers["tasks/result"] = {"content": [{"type": "text", "text": "kept"}]}
     got = await tasks.request(alice, "", "tasks/get", {"taskId": task_id})  # type: ignore[arg-type]
-    assert server.sent == [("tasks/get", {"taskId": "srv-1"})]
+    # Seen to end: its result is read at once and kept, for another session or replica.
+    assert server.sent == [("tasks/get", {"taskId": "srv-1"}), ("tasks/result", {"taskId": "srv-1"})]
     assert got["taskId"] == task_id
     assert got["status"] == "completed"
     assert "extra" not in got  # only a Task's own fields are relayed
     assert "srv-1" not in str(got)
+    again = await tasks.request(Caller(ALICE, session_id="s2"), "", "tasks/result", {"taskId": task_id})  # type: ignore[arg-type]
+    assert again["content"] == [{"type": "text", "text": "kept"}]
+    assert len(server.sent) == 2  # from the record
 
 
 async def test_a_result_is_read_once_from_the_server_then_from_the_record() -> None:
@@ -304,3 +309,15 @@ async def test_the_audit_log_records_a_tasks_creation_and_how_it_ended_once() ->
         ("task", "cancelled", task_id, "alice", "srv.research", "research"),
     ]
     assert "srv-1" not in str(written)
+
+
+async def test_a_result_too_large_to_keep_is_still_read_in_full_after_a_get_saw_the_task_end() -> None:
+    server = Server()
+    tasks, _, _ = _relay(server, max_task_result_bytes=1024)
+    alice = Caller(ALICE)
+    task_id = await _created(tasks, alice)
+    server.answers["tasks/get"] = _task("srv-1", "completed")
+    server.answers["tasks/result"] = {"content": [{"type": "text", "text": "x" * 5000}]}
+    assert (await tasks.request(alice, "", "tasks/get", {"taskId": task_id}))["status"] == "completed"  # type: ignore[arg-type]
+    got = await tasks.request(alice, "", "tasks/result", {"taskId": task_id})  # type: ignore[arg-type]
+    assert len(got["content"][0]["text"]) == 5000
