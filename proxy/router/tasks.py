@@ -18,14 +18,19 @@ __all__ = ["task_methods", "task_servers"]
 Method = Callable[[InboundRequest, dict[str, Any], RequestId], Awaitable[Any]]
 
 
-def task_servers(view: Catalogs, identity: Identity) -> set[str]:
-    """The servers of the tools ``identity`` is shown in ``view``."""
-    servers: set[str] = set()
+def task_servers(view: Catalogs, identity: Identity, among: set[str]) -> set[str]:
+    """Of the servers ``among``, those with a tool ``identity`` is shown in ``view`` (the catalog
+    is scanned only while one of them is left to find)."""
+    found: set[str] = set()
+    if not among:
+        return found
     for name in view.served.definitions:
         entry = view.tool(name)
-        if entry is not None and entry.server_id not in servers and view.visible_definition(name, identity):
-            servers.add(entry.server_id)
-    return servers
+        if entry is not None and entry.server_id in among - found and view.visible_definition(name, identity):
+            found.add(entry.server_id)
+            if found == among:
+                break
+    return found
 
 
 def task_methods(
@@ -42,10 +47,10 @@ def task_methods(
 
     async def initialized(inbound: InboundRequest, params: dict[str, Any], request_id: RequestId) -> Any:
         result = await initialize(inbound, params, request_id)
-        declared = tasks.capabilities(task_servers(view(inbound.identity), inbound.identity))
-        if declared is None:
+        running = tasks.running_tasks()  # usually none: then no catalog is looked at
+        if not task_servers(view(inbound.identity), inbound.identity, running):
             return result
-        return {**result, "capabilities": {**result["capabilities"], "tasks": declared}}
+        return {**result, "capabilities": {**result["capabilities"], "tasks": tasks.CAPABILITY}}
 
     async def task(
         method: str, inbound: InboundRequest, params: dict[str, Any], request_id: RequestId

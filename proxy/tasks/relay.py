@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -124,13 +124,15 @@ class Tasks:
 
     # ---- capabilities ---------------------------------------------------------------------
 
-    def capabilities(self, servers: Iterable[str]) -> dict[str, Any] | None:
-        """The ``tasks`` capability to declare to a client that sees ``servers``: task-augmented
-        ``tools/call`` where one of them runs tasks; Manifold itself lists and cancels."""
-        shared = self._connections.shared
-        if not any(s in shared and capability(shared[s].capabilities) for s in servers):
-            return None
-        return {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    #: The ``tasks`` capability declared to a client that sees a server running tasks: task-augmented
+    #: ``tools/call``; Manifold itself lists and cancels.
+    CAPABILITY: Final[Mapping[str, Any]] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+
+    def running_tasks(self) -> set[str]:
+        """The servers (shared connections) that declared task-augmented ``tools/call``."""
+        return {
+            sid for sid, connection in self._connections.shared.items() if capability(connection.capabilities)
+        }
 
     # ---- creation -------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from tests.interaction.harness import (
     REPO,
     RunningManifold,
     everything_server,
+    fixture_server,
     post,
     raw_session,
     running_manifold,
@@ -41,7 +42,16 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 KEYS = {
     "alice": "mfd_alice-tasks-key-0123456789abcdefghijklmnop",
     "bob": "mfd_bob-tasks-key-0123456789abcdefghijklmnopqr",
+    "carol": "mfd_carol-tasks-key-0123456789abcdefghijklmno",  # a contractor: shown no task tools
 }
+POLICY = """\
+version: 1
+default: allow
+rules:
+  - id: contractors-see-no-everything
+    effect: deny
+    match: {roles: [contractor], tools: ["everything.*"]}
+"""
 RESEARCH = "everything.simulate-research-query"
 PER_IDENTITY = 20  # alice creates fewer; bob runs into it
 
@@ -53,12 +63,17 @@ def _stored(key: str) -> str:
 @pytest.fixture(scope="module")
 async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
     tmp = tmp_path_factory.mktemp("tasks")
+    (tmp / "policy.yaml").write_text(POLICY)
+    keys = [
+        {"name": n, "key": _stored(k), "roles": ["contractor" if n == "carol" else "staff"]}
+        for n, k in KEYS.items()
+    ]
     config = {
-        "auth": {"api_keys": [{"name": n, "key": _stored(k), "roles": ["staff"]} for n, k in KEYS.items()]},
-        "servers": {"everything": everything_server()},
-        "endpoints": {"research": {"servers": ["everything"]}},
+        "auth": {"api_keys": keys},
+        "servers": {"everything": everything_server(), "plain": fixture_server("plain", tools=2)},
+        "endpoints": {"research": {"servers": ["everything"]}, "plain": {"servers": ["plain"]}},
         "limits": {"max_tasks_per_identity": PER_IDENTITY},
-        "policy": {"audit": {"path": str(tmp / "audit.jsonl")}},
+        "policy": {"files": [str(tmp / "policy.yaml")], "audit": {"path": str(tmp / "audit.jsonl")}},
     }
     async with running_manifold(tmp, config) as running:
         yield running
@@ -159,6 +174,18 @@ async def test_a_research_task_runs_through_manifold_under_manifolds_own_id(
         ("task", "created", "alice", RESEARCH),
         ("task", "completed", "alice", RESEARCH),
     ]
+
+
+async def test_tasks_are_declared_only_to_a_client_shown_a_server_that_runs_them(
+    manifold: RunningManifold,
+) -> None:
+    for url, who in ((manifold.url + "/plain", "alice"), (manifold.url, "carol")):
+        async with client_as(url, who) as client:
+            assert client.server_capabilities is not None
+            assert client.server_capabilities.tasks is None, (url, who)
+    async with client_as(manifold.url + "/research", "alice") as client:
+        assert client.server_capabilities is not None
+        assert client.server_capabilities.tasks is not None
 
 
 async def test_a_task_outlives_its_session_and_its_result_is_read_from_another(
