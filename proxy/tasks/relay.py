@@ -46,6 +46,7 @@ from proxy.core.errors import (
 from proxy.core.keys import fingerprint
 from proxy.observe.metrics import Metrics
 from proxy.outbound.connection import ServerConnection
+from proxy.outbound.relay import RELATED_TASK
 from proxy.pipeline.context import CallContext, Caller, Handler
 from proxy.protocol import jsonrpc
 from proxy.tasks.ids import TaskIds, scope_of, unknown_task
@@ -55,7 +56,6 @@ __all__ = ["RELATED_TASK", "TASK_METHODS", "Tasks", "capability"]
 
 logger = logging.getLogger("proxy.tasks.relay")
 
-RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
 TASK_METHODS: Final = ("tasks/get", "tasks/result", "tasks/cancel", "tasks/list")
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
 _STATUSES: Final = frozenset({"working", "input_required", *TERMINAL})

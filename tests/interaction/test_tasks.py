@@ -218,6 +218,40 @@ async def test_elicitation_during_a_task_reaches_the_client_reading_its_result(
     assert "Clarification**: snake" in _text(payload)
 
 
+async def test_two_clients_reading_results_at_once_are_each_asked_their_own_question(
+    manifold: RunningManifold,
+) -> None:
+    """Over stdio the server cannot say which request its elicitation is about, and two clients
+    wait at once: the task it names (related-task) does."""
+
+    def answering(interpretation: str) -> Any:
+        async def elicit(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+            return t.ElicitResult(action="accept", content={"interpretation": interpretation})
+
+        return elicit
+
+    payloads: dict[str, dict[str, Any]] = {}
+    asked: list[str] = []
+    both_asked = anyio.Event()
+
+    async def run(who: str, interpretation: str) -> None:
+        async with client_as(manifold.url, who, elicit=answering(interpretation)) as client:
+            task = await _create(client, "python", ambiguous=True)
+            await _until_terminal(client, task.task_id, ("input_required",))
+            asked.append(who)
+            if len(asked) == 2:
+                both_asked.set()
+            await both_asked.wait()  # both tasks/result requests are then in flight together
+            payloads[who] = await _result(client, task.task_id)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "alice", "snake")
+            tg.start_soon(run, "bob", "comedy")
+    assert "Clarification**: snake" in _text(payloads["alice"])
+    assert "Clarification**: comedy" in _text(payloads["bob"])
+
+
 async def test_a_cancelled_task_stays_cancelled_and_cannot_be_cancelled_again(
     manifold: RunningManifold,
 ) -> None:
