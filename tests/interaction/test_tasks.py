@@ -417,3 +417,35 @@ async def test_a_task_with_elicitation_runs_through_manifold_stdio(tmp_path: Pat
             with pytest.raises(MCPError) as refused:
                 await _get(client, "9a6c8714f6964ea783dcac315461b495")
             assert refused.value.error.message == "Failed to retrieve task: Task not found"
+
+
+TS_CLIENT = REPO / "tests" / "interaction" / "ts_task_client.mjs"
+
+
+async def _ts_client(*args: str) -> dict[str, Any]:
+    """The TypeScript SDK's task client (tests/interaction/ts_task_client.mjs), to its end."""
+    with anyio.fail_after(90):
+        done = await anyio.run_process(["node", str(TS_CLIENT), *args], check=False, cwd=REPO)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    ran: dict[str, Any] = orjson.loads(done.stdout.splitlines()[-1])
+    return ran
+
+
+def _ts_checks(ran: dict[str, Any]) -> None:
+    assert ran["seen"][0] == "taskCreated"
+    assert "status:input_required" in ran["seen"]
+    assert ran["seen"][-1] == "result"
+    assert "Clarification**: snake" in ran["text"]
+    assert len(ran["asked"]) == 1
+    assert ran["cancelled"] == "cancelled"
+    assert ran["taskId"] in ran["listed"]
+    assert ran["unknown"]["code"] == -32602
+
+
+async def test_the_typescript_sdk_task_client_works_over_streamable_http(manifold: RunningManifold) -> None:
+    _ts_checks(await _ts_client("http", manifold.url + "/research", KEYS["alice"]))
+
+
+async def test_the_typescript_sdk_task_client_works_through_manifold_stdio(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "m.yaml", {"servers": {"everything": everything_server()}})
+    _ts_checks(await _ts_client("stdio", sys.executable, "-m", "proxy.cli", "stdio", "--config", str(config)))
