@@ -94,6 +94,7 @@ bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m benchmarks.run
 	timeout 120 $(BIN)/python -m benchmarks.discovery.evaluate
 	timeout 300 $(BIN)/python -m benchmarks.guard_cost
+	timeout 300 $(BIN)/python -m benchmarks.openapi_load
 
 ## Progressive discovery: recall@1/@5 of the tool search over vendored catalogs, tokens saved,
 ## µs per query (offline, a few seconds; writes its section of benchmarks/README.md).

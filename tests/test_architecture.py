@@ -31,9 +31,10 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "catalog": frozenset({"core", "protocol"}),
     "policy": frozenset({"core", "catalog", "guard"}),  # guardrail rules name the detectors
     "config": frozenset({"core", "protocol", "catalog", "policy"}),
+    "openapi": frozenset({"core", "config"}),  # pure: an OpenAPI document to tools and requests
     "tracing": frozenset({"core", "protocol", "config"}),
     "observe": frozenset({"core", "protocol", "config"}),
-    "outbound": frozenset({"core", "protocol", "config", "tracing"}),
+    "outbound": frozenset({"core", "protocol", "config", "tracing", "openapi"}),
     "ratelimit": frozenset({"policy", "config"}),
     "auth": frozenset({"core", "policy", "config"}),
     "credentials": frozenset({"core", "policy", "config", "auth"}),
@@ -86,6 +87,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "inbound",
             "app",
             "tracing",
+            "openapi",
         }
     ),
 }

@@ -8,6 +8,7 @@ them::
     npm install --prefix DIR @modelcontextprotocol/server-memory ...   # the packages below
     python -m venv VENV && VENV/bin/pip install mcp-server-time ...
     python -m benchmarks.discovery.dump_real --npm DIR --venv VENV
+    python -m benchmarks.discovery.dump_real --set fresh --npm DIR --venv VENV   # fresh/catalogs
 
 ``mcp-server-sqlite`` (PyPI) is left out: its release fails to start with the current SDK.
 
@@ -29,7 +30,7 @@ from mcp import StdioServerParameters
 
 from benchmarks.discovery.dump import listed_tools
 
-OUT = Path(__file__).resolve().parent / "real" / "catalogs"
+HERE = Path(__file__).resolve().parent
 PLACEHOLDER = "placeholder-not-a-key"
 
 # server id -> (package, "npm" binary or "pypi" console script, arguments, environment)
@@ -107,6 +108,34 @@ SERVERS: dict[str, tuple[str, str, str, list[str], dict[str, str]]] = {
     "fetch": ("mcp-server-fetch", "pypi", "mcp-server-fetch", [], {}),
 }
 
+# The second held-out set's servers (``fresh/catalogs``), none of them in the sets above. Their
+# packages want Node >= 20; install with ``PUPPETEER_SKIP_DOWNLOAD=1 npm install --ignore-scripts``
+# (one of them pulls in a browser download no listing needs).
+FRESH: dict[str, tuple[str, str, str, list[str], dict[str, str]]] = {
+    "airtable": ("airtable-mcp-server", "npm", "airtable-mcp-server", [], {"AIRTABLE_API_KEY": PLACEHOLDER}),
+    "chart": ("@antv/mcp-server-chart", "npm", "mcp-server-chart", [], {}),
+    "circleci": (
+        "@circleci/mcp-server-circleci",
+        "npm",
+        "mcp-server-circleci",
+        [],
+        {"CIRCLECI_TOKEN": PLACEHOLDER},
+    ),
+    "desktop": ("@wonderwhy-er/desktop-commander", "npm", "desktop-commander", [], {}),
+    "firecrawl": ("firecrawl-mcp", "npm", "firecrawl-mcp", [], {"FIRECRAWL_API_KEY": PLACEHOLDER}),
+    "gmaps": (
+        "@cablate/mcp-google-map",
+        "npm",
+        "mcp-google-map",
+        ["--stdio"],
+        {"GOOGLE_MAPS_API_KEY": PLACEHOLDER},
+    ),
+    "mongodb": ("mongodb-mcp-server", "npm", "mongodb-mcp-server", [], {}),
+    "tavily": ("tavily-mcp", "npm", "tavily-mcp", [], {"TAVILY_API_KEY": PLACEHOLDER}),
+    "todoist": ("todoist-mcp", "npm", "todoist-mcp", [], {"API_KEY": PLACEHOLDER}),
+}
+SETS = {"real": SERVERS, "fresh": FRESH}
+
 
 def _version(package: str, kind: str, npm: Path, venv: Path) -> str:
     if kind == "npm":
@@ -117,15 +146,16 @@ def _version(package: str, kind: str, npm: Path, venv: Path) -> str:
     return "?"
 
 
-async def dump(server_id: str, npm: Path, venv: Path) -> None:
-    package, kind, binary, args, env = SERVERS[server_id]
+async def dump(server_id: str, npm: Path, venv: Path, set_name: str = "real") -> None:
+    package, kind, binary, args, env = SETS[set_name][server_id]
     command = npm / "node_modules" / ".bin" / binary if kind == "npm" else venv / "bin" / binary
     server = StdioServerParameters(command=str(command), args=args, env={**os.environ, **env})
     tools = await listed_tools(server)
     version = _version(package, kind, npm, venv)
     document = {"source": f"{kind} {package} {version}, tools/list as served", "tools": tools}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{server_id}.json").write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    out = HERE / set_name / "catalogs"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{server_id}.json").write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
     print(f"{server_id}: {len(tools)} tools ({package} {version})")
 
 
@@ -133,11 +163,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--npm", type=Path, required=True, help="the npm prefix the servers are in")
     parser.add_argument("--venv", type=Path, required=True, help="the venv the PyPI servers are in")
-    parser.add_argument("servers", nargs="*", help="server ids (default: all)")
+    parser.add_argument("--set", choices=sorted(SETS), default="real", help="which set's servers")
+    parser.add_argument("servers", nargs="*", help="server ids (default: all of the set)")
     args = parser.parse_args()
-    for server_id in args.servers or SERVERS:
+    for server_id in args.servers or SETS[args.set]:
         try:
-            await dump(server_id, args.npm.resolve(), args.venv.resolve())
+            await dump(server_id, args.npm.resolve(), args.venv.resolve(), args.set)
         except Exception as exc:  # one server failing to start leaves the others to dump
             print(f"{server_id}: FAILED {exc!r}")
 

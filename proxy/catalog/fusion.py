@@ -5,7 +5,7 @@ A tool's fused score is ``1 / (k + lexical rank) + w / (k + semantic rank)`` ove
 ``depth`` places of each ranking (a ranking a tool is not in adds nothing). Ranks, not scores, are
 fused: BM25F scores and cosine similarities live on scales that mean nothing to each other, and a
 rank is robust to a description built to inflate one of them. ``k`` and ``w`` were chosen by 5-fold
-cross-validation on the old evaluation sets (``benchmarks/discovery``), never on the held-out one.
+cross-validation on the development sets (``benchmarks/discovery``), never on a held-out one.
 
 A fused hit keeps the fields its words matched in (from the lexical hit) and says ``meaning`` when
 the semantic ranking alone would have returned it within the limit. A tool that only the semantic
@@ -32,7 +32,7 @@ MEANING: Final = "meaning"  # the field name a hit carries when the semantic ran
 @dataclass(frozen=True, slots=True)
 class Fusion:
     k: float = 5.0
-    semantic_weight: float = 1.0
+    semantic_weight: float = 1.5
     depth: int = 50  # places of each ranking that count
     min_similarity: float = 0.2  # of a tool only the semantic ranking found
 

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import orjson
 
+from proxy.catalog.apps import is_ui, server_spelling
 from proxy.catalog.merge import ServerSlice
 from proxy.catalog.uri_templates import CompiledTemplate, UriSubject, compile_template
 from proxy.core.errors import InvalidParams
@@ -65,6 +66,7 @@ class ResourceIndex:
     invalid: tuple[tuple[str, str], ...]
     generation: str
     templates_generation: str
+    has_ui: bool = False  # lists an MCP Apps UI (proxy.catalog.apps): listed only with its tools
 
     def route(self, uri: str) -> str | None:
         """The server that serves ``uri`` (normalized: :func:`~proxy.protocol.uris.normalize_uri`):
@@ -83,8 +85,9 @@ class ResourceIndex:
 
     def spelling(self, uri: str) -> str:
         """What to send the server for the normalized ``uri``: its own spelling if it lists the
-        URI (the same resource, named as the server knows it), else ``uri``."""
-        return self.listed_as.get(uri, uri)
+        URI (the same resource, named as the server knows it), else ``uri``; a UI's namespace
+        taken off (:mod:`proxy.catalog.apps`)."""
+        return server_spelling(self.listed_as.get(uri, uri))
 
 
 def _same(value: str) -> str:
@@ -154,6 +157,7 @@ def build_resource_index(resources: Sequence[ServerSlice], templates: Sequence[S
         invalid=tuple(invalid),
         generation=generation,
         templates_generation=templates_generation,
+        has_ui=any(is_ui(uri) for uri in by_uri),
     )
 
 

@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["FIELDS", "MAX_QUERY_CHARS", "Field", "Hit", "ToolIndex", "normalise", "terms"]
+__all__ = ["FIELDS", "MAX_QUERY_CHARS", "STOP_WORDS", "Field", "Hit", "ToolIndex", "normalise", "terms"]
 
 _WORDS: Final = re.compile(r"[^\W_]+")  # runs of letters and digits, any script
 # Words too common in task descriptions and tool texts to tell tools apart.
@@ -71,6 +71,7 @@ _STOP: Final = frozenset(
         *("which", "with", "you", "your"),
     }
 )
+STOP_WORDS: Final = _STOP
 _K1: Final = 1.2
 _PREFIX_WEIGHT: Final = 0.5  # a query term matched only as a prefix counts half
 _MAX_EXPANSIONS: Final = 8  # catalog terms one query term may expand to

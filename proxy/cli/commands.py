@@ -266,6 +266,7 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
         access.load,
         functools.partial(Authenticator.from_settings, config.auth, os.environ),
         functools.partial(check_modes, config),
+        functools.partial(_check_documents, config),
     ]
     stopped: list[str] = []
     for step in steps:
@@ -296,6 +297,38 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
             return 2
     print(f"{path}: OK ({len(config.servers)} servers: {servers}{policy})")
     return 0
+
+
+def _check_documents(config: Config) -> None:
+    """Every problem of each OpenAPI server's document (a file; a URL is read when serving).
+
+    Raises:
+        ConfigError: listing them, per server.
+    """
+    found: list[str] = []
+    for server in config.enabled_servers():
+        source = server.openapi
+        if source is None or source.is_url:
+            continue
+        from proxy.openapi.document import parse
+        from proxy.openapi.schemas import DocumentProblem
+        from proxy.openapi.validation import problems
+
+        where = f"servers.{server.id}.openapi.document"
+        try:
+            with open(source.document, "rb") as file:
+                data = file.read(source.max_document_bytes + 1)
+            if len(data) > source.max_document_bytes:
+                raise DocumentProblem(f"larger than max_document_bytes ({source.max_document_bytes} bytes)")
+            found += [
+                f"{where}: {problem}" for problem in problems(parse(data, where=source.document), source)
+            ]
+        except OSError as exc:
+            found.append(f"{where}: cannot be read: {exc.strerror or exc}")
+        except DocumentProblem as exc:
+            found.append(f"{where}: {exc}")
+    if found:
+        raise ConfigError("\n".join(found))
 
 
 def _keygen(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from proxy.config.policy_files import load_pins, save_pins
 from proxy.core.errors import InvalidParams
 from proxy.enforce.access import Access
 from proxy.enforce.offline_subjects import Resolved, resolve
+from proxy.openapi.tools import OPERATION_KEY
 from proxy.policy import Identity, Subject, accept, compare
 from proxy.protocol.uris import normalize_uri
 
@@ -62,6 +63,8 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
                 "canonical_name": e.canonical,  # what the policy's globs see
                 "annotations": dict(served.definitions[e.name].get("annotations") or {}),
                 "annotations_source": served.effective[e.name].source,
+                # An OpenAPI server's tool: the operation it calls (proxy.openapi.tools).
+                "operation": (served.definitions[e.name].get("_meta") or {}).get(OPERATION_KEY),
                 "blocked": e.name in served.blocked,
             }
             for e in entries
@@ -85,6 +88,8 @@ async def tools(config: Config, args: argparse.Namespace) -> int:
             note = f" ({r['annotations_source']})" + (" BLOCKED: pin drift" if r["blocked"] else "")
             if r["canonical_name"] != r["name"]:
                 note += f" policy name: {r['canonical_name']}"
+            if isinstance(r["operation"], str):
+                note += f" operation: {r['operation'][:200]}"
             table.append((r["name"], r["server"], r["original_name"], _hints(r["annotations"]) + note))
         widths = [max(len(row[i]) for row in table) for i in range(3)]
         for row in table:

@@ -64,9 +64,10 @@ def load_config(
 
 def _relative_to(config: Config, base: Path) -> Config:
     """Files Manifold itself reads and writes (policies, pins, audit) are found next to the
-    config file, as Prometheus finds its rule files, not wherever Manifold was started. So is a
-    server's relative ``cwd`` (a desktop app starts Manifold wherever it likes). Server commands
-    and their args are not touched: they run in the server's ``cwd``."""
+    config file, as Prometheus finds its rule files, not wherever Manifold was started. So are an
+    OpenAPI server's document file and a server's relative ``cwd`` (a desktop app starts Manifold
+    wherever it likes). Server commands and their args are not touched: they run in the server's
+    ``cwd``."""
 
     def resolve(path: str) -> str:
         return path if path == "-" or Path(path).is_absolute() else str(base / path)
@@ -77,6 +78,10 @@ def _relative_to(config: Config, base: Path) -> Config:
         key: server.model_copy(update={"cwd": resolve(server.cwd)}) if server.cwd else server
         for key, server in config.servers.items()
     }
+    for key, server in servers.items():
+        if server.openapi is not None and not server.openapi.is_url:  # an OpenAPI document file
+            document = server.openapi.model_copy(update={"document": resolve(server.openapi.document)})
+            servers[key] = server.model_copy(update={"openapi": document})
     credentials = config.credentials
     return config.model_copy(
         update={

@@ -20,6 +20,7 @@ from proxy.config.base import Loc
 from proxy.config.base import Problems as _Problems
 from proxy.config.base import Section as _Model
 from proxy.config.credentials import ServerCredentials, SharedCredentials
+from proxy.config.openapi import OpenApiSource
 from proxy.core.redaction import redact_url
 
 Transport: TypeAlias = Literal["stdio", "auto", "streamable-http", "sse"]
@@ -88,6 +89,8 @@ class ServerConfig(_Model):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, SecretStr] = Field(default_factory=dict)
+    # A REST API described by an OpenAPI document (proxy.openapi): ``url`` is its base URL then.
+    openapi: OpenApiSource | None = None
     transport: Transport
     prefix: str
     enabled: bool = True
@@ -173,8 +176,10 @@ class ServerConfig(_Model):
         return {**data, "tools": tools, "annotations": annotations}
 
     @property
-    def kind(self) -> Literal["stdio", "http"]:
-        """``stdio`` for a command server, ``http`` for a URL server."""
+    def kind(self) -> Literal["stdio", "http", "openapi"]:
+        """``stdio`` for a command server, ``openapi`` for a REST API, ``http`` for a URL server."""
+        if self.openapi is not None:
+            return "openapi"
         return "stdio" if self.command is not None else "http"
 
     def resolved_env(self) -> dict[str, str]:
@@ -228,7 +233,10 @@ class ServerConfig(_Model):
         if problems:
             raise _Problems(problems)
         if data.get("transport") is None:
-            data["transport"] = "stdio" if data.get("url") is None else "auto"
+            data["transport"] = "stdio" if data.get("url") is None and data.get("openapi") is None else "auto"
+        if data.get("openapi") is not None and "trusted" not in data:
+            # The hints are Manifold's own, from each operation's HTTP method (proxy.openapi.tools).
+            data["trusted"] = True
         if data.get("prefix") is None and "id" in data:
             data["prefix"] = data["id"]
         return data
@@ -242,6 +250,8 @@ class ServerConfig(_Model):
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
+        if self.openapi is not None:
+            return self._openapi_problems()
         if (self.command is None) == (self.url is None):
             got = "neither" if self.command is None else "both"
             raise _Problems([((), f"needs exactly one of 'command' (stdio) or 'url' (HTTP) (got {got})")])
@@ -260,6 +270,30 @@ class ServerConfig(_Model):
         if self.command is not None and self.headers:
             problems.append((("headers",), "only applies to url servers; this server has a 'command'"))
         problems += self._credential_problems()
+        if problems:
+            raise _Problems(problems)
+        return self
+
+    def _openapi_problems(self) -> ServerConfig:
+        problems: list[tuple[Loc, str]] = []
+        if self.command is not None:
+            problems.append((("command",), "give either 'command' or 'openapi', not both"))
+        for name in ("args", "env", "cwd"):
+            if getattr(self, name):
+                problems.append(((name,), "only applies to command servers; this server is 'openapi'"))
+        if self.transport not in ("auto", "streamable-http"):
+            problems.append(
+                (("transport",), f"does not apply to an 'openapi' server (got {self.transport!r})")
+            )
+        if self.era == "stateless":
+            problems.append(
+                (("era",), "an 'openapi' server is answered in the handshake era: use 'auto' or 'handshake'")
+            )
+        mode = self.credentials.mode
+        if mode in ("oauth", "exchange") and self.url is None:
+            problems.append(
+                (("url",), f"required with credentials.mode {mode!r}: the API's base URL names the audience")
+            )
         if problems:
             raise _Problems(problems)
         return self

@@ -13,7 +13,7 @@ spoken to (:func:`parse_discover`, :func:`parse_initialize`).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -22,6 +22,7 @@ from proxy.core.errors import ServerProtocolError, ServerUnavailable
 from proxy.outbound.relay import Relay
 from proxy.protocol import versions
 from proxy.protocol.asks import ASKED_CAPABILITIES
+from proxy.protocol.extensions import OWN, relayable
 from proxy.protocol.headers import ParamHeader, x_mcp_header_problem, x_mcp_headers
 from proxy.protocol.stateless import (
     CLIENT_CAPABILITIES_KEY,
@@ -35,6 +36,7 @@ __all__ = [
     "CLIENT_CAPABILITIES",
     "CLIENT_INFO",
     "RELAYED",
+    "relayed_capabilities",
     "Era",
     "Introduction",
     "Mirrored",
@@ -45,10 +47,26 @@ __all__ = [
 ]
 
 # What Manifold tells servers it can do as a client: it relays these to the client session
-# whose request caused them, if that client declared them too (else the server gets an error).
-CLIENT_CAPABILITIES: Final[dict[str, Any]] = {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
-RELAYED: Final = ASKED_CAPABILITIES  # what a server may ask a client for
+# whose request caused them, if that client declared them too (else the server gets an error);
+# and the extensions it relays whatever the client (proxy.protocol.extensions).
+CLIENT_CAPABILITIES: Final[dict[str, Any]] = {
+    "sampling": {},
+    "elicitation": {"form": {}, "url": {}},
+    "extensions": dict(OWN),
+}
+# What a server may ask a client for, and the extensions a client declared that Manifold relays:
+# what a client's own connection (per_client, manifold stdio) and a 2026-07-28 request carry.
+RELAYED: Final = (*ASKED_CAPABILITIES, "extensions")
 CLIENT_INFO: Final = {"name": "manifold", "version": __version__}
+
+
+def relayed_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a client's declared capabilities its server hears of: :data:`RELAYED`, the
+    extensions among them only those Manifold relays (a 2026-07-28 caller's come unfiltered)."""
+    relayed = {k: v for k, v in capabilities.items() if k in RELAYED and k != "extensions"}
+    if extensions := relayable(capabilities.get("extensions"))[0]:
+        relayed["extensions"] = extensions
+    return relayed
 
 
 class Era(enum.Enum):
@@ -80,7 +98,7 @@ def envelope(relay: Relay | None) -> dict[str, Any]:
         }
     meta: dict[str, Any] = {
         PROTOCOL_VERSION_KEY: versions.LATEST_STATELESS,
-        CLIENT_CAPABILITIES_KEY: {k: v for k, v in relay.capabilities.items() if k in RELAYED},
+        CLIENT_CAPABILITIES_KEY: relayed_capabilities(relay.capabilities),
         CLIENT_INFO_KEY: CLIENT_INFO,
     }
     if relay.log_level is not None:

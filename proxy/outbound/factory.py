@@ -37,6 +37,16 @@ def transport_for(
             stderr_lines_kept=limits.stderr_lines_kept,
             stderr_lines_logged_per_minute=limits.stderr_lines_logged_per_minute,
         )
+    if server.openapi is not None:
+        from proxy.outbound.over_openapi.transport import OpenApiTransport  # loads only when configured
+
+        return OpenApiTransport(
+            server.id,
+            server.openapi,
+            server.url,
+            _merged_headers(server.resolved_headers(), headers or {}),
+            connect_timeout=server.connect_timeout,
+        )
     assert server.url is not None
     assert server.transport != "stdio"
     from proxy.outbound.over_http.modes import http_transport  # loads only when an HTTP server is configured

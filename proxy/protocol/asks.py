@@ -10,6 +10,8 @@ import itertools
 from collections.abc import Mapping
 from typing import Any, Final
 
+from proxy.protocol import extensions
+
 __all__ = ["ASKABLE", "ASKED_CAPABILITIES", "NEEDS", "kept_capabilities"]
 
 # A server's request to a client -> the client capability it needs.
@@ -28,9 +30,10 @@ _MAX_FLAG_NAME: Final = 64
 def kept_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
     """What Manifold keeps of a client's declared capabilities: the ones a server may ask it for
     (:data:`ASKED_CAPABILITIES`), each with its flags one level down (``elicitation.url``,
-    ``roots.listChanged``, ``sampling.tools``) and nothing deeper. Manifold acts on nothing else
-    a client declares, and keeps this in every session and signs it into the session's id: so it
-    is small and bounded (a few hundred bytes), whatever the client sent."""
+    ``roots.listChanged``, ``sampling.tools``) and nothing deeper, and the ``extensions`` Manifold
+    relays to servers (:func:`proxy.protocol.extensions.kept`: a few, small). Manifold acts on
+    nothing else a client declares, and keeps this in every session and signs it into the
+    session's id: so it is small and bounded, whatever the client sent."""
     kept: dict[str, Any] = {}
     for name in ASKED_CAPABILITIES:
         if name not in capabilities:
@@ -42,4 +45,6 @@ def kept_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
                 if isinstance(flag, str) and len(flag) <= _MAX_FLAG_NAME:
                     flags[flag] = setting if isinstance(setting, bool) else {}
         kept[name] = flags
+    if declared := extensions.kept(capabilities.get("extensions")):
+        kept["extensions"] = declared
     return kept

@@ -19,6 +19,7 @@ from typing import Any, Final
 import anyio
 
 from proxy import __version__
+from proxy.catalog import apps
 from proxy.catalog.completions import filter_completion
 from proxy.catalog.merge import Entry
 from proxy.clients.listen_streams import Listens, Subscription
@@ -49,10 +50,9 @@ from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
 from proxy.protocol.uris import normalize_uri
 from proxy.router.params import session_of, string_param, too_many
-from proxy.router.tasks import task_methods
+from proxy.router.tasks import Tasks, task_methods
 from proxy.servers.connections import Connections
 from proxy.servers.per_client import owner, owner_of
-from proxy.tasks.relay import Tasks
 from proxy.tracing import active as tracing
 from proxy.views.catalogs import Catalogs
 from proxy.views.discovery import Call, Discovery
@@ -276,13 +276,14 @@ class Router:
         session.client_info = kept_client_info(client_info)
         result: dict[str, Any] = {
             "protocolVersion": session.protocol_version,
-            "capabilities": CAPABILITIES,
+            "capabilities": self._connections.capabilities(CAPABILITIES, self._servers),
             "serverInfo": SERVER_INFO,
         }
         return self._with_instructions(result)
 
     def _discover(self) -> dict[str, Any]:
-        result = {"supportedVersions": list(versions.ADVERTISED), "capabilities": CAPABILITIES}
+        capabilities = self._connections.capabilities(CAPABILITIES, self._servers)
+        result = {"supportedVersions": list(versions.ADVERTISED), "capabilities": capabilities}
         return self._with_instructions(result)
 
     def _with_instructions(self, result: dict[str, Any]) -> dict[str, Any]:
@@ -371,9 +372,9 @@ class Router:
 
     async def _route(self, inbound: InboundRequest, uri: str) -> str | None:
         """The server of a concrete resource URI, as this client sees the lists."""
-        server = self._view(inbound).resources.route(uri)
+        server = self._view(inbound).route_resource(uri, inbound.identity)
         if server is None and self._per_client is not None:
-            server = (await self._opened(inbound)).resources.route(uri)
+            server = (await self._opened(inbound)).route_resource(uri, inbound.identity)
         return server
 
     async def _prompts_get(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
@@ -393,11 +394,10 @@ class Router:
             raise ResourceNotFound.of(uri)
         # Whether the policy hides it is the authorize stage's call, as for prompts. It decides
         # on the normalized URI, and the server reads that one (in its own spelling if it lists it).
-        subject = Subject.resource(uri, server)
-        forwarded = {**params, "uri": index.spelling(uri)}
-        return await self._forward(
-            CallContext(inbound, request_id, "resources/read", server, uri, forwarded, subject=subject)
-        )
+        subject, forwarded = Subject.resource(uri, server), {**params, "uri": index.spelling(uri)}
+        ctx = CallContext(inbound, request_id, "resources/read", server, uri, forwarded, subject=subject)
+        result = await self._forward(ctx)
+        return apps.namespace_read(server, result) if apps.is_ui(uri) else result
 
     async def _complete(self, inbound: InboundRequest, params: Params, request_id: RequestId) -> Any:
         ref = params.get("ref")

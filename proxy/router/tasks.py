@@ -13,7 +13,7 @@ from proxy.protocol.jsonrpc import RequestId
 from proxy.tasks.relay import TASK_METHODS, Tasks
 from proxy.views.catalogs import Catalogs
 
-__all__ = ["task_methods", "task_servers"]
+__all__ = ["Tasks", "task_methods", "task_servers"]  # Tasks: what a router is given
 
 Method = Callable[[InboundRequest, dict[str, Any], RequestId], Awaitable[Any]]
 

@@ -26,11 +26,12 @@ from proxy.observe.boundary import Boundary, wire_error
 from proxy.observe.logs import redact_text
 from proxy.observe.metrics import Metrics
 from proxy.outbound.connection import ServerConnection
-from proxy.outbound.era import RELAYED, Era
+from proxy.outbound.era import Era, relayed_capabilities
 from proxy.outbound.factory import transport_for
 from proxy.outbound.health import ConnectionListener, ServerState
 from proxy.outbound.transport import Transport
 from proxy.pipeline.context import Caller
+from proxy.protocol import extensions
 from proxy.servers.held_questions import Doorstep, Doorway
 from proxy.servers.per_client import ClientConnections, PerClientLists, PerClientNotices
 
@@ -93,6 +94,7 @@ class Connections:
             server.id: self._connection(server, given.get(server.id)) for server in servers
         }
         self._scopes: dict[str, anyio.CancelScope] = {}  # server id -> its shared connection's run
+        self._dropped: set[tuple[str, extensions.Dropped]] = set()  # extensions not relayed, logged
         self._tg: anyio.abc.TaskGroup | None = None
         self._per_client = ClientConnections(
             self._servers,
@@ -214,7 +216,7 @@ class Connections:
         by its connect timeout). Only the first call starts anything."""
         if self._client is not None:
             return self._client[1]
-        declared = {k: v for k, v in capabilities.items() if k in RELAYED}
+        declared = relayed_capabilities(capabilities)
         hold = max((server.request_timeout for server in self._servers.values()), default=60.0)
         doorway = Doorway("stdio", declared, hold=hold)
         if not self._one_client:
@@ -334,6 +336,21 @@ class Connections:
             for sid, c in self.shared.items()
             if self._servers[sid].required and c.state is not ServerState.READY
         ]
+
+    def capabilities(self, base: Mapping[str, Any], servers: Collection[str] | None = None) -> dict[str, Any]:
+        """``base`` (Manifold's own capabilities) with the ``extensions`` the servers (of
+        ``servers``; None: all) declared that Manifold relays (:mod:`proxy.protocol.extensions`).
+        Each declaration dropped is logged once per server."""
+        shown, dropped = extensions.merge(
+            (sid, c.capabilities.get("extensions"))
+            for sid, c in self.shared.items()
+            if servers is None or sid in servers
+        )
+        for server_id, drop in dropped:
+            if (server_id, drop) not in self._dropped:  # bounded: a few per server
+                self._dropped.add((server_id, drop))
+                logger.info("server %s: extension %s not relayed: %s", server_id, drop.extension, drop.reason)
+        return {**base, "extensions": shown} if shown else dict(base)
 
     def instructions(self, servers: Collection[str] | None = None) -> str | None:
         """What the servers (of ``servers``; None: all) said to tell clients, one paragraph each."""

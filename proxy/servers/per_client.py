@@ -45,7 +45,7 @@ from proxy.config.model import LimitsConfig, ServerConfig
 from proxy.core.errors import LimitExceeded, ServerUnavailable, SignInNeeded
 from proxy.credentials import Credentials, Sources
 from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection
-from proxy.outbound.era import RELAYED, Era
+from proxy.outbound.era import Era, relayed_capabilities
 from proxy.outbound.factory import transport_for
 from proxy.outbound.health import ServerState
 from proxy.outbound.levels import takes_levels, tell_level
@@ -300,7 +300,7 @@ class ClientConnections:
                 maximum=self._max,
             )
         server = self._servers[server_id]
-        capabilities = {k: v for k, v in client.capabilities.items() if k in RELAYED}
+        capabilities = relayed_capabilities(client.capabilities)
         session = client if isinstance(client, ClientSession) else None
         standing = None if session is None else InboundRequest(session)
         name = f"identity-{client.identity.name}" if session is None else session.id

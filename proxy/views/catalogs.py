@@ -18,6 +18,7 @@ from typing import Any, Final, Protocol
 import orjson
 from cachetools import LRUCache
 
+from proxy.catalog import apps
 from proxy.catalog.cursors import CursorCodec, paginate
 from proxy.catalog.merge import EMPTY_CATALOG, Catalog, Entry, ServerSlice, build_catalog, replace_slice
 from proxy.catalog.naming import NamingCodec
@@ -97,10 +98,13 @@ class Catalogs:
         self._slices = {
             kind: tuple(ServerSlice(s, p, ()) for s, p in prefixes.items()) for kind in LIST_KINDS
         }
+        self._slices_shown = False  # the slices are as servers listed them
         self.tools: Catalog = EMPTY_CATALOG
         self.served: ServedTools = access.serve_tools(EMPTY_CATALOG)
         self.prompts: Catalog = EMPTY_CATALOG
         self.resources: ResourceIndex = EMPTY_RESOURCES
+        # MCP Apps: each UI a tool points at -> (its server, those tools); of self.served.
+        self._links: tuple[ServedTools | None, dict[str, tuple[str, tuple[str, ...]]]] = (None, {})
         # A warm list request costs one dict lookup and no re-encoding of the definitions.
         self.max_page_bytes = _PAGE_BYTES if measured else _OWN_PAGE_BYTES
         self._pages: LRUCache[tuple[str, str, str | None, CacheHint | None], tuple[orjson.Fragment, int]] = (
@@ -114,6 +118,8 @@ class Catalogs:
         if server_id not in self._prefixes:  # removed by a reload as its connection stopped
             return
         slices = replace_slice(self._slices[kind], ServerSlice(server_id, self._prefixes[server_id], items))
+        for problem in apps.namespace_items(server_id, kind, items)[1]:
+            logger.warning("server %s: %s", server_id, problem)
         self._slices[kind] = slices
         if kind == "tools" and self._measured:
             self._metrics.catalog_size(server_id, len(items))
@@ -129,7 +135,7 @@ class Catalogs:
 
     def _merge_named(self, kind: str, slices: Sequence[ServerSlice]) -> bool:
         old: Catalog = self.tools if kind == "tools" else self.prompts
-        catalog = build_catalog(slices, self._codec, self._renames if kind == "tools" else None)
+        catalog = build_catalog(_shown(kind, slices), self._codec, self._renames if kind == "tools" else None)
         for collision in catalog.collisions:
             if collision not in old.collisions:
                 logger.warning("%s name collision: %s", kind, collision.describe())
@@ -149,7 +155,10 @@ class Catalogs:
 
     def _merge_resources(self) -> bool:
         before = self.resources
-        self.resources = build_resource_index(self._slices["resources"], self._slices["resourceTemplates"])
+        self.resources = build_resource_index(
+            _shown("resources", self._slices["resources"]),
+            _shown("resourceTemplates", self._slices["resourceTemplates"]),
+        )
         index = self.resources
         self._access.judge_definitions(
             "resource",
@@ -232,7 +241,11 @@ class Catalogs:
         return catalogs
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self.tools, self.served, self.prompts, self.resources, dict(self._slices))
+        # A view is handed the slices as clients are shown them (MCP Apps' UIs namespaced).
+        slices = self._slices
+        if not self._slices_shown:
+            slices = {kind: _shown(kind, pieces) for kind, pieces in slices.items()}
+        return Snapshot(self.tools, self.served, self.prompts, self.resources, dict(slices))
 
     def show(self, view: Snapshot, *, policy_changed: bool = False) -> None:
         """Serve ``view`` (an endpoint's view of another :class:`Catalogs`) instead of merging:
@@ -245,6 +258,7 @@ class Catalogs:
             view.resources,
         )
         self._slices = {kind: tuple(view.slices.get(kind, ())) for kind in LIST_KINDS}
+        self._slices_shown = True  # a view's slices come namespaced (snapshot)
         if policy_changed:
             self._pages.clear()
         changed = {
@@ -296,10 +310,34 @@ class Catalogs:
         Raises:
             ResourceNotFound: no server serves it, or the policy hides it.
         """
-        server = self.resources.route(uri)
+        server = self.route_resource(uri, identity)
         if server is None or not self._access.allows(identity, Subject.resource(uri, server)):
             raise ResourceNotFound.of(uri)
         return server
+
+    def route_resource(self, uri: str, identity: Identity) -> str | None:
+        """The server of a concrete (normalized) resource URI, before the policy is asked. A UI
+        (``ui://``) is ``identity``'s only while it is shown a tool here that points at it
+        (:mod:`proxy.catalog.apps`), listed or not; never routed by a template."""
+        if not apps.is_ui(uri):
+            return self.resources.route(uri)
+        link = self._ui_links().get(uri)
+        if link is None:
+            return None
+        server, tools = link
+        served = self.served
+        return server if any(self._access.tool_visible(served, t, identity) for t in tools) else None
+
+    def _ui_links(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        served, links = self._links
+        if served is not self.served:
+            served = self.served
+            entries = served.catalog.entries
+            links = apps.links(
+                (e.server_id, e.name, served.definitions.get(e.name, e.definition)) for e in entries
+            )
+            self._links = (served, links)
+        return links
 
     def hides(self, subject: Subject, identity: Identity) -> bool:
         """Whether the policy hides ``subject`` from ``identity`` (not listed; a call to it must
@@ -396,7 +434,22 @@ class Catalogs:
         index = self.resources
         templates = kind == "resourceTemplates"
         generation = index.templates_generation if templates else index.generation
-        return access.resources_view(index, identity, templates=templates), f"{generation}.{access.version}"
+        viewed = access.resources_view(index, identity, templates=templates)
+        if templates or not index.has_ui:
+            return viewed, f"{generation}.{access.version}"
+        # A UI is listed only to an identity shown a tool here that points at it.
+        served = self.served
+        shown = [i for i in viewed if not apps.is_ui(i["uri"]) or self.route_resource(i["uri"], identity)]
+        return shown, f"{generation}.{access.version}.{served.catalog.generation}.{len(served.blocked)}"
+
+
+def _shown(kind: str, slices: Sequence[ServerSlice]) -> tuple[ServerSlice, ...]:
+    """What servers listed as clients are shown it: MCP Apps' UIs namespaced (the problems are
+    logged as a server lists, :meth:`Catalogs.listed`)."""
+    return tuple(
+        ServerSlice(s.server_id, s.prefix, apps.namespace_items(s.server_id, kind, s.items)[0])
+        for s in slices
+    )
 
 
 def _page_size(entry: tuple[orjson.Fragment, int]) -> int:

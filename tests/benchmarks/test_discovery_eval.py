@@ -47,9 +47,25 @@ def test_the_real_servers_set_has_150_tools_of_published_servers_and_100_tasks_n
     assert all(source.startswith(("npm ", "pypi ")) for source in sources.values())  # dumps, not hand-written
 
 
+def test_the_fresh_held_out_set_is_100_tasks_over_150_tools_of_other_published_servers() -> None:
+    slices, sources = load_catalogs(HERE / "fresh" / "catalogs")
+    tools = {f"{piece.server_id}.{item['name']}" for piece in slices for item in piece.items}
+    tasks = load_tasks(HERE / "fresh" / "held_out.json")
+    assert len(tasks) >= 100
+    assert len(tools) >= 150
+    assert {task.tool for task in tasks} <= tools
+    assert all(source.startswith(("npm ", "pypi ")) for source in sources.values())
+    _, real = load_catalogs(HERE / "real" / "catalogs")
+    _, first = load_catalogs()
+    older = [*real.values(), *first.values()]
+    packages = {source.split()[1] for source in older if source.startswith("npm ")}
+    assert not {source.split()[1] for source in sources.values()} & packages  # servers no other set uses
+
+
 def test_a_small_slice_reports_recall_tokens_and_speed() -> None:
     report = evaluate(task_count=8)
-    assert "8 tasks and 8 held-out tasks; and a held-out set of 8 tasks" in report
+    assert "8 tasks and 8 held-out tasks; a development set and an earlier held-out set of 8 tasks" in report
+    assert "the held-out set of 8 tasks over 194 tools of 9 other published servers" in report
     assert "| Hybrid: BM25F + sentence vectors, RRF (Manifold's ranking) |" in report
     assert "| Lexical only: BM25F + synonym groups (no `search` extra) |" in report
     assert "| Hybrid, 5-fold cross-validated k and weight (old + development tasks) |" in report

@@ -16,7 +16,7 @@ def semantic(*names: str, similarity: float = 0.5) -> list[tuple[str, float]]:
 
 
 def test_a_tool_both_rankings_place_high_beats_one_that_only_one_ranking_places_first() -> None:
-    fused = fuse(lexical("a", "b", "c", "d"), semantic("d", "b", "c", "a"), 4, Fusion(k=5))
+    fused = fuse(lexical("a", "b", "c", "d"), semantic("d", "b", "c", "a"), 4, Fusion(k=5, semantic_weight=1))
     assert fused[0].name == "b"  # 1/7 + 1/7 > 1/6 + 1/9
 
 

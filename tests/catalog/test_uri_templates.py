@@ -117,13 +117,12 @@ def _seconds(template: str, uri: str) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("template", HOSTILE)
 def test_a_4_mib_uri_is_matched_in_time_linear_in_its_length(template: str) -> None:
-    # Both sizes past the CPU caches, so the ratio measures the algorithm, not the cache.
-    small, large = build_hostile(template, 512 * 1024), build_hostile(template, 4 * 1024 * 1024)
+    # The operation count below pins linearity; this pins the wall clock loosely enough for a
+    # shared machine (a ratio of two timings flaked under load): a backtracking or quadratic
+    # matcher takes minutes to hours on 4 MiB, the linear one ~25 ms on a quiet machine.
+    large = build_hostile(template, 4 * 1024 * 1024)
     assert not matches(template, large)
-    ratio = _seconds(template, large) / _seconds(template, small)
-    # Linear is about 8 (quadratic would be 64); generous for a shared machine.
-    assert ratio < 32, ratio
-    assert _seconds(template, large) < 1.0  # the regex took hours; measured ~25 ms here
+    assert _seconds(template, large) < 2.0
 
 
 def test_the_work_per_uri_is_a_few_masks_whatever_its_length() -> None:

@@ -266,3 +266,29 @@ def test_check_warns_about_each_role_a_scope_could_carry_when_scopes_are_roles(t
     assert "warning: role 'admin' (policy rule 'admins') is granted to any token carrying" in done.stderr
     safe = write_config(tmp_path / "s.yaml", {"auth": {"oauth": oauth}, "policy": policy})
     assert "role 'admin'" not in run("check", "--config", str(safe)).stderr
+
+
+@pytest.mark.slow
+def test_tools_shows_each_openapi_tool_with_its_operation_and_check_lists_document_problems(
+    tmp_path: Path,
+) -> None:
+    notes = str(REPO / "examples" / "openapi" / "notes.yaml")
+    served = write_config(tmp_path / "m.yaml", {"servers": {"notes": {"openapi": {"document": notes}}}})
+    report = json.loads(run("tools", "--config", str(served), "--json").stdout)
+    rows = {row["name"]: row for row in report["tools"]}
+    assert rows["notes.getNote"]["operation"] == "GET /notes/{id}"
+    assert "operation: DELETE /notes/{id}" in run("tools", "--config", str(served)).stdout
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(Path(notes).read_text().replace('"200": {description: deleted}', '"200": {}'))
+    config = write_config(
+        tmp_path / "b.yaml",
+        {"servers": {"notes": {"openapi": {"document": str(broken), "security_scheme": "k"}}}},
+    )
+    done = run("check", "--config", str(config))
+    assert done.returncode == 2
+    assert (
+        "servers.notes.openapi.document: paths./notes/{id}.delete.responses.200: {} is not valid"
+        in done.stderr
+    )
+    assert "security_scheme 'k' is not in the document's securitySchemes" in done.stderr

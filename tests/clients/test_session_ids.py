@@ -48,6 +48,10 @@ def test_an_id_stays_small_whatever_the_client_declares() -> None:
         },
         "elicitation": {"form": {}, "url": {}},
         "roots": {"listChanged": True},
+        "extensions": {
+            "io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]},
+            **{f"com.example/e{i}": {"x": "y" * 200} for i in range(10_000)},
+        },
     }
     token, _ = SessionTokens(KEY).issue("2025-11-25", huge, ALICE)
     assert len(token) < 2048
@@ -58,6 +62,8 @@ def test_an_id_stays_small_whatever_the_client_declares() -> None:
     assert claims.capabilities["roots"] == {"listChanged": True}
     assert claims.capabilities["sampling"]["tools"] == {}
     assert "experimental" not in claims.capabilities
+    # The first extensions Manifold relays, as many as fit in their share of the id.
+    assert list(claims.capabilities["extensions"]) == ["io.modelcontextprotocol/ui", "com.example/e0"]
 
 
 def test_ids_differ_in_their_first_eight_characters_which_is_all_a_log_line_keeps() -> None:

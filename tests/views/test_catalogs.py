@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -166,3 +167,49 @@ def test_an_endpoint_view_hears_of_a_restarted_servers_new_override_and_not_of_t
     access.servers_changed({**SERVERS, "a": restarted})
     built.servers_changed()
     assert heard == ["tools"]
+
+
+UI_POLICY = """\
+version: 1
+default: allow
+rules:
+  - id: no-secret-panel-for-alice
+    effect: deny
+    match: {identities: [alice], tools: ["a.secret"]}
+"""
+BOB = Identity("bob", frozenset(), "api_key")
+
+
+def ui_tool(name: str, uri: str) -> dict[str, Any]:
+    return {"name": name, "inputSchema": {"type": "object"}, "_meta": {"ui": {"resourceUri": uri}}}
+
+
+def test_a_ui_is_listed_and_routed_only_for_an_identity_shown_a_tool_pointing_at_it(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(UI_POLICY)
+    access = Access(PolicySettings(files=(str(tmp_path / "policy.yaml"),)), SERVERS)
+    access.load()
+    built, _ = catalogs(access=access)
+    built.listed("a", "tools", [ui_tool("show", "ui://panel/main"), ui_tool("secret", "ui://panel/secret")])
+    # main is listed; secret is not (servers may leave UIs out of resources/list); "orphan" has no tool.
+    built.listed(
+        "a", "resources", [{"uri": "ui://panel/main", "name": "m"}, {"uri": "ui://orphan", "name": "o"}]
+    )
+    built.listed("b", "resourceTemplates", [{"uriTemplate": "{+anything}", "name": "all"}])
+
+    def listed(who: Identity) -> list[str]:
+        return [r["uri"] for r in orjson.loads(orjson.dumps(built.page("resources", None, who)))["resources"]]
+
+    assert listed(BOB) == ["ui://a/panel/main"]  # the orphan UI is not served at all
+    assert built.route_resource("ui://a/panel/secret", BOB) == "a"  # unlisted, pointed at by a shown tool
+    assert built.route_resource("ui://a/panel/secret", ALICE) is None  # its tool is hidden from her
+    assert built.route_resource("ui://a/orphan", BOB) is None
+    # A UI is never routed by a template, not even a catch-all one; other URIs still are.
+    assert built.route_resource("ui://b/panel/main", BOB) is None
+    assert built.route_resource("file:///x", BOB) == "b"
+    with pytest.raises(ResourceNotFound):
+        built.readable("ui://a/panel/secret", ALICE)
+    assert built.resources.spelling("ui://a/panel/main") == "ui://panel/main"
+    # Hiding the tool that points at a listed UI takes it out of the list too.
+    built.listed("a", "tools", [ui_tool("secret", "ui://panel/main")])
+    assert listed(ALICE) == []
+    assert listed(BOB) == ["ui://a/panel/main"]

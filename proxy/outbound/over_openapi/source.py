@@ -1,0 +1,151 @@
+"""Reading an OpenAPI server's document (a file, or an http(s) URL fetched with Manifold's own
+HTTP client), bounded by ``max_document_bytes``, and planning its tools off the event loop.
+
+Raises :class:`proxy.core.errors.ServerUnavailable` (the server cannot start) for every problem,
+with the reason: the document missing, too large, unreadable, not OpenAPI 3, no base URL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urljoin, urlsplit
+
+import anyio
+import anyio.to_thread
+
+from proxy.config.openapi import OpenApiSource
+from proxy.core.errors import ServerUnavailable
+from proxy.openapi.document import parse
+from proxy.openapi.schemas import DocumentProblem
+from proxy.openapi.security import scheme_of
+from proxy.openapi.tools import Skipped, ToolPlan, plan_source
+from proxy.outbound.over_http import h1
+from proxy.outbound.over_http.common import TRANSPORT_ERRORS, describe
+
+__all__ = ["Loaded", "base_url_of", "load", "modified"]
+
+_KEPT_PLANS: Final = 8  # documents' plans kept for the connections that share them
+_PLANS: dict[tuple[OpenApiSource, str | None, tuple[float, int] | None], Loaded] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    tools: list[ToolPlan]
+    skipped: list[Skipped]
+    base_url: str
+    scheme: Any  # the security scheme credentials are placed by, or None
+    info: dict[str, Any]
+    stamp: tuple[float, int] | None  # a file's (mtime, size) when read: for hot reload
+
+
+def modified(source: OpenApiSource) -> tuple[float, int] | None:
+    """The document file's (mtime, size) now; None for a URL or a file that cannot be read."""
+    if source.is_url:
+        return None
+    try:
+        found = os.stat(source.document)
+    except OSError:
+        return None
+    return (found.st_mtime, found.st_size)
+
+
+async def _read(server_id: str, source: OpenApiSource, connect_timeout: float) -> bytes:
+    limit = source.max_document_bytes
+    if source.is_url:
+        client = h1.Client(source.document, server_id=server_id, connect_timeout=connect_timeout)
+        try:
+            with anyio.fail_after(connect_timeout * 4):
+                async with client.request("GET", source.document) as response:
+                    data = await response.read(limit)
+                    status = response.status
+        except (*TRANSPORT_ERRORS, TimeoutError) as exc:
+            reason = f"its OpenAPI document could not be fetched: {describe(exc)}"
+            raise ServerUnavailable(server_id, reason) from None
+        finally:
+            client.close()
+        if status != 200:
+            raise ServerUnavailable(server_id, f"its OpenAPI document answered HTTP {status}")
+    else:
+        try:
+            async with await anyio.open_file(source.document, "rb") as file:
+                data = await file.read(limit + 1)
+        except OSError as exc:
+            reason = f"its OpenAPI document cannot be read: {exc.strerror or exc}"
+            raise ServerUnavailable(server_id, reason) from None
+    if len(data) > limit:
+        raise ServerUnavailable(
+            server_id, f"its OpenAPI document is larger than max_document_bytes ({limit} bytes)"
+        )
+    return data
+
+
+def base_url_of(document: dict[str, Any], configured: str | None, source: OpenApiSource) -> str:
+    """The configured base URL, else the document's first server's (variables at their defaults,
+    a relative one against the document's own URL).
+
+    Raises:
+        DocumentProblem: neither gives an http(s) URL.
+    """
+    if configured is not None:
+        return configured
+    servers = document.get("servers")
+    first = servers[0] if isinstance(servers, list) and servers and isinstance(servers[0], dict) else {}
+    url = first.get("url")
+    if not isinstance(url, str):
+        raise DocumentProblem("the document names no servers[0].url: configure the server's 'url'")
+    for name, variable in (first.get("variables") or {}).items():
+        if isinstance(variable, dict) and "default" in variable:
+            url = url.replace("{" + str(name) + "}", str(variable["default"]))
+    if source.is_url:
+        url = urljoin(source.document, url)
+    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+        raise DocumentProblem(
+            f"servers[0].url {url[:200]!r} is not an http(s) URL: configure the server's 'url'"
+        )
+    return url
+
+
+def _plan(data: bytes, source: OpenApiSource, configured_url: str | None) -> Loaded:
+    document = parse(data, where=source.document)
+    tools, skipped = plan_source(document, source)
+    info = document.get("info")
+    return Loaded(
+        tools,
+        skipped,
+        base_url_of(document, configured_url, source),
+        scheme_of(document, source.security_scheme),
+        info if isinstance(info, dict) else {},
+        None,
+    )
+
+
+async def load(
+    server_id: str, source: OpenApiSource, configured_url: str | None, connect_timeout: float
+) -> Loaded:
+    """The document's tools and where to call them.
+
+    A document file's plan is shared by every connection made from the same settings while the
+    file is unchanged (same mtime and size): a server reached with each user's own credentials
+    has a connection per user, and a large document would otherwise be parsed, and its tools
+    kept, once per user. The plan is never changed by its users (the link copies what it lists).
+
+    Raises:
+        ServerUnavailable: see the module's docstring.
+    """
+    stamp = modified(source)
+    key = (source, configured_url, stamp)
+    if stamp is not None and (shared := _PLANS.get(key)) is not None:
+        return shared
+    data = await _read(server_id, source, connect_timeout)
+    try:
+        loaded = await anyio.to_thread.run_sync(_plan, data, source, configured_url)
+    except DocumentProblem as exc:
+        raise ServerUnavailable(server_id, f"its OpenAPI document is unusable: {exc}") from None
+    loaded = Loaded(loaded.tools, loaded.skipped, loaded.base_url, loaded.scheme, loaded.info, stamp)
+    if stamp is not None:
+        while len(_PLANS) >= _KEPT_PLANS:
+            del _PLANS[next(iter(_PLANS))]  # the oldest
+        _PLANS[key] = loaded
+    return loaded
