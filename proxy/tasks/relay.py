@@ -41,6 +41,7 @@ from proxy.core.errors import (
     MethodNotFound,
     ProtocolError,
     RemoteError,
+    ServerProtocolError,
     ServerUnavailable,
 )
 from proxy.core.keys import fingerprint
@@ -145,14 +146,20 @@ class Tasks:
         Raises:
             LimitExceeded: the identity, or Manifold, keeps as many tasks as it may (the task is
                 cancelled at its server).
-            ProtocolError: the server's CreateTaskResult is unusable.
+            ServerProtocolError: the server's CreateTaskResult is unusable, or names a task id it
+                gave before.
         """
         if not isinstance(result, dict) or not isinstance(result.get("task"), dict):
             return result
         task = result["task"]
         server_task = task.get("taskId")
         if not isinstance(server_task, str) or not 0 < len(server_task) <= _MAX_SERVER_TASK_ID:
-            raise ProtocolError(f"server {server_id!r} answered a task-augmented call with no usable task id")
+            raise ServerProtocolError(server_id, "it answered a task-augmented call with no usable task id")
+        if (server_id, server_task) in self._local:
+            # One server task behind two of Manifold's would let two owners reach one task.
+            raise ServerProtocolError(
+                server_id, "it answered a task-augmented call with a task id it gave before"
+            )
         identity = inbound.identity
         now = self._clock()
         client_id, key = self._ids.issue(scope_of(identity, endpoint))
@@ -215,15 +222,12 @@ class Tasks:
 
     async def _cancel_at_server(self, inbound: Caller, server_id: str, server_task: str) -> None:
         """Best effort: a task Manifold refused to keep should not run on unseen."""
-        connection = self._connections.shared.get(server_id)
-        if connection is None or not _declares(connection, "cancel"):
-            return
         with anyio.move_on_after(5):
             try:
-                await connection.request("tasks/cancel", {"taskId": server_task}, relay=inbound)
-            except (ProtocolError, RemoteError) as exc:
-                logger.info("server %s: cancelling a task over the limit failed: %s", server_id, exc)
-            except Exception as exc:  # unavailable, timed out: it ends at its ttl
+                connection = await self._connections.for_call(inbound, server_id)
+                if _declares(connection, "cancel"):
+                    await connection.request("tasks/cancel", {"taskId": server_task}, relay=inbound)
+            except (ServerUnavailable, RemoteError) as exc:  # it ends at its ttl
                 logger.info("server %s: cancelling a task over the limit failed: %s", server_id, exc)
 
     # ---- tasks/* ----------------------------------------------------------------------------
@@ -329,7 +333,7 @@ class Tasks:
     async def _updated(self, record: TaskRecord, answer: Any) -> TaskRecord:
         """The record with what the server now says of its task (an unusable answer changes nothing)."""
         if not isinstance(answer, dict) or answer.get("status") not in _STATUSES:
-            raise ProtocolError(f"server {record.server_id!r} answered about a task with no usable status")
+            raise ServerProtocolError(record.server_id, "it answered about a task with no usable status")
         record = record.updated(_kept(answer))
         await self._store.put(record)
         if record.task.get("status") in TERMINAL:

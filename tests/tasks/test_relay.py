@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 
 from proxy.catalog.cursors import CursorCodec
 from proxy.config.sections import LimitsConfig
-from proxy.core.errors import InvalidParams, LimitExceeded, RemoteError
+from proxy.core.errors import InvalidParams, LimitExceeded, RemoteError, ServerProtocolError
 from proxy.observe.metrics import Metrics
 from proxy.policy import Identity
 from proxy.protocol.jsonrpc import Message
@@ -321,3 +321,12 @@ async def test_a_result_too_large_to_keep_is_still_read_in_full_after_a_get_saw_
     assert (await tasks.request(alice, "", "tasks/get", {"taskId": task_id}))["status"] == "completed"  # type: ignore[arg-type]
     got = await tasks.request(alice, "", "tasks/result", {"taskId": task_id})  # type: ignore[arg-type]
     assert len(got["content"][0]["text"]) == 5000
+
+
+async def test_a_server_handing_out_one_task_id_twice_is_refused_the_second_time() -> None:
+    tasks, _, _ = _relay(Server())
+    task_id = await _created(tasks, Caller(ALICE), "srv-1")
+    with pytest.raises(ServerProtocolError, match="gave before"):
+        await _created(tasks, Caller(BOB), "srv-1")
+    with pytest.raises(InvalidParams):  # bob holds nothing that reaches alice's task
+        await tasks.request(Caller(BOB), "", "tasks/get", {"taskId": task_id})  # type: ignore[arg-type]
