@@ -65,7 +65,8 @@ PosterFactory = Callable[[str], Awaitable[HttpPoster]]
 
 def _split(url: str) -> tuple[str, int, str]:
     parts = urlsplit(url)
-    return parts.hostname or "127.0.0.1", parts.port or 80, parts.path or "/"
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.hostname or "127.0.0.1", parts.port or 80, target
 
 
 def _media_type(value: str) -> str:

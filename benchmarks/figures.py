@@ -8,7 +8,9 @@ machine that gets busier or quieter during the run moves both sides of each rati
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -186,6 +188,7 @@ class Results:
     calls: list[CallRecord] = field(default_factory=list)
     call_rows: list[CallRow] = field(default_factory=list)
     same_transport_rows: list[CallRow] = field(default_factory=list)  # vs direct over the same transport
+    peer_rows: list[CallRow] = field(default_factory=list)  # Manifold vs mcp-hub with the same servers
     client_rows: list[CallRow] = field(default_factory=list)
     middleware_rows: list[CallRow] = field(default_factory=list)
     middleware_direct_rows: list[CallRow] = field(default_factory=list)  # the same, vs the direct run
@@ -300,6 +303,8 @@ CPU_MAX: Final = 0.25  # Manifold CPU per call, x the direct server's own CPU pe
 MIDDLEWARE_MAX: Final = 1.10  # everything on vs everything off (p50, 1/throughput)
 RSS_MAX_MIB: Final = 50.0  # Manifold idle, with the most stdio servers of the run (16)
 SESSION_MAX_KIB: Final = 4.0  # per idle client session
+PEER_STDIO_MIN: Final = 1.10  # calls/s at the high concurrency, stdio-1 x mcp-hub-stdio-1
+PEER_HTTP_MIN: Final = 1.50  # calls/s at the high concurrency, every http-K x mcp-hub-http-K
 LIST_MAX: Final = (
     1.0  # a warm merged tools/list vs one server listing as many tools (an earlier target, kept)
 )
@@ -378,6 +383,22 @@ def evaluate(results: Results, *, low: int, high: int) -> list[Target]:
         [(f"{r.target}/{r.reference}", r.p50_x) for r in like if r.concurrency == low],
         lambda v: v <= P50_MAX,
     )
+    # Against the peer (mcp-hub, same servers, same client): stdio-1, and HTTP at every K.
+    peer_targets: list[tuple[str, Callable[[str], bool], float]] = [
+        ("stdio-1", lambda name: name == "stdio-1", PEER_STDIO_MIN),
+        ("every http-K", lambda name: name.startswith("http-"), PEER_HTTP_MIN),
+    ]
+    for label, wanted, least in peer_targets:
+        check(
+            f"throughput at c={high} vs mcp-hub with the same servers: {label}",
+            f"≥ {least:.2f}x",
+            [
+                (f"{r.target}/{r.reference}", r.rps_x)
+                for r in results.peer_rows
+                if r.concurrency == high and wanted(r.target)
+            ],
+            functools.partial(operator.le, least),
+        )
     for c in (high, low):
         check(
             f"Manifold CPU per call vs the direct server's own, c={c}",

@@ -68,6 +68,7 @@ class Plan:
     )
     middleware_servers: int = 1  # K for the middleware on/off runs
     sse_direct: bool = True  # also the fixture in SSE mode, directly
+    peers: bool = True  # mcp-hub (benchmarks/peers.py) beside Manifold at every K, same servers
     profile_seconds: float = 8.0  # py-spy per profiled Manifold (0: no profile)
     # The scale run (benchmarks/scale.py), last, on a Manifold of its own (0 sessions: skipped).
     scale_sessions: int = 10_000  # idle sessions opened ...
@@ -111,6 +112,7 @@ class Plan:
             client_candidates=("raw", "aiohttp"),
             middlewares=(),  # "all off" still runs; the config check has a test of its own
             sse_direct=False,  # chunked SSE answers are covered by a test of the client alone
+            peers=False,  # needs npm: tests/benchmarks/test_peers.py covers the peer alone
             profile_seconds=0.0,
             scale_sessions=40,
             scale_session_connections=4,

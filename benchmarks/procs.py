@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -23,11 +23,13 @@ import yaml
 from tests.fixtures.spawn import fixture_command, free_port
 
 __all__ = [
+    "LOOP_ENV",
     "REPO",
     "Spawned",
     "children_of",
     "cpu_seconds",
     "manifold_check",
+    "poll_ready",
     "rss_bytes",
     "spawn_http_fixture",
     "spawn_manifold",
@@ -41,6 +43,15 @@ __all__ = [
 
 REPO: Final = Path(__file__).resolve().parents[1]
 MANIFOLD: Final = (sys.executable, "-m", "proxy.cli")
+# `--loop asyncio` (benchmarks.run): Manifold as if uvloop were not installed, so it runs on
+# asyncio's own loop (proxy.cli.commands falls back to it); the load generator keeps uvloop.
+LOOP_ENV: Final = "MANIFOLD_BENCH_LOOP"
+_WITHOUT_UVLOOP: Final = (
+    sys.executable,
+    "-c",
+    "import sys; sys.modules['uvloop'] = None; from proxy.cli.commands import main; "
+    "raise SystemExit(main(sys.argv[1:]))",
+)
 _CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 _POLL: Final = 0.1
 
@@ -118,7 +129,8 @@ def spawn_manifold(name: str, workdir: Path, config: dict[str, Any]) -> Spawned:
     home.mkdir(exist_ok=True)
     config_path = write_config(home / "manifold.yaml", config)
     log_path = home / "manifold.log"
-    argv = [*MANIFOLD, "serve", "--config", str(config_path), "--port", str(port)]
+    launcher = _WITHOUT_UVLOOP if os.environ.get(LOOP_ENV) == "asyncio" else MANIFOLD
+    argv = [*launcher, "serve", "--config", str(config_path), "--port", str(port)]
     process = _popen(argv, log_path)
     spawned = Spawned(name, process, f"http://127.0.0.1:{port}/mcp", log_path, config_path)
     spawned.server_ids = list(config.get("servers", {}))
@@ -192,14 +204,17 @@ async def wait_listening(spawned: Iterable[Spawned], timeout: float) -> None:
                 await anyio.sleep(_POLL)  # a port that is not open yet offers nothing to wait on
 
 
-async def wait_servers_ready(manifolds: Iterable[Spawned], timeout: float) -> None:
-    """Wait (bounded) until each Manifold's ``/healthz`` counts every configured server ready.
+async def poll_ready(
+    items: Iterable[Spawned], timeout: float, path: str, ready: Callable[[Spawned, dict[str, Any]], bool]
+) -> None:
+    """Wait (bounded) until ``ready(item, document)`` for each item, ``document`` being the JSON
+    its ``GET path`` answers (``{}`` while it answers nothing or an error).
 
     Raises:
-        RuntimeError: a Manifold exited first.
+        RuntimeError: a process exited first.
         TimeoutError: not all were ready within ``timeout``.
     """
-    pending = list(manifolds)
+    pending = list(items)
     with anyio.fail_after(timeout):
         async with aiohttp.ClientSession() as http:
             while pending:
@@ -207,21 +222,38 @@ async def wait_servers_ready(manifolds: Iterable[Spawned], timeout: float) -> No
                 for item in pending:
                     if item.process.poll() is not None:
                         raise RuntimeError(
-                            f"manifold {item.name} exited with {item.process.returncode}:\n{item.log_tail()}"
+                            f"{item.name} exited with {item.process.returncode}:\n{item.log_tail()}"
                         )
                     try:
-                        async with http.get(item.url.replace("/mcp", "/healthz")) as response:
-                            health = await response.json() if response.status == 200 else {}
-                    except aiohttp.ClientError:
-                        health = {}
-                    # Counts, not ids: which server is in which state is for metrics.role only.
-                    counts = health.get("counts", {})
-                    ready = item.server_ids and counts.get("ready", 0) >= len(item.server_ids)
-                    if not ready or counts.get("total") != counts.get("ready"):
+                        async with http.get(item.url.replace("/mcp", path)) as response:
+                            document = await response.json() if response.status == 200 else {}
+                    except (aiohttp.ClientError, ValueError):
+                        document = {}
+                    if not ready(item, document):
                         still.append(item)
                 pending = still
                 if pending:
                     await anyio.sleep(_POLL)
+
+
+async def wait_servers_ready(manifolds: Iterable[Spawned], timeout: float) -> None:
+    """Wait (bounded) until each Manifold's ``/healthz`` counts every configured server ready.
+
+    Raises:
+        RuntimeError: a Manifold exited first.
+        TimeoutError: not all were ready within ``timeout``.
+    """
+
+    def ready(item: Spawned, health: dict[str, Any]) -> bool:
+        # Counts, not ids: which server is in which state is for metrics.role only.
+        counts = health.get("counts", {})
+        return (
+            bool(item.server_ids)
+            and counts.get("ready", 0) >= len(item.server_ids)
+            and (counts.get("total") == counts.get("ready"))
+        )
+
+    await poll_ready(manifolds, timeout, "/healthz", ready)
 
 
 def stop_all(spawned: Iterable[Spawned], timeout: float = 10.0) -> None:

@@ -184,6 +184,17 @@ def render(results: Results) -> str:
         "",
     ]
     out += _call_table(results.same_transport_rows, "same", "x same server CPU")
+    if results.peer_rows:
+        out += [
+            "",
+            "### Against a peer: Manifold vs mcp-hub with the same servers",
+            "",
+            "`stdio-K` against `mcp-hub-stdio-K`, `http-K` against `mcp-hub-http-K` (benchmarks/peers.py: "
+            "mcp-hub, npm, pinned; its `/mcp` is the 2024-11-05 HTTP+SSE transport, answers on an event "
+            "stream). Ratios are Manifold's over the hub's; the CPU column is Manifold's over the hub's own.",
+            "",
+        ]
+        out += _call_table(results.peer_rows, "hub", "x hub CPU")
     out += [
         "",
         "## tools/list: a full drain",

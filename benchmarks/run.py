@@ -39,8 +39,18 @@ import anyio.to_thread
 from benchmarks.clients import available_candidates, open_stateless
 from benchmarks.figures import MANIFOLD_PREFIXES, MIB, MemoryRecord, Results, evaluate, summarize
 from benchmarks.load import CallTarget, wrong_answer_in
+from benchmarks.peers import (
+    HUB_PREFIX,
+    LEGACY_SESSION,
+    hub_tool,
+    install_mcp_hub,
+    open_legacy_sse,
+    spawn_mcp_hub,
+    wait_hubs_ready,
+)
 from benchmarks.plan import FIXED_TOOLS, MIDDLEWARES, Plan, http_server, manifold_config, stdio_server
 from benchmarks.procs import (
+    LOOP_ENV,
     REPO,
     Spawned,
     children_of,
@@ -137,7 +147,9 @@ async def _bench(run: Run) -> None:
     handshake = run.spawn(
         spawn_manifold(HANDSHAKE, workdir, manifold_config(handshake_server, page_size=plan.page_size))
     )
+    hubs = await _start_hubs(run, http_fx)
     await wait_servers_ready([*stdio.values(), *http.values(), handshake], plan.startup_seconds)
+    await wait_hubs_ready(list(hubs.values()), plan.startup_seconds)
     for name, spawned in list(middleware.items()):
         # `manifold check` may pass what startup refuses (a policy file's content, say): skip, noted.
         try:
@@ -215,6 +227,11 @@ async def _bench(run: Run) -> None:
         ("calls", through(f"http-{k}", http[k], [f.pid for f in http_fx[:k]])) for k in plan.server_counts
     ]
     call_targets.append(("calls", through(HANDSHAKE, handshake, [http_fx[0].pid])))
+    hub_sessions = [LEGACY_SESSION] * max(plan.concurrencies)  # each poster opens its own session
+    for name, hub in hubs.items():
+        echoes = tuple((hub_tool(sid, "echo"), sid) for sid in hub.server_ids)
+        pids = children_of(hub.pid) if "stdio" in name else [f.pid for f in http_fx[: len(hub.server_ids)]]
+        call_targets.append(("calls", CallTarget(name, hub.url, echoes, hub.pid, tuple(pids), hub_sessions)))
     middleware_targets = [
         ("middleware", through(name, spawned, children_of(spawned.pid)))
         for name, spawned in middleware.items()
@@ -225,6 +242,7 @@ async def _bench(run: Run) -> None:
     count = len(call_targets) + len(middleware_targets)
     run.say(f"tools/call: {count} targets x {plan.concurrencies} x {plan.rounds} rounds")
     factories = {DIRECT_STDIO: direct_stdio.poster_factory(), DIRECT_STATELESS: open_stateless}
+    factories.update(dict.fromkeys(hubs, open_legacy_sse))
     await measure_calls(run, [call_targets, middleware_targets], plan.rounds, plan.duration, factories)
 
     run.say(f"{plan.sessions} idle sessions")
@@ -246,6 +264,37 @@ async def _bench(run: Run) -> None:
         run.say("profiling Manifold under load (py-spy)")
         profiled = [t for _, t in call_targets if t.name in (f"stdio-{smallest}", f"http-{smallest}")]
         await profile_under_load(run, profiled)
+
+
+async def _start_hubs(run: Run, http_fx: Sequence[Spawned]) -> dict[str, Spawned]:
+    """mcp-hub at every K, over stdio and over HTTP, with the servers Manifold has (installed by
+    ``npm ci`` on the first run; skipped with a note when it cannot be)."""
+    plan = run.plan
+    if not plan.peers:
+        return {}
+    cli, version = await install_mcp_hub()
+    if cli is None:
+        run.results.notes.append(version)
+        return {}
+    run.say(f"starting mcp-hub {version} (stdio and HTTP servers)")
+    run.results.meta["mcp_hub"] = version
+    hubs: dict[str, Spawned] = {}
+    # The smallest and the largest K (the issue's 1x10 and 16x10): the peer's rows cost run time.
+    for k in sorted({min(plan.server_counts), max(plan.server_counts)}):
+        stdio_servers = {}
+        for i in range(k):
+            server = stdio_server(f"s{i:02d}", tools=plan.tools_per_server, page_size=plan.page_size)
+            stdio_servers[f"s{i:02d}"] = {"command": server["command"], "args": server["args"]}
+        http_servers = {f"h{i:02d}": {"url": http_fx[i].url} for i in range(k)}
+        for kind, servers in (("stdio", stdio_servers), ("http", http_servers)):
+            name = f"{HUB_PREFIX}{kind}-{k}"
+            hubs[name] = run.spawn(spawn_mcp_hub(name, run.workdir, cli, servers))
+    return hubs
+
+
+def _peer_of(name: str) -> str:
+    """The mcp-hub run with the same servers as Manifold's ``name``."""
+    return HUB_PREFIX + name
 
 
 def _same_way(name: str) -> str:
@@ -309,6 +358,7 @@ async def bench(plan: Plan, workdir: Path, *, scale_only: bool = False) -> Resul
                     else "skipped"
                 )
                 + (" (scale run only)" if scale_only else "")
+                + f"; Manifold's event loop: {os.environ.get(LOOP_ENV, 'uvloop')}"
             ),
         }
     )
@@ -337,6 +387,14 @@ async def bench(plan: Plan, workdir: Path, *, scale_only: bool = False) -> Resul
         _same_way,
         include=lambda name: name.startswith(MANIFOLD_PREFIXES),
     )
+    hubs = {r.target for r in results.calls if r.target.startswith(HUB_PREFIX)}
+    results.peer_rows = summarize(
+        results.calls,
+        "calls",
+        _peer_of,
+        manifold_vs_manifold=True,
+        include=lambda name: name.startswith(MANIFOLD_PREFIXES) and _peer_of(name) in hubs,
+    )
     results.client_rows = summarize(results.calls, "clients", lambda _: "client:raw")
     results.middleware_rows = summarize(
         results.calls, "middleware", lambda _: ALL_OFF, manifold_vs_manifold=True
@@ -361,6 +419,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profiles")
     parser.add_argument("--no-scale", action="store_true", help="skip the scale run")
+    parser.add_argument("--no-peers", action="store_true", help="skip mcp-hub (the peer)")
+    parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="Manifold's event loop (uvloop when installed, as `manifold serve` picks; or asyncio's own)",
+    )
     parser.add_argument("--scale-only", action="store_true", help="only the scale run (~1 minute)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="where latest.md/latest.json go")
     parser.add_argument("--keep-workdir", action="store_true", help="keep configs, logs and raw profiles")
@@ -380,7 +445,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         changes["profile_seconds"] = 0.0
     if args.no_scale:
         changes["scale_sessions"] = 0
+    if args.no_peers:
+        changes["peers"] = False
     plan = dataclasses.replace(plan, **changes)
+    os.environ[LOOP_ENV] = args.loop  # read by spawn_manifold
     workdir = Path(tempfile.mkdtemp(prefix="manifold-bench-"))
     keep = args.keep_workdir
     try:

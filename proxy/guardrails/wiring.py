@@ -60,10 +60,11 @@ def build_guard(
         word_lists=dict(guardrails.words),
         allowed_hosts=guardrails.allowed_hosts,
     )
+    detectors = needed_detectors(guardrails)
     try:
-        scanner = Scanner(base)
+        scanner = Scanner(base, detectors)
         decoding = (
-            Scanner(dataclasses.replace(base, decode=True))
+            Scanner(dataclasses.replace(base, decode=True), detectors)
             if any(r.decode for r in guardrails.rules)
             else None
         )

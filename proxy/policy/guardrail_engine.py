@@ -249,6 +249,13 @@ class GuardEngine:
         candidates: Iterable[_Candidate], subject: GuardSubject, detectors: Collection[str]
     ) -> GuardDecision:
         """:meth:`decide` over :meth:`candidates` already looked up."""
+        if not detectors:  # nothing found (most messages): only an inspect rule on anything applies
+            asked = tuple(
+                (rule.id, rule.hook)
+                for rule in (c.compiled.rule for c in candidates)
+                if rule.effect == "inspect" and rule.match.detectors is None and rule.hook is not None
+            )
+            return GuardDecision("allow", hooks=asked) if asked else ALLOW
         by_effect: dict[str, list[tuple[_Compiled, tuple[str, ...]]]] = {}
         hooks: list[tuple[str, str]] = []
         redact: set[str] = set()

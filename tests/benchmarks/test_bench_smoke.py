@@ -212,6 +212,9 @@ def test_collapsed_stacks_are_summarized_by_function_and_by_area() -> None:
         f"dumps ({REPO}/proxy/protocol/jsonrpc.py:50) 3",
         "<module> (/v/lib/python3.11/site-packages/uvicorn/main.py:1);"
         "data_received (/v/lib/python3.11/site-packages/uvicorn/protocols/http/httptools_impl.py:9) 1",
+        # An anyio worker waiting for work is idle, whatever py-spy said: not counted.
+        "Thread._bootstrap (threading.py:1002);WorkerThread.run (anyio/_backends/_asyncio.py:1113);"
+        "Queue.get (queue.py:171);Condition.wait (threading.py:327) 5",
     ]
     profile = parse_collapsed("t", lines)
     assert profile.samples == 4

@@ -92,3 +92,20 @@ def test_only_the_detectors_rules_name_are_run() -> None:
     named = needed_detectors(rules({"detectors": ["aws_*"]}, {"detectors": ["custom:*", "inspection_limit"]}))
     assert named == frozenset({"aws_access_key", "aws_secret_key", "custom:ticket"})
     assert needed_detectors(rules({"detectors": ["email"]}, {"servers": ["gh"]})) is None
+
+
+def test_the_guard_runs_only_the_detectors_its_rules_name(tmp_path: Path) -> None:
+    """An e-mail address is not looked for (nor counted) when every rule names secrets only."""
+    policy = """\
+version: 1
+guardrails:
+  rules:
+    - {id: keys, effect: deny, match: {directions: [tool_results], detectors: ["aws_*"]}}
+"""
+    loaded = access(tmp_path, policy)
+    loaded.load()
+    assert loaded.guard is not None
+    scanner = loaded.guard.inspector._scanner
+    assert scanner.detectors == frozenset({"aws_access_key", "aws_secret_key"})
+    found = scanner.scan("mail ann@example.com, key AKIAQ3EGZ5TJ7LMB4XHN")
+    assert [f.detector for f in found] == ["aws_access_key"]

@@ -40,7 +40,6 @@ _MAGIC: Final = (
     (b"ID3", "audio/mpeg"),
     (b"fLaC", "audio/flac"),
 )
-_CONTROL: Final = bytes([*range(0x00, 0x09), *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])
 _TEXT_BYTES: Final = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D, 0x1B}
 _TEXT_TYPES: Final = (
     "text/",
@@ -123,6 +122,7 @@ RULES: Final[tuple[Rule, ...]] = (
         _blob,
         ALL_KINDS,
         not_after=string.ascii_letters + string.digits + "+/:,",
+        needs="[A-Za-z0-9+/]{16}",
     ),
     Rule(
         "binary_content",
@@ -132,6 +132,6 @@ RULES: Final[tuple[Rule, ...]] = (
         1,
         None,
         ALL_KINDS,
-        gate=lambda probe: len(probe.encoded.translate(None, _CONTROL)) != len(probe.encoded),
+        needs=r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f][^\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]{0,16}[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]",
     ),
 )

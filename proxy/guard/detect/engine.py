@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from re2 import _re2  # type: ignore[import-untyped]
 
-__all__ = ["ALL_KINDS", "Check", "Compiled", "Gate", "Prefilter", "Probe", "Rule", "compile_rule", "literal"]
+__all__ = ["ALL_KINDS", "Check", "Compiled", "Prefilter", "Rule", "Shapes", "compile_rule", "literal"]
 
 ALL_KINDS: Final = frozenset({"text", "result", "definition"})
 _MAX_MEM: Final = 8 << 20
@@ -26,56 +26,6 @@ _UNANCHORED: Final = _re2.RE2.Anchor.UNANCHORED
 
 Check = Callable[[str, int, int], bool]
 """``check(text, start, end)``: whether ``text[start:end]`` (normalised text) is a finding."""
-
-Gate = Callable[["Probe"], bool]
-"""``gate(probe)``: whether the text may hold a match at all (see :class:`Probe`)."""
-
-
-class Probe:
-    """Cheap views of one text for the gates, each computed once, on first use.
-
-    ``numbers`` are the shapes of the stretches that could hold a number worth a look (a digit,
-    then 5 or more digits, capitals and separators, after up to two capitals), each byte
-    written as its class: ``0`` for a digit, ``A``/``a`` for a letter, ``+-./()`` and space
-    as themselves. So "a card number's 4-4-4 groups" is ``b"0000 0000 0" in shape``, tested on a
-    few short stretches instead of the whole text.
-    """
-
-    __slots__ = ("_numbers", "encoded")
-
-    def __init__(self, encoded: bytes) -> None:
-        self.encoded = encoded
-        self._numbers: bytes | None = None
-
-    @property
-    def numbers(self) -> bytes:
-        """The shapes of the number-like stretches, joined by ``_`` (a byte no needle holds)."""
-        if self._numbers is None:
-            found = []
-            pos, size = 0, len(self.encoded)
-            while pos < size:
-                start, end = _NUMBERS.Match(_UNANCHORED, self.encoded, pos, size)[0]
-                if start < 0:
-                    break
-                found.append(self.encoded[start:end])
-                pos = end
-            self._numbers = b"_".join(found).translate(_SHAPE)
-        return self._numbers
-
-
-def _shape_of(byte: int) -> int:
-    ch = chr(byte)
-    if ch.isascii() and ch.isdigit():
-        return ord("0")
-    if ch.isascii() and ch.isupper():
-        return ord("A")
-    if ch.isascii() and ch.islower():
-        return ord("a")
-    return byte if ch in "+-./() " else ord("_")
-
-
-_SHAPE: Final = bytes(_shape_of(b) for b in range(256))
-_NUMBERS: Final = _re2.RE2(rb"(?:[A-Z]{1,2}[ -]?)?[+(]?[0-9][0-9A-Z ().+/-]{5,60}", _re2.RE2.Options())
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +36,9 @@ class Rule:
     ``not_after``: characters that must not stand just before the reported span (a token's
     left boundary, checked here rather than in the pattern: a pattern that begins with a literal
     lets RE2 skip ahead with ``memchr``, one that begins with ``(?:^|[^...])`` or ``\\b`` makes it
-    step through every byte). ``gate``: a cheap test of the whole text that must pass before the
-    pattern runs at all, for patterns without a literal RE2's prefilter can use.
+    step through every byte). ``needs``: for a pattern without a literal RE2's prefilter can use,
+    a simpler pattern that every text holding a match also matches (a necessary condition, never
+    a sufficient one); the rule runs only where it is found (see :class:`Prefilter`).
     """
 
     detector: str
@@ -97,7 +48,7 @@ class Rule:
     check: Check | None = None
     kinds: frozenset[str] = ALL_KINDS
     not_after: str = ""
-    gate: Gate | None = None
+    needs: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,17 +88,22 @@ class Compiled:
 
 
 class Prefilter:
-    """Which of many rules can match a text, in one pass (RE2's FilteredRE2).
+    """Which of many rules can match a text, in two passes of RE2 over it, both in C.
 
-    RE2 reduces each pattern to literal "atoms" that any match must contain (``akia`` for an
-    AWS key id, ``ignore``/``disregard``/... for an override); one pass of an automaton over the
-    text finds the atoms present, and only the rules they allow run. A pattern with no usable
-    atom (a digit shape, a short literal) always passes, unless its :attr:`Rule.gate` says no.
-    The atom automaton is a set of literals, so its cost stays linear and small on any input,
-    unlike a set of the full patterns (whose DFA hostile text can make thrash).
+    1. RE2's FilteredRE2 reduces each pattern to literal "atoms" that any match must contain
+       (``akia`` for an AWS key id, ``ignore``/``disregard``/... for an override); one pass of an
+       automaton over the text finds the atoms present, and only the rules they allow run.
+    2. A pattern with no usable atom (a digit shape, a character class) has :attr:`Rule.needs`:
+       one RE2 set of all of them answers, in a second pass, which are present; a rule whose
+       ``needs`` is absent does not run.
+
+    Both automata are small (literals; short shapes with short counts), so their cost stays
+    linear and small on any input, unlike a set of the full patterns, whose DFA text with long
+    runs of letters and digits makes thrash. Should a set's DFA still run out of memory on some
+    text, every ``needs`` counts as present: slower, never blind.
     """
 
-    def __init__(self, rules: Sequence[Compiled]) -> None:
+    def __init__(self, rules: Sequence[Compiled], *, max_mem: int = _MAX_MEM) -> None:
         self._rules = tuple(rules)
         self._filter: Any | None = None
         if self._rules:
@@ -157,20 +113,58 @@ class Prefilter:
                 if self._filter.Add(compiled.rule.pattern.encode("utf-8"), options) < 0:
                     raise ValueError(f"{compiled.rule.detector}: RE2 cannot filter {compiled.rule.pattern!r}")
             self._filter.Compile()
+        needs = sorted({c.rule.needs for c in self._rules if c.rule.needs})
+        self._shapes = Shapes(needs, max_mem=max_mem) if needs else None
+        # Per rule, the index of its needs in the set (-1: none).
+        self._needs = tuple(needs.index(c.rule.needs) if c.rule.needs else -1 for c in self._rules)
 
     def candidates(self, encoded: bytes) -> list[Compiled]:
         """The rules that may match ``encoded``, in their order."""
         if self._filter is None:
             return []
-        probe = Probe(encoded)
         indices = sorted(self._filter.Match(encoded, True) or ())
+        present: frozenset[int] | None = None
+        looked = False
         chosen = []
         for index in indices:
-            compiled = self._rules[index]
-            gate = compiled.rule.gate
-            if gate is None or gate(probe):
-                chosen.append(compiled)
+            need = self._needs[index]
+            if need >= 0:
+                if not looked:
+                    assert self._shapes is not None
+                    present, looked = self._shapes.present(encoded), True
+                if present is not None and need not in present:
+                    continue
+            chosen.append(self._rules[index])
         return chosen
+
+
+class Shapes:
+    """Which of ``patterns`` occur in a text, in one pass (an RE2 set).
+
+    The set answers nothing, rather than an error, when its DFA runs out of memory; so an
+    always-matching empty pattern rides along, and an answer without it means "not known".
+
+    Raises:
+        ValueError: RE2 cannot compile a pattern, or the set.
+    """
+
+    def __init__(self, patterns: Sequence[str], *, max_mem: int = _MAX_MEM) -> None:
+        options = _options()
+        options.max_mem = max_mem
+        self._set = _re2.Set(_UNANCHORED, options)
+        for pattern in patterns:
+            if self._set.Add(pattern.encode("utf-8")) < 0:
+                raise ValueError(f"RE2 cannot compile {pattern!r}")
+        self._known = self._set.Add(b"")
+        if not self._set.Compile():
+            raise ValueError("RE2 cannot compile the set of needs")
+
+    def present(self, encoded: bytes) -> frozenset[int] | None:
+        """The indices of the patterns found in ``encoded``; None when the set could not tell."""
+        found = self._set.Match(encoded)
+        if self._known not in found:
+            return None
+        return frozenset(found)
 
 
 def _options() -> Any:

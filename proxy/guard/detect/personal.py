@@ -14,7 +14,7 @@ import string
 from typing import Final
 
 from proxy.guard.detect.checks import aadhaar_ok, bsn_ok, card_ok, dni_ok, iban_ok, nino_ok, ssn_ok
-from proxy.guard.detect.engine import Check, Gate, Probe, Rule
+from proxy.guard.detect.engine import Check, Rule
 
 __all__ = ["RULES"]
 
@@ -65,26 +65,13 @@ def _value(validate: object) -> Check:
     return check
 
 
-def _pii(
-    detector: str, pattern: str, check: Check | None, not_after: str = _ALNUM, gate: Gate | None = None
-) -> Rule:
-    return Rule(detector, "pii", pattern, 1, check, not_after=not_after, gate=gate)
-
-
-def _shaped(*needles: bytes) -> Gate:
-    """A gate: one of ``needles`` occurs in the shape of one of the text's number-like
-    stretches (digits as ``0``, letters as ``A``/``a``; see
-    :class:`~proxy.guard.detect.engine.Probe`)."""
-
-    def gate(probe: Probe) -> bool:
-        numbers = probe.numbers
-        return any(needle in numbers for needle in needles)
-
-    return gate
+def _pii(detector: str, pattern: str, check: Check | None, not_after: str = _ALNUM, needs: str = "") -> Rule:
+    return Rule(detector, "pii", pattern, 1, check, not_after=not_after, needs=needs)
 
 
 _END: Final = r"(?:[^0-9A-Za-z]|$)"
-_CARD_SHAPES: Final = (b"0000 0000 0", b"0000-0000-0", b"0000 000000 0", b"0000-000000-0", b"000000000000")
+# Twelve digits, or groups of 4-4-4 or 4-6-4 digits: what every card and spaced Aadhaar number holds.
+_GROUPED: Final = r"[0-9]{12}|[0-9]{4}[ -][0-9]{4}[ -][0-9]{4}|[0-9]{4}[ -][0-9]{6}[ -][0-9]{4}"
 
 RULES: Final[tuple[Rule, ...]] = (
     _pii(
@@ -93,7 +80,7 @@ RULES: Final[tuple[Rule, ...]] = (
         r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]{2,24})(?:[^A-Za-z0-9-]|$)",
         _email,
         _ALNUM + "._%+-",
-        lambda probe: b"@" in probe.encoded,
+        r"[A-Za-z0-9._%+-]@[A-Za-z0-9]",
     ),
     # International: + country code, then groups; 8-15 digits in all (E.164).
     _pii(
@@ -101,7 +88,7 @@ RULES: Final[tuple[Rule, ...]] = (
         r"(\+[1-9][0-9]{0,3}(?:[ .-]?\(?[0-9]{1,4}\)?)(?:[ .-]?[0-9]{2,5}){1,5})" + _END,
         _with(_digits_between(8, 15), _alone),
         _ALNUM + "+",
-        _shaped(b"+0"),
+        r"\+[1-9]",
     ),
     # US national: (415) 555-0199, 415-555-0199, 415.555.0199 (area and exchange start 2-9).
     _pii(
@@ -109,14 +96,14 @@ RULES: Final[tuple[Rule, ...]] = (
         r"(\([2-9][0-9]{2}\) ?[2-9][0-9]{2}[-.][0-9]{4}|[2-9][0-9]{2}[-.][2-9][0-9]{2}[-.][0-9]{4})"
         r"(?:[^0-9A-Za-z-]|$)",
         _alone,
-        gate=_shaped(b"(000) 000-0000", b"(000)000-0000", b"000-000-0000", b"000.000.0000"),
+        needs=r"[0-9]{3}[-.][0-9]{4}",
     ),
     # UK national, spaced: 020 7946 0958, 01632 960 983, 07700 900 123.
     _pii(
         "phone",
         r"(0(?:20|1[0-9]{3}|7[0-9]{3}) [0-9]{3,4} [0-9]{3,4})" + _END,
         _alone,
-        gate=_shaped(b"000 000"),
+        needs=r"0[0-9]{2,4} [0-9]{3}",
     ),
     _pii(
         "payment_card",
@@ -124,32 +111,32 @@ RULES: Final[tuple[Rule, ...]] = (
         r"|[0-9]{3}[ -][0-9]{6}[ -][0-9]{4,5}))(?:[^0-9A-Za-z-]|$)",
         _value(card_ok),
         _ALNUM + "-",
-        _shaped(*_CARD_SHAPES),
+        _GROUPED,
     ),
     _pii(
         "iban",
         r"([A-Z]{2}[0-9]{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?))" + _END,
         _value(iban_ok),
-        gate=_shaped(b"AA00"),
+        needs=r"[A-Z]{2}[0-9]{2} ?[A-Z0-9]{4}",
     ),
     _pii(
         "national_id",
         r"([0-9]{3}-[0-9]{2}-[0-9]{4})(?:[^0-9A-Za-z-]|$)",
         _value(ssn_ok),
         _ALNUM + "-",
-        _shaped(b"000-00-0000"),
+        r"[0-9]{3}-[0-9]{2}-[0-9]{4}",
     ),
     _pii(
         "national_id",
         r"([A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z](?:[0-9]{6}| [0-9]{2} [0-9]{2} [0-9]{2} )[A-D])" + _END,
         _value(nino_ok),
-        gate=_shaped(b"AA000000A", b"AA 00 00 00 A"),
+        needs=r"[A-Z](?:[0-9]{6}| [0-9]{2} [0-9]{2} [0-9]{2} )[A-D]",
     ),
     _pii(
         "national_id",
         r"([0-9]{8}-?[A-Z]|[XYZ]-?[0-9]{7}-?[A-Z])" + _END,
         _value(dni_ok),
-        gate=_shaped(b"00000000A", b"00000000-A", b"A0000000A", b"A-0000000-A"),
+        needs=r"[0-9]{7}-?[A-Z]",
     ),
     _pii(
         "national_id",
@@ -161,7 +148,7 @@ RULES: Final[tuple[Rule, ...]] = (
         "national_id",
         r"([2-9][0-9]{3} [0-9]{4} [0-9]{4}|[2-9][0-9]{3}-[0-9]{4}-[0-9]{4})" + _END,
         _with(_value(aadhaar_ok), _alone),
-        gate=_shaped(b"0000 0000 0000", b"0000-0000-0000"),
+        needs=_GROUPED,
     ),
     _pii(
         "national_id",

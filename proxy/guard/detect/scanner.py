@@ -198,6 +198,8 @@ def _custom_rules(settings: ScannerSettings) -> list[Rule]:
 def _resolve(found: list[Finding]) -> tuple[Finding, ...]:
     """Sorted, without duplicates; a generic assignment that a named secret detector also found
     is left to the named one, and matches inside a private-key block are the block's."""
+    if not found:
+        return ()
     unique = sorted(set(found), key=lambda f: (f.start, -f.end, f.detector))
     named = [f for f in unique if f.category == "secret" and f.detector != "generic_secret"]
     blocks = [f for f in unique if f.detector == "private_key"]

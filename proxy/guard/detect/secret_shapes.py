@@ -18,7 +18,7 @@ import string
 from typing import Final
 
 from proxy.guard.detect.checks import base62_crc32_ok, entropy, jwt_ok, placeholder
-from proxy.guard.detect.engine import Check, Gate, Rule
+from proxy.guard.detect.engine import Check, Rule
 
 __all__ = ["GENERIC_ENTROPY", "RULES"]
 
@@ -38,7 +38,7 @@ def _token(
     body: str,
     check: Check | None = None,
     alphabet: str = "A-Za-z0-9_-",
-    gate: Gate | None = None,
+    needs: str = "",
 ) -> Rule:
     """``body`` bounded on each side by a character outside ``alphabet`` (or the text's edge).
 
@@ -46,7 +46,7 @@ def _token(
     pattern starts with ``body``'s literal prefix (see :class:`~proxy.guard.detect.engine.Rule`).
     """
     pattern = f"({body})(?:[^{alphabet}]|$)"
-    return Rule(detector, "secret", pattern, 1, check or _real, not_after=_ALPHABETS[alphabet], gate=gate)
+    return Rule(detector, "secret", pattern, 1, check or _real, not_after=_ALPHABETS[alphabet], needs=needs)
 
 
 def _real(text: str, start: int, end: int) -> bool:
@@ -91,8 +91,8 @@ def _generic(text: str, start: int, end: int) -> bool:
     return letters and others and entropy(value) >= GENERIC_ENTROPY
 
 
-def _secret(detector: str, pattern: str, check: Check | None = _real, gate: Gate | None = None) -> Rule:
-    return Rule(detector, "secret", pattern, 1, check, gate=gate)
+def _secret(detector: str, pattern: str, check: Check | None = _real, needs: str = "") -> Rule:
+    return Rule(detector, "secret", pattern, 1, check, needs=needs)
 
 
 _KEYWORD: Final = (
@@ -104,7 +104,13 @@ _VALUE: Final = r"([^\s\"'`,;<>(){}\[\]]{8,200})"
 
 RULES: Final[tuple[Rule, ...]] = (
     # Cloud.
-    _token("aws_access_key", r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}|A3T[A-Z0-9]{17}", None, "A-Za-z0-9"),
+    _token(
+        "aws_access_key",
+        r"(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}|A3T[A-Z0-9]{17}",
+        None,
+        "A-Za-z0-9",
+        r"A(?:KIA|SIA|BIA|CCA|3T)[A-Z0-9]{4}",
+    ),
     _secret(
         "aws_secret_key",
         r"(?i)(?:aws_?secret_?access_?key|secret_?access_?key|aws_?secret)[\"']?\s*[:=]\s*[\"']?"
@@ -124,7 +130,7 @@ RULES: Final[tuple[Rule, ...]] = (
         r"(?i)(?:key|token|secret|bearer|password|credential|auth|sig)[^\n]{0,30}?[^A-Za-z0-9+/]"
         r"([A-Za-z0-9+/]{86}==)(?:[^A-Za-z0-9+/=]|$)",
         _random_enough,
-        gate=lambda probe: b"==" in probe.encoded,
+        needs=r"[A-Za-z0-9+/]==",
     ),
     # Version control and package registries.
     _token("github_token", r"gh[pousr]_[A-Za-z0-9]{36}", _crc, "A-Za-z0-9_"),
@@ -149,6 +155,7 @@ RULES: Final[tuple[Rule, ...]] = (
         "discord_token",
         r"[MNO][DTjz][AEIMQUYcgk][A-Za-z0-9_-]{20,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
         _discord,
+        needs=r"[A-Za-z0-9_-]\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{4}",
     ),
     _secret(
         "discord_webhook",
@@ -157,7 +164,7 @@ RULES: Final[tuple[Rule, ...]] = (
     # Payments and messaging providers.
     _token("stripe_key", r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{24,247}", None, "A-Za-z0-9_"),
     _token("stripe_key", r"whsec_[A-Za-z0-9]{32,}", None, "A-Za-z0-9_"),
-    _token("twilio_key", r"SK[0-9a-f]{32}", None, "A-Za-z0-9", lambda probe: b"SK" in probe.encoded),
+    _token("twilio_key", r"SK[0-9a-f]{32}", None, "A-Za-z0-9", r"SK[0-9a-f]{4}"),
     _token("sendgrid_key", r"SG\.[0-9A-Za-z_-]{22}\.[0-9A-Za-z_-]{43}"),
     # LLM providers.
     _token(

@@ -44,6 +44,7 @@ from proxy.outbound.over_http.common import (
     read_body,
     with_extra,
 )
+from proxy.outbound.over_http.post_tasks import PostTasks
 from proxy.outbound.transport import Failed
 from proxy.protocol import jsonrpc
 from proxy.protocol.headers import encode_header_value
@@ -114,7 +115,7 @@ class StatelessExchanges:
         server_id: str,
         url: str,
         http: h1.Client,
-        tg: anyio.abc.TaskGroup,
+        posts: PostTasks,
         inbox: Inbox,
         log: logging.LoggerAdapter[logging.Logger],
         *,
@@ -125,7 +126,7 @@ class StatelessExchanges:
         self._server_id = server_id
         self._url = url
         self._http = http
-        self._tg = tg
+        self._posts = posts
         self._inbox = inbox
         self._log = log
         self._max_depth = max_depth
@@ -144,7 +145,7 @@ class StatelessExchanges:
         # The scope exists before the task runs, so a cancel that overtakes the task still counts.
         scope = anyio.CancelScope()
         self._inflight[message["id"]] = scope
-        self._tg.start_soon(self._exchange, message, data, headers, scope, probe)
+        self._posts.start_soon(self._exchange, message, data, headers, scope, probe)
 
     def cancel(self, request_id: object) -> bool:
         """Abort the POST of stateless request ``request_id``, closing its response; nothing more is

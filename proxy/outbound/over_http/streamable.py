@@ -59,6 +59,7 @@ from proxy.outbound.over_http.common import (
     session_gone,
     with_extra,
 )
+from proxy.outbound.over_http.post_tasks import PostTasks, post_tasks
 from proxy.outbound.over_http.stateless import StatelessExchanges, is_stateless_request
 from proxy.outbound.transport import Failed, Received
 from proxy.protocol import jsonrpc
@@ -129,12 +130,13 @@ class StreamableHttpTransport:
             ) as http:
                 link: _StreamableHttpLink | None = None
                 try:
-                    async with owned_task_group() as tg:
+                    async with owned_task_group() as tg, post_tasks() as posts:
                         link = _StreamableHttpLink(
                             self._server_id,
                             self._url,
                             http,
                             tg,
+                            posts,
                             inbox,
                             self._connect_timeout,
                             self._max_depth,
@@ -159,6 +161,7 @@ class _StreamableHttpLink:
         url: str,
         http: h1.Client,
         tg: anyio.abc.TaskGroup,
+        posts: PostTasks,
         inbox: Inbox,
         connect_timeout: float,
         max_depth: int,
@@ -169,7 +172,8 @@ class _StreamableHttpLink:
         self._max_bytes = max_bytes
         self._url = url
         self._http = http
-        self._tg = tg
+        self._tg = tg  # the GET stream's task
+        self._posts = posts  # a task per request's POST
         self._inbox = inbox
         self._connect_timeout = connect_timeout
         self._log = logging.LoggerAdapter(logger, {"server_id": server_id})
@@ -183,7 +187,7 @@ class _StreamableHttpLink:
         self._listening = False
         self.closed = False
         self.stateless = StatelessExchanges(
-            server_id, url, http, tg, inbox, self._log, max_depth=max_depth, max_bytes=max_bytes
+            server_id, url, http, posts, inbox, self._log, max_depth=max_depth, max_bytes=max_bytes
         )
 
     # ------------------------------------------------------------------ the Link contract
@@ -214,7 +218,7 @@ class _StreamableHttpLink:
             return
         if message.get("method") == "initialize":
             self._initialize, self._initialize_id = message, message["id"]
-        self._tg.start_soon(self._post, message, data, True, None, headers)
+        self._posts.start_soon(self._post, message, data, True, None, headers)
 
     async def receive(self) -> Received:
         """The next message, with the id of the request whose POST (or resumed stream) carried it.
@@ -233,7 +237,7 @@ class _StreamableHttpLink:
         data = jsonrpc.encode(initialize)
         self._initialize, self._initialize_id = initialize, initialize["id"]
         probe = Probe()
-        self._tg.start_soon(self._post, initialize, data, True, probe, headers)
+        self._posts.start_soon(self._post, initialize, data, True, probe, headers)
         await probe.settled.wait()
         return probe
 

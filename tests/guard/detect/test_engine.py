@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.guard.detect.engine import Rule, compile_rule, literal
+from proxy.guard.detect.engine import Prefilter, Rule, Shapes, compile_rule, literal
 
 
 def test_spans_are_in_characters_when_the_text_is_not_ascii() -> None:
@@ -25,3 +25,52 @@ def test_a_pattern_re2_refuses_is_a_value_error() -> None:
 def test_literal_quotes_every_metacharacter() -> None:
     compiled = compile_rule(Rule("x", "secret", literal("a.b*(c)")))
     assert list(compiled.spans("a.b*(c) axb", b"a.b*(c) axb")) == [(0, 7)]
+
+
+def _prefilter(*rules: Rule) -> Prefilter:
+    return Prefilter([compile_rule(rule) for rule in rules])
+
+
+def test_a_rule_with_needs_runs_only_on_text_where_its_needs_is_found() -> None:
+    rule = Rule("x", "pii", r"[0-9]{3}", needs=r"7[0-9]")
+    prefilter = _prefilter(rule)
+    assert prefilter.candidates(b"call 123 now") == []
+    assert [c.rule for c in prefilter.candidates(b"call 712 now")] == [rule]
+
+
+def test_rules_with_literals_and_rules_with_needs_are_chosen_together_in_their_order() -> None:
+    key = Rule("key", "secret", r"AKIA[A-Z0-9]{16}")
+    card = Rule("card", "pii", r"[0-9]{12}", needs=r"[0-9]{12}")
+    mail = Rule("mail", "pii", r"[a-z]+@[a-z]+", needs="@")
+    prefilter = _prefilter(key, card, mail)
+    text = b"AKIAQ3EGZ5TJ7LMB4XHN and 411111111111"
+    assert [c.rule.detector for c in prefilter.candidates(text)] == ["key", "card"]
+    assert prefilter.candidates(b"nothing here") == []
+
+
+class _Blind:
+    """An RE2 set that ran out of memory: RE2 answers no pattern at all (not even the empty one)."""
+
+    def Match(self, encoded: bytes) -> list[int]:
+        return []
+
+
+def test_when_the_set_cannot_tell_every_rule_with_needs_runs() -> None:
+    rule = Rule("x", "pii", r"[0-9]{3}", needs=r"7[0-9]")
+    prefilter = _prefilter(rule)
+    shapes = prefilter._shapes
+    assert shapes is not None
+    shapes._set = _Blind()
+    assert shapes.present(b"call 712") is None
+    assert [c.rule for c in prefilter.candidates(b"call 123 now")] == [rule]
+
+
+def test_shapes_answer_which_patterns_are_present() -> None:
+    shapes = Shapes([r"[0-9]{4}", "@", r"\+[1-9]"])
+    assert shapes.present(b"mail ann@example.com from 2024") == frozenset({0, 1, shapes._known})
+    assert shapes.present(b"") == frozenset({shapes._known})
+
+
+def test_a_needs_pattern_re2_refuses_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="RE2 cannot compile"):
+        Shapes([r"(a)\1"])

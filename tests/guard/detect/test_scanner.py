@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import base64
+import json
 import random
 import time
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from proxy.guard.detect import Finding, Scanner, ScannerSettings, redact
+from proxy.guard.detect.engine import _UNANCHORED, Shapes
 from tests.guard.detect.helpers import SCANNER, crc_token, detectors, found
 
 KEY = "AKIAQ3EGZ5TJ7LMB4XHN"
@@ -138,3 +141,47 @@ def test_random_text_from_every_patterns_alphabet_scans_in_linear_time() -> None
     findings = DECODING.scan(text, kind="result")
     assert time.perf_counter() - begin < 10  # generous: a shared, loaded box
     assert any(f.detector == "aws_access_key" for f in findings)
+
+
+def _needs_cases() -> list[str]:
+    """Texts on which the built-in patterns match often: the tuning corpus (never the held-out
+    set) and random runs of the characters the shapes are made of."""
+    corpus = Path(__file__).resolve().parents[3] / "benchmarks" / "guard" / "corpus" / "tuning.jsonl"
+    texts = [json.loads(line)["text"] for line in corpus.read_text().splitlines() if line.strip()]
+    texts += ["call 020 7946 0958 or 01632 960 983", "SK" + "0123456789abcdef" * 2, "=" * 3]
+    rng = random.Random(29)
+    alphabets = (
+        "0123456789 -",
+        "0123456789 -.()+",
+        "ABCDXYZ0123456789 ",
+        "SKabcdef0123456789",
+        "Ab0+/=",
+        "\x00\x01ab",
+    )
+    for _ in range(300):
+        alphabet = rng.choice(alphabets)
+        texts.append("".join(rng.choice(alphabet) for _ in range(rng.randrange(8, 400))))
+    return texts
+
+
+def test_every_needs_is_found_wherever_its_rule_matches() -> None:
+    """``needs`` only ever skips a rule that could not have matched: a ``needs`` stricter than
+    its pattern would lose findings silently."""
+    compiled = [
+        c for kind in ("text", "result", "definition") for c in SCANNER._by_kind[kind] if c.rule.needs
+    ]
+    assert {c.rule.detector for c in compiled} >= {"payment_card", "phone", "iban", "national_id", "email"}
+    texts = _needs_cases()
+    for rule in {c.rule: c for c in compiled}.values():
+        shapes = Shapes([rule.rule.needs])
+        matched = 0
+        for text in texts:
+            encoded = text.encode()
+            if rule.program.Match(_UNANCHORED, encoded, 0, len(encoded))[0][0] >= 0:
+                matched += 1
+                assert shapes.present(encoded) == frozenset({0, 1}), (
+                    rule.rule.detector,
+                    rule.rule.pattern,
+                    text,
+                )
+        assert matched, f"no text matches {rule.rule.pattern!r}: the test proves nothing for it"
