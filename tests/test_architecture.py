@@ -54,12 +54,17 @@ ALLOWED: Mapping[str, frozenset[str]] = {
         {"core", "protocol", "catalog", "policy", "config", "observe", "outbound", "enforce", "clients"}
         | {"pipeline", "servers"}
     ),
+    # tasks relayed: ids, records (memory, Redis), tasks/* and status routing
+    "tasks": frozenset(
+        {"core", "protocol", "catalog", "policy", "config", "observe", "outbound", "clients", "pipeline"}
+    ),
     "notify": frozenset(
         {"protocol", "policy", "config", "outbound", "enforce", "clients", "pipeline", "servers", "views"}
+        | {"tasks"}
     ),
     "router": frozenset(
         {"core", "protocol", "catalog", "policy", "config", "observe", "outbound", "clients", "pipeline"}
-        | {"servers", "views", "notify", "tracing"}
+        | {"servers", "views", "notify", "tracing", "tasks"}
     ),
     "inbound": frozenset(
         {"core", "protocol", "policy", "config", "observe", "outbound", "ratelimit", "auth", "credentials"}
@@ -67,7 +72,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     ),
     "app": frozenset(
         {"core", "catalog", "policy", "config", "observe", "outbound", "auth", "credentials", "enforce"}
-        | {"clients", "pipeline", "servers", "views", "notify", "router"}
+        | {"clients", "pipeline", "servers", "views", "notify", "router", "tasks"}
     ),
     "admin": frozenset(
         {
@@ -171,6 +176,9 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "protocol/versions.py": "through both eras everywhere: tests/protocol/test_stateless.py",
     "router/params.py": "through the method table: tests/router/test_dispatch.py",
     "servers/connections.py": "tests/notify/ and every interaction test",
+    "router/tasks.py": "the task methods on a running manifold: tests/interaction/test_tasks.py",
+    "tasks/redis_store.py": "beside the memory store, on a real redis-server: tests/tasks/test_store.py",
+    "tasks/wiring.py": "through the gateway: tests/interaction/test_tasks.py",
 }
 
 

@@ -1,6 +1,5 @@
-"""The composition root: builds Manifold's parts, wires them together, and runs them.
-
-Nothing else happens here. The parts, and who tells whom what::
+"""The composition root: builds Manifold's parts, wires them together, and runs them; nothing else
+happens here. The parts, and who tells whom what (tasks/*: proxy.tasks.wiring)::
 
     server connections ──listed──────────▶ Catalogs ──changed──▶ Notices ──▶ sessions, listen streams
                        ──state_changed───▶ ServerHealth (metrics)
@@ -53,6 +52,7 @@ from proxy.pipeline.order import Parts, audit_log, limiter, stages
 from proxy.policy.model import MAX_CONFIRM_TIMEOUT
 from proxy.router.dispatch import Router
 from proxy.servers.connections import Connections, ServerHealth, WaitFor
+from proxy.tasks.wiring import make_tasks
 from proxy.views.catalogs import Catalogs
 from proxy.views.discovery import Discovery
 from proxy.views.endpoints import Views, endpoint_inbounds, make_discovery
@@ -98,13 +98,12 @@ class Gateway:
             replay_bytes=config.limits.replay_buffer_bytes,
         )
         self.listens = Listens()  # open subscriptions/listen streams
-        heard = Heard()
         self.credential_store = open_credential_store(config)
         self.token_modes = token_modes(config, self.credential_store)  # credentials.mode oauth, exchange
         self.token_modes.hook(self.auth)  # the request's own bearer, when a server exchanges it
         self.connections = Connections(
             servers,
-            heard,
+            heard := Heard(),
             max_pages=config.catalog.max_server_pages,
             limits=config.limits,
             boundary=self.boundary,
@@ -140,7 +139,8 @@ class Gateway:
             self.connections.per_client_lists_to(self.per_client_catalogs, notices)
         self.logs = ServerLogs(self.sessions, self.catalogs, access, self.connections, config.endpoints)
         health = ServerHealth(metrics, [s.id for s in servers])
-        heard.wire(self.catalogs, health, notices, self.logs, self.per_client_catalogs)
+        self.tasks = make_tasks(config, secret, self.connections, self.sessions, metrics, self._audit)
+        heard.wire(self.catalogs, health, notices, self.logs, self.per_client_catalogs, self.tasks)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
         self.sessions.on_end(self.interest.release)
@@ -151,10 +151,9 @@ class Gateway:
         self.parked = ParkedCalls(states, total=config.limits.max_parked_calls)
         forward = Forward(self.connections, Rounds(states, max_rounds=_MAX_ROUNDS), self.parked)
         # Progressive discovery, per endpoint ("": /mcp): its own meta-tools, views and promotions.
-        discovering = functools.partial(
-            make_discovery, access=access, sessions=self.sessions, metrics=metrics
-        )
-        pipeline = compose(self._stages(), forward)
+        sessions = self.sessions
+        discovering = functools.partial(make_discovery, access=access, metrics=metrics, sessions=sessions)
+        pipeline = self.tasks.creating(compose(self._stages(), forward))
         router = functools.partial(
             Router,
             sessions=self.sessions,
@@ -167,6 +166,7 @@ class Gateway:
             metrics=metrics,
             limits=config.limits,
             own=self.per_client_catalogs,
+            tasks=self.tasks,
         )
         self.router = router(catalogs=self.catalogs, discovery=discovering(config, ""))
         self.inbound = Inbound(
@@ -246,5 +246,5 @@ class Gateway:
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                     stores = (self.revocations, self.approvals.store, self.limiter, self.credential_store)
-                    for store in (s for s in (*stores, self.token_modes) if s is not None):
+                    for store in (s for s in (*stores, self.token_modes, self.tasks.store) if s is not None):
                         await store.aclose()

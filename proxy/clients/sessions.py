@@ -89,6 +89,10 @@ class Sessions:
     def __len__(self) -> int:
         return len(self._live)
 
+    def live(self, session_id: str) -> ClientSession | None:
+        """The session ``session_id`` names if it is live on this replica (no take-over)."""
+        return self._live.get(session_id)
+
     def on_end(self, hook: EndHook) -> None:
         """Run ``hook`` for every session that ends, in registration order."""
         self._on_end.append(hook)

@@ -140,6 +140,13 @@ class LimitsConfig(_Model):
     # Calls waiting for an approver's decision (confirm rules with ``approver``), kept until a
     # minute after their deadline; at most 16 per caller.
     max_pending_approvals: int = Field(default=1_000, ge=1)
+    # Tasks (task-augmented calls) Manifold keeps a record of, per identity and in all, until
+    # their ttl ends (at most max_task_ttl seconds); a task's result kept for another session or
+    # replica to read is at most max_task_result_bytes encoded.
+    max_tasks_per_identity: int = Field(default=100, ge=1)
+    max_tasks: int = Field(default=10_000, ge=1)
+    max_task_result_bytes: int = Field(default=1 * _MIB, ge=1 * _KIB)
+    max_task_ttl: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
     # per_client servers: processes/connections in all, and seconds an unused one is kept.
     max_per_client_connections: int = Field(default=100, ge=1)
     per_client_idle_timeout: float = Field(default=300.0, gt=0, allow_inf_nan=False)
@@ -184,6 +191,9 @@ class SessionsConfig(_Model):
     revocations: Literal["auto", "memory", "redis"] = "auto"
     # None: rate_limits.redis_url. May carry a password: kept out of repr, never echoed.
     redis_url: str | None = Field(default=None, repr=False)
+    # Where task records live (tasks outlive the session that made them): memory (this replica),
+    # redis (every replica reads any identity's tasks), auto (redis when rate_limits.backend is).
+    tasks: Literal["auto", "memory", "redis"] = "auto"
     # A take-over while Redis cannot be asked: refused (the client initializes again) or allowed.
     failure_mode: Literal["fail_open", "fail_closed"] = "fail_closed"
 

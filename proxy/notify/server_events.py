@@ -4,7 +4,8 @@ Wired by the composition root once the parts exist (they need the connections it
 lists to :class:`~proxy.views.catalogs.Catalogs` (and each client's own view, with ``per_client``
 servers), states to :class:`~proxy.servers.connections.ServerHealth`, log lines to
 :class:`~proxy.notify.server_logs.ServerLogs` (the policy decides who hears them), anything else a
-server says unprompted to :class:`~proxy.notify.list_changes.Notices`.
+server says unprompted to :class:`~proxy.notify.list_changes.Notices`, but a task's status, which goes
+to the task's own session only (:class:`~proxy.tasks.relay.Tasks`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from proxy.notify.server_logs import ServerLogs
 from proxy.outbound.health import ServerState
 from proxy.protocol.jsonrpc import Message
 from proxy.servers.connections import ServerHealth
+from proxy.tasks.relay import Tasks
 from proxy.views.catalogs import Catalogs
 from proxy.views.per_client import PerClientCatalogs
 
@@ -31,6 +33,7 @@ class Heard:
     _notices: Notices
     _logs: ServerLogs
     _per_client: PerClientCatalogs | None
+    _tasks: Tasks
 
     def wire(
         self,
@@ -39,14 +42,10 @@ class Heard:
         notices: Notices,
         logs: ServerLogs,
         own: PerClientCatalogs | None,
+        tasks: Tasks,
     ) -> None:
-        self._catalogs, self._health, self._notices, self._logs, self._per_client = (
-            catalogs,
-            health,
-            notices,
-            logs,
-            own,
-        )
+        self._catalogs, self._health, self._notices, self._logs = catalogs, health, notices, logs
+        self._per_client, self._tasks = own, tasks
 
     def listed(self, server_id: str, kind: str, items: list[dict[str, Any]]) -> None:
         self._catalogs.listed(server_id, kind, items)
@@ -59,5 +58,7 @@ class Heard:
     def server_notification(self, server_id: str, message: Message) -> None:
         if message["method"] == "notifications/message":
             self._logs.line(server_id, message)  # by policy: who may see the server
+        elif message["method"] == "notifications/tasks/status":
+            self._tasks.status(server_id, message)
         else:
             self._notices.server_notification(server_id, message)

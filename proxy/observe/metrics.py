@@ -342,6 +342,27 @@ class Metrics:
                 registry=r,
             )
         )
+        self._tasks_created = counter(
+            "manifold_tasks_created", "Tasks clients created through Manifold.", "server"
+        )
+        self._tasks_ended = counter(
+            "manifold_tasks_ended",
+            "Tasks seen to end: completed, failed, cancelled or expired.",
+            "server",
+            "status",
+        )
+        self._tasks_open = gauge(
+            "manifold_tasks_in_flight", "Tasks created and not yet seen to end.", "server"
+        )
+        self._task_seconds = _Children(
+            Histogram(
+                "manifold_task_duration_seconds",
+                "Time from a task's creation to Manifold seeing it end, in seconds.",
+                ("server",),
+                buckets=CONNECT_BUCKETS,
+                registry=r,
+            )
+        )
         self._received = counter("manifold_received_bytes", "Bytes received from clients.", "transport")
         self._sent = counter("manifold_sent_bytes", "Bytes sent to clients.", "transport")
         gauge("manifold_build_info", "Manifold's version; always 1.", "version").get(__version__).set(1)
@@ -484,6 +505,17 @@ class Metrics:
         """Count spans tracing lost (``queue_full``, ``export_failed``: a fixed set); called from
         the OpenTelemetry SDK's export thread."""
         self._spans_dropped.get(reason).inc(count)
+
+    def task_created(self, server: str) -> None:
+        self._tasks_created.get(server).inc()
+        self._tasks_open.get(server).inc()
+
+    def task_ended(self, server: str, status: str, seconds: float | None) -> None:
+        """A task seen to end (``status``: a fixed set); ``seconds`` since its creation, if known."""
+        self._tasks_ended.get(server, status).inc()
+        self._tasks_open.get(server).dec()
+        if seconds is not None:
+            self._task_seconds.get(server).observe(seconds)
 
     def pin_drift(self, server: str) -> None:
         self._pin_drift.get(server).inc()

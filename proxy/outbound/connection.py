@@ -67,7 +67,7 @@ from proxy.outbound.listening import WATCH_METHODS, Listening, untagged
 from proxy.outbound.lists import CHANGED, LIST_KINDS, drain, offered
 from proxy.outbound.negotiation import negotiate
 from proxy.outbound.pending import Pending, time_out
-from proxy.outbound.relay import Relay, relay_for
+from proxy.outbound.relay import Relay, related_task, relay_for
 from proxy.outbound.transport import Diagnostics, Failed, Link, Transport
 from proxy.protocol import jsonrpc
 from proxy.protocol.headers import ParamHeader, param_headers
@@ -400,6 +400,8 @@ class ServerConnection:
             with scope:
                 try:
                     in_flight = self._pending.relays()
+                    if related is None:  # over stdio: the task it is about may say whose it is
+                        related = self._pending.waiting_on(related_task(message))
                     relay = relay_for(
                         related,
                         in_flight,
@@ -531,6 +533,8 @@ class ServerConnection:
         """``era``: speak this era whatever the server is thought to be (negotiation)."""
         loop = asyncio.get_running_loop()
         request_id, slot = self._pending.open(relay, loop)
+        if method == "tasks/result" and params:  # the server asks about that task on this request
+            slot.task = params.get("taskId")
         if (era or self.era) is Era.STATELESS:
             params = dict(params or {})
             params["_meta"] = {**(params.get("_meta") or {}), **envelope(relay)}

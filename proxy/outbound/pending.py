@@ -36,6 +36,7 @@ class Slot:
     failure: ServerUnavailable | None = None
     progress_token: Any = None  # the client's own token, when the request carried one
     trace: ClientTrace | None = None  # its span, when tracing is on and a client's request is traced
+    task: str | None = None  # the server's task id a tasks/result waits on (its requests come on it)
 
     def tell(self, message: Message) -> None:
         """Pass a message about this request to its client (an event on its span, if traced)."""
@@ -83,6 +84,13 @@ class Pending:
             return None
         slot = self.get(related) or next((s for s in self._slots.values() if s.relay is relay), None)
         return slot.trace if slot is not None else None
+
+    def waiting_on(self, task: object) -> int | None:
+        """Our id of a ``tasks/result`` waiting on the server's task ``task``: a server's request
+        related to that task (elicitation, sampling) is about that request, whatever the wire says."""
+        if not isinstance(task, str):
+            return None
+        return next((our_id for our_id, slot in self._slots.items() if slot.task == task), None)
 
     def relays(self) -> dict[int, Relay | None]:
         """Each request in flight's relay, by our id (whose request a server's request is about)."""

@@ -15,7 +15,9 @@ from typing import Any, Protocol
 from proxy.core.errors import NoClientToAsk
 from proxy.protocol.jsonrpc import Message, RequestId
 
-__all__ = ["Relay", "relay_for"]
+__all__ = ["RELATED_TASK", "Relay", "related_task", "relay_for"]
+
+RELATED_TASK = "io.modelcontextprotocol/related-task"
 
 
 class Relay(Protocol):
@@ -104,3 +106,11 @@ def relay_for(
             "fix": "session_mode: per_client",
         },
     )
+
+
+def related_task(message: Message) -> object:
+    """The task a server's message says it is related to (``_meta`` related-task ``taskId``), if any."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    related = meta.get(RELATED_TASK) if isinstance(meta, dict) else None
+    return related.get("taskId") if isinstance(related, dict) else None

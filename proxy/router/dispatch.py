@@ -1,14 +1,11 @@
 """The router: every client message, in either era, to the code that answers it.
 
-The method table names what Manifold answers itself (``initialize``, ``server/discover``,
-``ping``, the merged lists, ``logging/setLevel``) and what it resolves and forwards: a
-namespaced name or a URI becomes a :class:`~proxy.pipeline.context.CallContext` (the server, the
-server's own name, the policy's subject), and the call pipeline takes it from there (its
-innermost stage, :class:`~proxy.pipeline.forward.Forward`, picks the connection and bridges eras).
-
+The method table names what Manifold answers itself (``initialize``, ``server/discover``, ``ping``,
+the merged lists, ``logging/setLevel``, ``tasks/*`` by :mod:`proxy.router.tasks`) and what it
+resolves and forwards: a namespaced name or a URI becomes a :class:`~proxy.pipeline.context.CallContext`
+(server, its own name, policy subject) for the pipeline (:class:`~proxy.pipeline.forward.Forward` last).
 :meth:`Router.handle` and :meth:`Router.handle_stateless` are the fault boundary of a request:
-whatever goes wrong while answering it becomes that request's error response
-(:func:`proxy.observe.boundary.wire_error`), and nothing but cancellation leaves them.
+whatever goes wrong answering it becomes its error response (:func:`proxy.observe.boundary.wire_error`).
 """
 
 from __future__ import annotations
@@ -53,6 +50,7 @@ from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
 from proxy.protocol.uris import normalize_uri
 from proxy.router.params import session_of, string_param, too_many
+from proxy.router.tasks import Tasks, task_methods
 from proxy.servers.connections import Connections
 from proxy.servers.per_client import owner, owner_of
 from proxy.tracing import active as tracing
@@ -98,6 +96,7 @@ class Router:
         discovery: Discovery | None = None,
         endpoint: str = "",
         servers: Collection[str] | None = None,  # the servers the endpoint selects; None: all
+        tasks: Tasks | None = None,
     ) -> None:
         self._servers = servers
         limits = limits or LimitsConfig()
@@ -141,6 +140,7 @@ class Router:
             "initialize": self._initialize,
             "ping": self._ping,
         }
+        self._methods.update(task_methods(tasks, self._methods, endpoint, self._identity_view))
 
     # ---- the boundary of one request ------------------------------------------------------
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from proxy.core.errors import NoClientToAsk
-from proxy.outbound.relay import Relay, relay_for
+from proxy.outbound.pending import Pending
+from proxy.outbound.relay import Relay, related_task, relay_for
 from proxy.protocol.jsonrpc import Message
 
 
@@ -86,3 +88,35 @@ def test_two_sessions_awake_in_flight_cannot_be_told_apart_and_the_error_says_so
 def test_a_caller_is_a_relay() -> None:
     relay: Relay = A1  # mypy checks Caller against the Protocol
     assert relay.session_id == "a"
+
+
+@pytest.mark.parametrize(
+    ("params", "task"),
+    [
+        ({"_meta": {"io.modelcontextprotocol/related-task": {"taskId": "t1"}}}, "t1"),
+        ({"_meta": {"io.modelcontextprotocol/related-task": "t1"}}, None),
+        ({"_meta": "x"}, None),
+        ({}, None),
+        (None, None),
+        ("junk", None),
+    ],
+)
+def test_the_task_a_server_request_names_is_read_from_its_meta(params: Any, task: Any) -> None:
+    message: Message = {"jsonrpc": "2.0", "id": 1, "method": "elicitation/create"}
+    if params is not None:
+        message["params"] = params
+    assert related_task(message) == task
+
+
+def test_a_request_about_a_task_is_attributed_to_the_tasks_result_waiting_on_it() -> None:
+    pending = Pending("srv")
+    loop = asyncio.new_event_loop()
+    first, _ = pending.open(None, loop)
+    waiting, slot = pending.open(None, loop)
+    slot.task = "t2"
+    assert pending.waiting_on("t2") == waiting != first
+    assert pending.waiting_on("t1") is None
+    assert pending.waiting_on(None) is None
+    pending.close(waiting)
+    assert pending.waiting_on("t2") is None
+    loop.close()

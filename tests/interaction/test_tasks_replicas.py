@@ -1,0 +1,95 @@
+"""Tasks across replicas: two ``manifold serve`` processes sharing ``sessions.secret`` and a real
+redis-server (``sessions.tasks: redis``), each with its own server-everything over stdio. A task
+created on one replica is polled, read and listed on the other by the same identity; another
+identity gets "unknown task" on either."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import pytest
+
+from tests.interaction.harness import RunningManifold, everything_server, post, raw_session, running_manifold
+from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SECRET = "replicas-share-this-task-secret-32+chars"
+KEYS = {
+    "alice": "mfd_alice-replica-tasks-0123456789abcdefghij",
+    "bob": "mfd_bob-replica-tasks-0123456789abcdefghijkl",
+}
+RESEARCH = "everything.simulate-research-query"
+
+
+@pytest.fixture
+async def replicas(tmp_path: Path) -> AsyncIterator[list[RunningManifold]]:
+    if REDIS_SERVER is None:
+        pytest.fail("redis-server is not installed (make system-deps)")
+    async with AsyncExitStack() as stack:
+        (tmp_path / "redis").mkdir()
+        redis = await stack.enter_async_context(running_redis(tmp_path / "redis"))
+        keys = [
+            {"name": n, "key": "sha256:" + hashlib.sha256(k.encode()).hexdigest()} for n, k in KEYS.items()
+        ]
+        config: dict[str, Any] = {
+            "auth": {"api_keys": keys},
+            "sessions": {"secret": SECRET, "tasks": "redis", "redis_url": redis.url},
+            "servers": {"everything": everything_server()},
+        }
+        for i in range(2):
+            (tmp_path / f"r{i}").mkdir()
+        yield [
+            await stack.enter_async_context(running_manifold(tmp_path / f"r{i}", config)) for i in range(2)
+        ]
+
+
+async def _call(
+    http: aiohttp.ClientSession, url: str, session: str, n: int, method: str, params: dict[str, Any]
+) -> Any:
+    status, _, body = await post(
+        http,
+        url,
+        {"jsonrpc": "2.0", "id": n, "method": method, "params": params},
+        {"Mcp-Session-Id": session},
+    )
+    assert status == 200, body
+    return body
+
+
+async def test_a_task_made_on_one_replica_is_read_on_the_other_by_its_owner_only(
+    replicas: list[RunningManifold],
+) -> None:
+    one, other = replicas
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['alice']}"}) as alice,
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['bob']}"}) as bob,
+    ):
+        here, there = await raw_session(alice, one.url), await raw_session(alice, other.url)
+        params = {"name": RESEARCH, "arguments": {"topic": "tides"}, "task": {"ttl": 60_000}}
+        created = await _call(alice, one.url, here, 2, "tools/call", params)
+        task_id = created["result"]["task"]["taskId"]
+        with anyio.fail_after(30):
+            while True:  # polled where it runs: seen to end, its result is kept in Redis
+                got = await _call(alice, one.url, here, 3, "tasks/get", {"taskId": task_id})
+                if got["result"]["status"] == "completed":
+                    break
+                await anyio.sleep(0.3)
+        # The other replica's server never heard of it: the answers come from the shared record.
+        polled = await _call(alice, other.url, there, 4, "tasks/get", {"taskId": task_id})
+        assert polled["result"]["status"] == "completed"
+        result = await _call(alice, other.url, there, 5, "tasks/result", {"taskId": task_id})
+        assert "Research Report: tides" in result["result"]["content"][0]["text"]
+        listed = await _call(alice, other.url, there, 6, "tasks/list", {})
+        assert [t["taskId"] for t in listed["result"]["tasks"]] == [task_id]
+        for url in (one.url, other.url):
+            session = await raw_session(bob, url)
+            refused = await _call(bob, url, session, 7, "tasks/result", {"taskId": task_id})
+            assert refused["error"]["data"] == {"reason": "unknown_task"}
+            assert (await _call(bob, url, session, 8, "tasks/list", {}))["result"]["tasks"] == []
