@@ -139,7 +139,7 @@ class Gateway:
             self.connections.per_client_lists_to(self.per_client_catalogs, notices)
         self.logs = ServerLogs(self.sessions, self.catalogs, access, self.connections, config.endpoints)
         health = ServerHealth(metrics, [s.id for s in servers])
-        self.tasks = make_tasks(config, secret, self.connections, self.sessions, metrics, self._audit)
+        self.tasks = make_tasks(config, secret, self.connections, self.sessions, metrics, self.audit)
         heard.wire(self.catalogs, health, notices, self.logs, self.per_client_catalogs, self.tasks)
         self.interest = Interest(self.sessions, self.listens, self.connections, self.connections.shared)
         self.sessions.on_end(self.connections.release)
