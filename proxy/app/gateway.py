@@ -224,8 +224,8 @@ class Gateway:
         """Start every part; yield once each server ``wait_for`` names has connected or failed
         its first attempt (``serve`` waits for none: it answers /healthz at once)."""
         async with anyio.create_task_group() as tg:
-            await tg.start(self.auth.run)
-            await tg.start(self.parked.run)
+            for part in (self.auth.run, self.parked.run, self.tasks.run):  # tasks: held calls
+                await tg.start(part)
             await tg.start(self.approvals.unanswered.run)  # 2026 questions nobody came back for
             if self.audit is not None:
                 await tg.start(self.audit.run)  # flushes what is left when cancelled, bounded
