@@ -153,7 +153,7 @@ class Gateway:
         # Progressive discovery, per endpoint ("": /mcp): its own meta-tools, views and promotions.
         sessions = self.sessions
         discovering = functools.partial(make_discovery, access=access, metrics=metrics, sessions=sessions)
-        pipeline = self.tasks.creating(compose(self._stages(), forward))
+        pipeline = self.tasks.creating(compose(stages := self._stages(), forward), rereading=stages)
         router = functools.partial(
             Router,
             sessions=self.sessions,

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -33,7 +34,7 @@ from proxy.core.errors import InvalidParams, ProtocolError, RemoteError, ServerU
 from proxy.core.keys import fingerprint
 from proxy.observe.boundary import wire_error
 from proxy.outbound.relay import RELATED_TASK
-from proxy.pipeline.context import CallContext, Caller, Handler
+from proxy.pipeline.context import CallContext, Caller, Handler, Stage, compose
 from proxy.protocol import jsonrpc
 from proxy.tasks.ids import unknown_task
 from proxy.tasks.relay import TERMINAL, Tasks, capability
@@ -123,6 +124,8 @@ class HeldTasks(Tasks):
         self._held = held
         self._group: TaskGroup | None = None
         self._running: dict[tuple[str, str], _Running] = {}
+        self._reread: Handler | None = None
+        self._calls: dict[tuple[str, str], CallContext] = {}  # relayed tasks' calls, by server task
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Own the held calls: they end (cancelled) when this does."""
@@ -144,17 +147,52 @@ class HeldTasks(Tasks):
 
     # ---- creation -------------------------------------------------------------------------
 
-    def creating(self, pipeline: Handler) -> Handler:
+    def creating(self, pipeline: Handler, rereading: Sequence[Stage] = ()) -> Handler:
+        """``pipeline`` with task-augmented calls held or relayed as tasks. ``rereading``: the
+        pipeline's stages, which a relayed task's result passes through when it is read (all
+        but those that ask a person or count the call: policy, validation, guardrails, rate
+        limits apply again, to the result)."""
         relayed = super().creating(pipeline)
+        kept = [s for s in rereading if _stage_name(s) not in _NOT_AT_READ]
+        self._reread = compose(kept, _the_result) if kept else None
 
         async def call(ctx: CallContext) -> Any:
             if ctx.method == "tools/call" and "task" in ctx.params and ctx.server_id in self._held:
                 connection = await self._connections.for_call(ctx.caller, ctx.server_id)
                 if not capability(connection.capabilities) and self._group is not None:
                     return await self._hold(ctx, pipeline, self._group)
-            return await relayed(ctx)
+            answer = await relayed(ctx)
+            task = answer.get("task") if isinstance(answer, dict) else None
+            if isinstance(task, dict) and self._reread is not None:
+                self._remember(ctx, task.get("taskId"))
+            return answer
 
         return call
+
+    def _remember(self, ctx: CallContext, client_id: object) -> None:
+        """The call a relayed task was created by, to check its result against when it is read."""
+        where = next((w for w, entry in self._local.items() if entry[0] == client_id), None)
+        if where is None:
+            return
+        if len(self._calls) >= self._max_local:
+            self._calls = {w: c for w, c in self._calls.items() if w in self._local}
+        if len(self._calls) < self._max_local:
+            self._calls[where] = replace(ctx, params={k: v for k, v in ctx.params.items() if k != "task"})
+
+    async def _checked(self, record: TaskRecord, outcome: dict[str, Any]) -> dict[str, Any]:
+        """A relayed task's outcome, the first time it is read from its server: its result passed
+        through the call pipeline's checks again (on the replica that created the task)."""
+        ctx = self._calls.get((record.server_id, record.server_task))
+        if ctx is not None and self._reread is not None and "result" in outcome:
+            token = _RESULT.set(outcome["result"])
+            try:
+                outcome = {"result": await self._reread(ctx)}
+            except Exception as exc:  # refused at read time: the task's outcome is that refusal
+                error = wire_error(exc, None)["error"]
+                outcome = {"error": {"code": error["code"], "message": error["message"]}}
+            finally:
+                _RESULT.reset(token)
+        return outcome
 
     async def _hold(self, ctx: CallContext, pipeline: Handler, group: TaskGroup) -> Any:
         asked = ctx.params["task"]
@@ -268,6 +306,21 @@ class HeldTasks(Tasks):
                 await running.done.wait()
         found = await self._store.get(record.key)
         return self._shown(found or record, task_id)
+
+
+_NOT_AT_READ: Final = frozenset({"Measure", "Confirm", "SignInStage", "confirm", "sign_in"})
+_RESULT: ContextVar[Any] = ContextVar("proxy.tasks.held.result")
+
+
+def _stage_name(stage: Stage) -> str:
+    """A stage's class name, or its span name when tracing wraps it (:mod:`proxy.pipeline.stages.traced`)."""
+    name = getattr(stage, "name", None)
+    return name if isinstance(name, str) else type(stage).__name__
+
+
+async def _the_result(ctx: CallContext) -> Any:
+    """The end of the pipeline a task's result is re-read through: the result, not the server."""
+    return _RESULT.get()
 
 
 def _now() -> str:

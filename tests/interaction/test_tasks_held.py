@@ -20,7 +20,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.interaction.harness import RunningManifold, fixture_server, running_manifold
+from tests.interaction.harness import RunningManifold, everything_server, fixture_server, running_manifold
 from tests.interaction.test_tasks import KEYS, _stored, client_as  # the same keys and client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -33,6 +33,12 @@ rules:
     effect: confirm
     match: {tools: ["fx.add"]}
     confirm: {reason: adding is serious, timeout: 30}
+guardrails:
+  patterns: {ticket: "TCK-[0-9]{6}"}
+  rules:
+    - id: tickets-stay-inside
+      effect: redact
+      match: {directions: [tool_results], detectors: ["custom:ticket"], tools: ["everything.*"]}
 """
 PER_IDENTITY = 30
 
@@ -48,6 +54,7 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
             "fx": {**fixture_server("fx", tools=2), "tasks": "held"},
             "doomed": {**fixture_server("doomed", tools=1), "tasks": "held"},
             "plain": fixture_server("plain", tools=1),  # not held: a task field is passed on
+            "everything": everything_server(),  # runs tasks itself: relayed
         },
         "limits": {"max_tasks_per_identity": PER_IDENTITY},
         "policy": {"files": [str(tmp / "policy.yaml")], "audit": {"path": str(tmp / "audit.jsonl")}},
@@ -196,3 +203,20 @@ async def test_a_server_not_held_gets_the_call_as_it_was_asked(manifold: Running
         raw = await _raw(client, "tools/call", {"name": "plain.echo", "arguments": {}, "task": {"ttl": 1000}})
         assert "task" not in raw
         assert raw["content"]
+
+
+async def test_a_relayed_tasks_result_passes_the_result_guardrails_when_it_is_read(
+    manifold: RunningManifold,
+) -> None:
+    async with client_as(manifold.url, "alice") as client:
+        arguments = {"topic": "ticket TCK-123456", "ambiguous": False}
+        task = await _create(client, "everything.simulate-research-query", arguments)
+        assert not task["taskId"].startswith("held:")
+        result = await _raw(client, "tasks/result", {"taskId": task["taskId"]})
+        text = orjson.dumps(result).decode()
+        assert "Research Report" in text  # the server's result, read at its end ...
+        assert "TCK-123456" not in text  # ... with what the guardrail redacts redacted
+    async with client_as(manifold.url, "alice") as other:  # and as it was kept
+        again = orjson.dumps(await _raw(other, "tasks/result", {"taskId": task["taskId"]})).decode()
+        assert "Research Report" in again
+        assert "TCK-123456" not in again
