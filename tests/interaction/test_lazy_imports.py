@@ -48,8 +48,8 @@ sys.exit(code)
 """
 
 # Imported only by a config that asks for what they do (OAuth, JWTs, Redis, credential stores,
-# HTTP servers) or by the first schema checked. (uvicorn's and prometheus_client's package
-# __init__ run as they are: their imports are honest ones.)
+# HTTP servers), by a ``MANIFOLD_*`` variable (pydantic-settings), or by the first schema checked.
+# (uvicorn's and prometheus_client's package __init__ run as they are: their imports are honest ones.)
 LAZY = (
     "aiohttp",
     "difflib",
@@ -57,6 +57,7 @@ LAZY = (
     "jsonschema",
     "jwt",
     "numpy",
+    "pydantic_settings",
     "opentelemetry",
     "grpc",
     "google.protobuf",
