@@ -54,8 +54,7 @@ from proxy.router.dispatch import Router
 from proxy.servers.connections import Connections, ServerHealth, WaitFor
 from proxy.tasks.wiring import make_tasks
 from proxy.views.catalogs import Catalogs
-from proxy.views.discovery import Discovery
-from proxy.views.endpoints import Views, endpoint_inbounds, make_discovery
+from proxy.views.endpoints import MakeDiscovery, Views, endpoint_inbounds, make_discovery
 from proxy.views.per_client import PerClientCatalogs
 
 __all__ = ["Gateway"]
@@ -193,7 +192,7 @@ class Gateway:
         *,
         router: Callable[..., Endpoint],
         list_changed: Callable[..., None],
-        discovering: Callable[..., Discovery | None],
+        discovering: MakeDiscovery,
     ) -> dict[str, Inbound]:
         """The named endpoints ``config`` has (at start, and those a reload changes)."""
         discover = functools.partial(discovering, config)
