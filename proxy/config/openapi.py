@@ -78,6 +78,8 @@ class OpenApiSource(_Model):
     max_response_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     max_error_bytes: int = Field(default=4096, gt=0, le=1024 * 1024)
     max_operations: int = Field(default=5000, gt=0)
+    # Seconds between fetches of a document at a URL (with If-None-Match when it gave an ETag).
+    refresh_interval: float = Field(default=60.0, gt=0, le=86400)
 
     @property
     def is_url(self) -> bool:

@@ -8,7 +8,7 @@ with the reason: the document missing, too large, unreadable, not OpenAPI 3, no 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 from urllib.parse import urljoin, urlsplit
 
@@ -24,7 +24,7 @@ from proxy.openapi.tools import Skipped, ToolPlan, plan_source
 from proxy.outbound.over_http import h1
 from proxy.outbound.over_http.common import TRANSPORT_ERRORS, describe
 
-__all__ = ["Loaded", "base_url_of", "load", "modified"]
+__all__ = ["Loaded", "base_url_of", "load", "modified", "refetch"]
 
 _KEPT_PLANS: Final = 8  # documents' plans kept for the connections that share them
 _PLANS: dict[tuple[OpenApiSource, str | None, tuple[float, int] | None], Loaded] = {}
@@ -38,6 +38,7 @@ class Loaded:
     scheme: Any  # the security scheme credentials are placed by, or None
     info: dict[str, Any]
     stamp: tuple[float, int] | None  # a file's (mtime, size) when read: for hot reload
+    etag: str | None = None  # a URL document's ETag when fetched: for If-None-Match
 
 
 def modified(source: OpenApiSource) -> tuple[float, int] | None:
@@ -51,23 +52,42 @@ def modified(source: OpenApiSource) -> tuple[float, int] | None:
     return (found.st_mtime, found.st_size)
 
 
-async def _read(server_id: str, source: OpenApiSource, connect_timeout: float) -> bytes:
+async def _fetch(
+    server_id: str, source: OpenApiSource, connect_timeout: float, etag: str | None
+) -> tuple[bytes, str | None] | None:
+    """A URL document's bytes (at most one past the limit) and ETag; None when ``etag`` is given
+    and the server answers 304 Not Modified."""
+    client = h1.Client(source.document, server_id=server_id, connect_timeout=connect_timeout)
+    headers = {"If-None-Match": etag} if etag is not None else None
+    try:
+        with anyio.fail_after(connect_timeout * 4):
+            async with client.request("GET", source.document, headers=headers) as response:
+                status = response.status
+                fresh = response.header("etag")
+                data = await response.read(source.max_document_bytes) if status == 200 else b""
+    except (*TRANSPORT_ERRORS, TimeoutError) as exc:
+        reason = f"its OpenAPI document could not be fetched: {describe(exc)}"
+        raise ServerUnavailable(server_id, reason) from None
+    finally:
+        client.close()
+    if status == 304 and etag is not None:
+        return None
+    if status != 200:
+        raise ServerUnavailable(server_id, f"its OpenAPI document answered HTTP {status}")
+    return data, fresh if fresh is not None and len(fresh) <= 1024 else None
+
+
+async def _read(
+    server_id: str, source: OpenApiSource, connect_timeout: float, etag: str | None = None
+) -> tuple[bytes, str | None] | None:
     limit = source.max_document_bytes
     if source.is_url:
-        client = h1.Client(source.document, server_id=server_id, connect_timeout=connect_timeout)
-        try:
-            with anyio.fail_after(connect_timeout * 4):
-                async with client.request("GET", source.document) as response:
-                    data = await response.read(limit)
-                    status = response.status
-        except (*TRANSPORT_ERRORS, TimeoutError) as exc:
-            reason = f"its OpenAPI document could not be fetched: {describe(exc)}"
-            raise ServerUnavailable(server_id, reason) from None
-        finally:
-            client.close()
-        if status != 200:
-            raise ServerUnavailable(server_id, f"its OpenAPI document answered HTTP {status}")
+        fetched = await _fetch(server_id, source, connect_timeout, etag)
+        if fetched is None:
+            return None
+        data, etag = fetched
     else:
+        etag = None
         try:
             async with await anyio.open_file(source.document, "rb") as file:
                 data = await file.read(limit + 1)
@@ -78,7 +98,19 @@ async def _read(server_id: str, source: OpenApiSource, connect_timeout: float) -
         raise ServerUnavailable(
             server_id, f"its OpenAPI document is larger than max_document_bytes ({limit} bytes)"
         )
-    return data
+    return data, etag
+
+
+async def read_document(server_id: str, source: OpenApiSource, connect_timeout: float) -> bytes:
+    """The document's bytes, from its file or URL, within ``max_document_bytes`` (``manifold
+    check`` reads them so).
+
+    Raises:
+        ServerUnavailable: see the module's docstring.
+    """
+    read = await _read(server_id, source, connect_timeout)
+    assert read is not None  # no ETag was given, so there is no 304
+    return read[0]
 
 
 def base_url_of(document: dict[str, Any], configured: str | None, source: OpenApiSource) -> str:
@@ -138,14 +170,35 @@ async def load(
     key = (source, configured_url, stamp)
     if stamp is not None and (shared := _PLANS.get(key)) is not None:
         return shared
-    data = await _read(server_id, source, connect_timeout)
-    try:
-        loaded = await anyio.to_thread.run_sync(_plan, data, source, configured_url)
-    except DocumentProblem as exc:
-        raise ServerUnavailable(server_id, f"its OpenAPI document is unusable: {exc}") from None
-    loaded = Loaded(loaded.tools, loaded.skipped, loaded.base_url, loaded.scheme, loaded.info, stamp)
+    loaded = await refetch(server_id, source, configured_url, connect_timeout, None)
+    assert loaded is not None  # no ETag was given, so there is no 304
+    loaded = replace(loaded, stamp=stamp)
     if stamp is not None:
         while len(_PLANS) >= _KEPT_PLANS:
             del _PLANS[next(iter(_PLANS))]  # the oldest
         _PLANS[key] = loaded
     return loaded
+
+
+async def refetch(
+    server_id: str,
+    source: OpenApiSource,
+    configured_url: str | None,
+    connect_timeout: float,
+    etag: str | None,
+) -> Loaded | None:
+    """The document read and planned again; None when it is at a URL whose server says it is
+    unchanged since ``etag`` (304 Not Modified).
+
+    Raises:
+        ServerUnavailable: see the module's docstring.
+    """
+    read = await _read(server_id, source, connect_timeout, etag)
+    if read is None:
+        return None
+    data, fresh = read
+    try:
+        loaded = await anyio.to_thread.run_sync(_plan, data, source, configured_url)
+    except DocumentProblem as exc:
+        raise ServerUnavailable(server_id, f"its OpenAPI document is unusable: {exc}") from None
+    return replace(loaded, etag=fresh)
