@@ -200,6 +200,41 @@ async def test_parameters_named_like_mcps_own_fields_are_plain_arguments(served:
     assert result.structured_content == sent
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_multipart_body_sends_base64_arguments_as_files(served: Served, era: str) -> None:
+    photo, other = bytes(range(256)) * 3, b"\x00\r\n--not-a-boundary\r\n"
+    async with client(served.manifold.url, "alice", era) as session:
+        tools = await tools_of(session)
+        schema = tools["pets.uploadPhotos"].input_schema["properties"]["body"]["properties"]
+        assert schema["photo"]["contentEncoding"] == "base64"
+        sent = {
+            "photo": base64.b64encode(photo).decode(),
+            "extra": [base64.b64encode(other).decode()],
+            "caption": "at the beach",
+        }
+        result = await session.call_tool("pets.uploadPhotos", {"pet_id": 3, "body": sent})
+        assert not result.is_error, text_of(result)
+        bad = await session.call_tool("pets.uploadPhotos", {"pet_id": 3, "body": {"photo": "%%%"}})
+    assert result.structured_content == {
+        "pet_id": 3,
+        "caption": "at the beach",
+        "files": [
+            {
+                "filename": "photo",
+                "type": "application/octet-stream",
+                "sha256": hashlib.sha256(photo).hexdigest(),
+            },
+            {
+                "filename": "extra",
+                "type": "application/octet-stream",
+                "sha256": hashlib.sha256(other).hexdigest(),
+            },
+        ],
+    }
+    assert bad.is_error
+    assert "file field 'photo' is not valid base64" in text_of(bad)
+
+
 async def test_bodies_that_are_not_json_are_text_or_resources_by_media_type(served: Served) -> None:
     async with client(served.manifold.url, "alice", V) as session:
         tools = await tools_of(session)
