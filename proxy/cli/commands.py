@@ -333,21 +333,16 @@ def _check_documents(config: Config) -> None:
         if source is None:
             continue
         from proxy.core.errors import ServerUnavailable
-        from proxy.openapi.document import parse
-        from proxy.openapi.schemas import DocumentProblem
         from proxy.openapi.validation import problems
         from proxy.outbound.over_openapi.source import read_document
 
         where = f"servers.{server.id}.openapi.document"
         try:
-            data = anyio.run(read_document, server.id, source, server.connect_timeout)
-            found += [
-                f"{where}: {problem}" for problem in problems(parse(data, where=source.document), source)
-            ]
+            document = anyio.run(read_document, server.id, source, server.connect_timeout)
         except ServerUnavailable as exc:
             found.append(f"{where}: {exc.reason.removeprefix('its OpenAPI document ')}")
-        except DocumentProblem as exc:
-            found.append(f"{where}: {exc}")
+            continue
+        found += [f"{where}: {problem}" for problem in problems(document, source)]
     if found:
         raise ConfigError("\n".join(found))
 

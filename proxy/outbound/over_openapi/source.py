@@ -1,12 +1,18 @@
 """Reading an OpenAPI server's document (a file, or an http(s) URL fetched with Manifold's own
 HTTP client), bounded by ``max_document_bytes``, and planning its tools off the event loop.
 
+Remote ``$ref``s under ``allow_remote_refs`` are fetched the same way (the document and they
+together within ``max_document_bytes``, at most :data:`~proxy.openapi.remote.MAX_REMOTE_DOCUMENTS`)
+and bundled into it (:mod:`proxy.openapi.remote`); others stay refused, per operation.
+
 Raises :class:`proxy.core.errors.ServerUnavailable` (the server cannot start) for every problem,
-with the reason: the document missing, too large, unreadable, not OpenAPI 3, no base URL.
+with the reason: the document (or an allowed remote one) missing, too large, unreadable, not
+OpenAPI 3, no base URL.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -17,7 +23,8 @@ import anyio.to_thread
 
 from proxy.config.openapi import OpenApiSource
 from proxy.core.errors import ServerUnavailable
-from proxy.openapi.document import parse
+from proxy.openapi.document import parse, parse_data
+from proxy.openapi.remote import MAX_REMOTE_DOCUMENTS, allowed, bundle, remote_documents
 from proxy.openapi.schemas import DocumentProblem
 from proxy.openapi.security import scheme_of
 from proxy.openapi.tools import Skipped, ToolPlan, plan_source
@@ -53,27 +60,26 @@ def modified(source: OpenApiSource) -> tuple[float, int] | None:
 
 
 async def _fetch(
-    server_id: str, source: OpenApiSource, connect_timeout: float, etag: str | None
+    server_id: str, url: str, limit: int, connect_timeout: float, etag: str | None, what: str
 ) -> tuple[bytes, str | None] | None:
-    """A URL document's bytes (at most one past the limit) and ETag; None when ``etag`` is given
-    and the server answers 304 Not Modified."""
-    client = h1.Client(source.document, server_id=server_id, connect_timeout=connect_timeout)
+    """``url``'s bytes (at most one past ``limit``) and ETag; None when ``etag`` is given and the
+    server answers 304 Not Modified. ``what`` names the document in messages."""
+    client = h1.Client(url, server_id=server_id, connect_timeout=connect_timeout)
     headers = {"If-None-Match": etag} if etag is not None else None
     try:
         with anyio.fail_after(connect_timeout * 4):
-            async with client.request("GET", source.document, headers=headers) as response:
+            async with client.request("GET", url, headers=headers) as response:
                 status = response.status
                 fresh = response.header("etag")
-                data = await response.read(source.max_document_bytes) if status == 200 else b""
+                data = await response.read(limit) if status == 200 else b""
     except (*TRANSPORT_ERRORS, TimeoutError) as exc:
-        reason = f"its OpenAPI document could not be fetched: {describe(exc)}"
-        raise ServerUnavailable(server_id, reason) from None
+        raise ServerUnavailable(server_id, f"{what} could not be fetched: {describe(exc)}") from None
     finally:
         client.close()
     if status == 304 and etag is not None:
         return None
     if status != 200:
-        raise ServerUnavailable(server_id, f"its OpenAPI document answered HTTP {status}")
+        raise ServerUnavailable(server_id, f"{what} answered HTTP {status}")
     return data, fresh if fresh is not None and len(fresh) <= 1024 else None
 
 
@@ -82,7 +88,8 @@ async def _read(
 ) -> tuple[bytes, str | None] | None:
     limit = source.max_document_bytes
     if source.is_url:
-        fetched = await _fetch(server_id, source, connect_timeout, etag)
+        what = "its OpenAPI document"
+        fetched = await _fetch(server_id, source.document, limit, connect_timeout, etag, what)
         if fetched is None:
             return None
         data, etag = fetched
@@ -101,14 +108,66 @@ async def _read(
     return data, etag
 
 
-async def read_document(server_id: str, source: OpenApiSource, connect_timeout: float) -> bytes:
-    """The document's bytes, from its file or URL, within ``max_document_bytes`` (``manifold
-    check`` reads them so).
+async def _with_remote(
+    server_id: str, source: OpenApiSource, document: dict[str, Any], used: int, connect_timeout: float
+) -> dict[str, Any]:
+    """``document`` bundled with the documents its allowed remote ``$ref``s name (and theirs),
+    fetched as the document is: all of them together within ``max_document_bytes``."""
+    prefixes = source.allow_remote_refs
+    here = source.document if source.is_url else None
+    fetched: dict[str, Any] = {}
+
+    def wanted(found: dict[str, Any], within: str | None) -> list[str]:
+        urls = remote_documents(found, within)
+        return [u for u in urls if u != here and u not in fetched and allowed(u, prefixes)]
+
+    pending = wanted(document, here) if prefixes else []
+    while pending:
+        url = pending.pop(0)
+        if url in fetched:
+            continue
+        what = f"its OpenAPI document's $ref {url[:200]!r}"
+        if len(fetched) >= MAX_REMOTE_DOCUMENTS:
+            raise ServerUnavailable(server_id, f"{what} is past {MAX_REMOTE_DOCUMENTS} remote documents")
+        left = source.max_document_bytes - used
+        got = await _fetch(server_id, url, max(left, 0), connect_timeout, None, what)
+        assert got is not None  # no ETag was given, so there is no 304
+        used += len(got[0])
+        if used > source.max_document_bytes:
+            said = f"larger than max_document_bytes ({source.max_document_bytes} bytes)"
+            raise ServerUnavailable(server_id, f"its OpenAPI document and its remote $refs are {said}")
+        try:
+            fetched[url] = await anyio.to_thread.run_sync(functools.partial(parse_data, got[0], where=url))
+        except DocumentProblem as exc:
+            raise ServerUnavailable(server_id, f"its OpenAPI document is unusable: {exc}") from None
+        pending += wanted(fetched[url], url)
+    if not fetched:
+        return document
+    return await anyio.to_thread.run_sync(bundle, document, here, fetched)
+
+
+async def _document(
+    server_id: str, source: OpenApiSource, connect_timeout: float, etag: str | None
+) -> tuple[dict[str, Any], str | None] | None:
+    read = await _read(server_id, source, connect_timeout, etag)
+    if read is None:
+        return None
+    data, fresh = read
+    try:
+        document = await anyio.to_thread.run_sync(functools.partial(parse, data, where=source.document))
+    except DocumentProblem as exc:
+        raise ServerUnavailable(server_id, f"its OpenAPI document is unusable: {exc}") from None
+    return await _with_remote(server_id, source, document, len(data), connect_timeout), fresh
+
+
+async def read_document(server_id: str, source: OpenApiSource, connect_timeout: float) -> dict[str, Any]:
+    """The document, from its file or URL, with the remote documents it may refer to, within
+    ``max_document_bytes`` (``manifold check`` reads it so).
 
     Raises:
         ServerUnavailable: see the module's docstring.
     """
-    read = await _read(server_id, source, connect_timeout)
+    read = await _document(server_id, source, connect_timeout, None)
     assert read is not None  # no ETag was given, so there is no 304
     return read[0]
 
@@ -139,8 +198,7 @@ def base_url_of(document: dict[str, Any], configured: str | None, source: OpenAp
     return url
 
 
-def _plan(data: bytes, source: OpenApiSource, configured_url: str | None) -> Loaded:
-    document = parse(data, where=source.document)
+def _plan(document: dict[str, Any], source: OpenApiSource, configured_url: str | None) -> Loaded:
     tools, skipped = plan_source(document, source)
     info = document.get("info")
     return Loaded(
@@ -193,12 +251,12 @@ async def refetch(
     Raises:
         ServerUnavailable: see the module's docstring.
     """
-    read = await _read(server_id, source, connect_timeout, etag)
+    read = await _document(server_id, source, connect_timeout, etag)
     if read is None:
         return None
-    data, fresh = read
+    document, fresh = read
     try:
-        loaded = await anyio.to_thread.run_sync(_plan, data, source, configured_url)
+        loaded = await anyio.to_thread.run_sync(_plan, document, source, configured_url)
     except DocumentProblem as exc:
         raise ServerUnavailable(server_id, f"its OpenAPI document is unusable: {exc}") from None
     return replace(loaded, etag=fresh)
