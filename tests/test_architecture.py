@@ -105,6 +105,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "app",
             "tracing",
             "openapi",
+            "outbound",  # manifold check fetches an OpenAPI document at a URL as serving does
         }
     ),
 }
