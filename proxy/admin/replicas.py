@@ -37,7 +37,16 @@ if TYPE_CHECKING:
 
     from proxy.config.model import Config
 
-__all__ = ["CHANNEL", "OVERLAYS_KEY", "Handler", "Replicas", "Unshared", "replica_name", "replicas_for"]
+__all__ = [
+    "CHANNEL",
+    "OVERLAYS_KEY",
+    "Handler",
+    "Replicas",
+    "Unshared",
+    "redis_failures",
+    "replica_name",
+    "replicas_for",
+]
 
 logger = logging.getLogger("proxy.admin.replicas")
 
@@ -64,7 +73,8 @@ def replica_name(config: Config) -> str:
 
 
 @functools.cache
-def _failures() -> tuple[type[Exception], ...]:
+def redis_failures() -> tuple[type[Exception], ...]:
+    """What a Redis call raises when Redis cannot be reached or refuses (redis loads lazily)."""
     from redis.exceptions import RedisError
 
     return (RedisError, OSError, TimeoutError)
@@ -95,6 +105,11 @@ class Replicas:
     def shared(self) -> bool:
         return self._client is not None
 
+    @property
+    def client(self) -> Redis | None:
+        """The Redis these replicas share (None: this replica alone); closed by :meth:`aclose`."""
+        return self._client
+
     # ---- actions ------------------------------------------------------------------------
 
     async def act(self, action: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +138,7 @@ class Replicas:
                             reply = _decoded(got["data"])
                             if reply is not None:
                                 replies.append(reply)
-        except _failures() as exc:
+        except redis_failures() as exc:
             logger.error(
                 "admin action %s: Redis failed (%s); done on this replica only", action, type(exc).__name__
             )
@@ -153,7 +168,7 @@ class Replicas:
                     pipe.hset(OVERLAYS_KEY, overlay.id, orjson.dumps(overlay.to_json()))
                     pipe.publish(CHANNEL, orjson.dumps({"kind": "overlays", "from": self.name}))
                     await pipe.execute()
-        except _failures() as exc:
+        except redis_failures() as exc:
             self.overlays.remove_id(overlay.id)
             raise Unshared(type(exc).__name__) from None
 
@@ -174,7 +189,7 @@ class Replicas:
                         pipe.hdel(OVERLAYS_KEY, *[o.id for o in gone])
                         pipe.publish(CHANNEL, orjson.dumps({"kind": "overlays", "from": self.name}))
                         await pipe.execute()
-        except _failures() as exc:
+        except redis_failures() as exc:
             raise Unshared(type(exc).__name__) from None
         self.overlays.remove(tool, role)
         return gone
@@ -224,7 +239,7 @@ class Replicas:
                         async for message in pubsub.listen():
                             if message.get("type") == "message" and isinstance(message.get("data"), bytes):
                                 await self._heard(message["data"])
-                except _failures() as exc:
+                except redis_failures() as exc:
                     logger.error(
                         "admin channel: Redis failed (%s); following again in %.1fs",
                         type(exc).__name__,
@@ -238,7 +253,7 @@ class Replicas:
             await anyio.sleep(_RESYNC)
             try:
                 await self.resync()
-            except _failures() as exc:
+            except redis_failures() as exc:
                 logger.debug("admin overlays: Redis failed (%s)", type(exc).__name__)
 
     async def _heard(self, raw: bytes) -> None:
@@ -248,7 +263,7 @@ class Replicas:
         if message.get("kind") == "overlays":
             try:
                 await self.resync()
-            except _failures() as exc:
+            except redis_failures() as exc:
                 logger.warning("admin overlays: Redis failed (%s)", type(exc).__name__)
             return
         request, action, arguments = message.get("id"), message.get("action"), message.get("arguments")
