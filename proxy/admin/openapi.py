@@ -204,7 +204,10 @@ RESPONSES: Final[dict[str, dict[str, Any]]] = {
             ("server", "kind", "holder"),
         ),
     },
-    "Revoked": _obj({"revoked": _B}, ("revoked",)),
+    "Revoked": _obj(
+        {"revoked": _B, "at_issuer": _obj({"revoked": _B, "problem": _S, "note": _S}, ("revoked",))},
+        ("revoked",),
+    ),
     "Buckets": _obj(
         {"backend": _NS, "buckets": {"type": "array", "items": {"type": "object"}}}, ("backend", "buckets")
     ),

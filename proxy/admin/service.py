@@ -271,23 +271,39 @@ class Admin:
     async def revoke_credential(
         self, actor: Actor, server: str, kind: str, holder: tuple[str, str, str]
     ) -> dict[str, Any]:
-        """Forget a held credential (every replica reads the same store).
+        """Forget a held credential (every replica reads the same store). OAuth tokens of a
+        server in ``oauth`` mode are first revoked at its authorization server, as ``manifold
+        credentials revoke`` does; ``at_issuer`` says whether that worked.
 
         Raises:
             AdminError: no credential store (404), or the store cannot be written (409).
         """
+        from proxy.credentials.revoke import revoke_at_issuer
         from proxy.credentials.store import StoreError
+        from proxy.credentials.token_modes import OAUTH_KIND
 
         store = self.gateway.credential_store
         if store is None:
             raise AdminError(404, "no credential store is configured")
+        answer: dict[str, Any] = {}
+        configured = self.gateway.config.servers.get(server)
+        if kind == OAUTH_KIND and configured is not None and configured.credentials.mode == "oauth":
+            revocation = await revoke_at_issuer(self.gateway.config, store, server, holder)
+            answer["at_issuer"] = {"revoked": revocation.problem is None}
+            if revocation.problem is not None:
+                answer["at_issuer"]["problem"] = revocation.problem
+            if revocation.note is not None:
+                answer["at_issuer"]["note"] = revocation.note
         try:
             removed = await store.delete(kind, server, holder)
         except StoreError as exc:
             raise AdminError(409, str(exc)) from None
         target = f"{server}/{kind}/{'/'.join(holder)}"
-        self._audited(actor, "revoke_credential", target, "done" if removed else "not held")
-        return {"revoked": removed}
+        outcome = "done" if removed else "not held"
+        if removed and answer.get("at_issuer", {}).get("revoked") is False:
+            outcome = "forgotten here, not revoked at the authorization server"
+        self._audited(actor, "revoke_credential", target, outcome)
+        return {"revoked": removed, **answer}
 
     async def switch_off(
         self, actor: Actor, tool: str, role: str | None, minutes: float, reason: str
