@@ -3,7 +3,8 @@
 With Redis (``admin.redis_url``, or ``rate_limits.redis_url`` when ``rate_limits.backend`` is
 redis), each replica follows the channel ``manifold:admin``:
 
-- an *action* (restart, drain, undrain, end a session) is done here first, then published; each
+- an *action* (restart, drain, undrain, end a session, or a read of what each replica holds for
+  itself: its servers, its sessions) is done here first, then published; each
   other replica does it and answers on ``manifold:admin:reply:<id>``. ``PUBLISH`` says how many
   followers heard it, so the asker waits for that many answers, at most ``admin.reply_wait``
   seconds, and says which replicas acted (and which were asked and did not answer);
@@ -56,6 +57,7 @@ _REPLY: Final = "manifold:admin:reply:"
 _TIMEOUT: Final = 2.0  # seconds one Redis call may take
 _RESYNC: Final = 5.0  # seconds between reads of the overlays hash, messages or not
 _MAX_MESSAGE: Final = 64 * 1024  # a message bigger than this on the channel is not ours: ignored
+_MAX_REPLY: Final = 1024 * 1024  # a replica's answer (a read of its sessions, say) at most this
 
 
 class Unshared(Exception):
@@ -135,7 +137,7 @@ class Replicas:
                             ignore_subscribe_messages=True, timeout=self._reply_wait
                         )
                         if got is not None and isinstance(got.get("data"), bytes):
-                            reply = _decoded(got["data"])
+                            reply = _decoded(got["data"], _MAX_REPLY)
                             if reply is not None:
                                 replies.append(reply)
         except redis_failures() as exc:
@@ -286,8 +288,8 @@ class Replicas:
                 await client.aclose()
 
 
-def _decoded(raw: bytes) -> dict[str, Any] | None:
-    if len(raw) > _MAX_MESSAGE:
+def _decoded(raw: bytes, limit: int = _MAX_MESSAGE) -> dict[str, Any] | None:
+    if len(raw) > limit:
         return None
     try:
         value = orjson.loads(raw)
