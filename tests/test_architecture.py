@@ -88,7 +88,8 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "app",
         }
     ),
-    "console": frozenset({"core", "config", "auth", "inbound", "admin"}),  # the web console at /admin/
+    # the web console at /admin/ (credentials: sealing sign-ins kept in Redis)
+    "console": frozenset({"core", "config", "auth", "inbound", "admin", "credentials"}),
     "cli": frozenset(
         {
             "admin",
