@@ -125,7 +125,12 @@ async def world(
                 "response_types": [],
             },
         ],
-        "by_client": {"manifold-liar": {"audience": "http://127.0.0.1:1/elsewhere"}},
+        "by_client": {
+            "manifold-liar": {"audience": "http://127.0.0.1:1/elsewhere"},
+            # Service accounts' tokens (what lists a server before anybody signed in) outlive a
+            # slow start: a short ttl is for Manifold's own tokens, whose refresh is under test.
+            "users-app": {"ttl": 3600},
+        },
         "exchange": {
             "manifold": {"subject_audience": manifold_resource},
             "manifold-hostile-exchange": {
