@@ -12,8 +12,10 @@ A 2026-07-28 client declares the extension in its request's capabilities; Manifo
 - ``tasks/get`` polls: the handshake-era ``tasks/get`` and, once the task ended, its blocking
   ``tasks/result`` (which answers at once), inlined as ``result`` (``completed``) or ``error``
   (``failed``). A tool result with ``isError`` is ``completed``, as the extension says.
-- ``tasks/cancel`` and ``tasks/update`` acknowledge with an empty result; ``tasks/update`` for
-  keys the task has not asked about is ignored, as the extension allows.
+- ``tasks/cancel`` and ``tasks/update`` acknowledge with an empty result (a task that already
+  ended too: cancelling is idempotent); ``tasks/update`` for keys the task has not asked about is
+  ignored, as the extension allows.
+- ``tasks/*`` of a request that did not declare the extension: "missing capability".
 - ``tasks/result`` and ``tasks/list`` do not exist in the extension: "method not found".
 
 Ids are opened exactly as for handshake-era callers (identity and endpoint), so an id of another
@@ -28,6 +30,7 @@ from typing import Any, Final, Protocol
 
 from proxy.core.errors import InvalidParams, MethodNotFound, MissingCapability, RemoteError
 from proxy.core.keys import fingerprint
+from proxy.outbound.relay import RELATED_TASK
 from proxy.pipeline.context import CallContext, Caller, Handler
 from proxy.protocol.extensions import TASKS
 from proxy.protocol.results import OwnResultType
@@ -37,6 +40,7 @@ __all__ = ["EXTENSION", "MODERN_METHODS", "calling", "declares", "discovered", "
 
 EXTENSION: Final = TASKS
 MODERN_METHODS: Final = ("tasks/get", "tasks/update", "tasks/cancel")
+_ENDED: Final = frozenset({"completed", "failed", "cancelled"})
 _RUNS_AS_TASK: Final = frozenset({"required", "optional"})
 # A handshake-era Task's fields and their 2026-07-28 names.
 _RENAMED: Final = {"ttl": "ttlMs", "pollInterval": "pollIntervalMs"}
@@ -116,17 +120,26 @@ async def request(
 
     Raises:
         MethodNotFound: ``tasks/result``, ``tasks/list`` (not in the extension).
+        MissingCapability: the request did not declare the extension.
         InvalidParams: an unknown task (or another's); ``tasks/update`` without ``inputResponses``.
     """
     if method not in MODERN_METHODS:
         raise MethodNotFound("Method not found", data=method)
+    if not declares(inbound.capabilities):
+        raise MissingCapability(
+            f"{method} needs the {EXTENSION} extension declared", required={"extensions": {EXTENSION: {}}}
+        )
     if method == "tasks/update":
         if not isinstance(params.get("inputResponses"), Mapping):
             raise InvalidParams('tasks/update needs "inputResponses" (an object)')
         await tasks.request(inbound, endpoint, "tasks/get", params)  # opened: its owner's, known
         return {}
     if method == "tasks/cancel":
-        await tasks.request(inbound, endpoint, "tasks/cancel", params)
+        try:
+            await tasks.request(inbound, endpoint, "tasks/cancel", params)
+        except InvalidParams:  # an unknown task, or one that already ended: that is acknowledged
+            if (await tasks.request(inbound, endpoint, "tasks/get", params)).get("status") not in _ENDED:
+                raise
         return {}
     shown = _modern(await tasks.request(inbound, endpoint, "tasks/get", params))
     if shown.get("status") not in ("completed", "failed"):
@@ -135,4 +148,8 @@ async def request(
         result = await tasks.request(inbound, endpoint, "tasks/result", params)
     except RemoteError as exc:
         return {**shown, "status": "failed", "error": dict(exc.error)}
+    if isinstance(result, dict) and isinstance(result.get("_meta"), dict):
+        # The task's id is the answer's own: no related-task key on the inlined result.
+        meta = {k: v for k, v in result["_meta"].items() if k != RELATED_TASK}
+        result = {k: v for k, v in result.items() if k != "_meta"} | ({"_meta": meta} if meta else {})
     return {**shown, "status": "completed", "result": result}

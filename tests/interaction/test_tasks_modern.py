@@ -108,7 +108,7 @@ async def test_a_modern_client_polls_a_handshake_era_servers_task_to_its_result(
         assert done["status"] == "completed"
         assert done["resultType"] == "complete"
         assert "Research Report: tides" in done["result"]["content"][0]["text"]
-        assert done["result"]["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task["taskId"]}
+        assert "io.modelcontextprotocol/related-task" not in done["result"].get("_meta", {})
         again = await alice.until_terminal(task["taskId"])  # kept: read again, the same
         assert again["result"] == done["result"]
 
@@ -133,6 +133,11 @@ async def test_cancel_and_update_acknowledge_and_the_task_ends_cancelled(manifol
         cancelled = await alice.send("tasks/cancel", taskId=task["taskId"])
         assert cancelled["result"]["resultType"] == "complete"
         assert (await alice.until_terminal(task["taskId"]))["status"] == "cancelled"
+        again = await alice.send("tasks/cancel", taskId=task["taskId"])  # ended: acknowledged again
+        assert again["result"]["resultType"] == "complete"
+        for method in ("tasks/get", "tasks/cancel"):
+            undeclared = await alice.send(method, capabilities={}, taskId=task["taskId"])
+            assert undeclared["error"]["code"] == -32021, undeclared
         bad = await alice.send("tasks/update", taskId=task["taskId"], inputResponses=[1])
         assert bad["error"]["code"] == -32602
 
