@@ -43,7 +43,7 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
 class Modern:
     """A raw 2026-07-28 caller of one identity."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str, who: str) -> None:
+    def __init__(self, http: aiohttp.ClientSession, url: str, who: str | None) -> None:
         self._http, self._url, self._who, self._next = http, url, who, 0
 
     async def send(self, method: str, capabilities: dict[str, Any] | None = None, **params: Any) -> Any:
@@ -54,19 +54,17 @@ class Modern:
             stateless.CLIENT_INFO_KEY: {"name": "raw-2026", "version": "0"},
         }
         body = {"jsonrpc": "2.0", "id": self._next, "method": method, "params": {**params, "_meta": meta}}
-        headers = {
-            "MCP-Protocol-Version": V,
-            "Mcp-Method": method,
-            "Authorization": f"Bearer {KEYS[self._who]}",
-        }
+        headers = {"MCP-Protocol-Version": V, "Mcp-Method": method}
+        if self._who is not None:
+            headers["Authorization"] = f"Bearer {KEYS[self._who]}"
         if method == "tools/call":
             headers["Mcp-Name"] = params["name"]
         _, _, answer = await post(self._http, self._url, body, headers)
         assert answer["id"] == self._next, answer
         return answer
 
-    async def create(self, topic: str) -> dict[str, Any]:
-        answer = await self.send("tools/call", name=RESEARCH, arguments={"topic": topic})
+    async def create(self, topic: str, tool: str = RESEARCH) -> dict[str, Any]:
+        answer = await self.send("tools/call", name=tool, arguments={"topic": topic})
         result: dict[str, Any] = answer["result"]
         assert result["resultType"] == "task", result
         return result
