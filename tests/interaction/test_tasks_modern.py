@@ -46,7 +46,14 @@ class Modern:
     def __init__(self, http: aiohttp.ClientSession, url: str, who: str | None) -> None:
         self._http, self._url, self._who, self._next = http, url, who, 0
 
-    async def send(self, method: str, capabilities: dict[str, Any] | None = None, **params: Any) -> Any:
+    async def send(
+        self,
+        method: str,
+        capabilities: dict[str, Any] | None = None,
+        *,
+        mcp_name: str | None = None,
+        **params: Any,
+    ) -> Any:
         self._next += 1
         meta = {
             stateless.PROTOCOL_VERSION_KEY: V,
@@ -59,6 +66,8 @@ class Modern:
             headers["Authorization"] = f"Bearer {KEYS[self._who]}"
         if method == "tools/call":
             headers["Mcp-Name"] = params["name"]
+        elif method in ("tasks/get", "tasks/update", "tasks/cancel"):
+            headers["Mcp-Name"] = mcp_name or str(params.get("taskId"))  # the extension's routing header
         _, _, answer = await post(self._http, self._url, body, headers)
         assert answer["id"] == self._next, answer
         return answer
@@ -154,11 +163,16 @@ async def test_another_identity_and_guessed_ids_are_unknown_and_removed_methods_
             ("tasks/update", {"inputResponses": {}}),
         ]
         for method, extra in calls:
-            for who, which in ((bob, task_id), (alice, altered), (alice, "0" * 32), (alice, 7)):
+            for who, which in ((bob, task_id), (alice, altered), (alice, "0" * 32)):
                 answer = await who.send(method, taskId=which, **extra)
                 assert answer["error"]["code"] == -32602, (method, which, answer)
                 assert answer["error"]["message"] == "Failed to retrieve task: Task not found"
                 assert answer["error"].get("data") == {"reason": "unknown_task"}
+        # Not a string: its Mcp-Name cannot mirror it; refused before any task is looked at.
+        wrong_type = await alice.send("tasks/get", taskId=7)
+        assert wrong_type["error"]["code"] == -32020, wrong_type
+        mismatched = await alice.send("tasks/get", mcp_name=altered, taskId=task_id)
+        assert mismatched["error"]["code"] == -32020, mismatched
         on_plain = Modern(http, manifold.url + "/plain", "alice")
         assert (await on_plain.send("tasks/get", taskId=task_id))["error"]["code"] == -32602
         for method in ("tasks/result", "tasks/list"):
