@@ -88,7 +88,8 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "app",
         }
     ),
-    "console": frozenset({"core", "config", "auth", "inbound", "admin"}),  # the web console at /admin/
+    # the web console at /admin/ (credentials: sealing sign-ins kept in Redis)
+    "console": frozenset({"core", "config", "auth", "inbound", "admin", "credentials"}),
     "cli": frozenset(
         {
             "admin",
@@ -105,6 +106,7 @@ ALLOWED: Mapping[str, frozenset[str]] = {
             "app",
             "tracing",
             "openapi",
+            "outbound",  # manifold check fetches an OpenAPI document at a URL as serving does
         }
     ),
 }
@@ -177,6 +179,7 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "router/params.py": "through the method table: tests/router/test_dispatch.py",
     "servers/connections.py": "tests/notify/ and every interaction test",
     "router/tasks.py": "the task methods on a running manifold: tests/interaction/test_tasks.py",
+    "tasks/held.py": "held calls, on a running manifold: tests/interaction/test_tasks_held.py",
     "tasks/redis_store.py": "beside the memory store, on a real redis-server: tests/tasks/test_store.py",
     "tasks/wiring.py": "through the gateway: tests/interaction/test_tasks.py",
 }

@@ -116,6 +116,17 @@ RESPONSES: Final[dict[str, dict[str, Any]]] = {
     "Error": _ERROR,
     "Server": _SERVER,
     "Servers": {"type": "array", "items": _SERVER},
+    "Everywhere": _obj(
+        {
+            "replicas": {
+                "type": "array",
+                "items": _obj({"replica": _S, "acted": _B, "problem": _S}, ("replica",), closed=False),
+            },
+            "unanswered": _I,
+            "problem": _S,
+        },
+        ("replicas", "unanswered"),
+    ),
     "Endpoints": {
         "type": "array",
         "items": _obj(
@@ -204,7 +215,10 @@ RESPONSES: Final[dict[str, dict[str, Any]]] = {
             ("server", "kind", "holder"),
         ),
     },
-    "Revoked": _obj({"revoked": _B}, ("revoked",)),
+    "Revoked": _obj(
+        {"revoked": _B, "at_issuer": _obj({"revoked": _B, "problem": _S, "note": _S}, ("revoked",))},
+        ("revoked",),
+    ),
     "Buckets": _obj(
         {"backend": _NS, "buckets": {"type": "array", "items": {"type": "object"}}}, ("backend", "buckets")
     ),

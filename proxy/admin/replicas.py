@@ -3,7 +3,8 @@
 With Redis (``admin.redis_url``, or ``rate_limits.redis_url`` when ``rate_limits.backend`` is
 redis), each replica follows the channel ``manifold:admin``:
 
-- an *action* (restart, drain, undrain, end a session) is done here first, then published; each
+- an *action* (restart, drain, undrain, end a session, or a read of what each replica holds for
+  itself: its servers, its sessions) is done here first, then published; each
   other replica does it and answers on ``manifold:admin:reply:<id>``. ``PUBLISH`` says how many
   followers heard it, so the asker waits for that many answers, at most ``admin.reply_wait``
   seconds, and says which replicas acted (and which were asked and did not answer);
@@ -37,7 +38,16 @@ if TYPE_CHECKING:
 
     from proxy.config.model import Config
 
-__all__ = ["CHANNEL", "OVERLAYS_KEY", "Handler", "Replicas", "Unshared", "replica_name", "replicas_for"]
+__all__ = [
+    "CHANNEL",
+    "OVERLAYS_KEY",
+    "Handler",
+    "Replicas",
+    "Unshared",
+    "redis_failures",
+    "replica_name",
+    "replicas_for",
+]
 
 logger = logging.getLogger("proxy.admin.replicas")
 
@@ -47,6 +57,7 @@ _REPLY: Final = "manifold:admin:reply:"
 _TIMEOUT: Final = 2.0  # seconds one Redis call may take
 _RESYNC: Final = 5.0  # seconds between reads of the overlays hash, messages or not
 _MAX_MESSAGE: Final = 64 * 1024  # a message bigger than this on the channel is not ours: ignored
+_MAX_REPLY: Final = 1024 * 1024  # a replica's answer (a read of its sessions, say) at most this
 
 
 class Unshared(Exception):
@@ -64,7 +75,8 @@ def replica_name(config: Config) -> str:
 
 
 @functools.cache
-def _failures() -> tuple[type[Exception], ...]:
+def redis_failures() -> tuple[type[Exception], ...]:
+    """What a Redis call raises when Redis cannot be reached or refuses (redis loads lazily)."""
     from redis.exceptions import RedisError
 
     return (RedisError, OSError, TimeoutError)
@@ -95,6 +107,11 @@ class Replicas:
     def shared(self) -> bool:
         return self._client is not None
 
+    @property
+    def client(self) -> Redis | None:
+        """The Redis these replicas share (None: this replica alone); closed by :meth:`aclose`."""
+        return self._client
+
     # ---- actions ------------------------------------------------------------------------
 
     async def act(self, action: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -120,10 +137,10 @@ class Replicas:
                             ignore_subscribe_messages=True, timeout=self._reply_wait
                         )
                         if got is not None and isinstance(got.get("data"), bytes):
-                            reply = _decoded(got["data"])
+                            reply = _decoded(got["data"], _MAX_REPLY)
                             if reply is not None:
                                 replies.append(reply)
-        except _failures() as exc:
+        except redis_failures() as exc:
             logger.error(
                 "admin action %s: Redis failed (%s); done on this replica only", action, type(exc).__name__
             )
@@ -153,7 +170,7 @@ class Replicas:
                     pipe.hset(OVERLAYS_KEY, overlay.id, orjson.dumps(overlay.to_json()))
                     pipe.publish(CHANNEL, orjson.dumps({"kind": "overlays", "from": self.name}))
                     await pipe.execute()
-        except _failures() as exc:
+        except redis_failures() as exc:
             self.overlays.remove_id(overlay.id)
             raise Unshared(type(exc).__name__) from None
 
@@ -174,7 +191,7 @@ class Replicas:
                         pipe.hdel(OVERLAYS_KEY, *[o.id for o in gone])
                         pipe.publish(CHANNEL, orjson.dumps({"kind": "overlays", "from": self.name}))
                         await pipe.execute()
-        except _failures() as exc:
+        except redis_failures() as exc:
             raise Unshared(type(exc).__name__) from None
         self.overlays.remove(tool, role)
         return gone
@@ -224,7 +241,7 @@ class Replicas:
                         async for message in pubsub.listen():
                             if message.get("type") == "message" and isinstance(message.get("data"), bytes):
                                 await self._heard(message["data"])
-                except _failures() as exc:
+                except redis_failures() as exc:
                     logger.error(
                         "admin channel: Redis failed (%s); following again in %.1fs",
                         type(exc).__name__,
@@ -238,7 +255,7 @@ class Replicas:
             await anyio.sleep(_RESYNC)
             try:
                 await self.resync()
-            except _failures() as exc:
+            except redis_failures() as exc:
                 logger.debug("admin overlays: Redis failed (%s)", type(exc).__name__)
 
     async def _heard(self, raw: bytes) -> None:
@@ -248,7 +265,7 @@ class Replicas:
         if message.get("kind") == "overlays":
             try:
                 await self.resync()
-            except _failures() as exc:
+            except redis_failures() as exc:
                 logger.warning("admin overlays: Redis failed (%s)", type(exc).__name__)
             return
         request, action, arguments = message.get("id"), message.get("action"), message.get("arguments")
@@ -271,8 +288,8 @@ class Replicas:
                 await client.aclose()
 
 
-def _decoded(raw: bytes) -> dict[str, Any] | None:
-    if len(raw) > _MAX_MESSAGE:
+def _decoded(raw: bytes, limit: int = _MAX_MESSAGE) -> dict[str, Any] | None:
+    if len(raw) > limit:
         return None
     try:
         value = orjson.loads(raw)

@@ -257,6 +257,9 @@ def _routes(admin: Admin) -> list[_Route]:
     async def sessions(_: Call) -> Any:
         return admin.sessions()
 
+    async def everywhere(c: Call) -> Any:
+        return await admin.everywhere(c.params["what"])
+
     async def end(c: Call) -> Any:
         return await admin.end_session(c.actor, c.params["id"])
 
@@ -327,6 +330,14 @@ def _routes(admin: Admin) -> list[_Route]:
         ("GET", "/explain", "Explain", None, "the decision for an identity and a tool", explain),
         ("GET", "/sessions", "Sessions", None, "open sessions on this replica (ids shortened)", sessions),
         ("POST", "/sessions/{id}/end", "Acted", "Empty", "end a session on every replica", end),
+        (
+            "GET",
+            "/replicas/{what}",
+            "Everywhere",
+            None,
+            "servers or sessions of every replica, each under its name (over Redis)",
+            everywhere,
+        ),
         ("GET", "/approvals", "Approvals", None, "approvals kept, and parked calls", approvals),
         ("GET", "/credentials", "Credentials", None, "credentials held (never a value)", credentials),
         ("POST", "/credentials/revoke", "Revoked", "Revoke", "forget a held credential", revoke),

@@ -38,6 +38,8 @@ logger = logging.getLogger("proxy.admin")
 AUDIT_KEPT: Final = 1000  # admin actions kept in memory for the audit view
 MAX_OVERLAY_MINUTES: Final = 7 * 24 * 60  # a tool is switched off for at most a week at a time
 RESTARTED: Final = "it was restarted by an operator"
+_PER_REPLICA: Final = ("servers", "sessions")  # what each replica holds for itself, read everywhere
+_MAX_ROWS: Final = 500  # rows of one replica's answer to a read everywhere
 
 
 class AdminError(Exception):
@@ -214,12 +216,28 @@ class Admin:
         """Audit a write that was refused (a bad body, an unknown server, a full store …)."""
         self._audited(actor, action, target, "refused", reason=why[:500])
 
+    async def everywhere(self, what: str) -> dict[str, Any]:
+        """This replica's ``what`` (servers or sessions) and every other replica's, each under
+        its name; ``unanswered`` counts those asked that did not answer in time.
+
+        Raises:
+            AdminError: ``what`` is not kept per replica (404).
+        """
+        if what not in _PER_REPLICA:
+            raise AdminError(404, f"{what!r} is not read per replica: give servers or sessions")
+        return await self.replicas.act("read", {"target": what})
+
     async def _here(self, action: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Do a per-process ``action`` on this replica (asked here or by another replica)."""
         gateway = self.gateway
         target = arguments.get("target")
         if not isinstance(target, str):
             return {"acted": False, "problem": "no target"}
+        if action == "read":
+            if target not in _PER_REPLICA:
+                return {"acted": False, "problem": f"{target!r} is not read per replica"}
+            rows = self.servers() if target == "servers" else self.sessions()
+            return {"acted": True, target: rows[:_MAX_ROWS], "truncated": len(rows) > _MAX_ROWS}
         if action == "restart":
             with gateway.notices.held():  # clients hear one list_changed, as for a reload
                 if not gateway.connections.restart(target, RESTARTED):
@@ -271,23 +289,39 @@ class Admin:
     async def revoke_credential(
         self, actor: Actor, server: str, kind: str, holder: tuple[str, str, str]
     ) -> dict[str, Any]:
-        """Forget a held credential (every replica reads the same store).
+        """Forget a held credential (every replica reads the same store). OAuth tokens of a
+        server in ``oauth`` mode are first revoked at its authorization server, as ``manifold
+        credentials revoke`` does; ``at_issuer`` says whether that worked.
 
         Raises:
             AdminError: no credential store (404), or the store cannot be written (409).
         """
+        from proxy.credentials.revoke import revoke_at_issuer
         from proxy.credentials.store import StoreError
+        from proxy.credentials.token_modes import OAUTH_KIND
 
         store = self.gateway.credential_store
         if store is None:
             raise AdminError(404, "no credential store is configured")
+        answer: dict[str, Any] = {}
+        configured = self.gateway.config.servers.get(server)
+        if kind == OAUTH_KIND and configured is not None and configured.credentials.mode == "oauth":
+            revocation = await revoke_at_issuer(self.gateway.config, store, server, holder)
+            answer["at_issuer"] = {"revoked": revocation.problem is None}
+            if revocation.problem is not None:
+                answer["at_issuer"]["problem"] = revocation.problem
+            if revocation.note is not None:
+                answer["at_issuer"]["note"] = revocation.note
         try:
             removed = await store.delete(kind, server, holder)
         except StoreError as exc:
             raise AdminError(409, str(exc)) from None
         target = f"{server}/{kind}/{'/'.join(holder)}"
-        self._audited(actor, "revoke_credential", target, "done" if removed else "not held")
-        return {"revoked": removed}
+        outcome = "done" if removed else "not held"
+        if removed and answer.get("at_issuer", {}).get("revoked") is False:
+            outcome = "forgotten here, not revoked at the authorization server"
+        self._audited(actor, "revoke_credential", target, outcome)
+        return {"revoked": removed, **answer}
 
     async def switch_off(
         self, actor: Actor, tool: str, role: str | None, minutes: float, reason: str

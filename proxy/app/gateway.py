@@ -54,8 +54,7 @@ from proxy.router.dispatch import Router
 from proxy.servers.connections import Connections, ServerHealth, WaitFor
 from proxy.tasks.wiring import make_tasks
 from proxy.views.catalogs import Catalogs
-from proxy.views.discovery import Discovery
-from proxy.views.endpoints import Views, endpoint_inbounds, make_discovery
+from proxy.views.endpoints import MakeDiscovery, Views, endpoint_inbounds, make_discovery
 from proxy.views.per_client import PerClientCatalogs
 
 __all__ = ["Gateway"]
@@ -153,7 +152,7 @@ class Gateway:
         # Progressive discovery, per endpoint ("": /mcp): its own meta-tools, views and promotions.
         sessions = self.sessions
         discovering = functools.partial(make_discovery, access=access, metrics=metrics, sessions=sessions)
-        pipeline = self.tasks.creating(compose(self._stages(), forward))
+        pipeline = self.tasks.creating(compose(stages := self._stages(), forward), rereading=stages)
         router = functools.partial(
             Router,
             sessions=self.sessions,
@@ -193,7 +192,7 @@ class Gateway:
         *,
         router: Callable[..., Endpoint],
         list_changed: Callable[..., None],
-        discovering: Callable[..., Discovery | None],
+        discovering: MakeDiscovery,
     ) -> dict[str, Inbound]:
         """The named endpoints ``config`` has (at start, and those a reload changes)."""
         discover = functools.partial(discovering, config)
@@ -224,8 +223,8 @@ class Gateway:
         """Start every part; yield once each server ``wait_for`` names has connected or failed
         its first attempt (``serve`` waits for none: it answers /healthz at once)."""
         async with anyio.create_task_group() as tg:
-            await tg.start(self.auth.run)
-            await tg.start(self.parked.run)
+            for part in (self.auth.run, self.parked.run, self.tasks.run):  # tasks: held calls
+                await tg.start(part)
             await tg.start(self.approvals.unanswered.run)  # 2026 questions nobody came back for
             if self.audit is not None:
                 await tg.start(self.audit.run)  # flushes what is left when cancelled, bounded

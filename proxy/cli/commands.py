@@ -321,7 +321,8 @@ def _check(config: Config, path: str, *, online: bool = False) -> int:
 
 
 def _check_documents(config: Config) -> None:
-    """Every problem of each OpenAPI server's document (a file; a URL is read when serving).
+    """Every problem of each OpenAPI server's document (a file, or a URL fetched as serving
+    fetches it: Manifold's own HTTP client, the same bounds).
 
     Raises:
         ConfigError: listing them, per server.
@@ -329,25 +330,19 @@ def _check_documents(config: Config) -> None:
     found: list[str] = []
     for server in config.enabled_servers():
         source = server.openapi
-        if source is None or source.is_url:
+        if source is None:
             continue
-        from proxy.openapi.document import parse
-        from proxy.openapi.schemas import DocumentProblem
+        from proxy.core.errors import ServerUnavailable
         from proxy.openapi.validation import problems
+        from proxy.outbound.over_openapi.source import read_document
 
         where = f"servers.{server.id}.openapi.document"
         try:
-            with open(source.document, "rb") as file:
-                data = file.read(source.max_document_bytes + 1)
-            if len(data) > source.max_document_bytes:
-                raise DocumentProblem(f"larger than max_document_bytes ({source.max_document_bytes} bytes)")
-            found += [
-                f"{where}: {problem}" for problem in problems(parse(data, where=source.document), source)
-            ]
-        except OSError as exc:
-            found.append(f"{where}: cannot be read: {exc.strerror or exc}")
-        except DocumentProblem as exc:
-            found.append(f"{where}: {exc}")
+            document = anyio.run(read_document, server.id, source, server.connect_timeout)
+        except ServerUnavailable as exc:
+            found.append(f"{where}: {exc.reason.removeprefix('its OpenAPI document ')}")
+            continue
+        found += [f"{where}: {problem}" for problem in problems(document, source)]
     if found:
         raise ConfigError("\n".join(found))
 

@@ -38,6 +38,7 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         request_timeout: 60    # seconds for each request
         session_mode: shared   # shared (one connection for all clients) | per_client
         era: auto              # auto (server/discover, else initialize) | handshake | stateless
+        tasks: relay           # relay | held: Manifold runs task-augmented calls as tasks
         credentials: {mode: secret, env: GITHUB_TOKEN}  # whose: shared (default) | secret |
                                # oauth | exchange (docs/guides/per-user-credentials.md)
       search:

@@ -10,6 +10,7 @@
           include: {tags: [pets], methods: [GET, POST]}
           exclude: {operations: [deletePet], paths: ["/admin/*"]}
           security_scheme: api_key            # which of the document's securitySchemes gets the credential
+          allow_remote_refs: [https://schemas.example.com/pets/]   # $refs to other documents allowed here
 
 Selection: an operation is served when it matches ``include`` (every criterion given; none given
 matches all) and does not match ``exclude`` (any criterion given). Paths are matched with ``*``
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import re
 from typing import Final, Literal, TypeAlias
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
@@ -70,7 +72,9 @@ class OpenApiSource(_Model):
     # The securitySchemes entry the server's credential is placed by (header, query, cookie,
     # bearer, basic). None: the document's only scheme, if it has exactly one; else headers as given.
     security_scheme: str | None = Field(default=None, min_length=1, max_length=256)
-    # Only references within the document are followed: a $ref to another file or URL is refused.
+    # References to other documents are refused, except to URLs under these prefixes
+    # (https://host/path): fetched as the document is, within the same bounds (proxy.openapi.remote).
+    allow_remote_refs: tuple[str, ...] = ()
     # Honour the document's x-mcp-annotations (hints it claims for an operation) over the ones
     # Manifold derives from the HTTP method. Off: a document could call a DELETE read-only.
     trust_extensions: bool = False
@@ -78,6 +82,19 @@ class OpenApiSource(_Model):
     max_response_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     max_error_bytes: int = Field(default=4096, gt=0, le=1024 * 1024)
     max_operations: int = Field(default=5000, gt=0)
+    # Seconds between fetches of a document at a URL (with If-None-Match when it gave an ETag).
+    refresh_interval: float = Field(default=60.0, gt=0, le=86400)
+
+    @field_validator("allow_remote_refs")
+    @classmethod
+    def _url_prefixes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for prefix in value:
+            parts = urlsplit(prefix)
+            if parts.scheme not in ("http", "https") or not parts.hostname or len(prefix) > 2048:
+                raise ValueError(f"must be http(s) URL prefixes with a host (got {prefix[:200]!r})")
+            if parts.username is not None or parts.query or parts.fragment:
+                raise ValueError(f"a prefix has no credentials, query or fragment (got {prefix[:200]!r})")
+        return value
 
     @property
     def is_url(self) -> bool:

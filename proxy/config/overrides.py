@@ -37,7 +37,6 @@ from typing import Any, Final, TypeAlias
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from pydantic_settings import EnvSettingsSource
 
 from proxy.core.errors import ConfigError
 
@@ -119,7 +118,7 @@ def read_overrides(
     if problems:
         raise ConfigError("\n".join(problems))
     accepted = {name: environ[name] for name, _ in found.values()}
-    values = _Environment(model, accepted, prefix)()
+    values = _read_environment(model, accepted, prefix) if accepted else {}
     applied = sorted(found.items(), key=lambda item: (len(item[0]), item[0]))  # sections first
     for path, (_, annotation) in applied:
         if environ[found[path][0]] == "null" and type(None) in _members(annotation):
@@ -127,28 +126,34 @@ def read_overrides(
     return Overrides(values, tuple((path, name) for path, (name, _) in applied))
 
 
-class _Environment(EnvSettingsSource):
-    """pydantic-settings' reading of ``MANIFOLD_*`` variables, from the mapping given."""
+def _read_environment(model: type[BaseModel], environ: Mapping[str, str], prefix: str) -> dict[str, Any]:
+    """pydantic-settings' reading of ``MANIFOLD_*`` variables, from the mapping given.
 
-    def __init__(self, model: type[BaseModel], environ: Mapping[str, str], prefix: str) -> None:
-        self._environ = environ
-        super().__init__(
-            model,  # type: ignore[arg-type]  # any model: only its fields are read
-            env_prefix=prefix,
-            env_nested_delimiter=_SEPARATOR,
-            case_sensitive=False,
-        )
+    Imported here, when a variable is set: pydantic-settings costs a serve that sets none ~1 MiB.
+    """
+    from pydantic_settings import EnvSettingsSource
 
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        return {name.lower(): value for name, value in self._environ.items()}
+    class Environment(EnvSettingsSource):
+        def __init__(self) -> None:
+            super().__init__(
+                model,  # type: ignore[arg-type]  # any model: only its fields are read
+                env_prefix=prefix,
+                env_nested_delimiter=_SEPARATOR,
+                case_sensitive=False,
+            )
 
-    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
-        # pydantic-settings takes any class for JSON (a rate such as "50/second" too); the JSON
-        # that must be JSON was checked by name already (``_check_json``), so text stays text.
-        try:
-            return super().decode_complex_value(field_name, field, value)
-        except ValueError:
-            return value
+        def _load_env_vars(self) -> Mapping[str, str | None]:
+            return {name.lower(): value for name, value in environ.items()}
+
+        def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+            # pydantic-settings takes any class for JSON (a rate such as "50/second" too); the JSON
+            # that must be JSON was checked by name already (``_check_json``), so text stays text.
+            try:
+                return super().decode_complex_value(field_name, field, value)
+            except ValueError:
+                return value
+
+    return Environment()()
 
 
 # --- the model's fields ------------------------------------------------------------------------

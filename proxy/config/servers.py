@@ -105,6 +105,9 @@ class ServerConfig(_Model):
     # error or silence. handshake skips the probe (a server that ignores unknown requests, or one
     # whose tools ask clients things the handshake way only); stateless never falls back.
     era: Literal["auto", "handshake", "stateless"] = "auto"
+    # A task-augmented tools/call to a server that runs no tasks: relay (passed on; the server
+    # answers it as a plain call) or held (Manifold runs the call as a task itself: proxy.tasks.held).
+    tasks: Literal["relay", "held"] = "relay"
     # Whose credentials its requests carry (proxy.credentials): shared (the headers/env above, for
     # everybody) or each identity's own; any mode but shared implies session_mode: per_client.
     credentials: ServerCredentials = SharedCredentials()

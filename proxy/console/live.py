@@ -9,6 +9,7 @@ next to the API.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -19,10 +20,13 @@ from starlette.applications import Starlette
 from proxy.admin.service import Actor, Admin, AdminError
 from proxy.console.backend import Answer, Refused, Rows
 from proxy.console.routes import PREFIX, console_routes
+from proxy.console.shared_signins import SharedSignIns
 from proxy.core.identity import Identity
 from proxy.inbound.streamable_http import OriginPolicy
 
 __all__ = ["LiveBackend", "console_mount"]
+
+logger = logging.getLogger("proxy.console.live")
 
 _VIEWED_AS: Final = "console-view"  # the name a "view as" without one is decided under
 _APPLIED: Final = {
@@ -144,6 +148,11 @@ class LiveBackend:
             answer = await self._admin.revoke_credential(Actor(by, address), server_id, kind, key)
         except AdminError as exc:
             return {"ok": False, "message": exc.message}
+        at_issuer = answer.get("at_issuer") or {}
+        if answer.get("revoked") and at_issuer.get("revoked") is False:
+            problem = at_issuer.get("problem", "")
+            told = f"Forgotten here, but NOT revoked at the authorization server: {problem}"
+            return {"ok": False, "message": told}
         if answer.get("revoked"):
             return {"ok": True, "message": f"Revoked the {kind} credential of {key[2]} for {server_id}."}
         return {"ok": False, "message": "That credential is not held (any more)."}
@@ -201,5 +210,19 @@ def console_mount(admin: Admin) -> tuple[str, Starlette]:
         grafana_url=settings.grafana_url,
         requests=(settings.requests.rate.interval, settings.requests.burst),
         writes=(settings.writes.rate.interval, settings.writes.burst),
+        sign_ins=_shared_sign_ins(admin),
     )
     return PREFIX, Starlette(routes=routes)
+
+
+def _shared_sign_ins(admin: Admin) -> SharedSignIns | None:
+    """Sign-ins in Redis when the replicas share one and ``sessions.secret`` (else this process's)."""
+    client, secret = admin.replicas.client, admin.gateway.config.sessions.secret
+    if client is None:
+        return None
+    if secret is None:
+        logger.warning(
+            "admin console: sign-ins stay in this replica (sharing them through Redis needs sessions.secret)"
+        )
+        return None
+    return SharedSignIns(client, secret.get_secret_value().encode())

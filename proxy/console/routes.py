@@ -2,7 +2,8 @@
 
 Who may use it: a credential the API takes (an API key, a JWT or an OAuth access token, pasted
 on the sign-in page) whose identity holds one of the admin roles. Signing in keeps it in this
-process under a fresh id (:mod:`proxy.console.signins`); the browser holds only that id, in a
+process, or sealed in Redis for every replica (:mod:`proxy.console.signins`,
+:mod:`proxy.console.shared_signins`), under a fresh id; the browser holds only that id, in a
 cookie that is ``HttpOnly``, ``SameSite=Strict``, scoped to ``/admin/`` and ``Secure`` unless the
 page is served on loopback. Each request authenticates the kept credential again.
 
@@ -35,8 +36,9 @@ from proxy.auth.authenticator import Authenticated, Authenticator
 from proxy.console import pages_access, pages_people, pages_servers
 from proxy.console.backend import Backend, Refused
 from proxy.console.markup import CONSOLE_HEADERS, STYLESHEET, Html, page
+from proxy.console.shared_signins import Unavailable
 from proxy.console.shown import Act, Build, Shown
-from proxy.console.signins import COOKIE, SIGNIN_COOKIE, SignIn, SignIns
+from proxy.console.signins import COOKIE, SIGNIN_COOKIE, SignIn, SignIns, SignInStore, csrf_ok
 from proxy.core.identity import Identity
 from proxy.inbound.pages import CredentialFlood, address_of, own_origin, read_form
 from proxy.inbound.pages import refused as refused_here
@@ -157,12 +159,12 @@ def console_routes(
     requests: Limit = (0.05, 40),
     writes: Limit = (2.0, 10),
     clock: Callable[[], float] = time.time,
-    sign_ins: SignIns | None = None,
+    sign_ins: SignInStore | None = None,
 ) -> list[Route]:
     """The console's routes under :data:`PREFIX`. ``requests``: each address's pages, and
     ``writes``: each admin's forms, as ``(seconds a request, burst)`` (``admin.requests`` and
     ``admin.writes``, as the API's)."""
-    signed = sign_ins if sign_ins is not None else SignIns()
+    signed: SignInStore = sign_ins if sign_ins is not None else SignIns()
     flood = CredentialFlood(_SIGNIN_INTERVAL, _SIGNIN_BURST)
     paced, acted = CredentialFlood(*requests), CredentialFlood(*writes)
     roles = frozenset(admin_roles)
@@ -180,15 +182,18 @@ def console_routes(
 
     async def viewer(request: Request) -> tuple[Viewer | None, SignIn | None]:
         now = clock()
-        held = ((v, signed.get(v, now=now)) for v in _cookies(request))
-        sign_in_id, record = next(((v, r) for v, r in held if r is not None), ("", None))
+        sign_in_id, record = "", None
+        for value in _cookies(request):
+            if (record := await signed.get(value, now=now)) is not None:
+                sign_in_id = value
+                break
         if record is None:
             return None, None
         verdict = await auth.authenticate(
             {"authorization": f"Bearer {record.credential}"}, address_of(request)
         )
         if not isinstance(verdict, Authenticated) or not is_admin(verdict.identity):
-            signed.end(sign_in_id)  # revoked, expired or no longer an admin
+            await signed.end(sign_in_id)  # revoked, expired or no longer an admin
             return None, None
         return Viewer(verdict.identity, record.csrf, address_of(request)), record
 
@@ -218,7 +223,7 @@ def console_routes(
             form = await read_form(request, max_bytes=_MAX_FORM, max_fields=_MAX_FIELDS)
             if form is None:
                 return Response("Request body too large\n", status_code=413)
-            if not SignIns.csrf_ok(record, form.get("csrf", "")):
+            if not csrf_ok(record, form.get("csrf", "")):
                 body = [Html("<p>Open the page again and repeat what you did.</p>")]
                 notice = ("bad", "This form is out of date or was not sent from the console.")
                 return _html(page("Refused", body, who=who.identity.name, csrf=who.csrf, notice=notice), 403)
@@ -253,8 +258,11 @@ def console_routes(
         if not is_admin(verdict.identity):
             return _signin_page(request, _NOT_ADMIN, 403)
         for held in _cookies(request):  # whatever the browser held before is gone
-            signed.end(held)
-        sign_in_id, _ = signed.start(credential, now=clock())
+            await signed.end(held)
+        try:
+            sign_in_id, _ = await signed.start(credential, now=clock())
+        except Unavailable:
+            return _signin_page(request, "Sign-ins are kept in Redis, which cannot be reached now.", 503)
         response = _redirect("")
         response.set_cookie(
             COOKIE, sign_in_id, path=f"{PREFIX}/", secure=_secure(request), httponly=True, samesite="strict"
@@ -266,7 +274,7 @@ def console_routes(
 
     async def sign_out(request: Request, who: Viewer, form: dict[str, str]) -> Response:
         for held in _cookies(request):
-            signed.end(held)
+            await signed.end(held)
         response = _redirect("signin")
         response.delete_cookie(
             COOKIE, path=f"{PREFIX}/", secure=_secure(request), httponly=True, samesite="strict"

@@ -14,8 +14,9 @@ session at once, as it ends API access.
 * Bounded: at most :data:`MAX_SIGNINS` records (the oldest goes first), each ending after
   ``idle`` seconds unused or ``lifetime`` seconds in all. Time is passed in.
 
-A record lives in one process: behind several replicas, a browser needs the same replica (sticky
-sessions) or signs in again on another.
+:class:`SignIns` keeps records in this process; :class:`proxy.console.shared_signins.SharedSignIns`
+keeps them in Redis (sealed), so a sign-in on one replica holds on every other. Both are a
+:class:`SignInStore`.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ from __future__ import annotations
 import hmac
 import secrets
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
-__all__ = ["COOKIE", "MAX_SIGNINS", "SIGNIN_COOKIE", "SignIn", "SignIns"]
+__all__ = ["COOKIE", "MAX_SIGNINS", "SIGNIN_COOKIE", "SignIn", "SignInStore", "SignIns", "csrf_ok", "new_id"]
 
 COOKIE: Final = "manifold_console"
 SIGNIN_COOKIE: Final = "manifold_console_signin"  # the sign-in form's own token, before any sign-in
 MAX_SIGNINS: Final = 1024
 _ID_BYTES: Final = 32
+MAX_ID: Final = 128  # a longer cookie value was never minted here
 
 
 @dataclass(slots=True)
@@ -41,6 +43,32 @@ class SignIn:
     csrf: str = field(repr=False)
     started: float
     used: float
+
+
+class SignInStore(Protocol):
+    """Where the console keeps sign-ins, by cookie value. Time is passed in."""
+
+    async def start(self, credential: str, *, now: float) -> tuple[str, SignIn]:
+        """A new sign-in for ``credential``: its fresh id (the cookie's value) and record."""
+        ...
+
+    async def get(self, sign_in_id: str | None, *, now: float) -> SignIn | None:
+        """The live sign-in ``sign_in_id`` names (marked used now), or None."""
+        ...
+
+    async def end(self, sign_in_id: str | None) -> None:
+        """Sign out (nothing when unknown)."""
+        ...
+
+
+def new_id() -> str:
+    """A fresh random value, for a sign-in's id or its form token."""
+    return secrets.token_urlsafe(_ID_BYTES)
+
+
+def csrf_ok(record: SignIn, sent: str) -> bool:
+    """``sent`` is the form token of ``record`` (constant time)."""
+    return hmac.compare_digest(record.csrf.encode(), sent.encode())
 
 
 class SignIns:
@@ -55,19 +83,19 @@ class SignIns:
     def __len__(self) -> int:
         return len(self._records)
 
-    def start(self, credential: str, *, now: float) -> tuple[str, SignIn]:
+    async def start(self, credential: str, *, now: float) -> tuple[str, SignIn]:
         """A new sign-in for ``credential``: its fresh id (the cookie's value) and record."""
         self._expire(now)
         while len(self._records) >= self._limit:
             del self._records[next(iter(self._records))]  # dicts keep insertion order: the oldest
-        sign_in_id = secrets.token_urlsafe(_ID_BYTES)
-        record = SignIn(credential, secrets.token_urlsafe(_ID_BYTES), now, now)
+        sign_in_id = new_id()
+        record = SignIn(credential, new_id(), now, now)
         self._records[sign_in_id] = record
         return sign_in_id, record
 
-    def get(self, sign_in_id: str | None, *, now: float) -> SignIn | None:
+    async def get(self, sign_in_id: str | None, *, now: float) -> SignIn | None:
         """The live sign-in ``sign_in_id`` names (marked used now), or None."""
-        if not sign_in_id or len(sign_in_id) > 128:
+        if not sign_in_id or len(sign_in_id) > MAX_ID:
             return None
         record = self._records.get(sign_in_id)
         if record is None:
@@ -78,15 +106,10 @@ class SignIns:
         record.used = now
         return record
 
-    def end(self, sign_in_id: str | None) -> None:
+    async def end(self, sign_in_id: str | None) -> None:
         """Sign out (nothing when unknown)."""
         if sign_in_id:
             self._records.pop(sign_in_id, None)
-
-    @staticmethod
-    def csrf_ok(record: SignIn, sent: str) -> bool:
-        """``sent`` is the form token of ``record`` (constant time)."""
-        return hmac.compare_digest(record.csrf.encode(), sent.encode())
 
     def _expire(self, now: float) -> None:
         dead = [

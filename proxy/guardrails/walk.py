@@ -97,7 +97,15 @@ def _walk(
     """Depth first; False once a bound stopped the walk."""
     if isinstance(value, str):
         return found.add(value, path, budget)
-    if isinstance(value, Mapping):
+    if isinstance(value, list | tuple):  # before Mapping: an ABC's isinstance is the slow one
+        if depth >= max_depth:
+            found._stop("depth")
+            return False
+        for index, item in enumerate(value):
+            if not _walk(item, (*path, index), depth + 1, found, budget, max_depth, keys, content):
+                return False
+        return True
+    if isinstance(value, dict | Mapping):  # dict first: the common case, a plain type check
         if depth >= max_depth:
             found._stop("depth")
             return False
@@ -113,14 +121,6 @@ def _walk(
             if keys and isinstance(key, str) and not found.add(key, (*path, (KEY, key)), budget):
                 return False
             if not _walk(item, (*path, key), depth + 1, found, budget, max_depth, keys, content):
-                return False
-        return True
-    if isinstance(value, list | tuple):
-        if depth >= max_depth:
-            found._stop("depth")
-            return False
-        for index, item in enumerate(value):
-            if not _walk(item, (*path, index), depth + 1, found, budget, max_depth, keys, content):
                 return False
     return True
 

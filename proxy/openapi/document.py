@@ -19,7 +19,7 @@ import yaml
 from proxy.config.openapi import HTTP_METHODS, OpenApiSelection
 from proxy.openapi.schemas import DocumentProblem
 
-__all__ = ["MAX_NESTING", "Operation", "parse", "operations", "selected"]
+__all__ = ["MAX_NESTING", "Operation", "operations", "parse", "parse_data", "selected"]
 
 MAX_NESTING: Final = 256
 
@@ -51,11 +51,11 @@ class _Shared(Exception):
     """One object reached twice: a YAML alias."""
 
 
-def parse(data: bytes, *, where: str) -> dict[str, Any]:
-    """The document in ``data`` (from ``where``, for messages).
+def parse_data(data: bytes, *, where: str) -> dict[str, Any]:
+    """The JSON or YAML object in ``data`` (a document, or one its ``$ref``s name), bounded.
 
     Raises:
-        DocumentProblem: not JSON or YAML, not an object, nested too deep, not OpenAPI 3.x.
+        DocumentProblem: not JSON or YAML, not an object, nested too deep, YAML aliases.
     """
     start = data.lstrip()[:1]
     try:
@@ -71,6 +71,16 @@ def parse(data: bytes, *, where: str) -> dict[str, Any]:
         raise DocumentProblem(
             f"{where}: YAML aliases are not accepted (they can expand without bound)"
         ) from None
+    return document
+
+
+def parse(data: bytes, *, where: str) -> dict[str, Any]:
+    """The document in ``data`` (from ``where``, for messages).
+
+    Raises:
+        DocumentProblem: not JSON or YAML, not an object, nested too deep, not OpenAPI 3.x.
+    """
+    document = parse_data(data, where=where)
     if "swagger" in document:
         raise DocumentProblem(
             f"{where}: Swagger {str(document['swagger'])[:20]} is not served; convert it to OpenAPI 3 "

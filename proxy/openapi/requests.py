@@ -5,12 +5,15 @@ query: form, spaceDelimited, pipeDelimited, deepObject; header: simple; cookie: 
 value is percent-encoded, slashes included, so a path parameter stays one segment: ``../``
 becomes ``..%2F``, an encoded slash is encoded again (``%252F``), and a value that is ``.`` or
 ``..`` (a segment a server would resolve) is refused. The built path is checked to stay under
-the base URL's path. Bodies: JSON, form or multipart as the operation declares; any other media
-type is sent as the string given.
+the base URL's path. Bodies: JSON, form or multipart as the operation declares (a multipart
+file field's base64 string is decoded into a file part); any other media type is sent as the
+string given.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,16 +123,35 @@ def _form(value: Any) -> bytes:
     return "&".join(f"{_enc(k)}={_enc(v)}" for k, v in value.items()).encode()
 
 
-def _multipart(value: Any) -> tuple[bytes, str]:
+def _file(key: str, item: Any) -> bytes:
+    if not isinstance(item, str):
+        raise BadArguments(f"argument 'body': file field {key!r} must be a base64 string")
+    try:
+        return base64.b64decode(item, validate=True)
+    except binascii.Error:
+        raise BadArguments(f"argument 'body': file field {key!r} is not valid base64") from None
+
+
+def _multipart(value: Any, files: Mapping[str, str]) -> tuple[bytes, str]:
+    """The parts, a file field's as a file (its name as the filename; a list: one part each)."""
     if not isinstance(value, Mapping):
         raise BadArguments("argument 'body': a multipart body must be an object")
     boundary = "manifold-" + secrets.token_hex(12)
     parts: list[bytes] = []
-    for key, item in value.items():
+    for key, given in value.items():
         field = str(key).replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
-        data = _scalar(item).encode()
-        head = f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"\r\n\r\n'
-        parts.append(head.encode() + data + b"\r\n")
+        media = files.get(str(key))
+        items = given if media is not None and isinstance(given, list) else [given]
+        for item in items:
+            disposition = f'form-data; name="{field}"'
+            if media is None:
+                data, head = _scalar(item).encode(), ""
+            else:
+                data = _file(str(key), item)
+                disposition += f'; filename="{field}"'
+                head = f"Content-Type: {media}\r\n"
+            head = f"--{boundary}\r\nContent-Disposition: {disposition}\r\n{head}\r\n"
+            parts.append(head.encode() + data + b"\r\n")
     return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
@@ -143,7 +165,7 @@ def _body(call: CallPlan, arguments: Mapping[str, Any], headers: dict[str, str])
         headers["Content-Type"] = media
         return _form(value)
     if media == "multipart/form-data":
-        data, headers["Content-Type"] = _multipart(value)
+        data, headers["Content-Type"] = _multipart(value, dict(call.body.files))
         return data
     headers["Content-Type"] = media
     if media.endswith("json"):

@@ -8,7 +8,10 @@ and 6 hex characters of a hash of their method and path (deterministic across re
 Arguments: each parameter is an argument of its own name; a name given by two locations (an
 ``id`` in the path and in the query), or one called ``body``, is qualified by its location for
 all but the path one (``query_id``). The request body is the argument ``body``. Header
-parameters named Accept, Content-Type or Authorization are ignored, as OpenAPI says.
+parameters named Accept, Content-Type or Authorization are ignored, as OpenAPI says. A
+multipart body's file fields (a string of ``format: binary`` or ``base64``, or one with a
+``contentMediaType``; or an array of them) are base64 strings in the tool's schema
+(``contentEncoding: base64``), sent as file parts of the media type the document gives.
 
 Annotations from HTTP semantics: GET and HEAD read-only and idempotent, PUT and DELETE
 idempotent, DELETE destructive; every API is open-world. ``x-mcp-annotations`` on the operation
@@ -55,6 +58,7 @@ _IGNORED_HEADERS: Final = frozenset(
 _LOCATIONS: Final = ("path", "query", "header", "cookie")
 _HINTS: Final = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 _JSON: Final = re.compile(r"application/(?:[\w.+-]+\+)?json")
+_MEDIA: Final = re.compile(r"[\w.+-]{1,100}/[\w.+*-]{1,100}")
 _BODY_TYPES: Final = ("application/json", "application/x-www-form-urlencoded", "multipart/form-data")
 
 
@@ -72,6 +76,7 @@ class ParamPlan:
 class BodyPlan:
     media_type: str  # application/json, form, multipart or another the document names
     required: bool
+    files: tuple[tuple[str, str], ...] = ()  # multipart: (field, media type) of its file fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,11 +210,59 @@ def _body(resolver: Resolver, operation: Operation, args: _Arguments) -> BodyPla
         schema = {"type": "string", **{k: v for k, v in schema.items() if k == "description"}}
     if isinstance(body.get("description"), str) and "description" not in schema:
         schema["description"] = body["description"]
+    files: tuple[tuple[str, str], ...] = ()
+    if media == "multipart/form-data":
+        schema, files = _file_fields(schema, entry.get("encoding"))
     args.properties["body"] = schema
     required = body.get("required") is True
     if required:
         args.required.append("body")
-    return BodyPlan(str(media), required)
+    return BodyPlan(str(media), required, files)
+
+
+def _file_type(schema: Any) -> str | None:
+    """The media type of a file field's schema (one string), None when it is no file."""
+    if not (isinstance(schema, Mapping) and schema.get("type") in ("string", None)):
+        return None
+    declared = schema.get("contentMediaType")
+    if isinstance(declared, str) or schema.get("format") in ("binary", "base64"):
+        return declared if isinstance(declared, str) else "application/octet-stream"
+    return None
+
+
+def _file_fields(schema: dict[str, Any], encoding: Any) -> tuple[dict[str, Any], tuple[tuple[str, str], ...]]:
+    """A multipart body's schema with its file fields made base64 strings, and those fields."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return schema, ()
+    files: list[tuple[str, str]] = []
+    changed = dict(properties)
+    for name, field_schema in properties.items():
+        many = isinstance(field_schema, Mapping) and field_schema.get("type") == "array"
+        media = _file_type(field_schema.get("items") if many else field_schema)
+        if media is None:
+            continue
+        given = encoding.get(name) if isinstance(encoding, Mapping) else None
+        if isinstance(given, Mapping) and isinstance(given.get("contentType"), str):
+            media = given["contentType"].split(",")[0].strip()
+        if not _MEDIA.fullmatch(media):
+            media = "application/octet-stream"  # it goes into a part's header: a type, or none
+        file = {
+            "type": "string",
+            "contentEncoding": "base64",
+            "contentMediaType": media,
+            "description": "a file: its content, base64-encoded",
+        }
+        changed[name] = (
+            {**field_schema, "items": file}
+            if many
+            else {
+                **{k: v for k, v in field_schema.items() if k in ("title", "description")},
+                **file,
+            }
+        )
+        files.append((str(name), media))
+    return {**schema, "properties": changed}, tuple(files)
 
 
 def _output(resolver: Resolver, operation: Operation) -> tuple[dict[str, Any] | None, bool]:

@@ -5,8 +5,7 @@ the merged lists, ``logging/setLevel``, ``tasks/*`` by :mod:`proxy.router.tasks`
 resolves and forwards: a namespaced name or a URI becomes a :class:`~proxy.pipeline.context.CallContext`
 (server, its own name, policy subject) for the pipeline (:class:`~proxy.pipeline.forward.Forward` last).
 :meth:`Router.handle` and :meth:`Router.handle_stateless` are the fault boundary of a request:
-whatever goes wrong answering it becomes its error response (:func:`proxy.observe.boundary.wire_error`).
-"""
+whatever goes wrong answering it becomes its error response (:func:`proxy.observe.boundary.wire_error`)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
@@ -55,8 +54,10 @@ from proxy.servers.connections import Connections
 from proxy.servers.per_client import owner, owner_of
 from proxy.tracing import active as tracing
 from proxy.views.catalogs import Catalogs
-from proxy.views.discovery import Call, Discovery
 from proxy.views.per_client import PerClientCatalogs
+
+if TYPE_CHECKING:  # progressive discovery (meta-tools listed instead of the tools): loaded only when on
+    from proxy.views.discovery import Discovery
 
 __all__ = ["CAPABILITIES", "Router", "SERVER_INFO"]
 
@@ -100,8 +101,7 @@ class Router:
     ) -> None:
         self._servers = servers
         limits = limits or LimitsConfig()
-        # Progressive discovery: meta-tools listed instead of the tools (None: switched off).
-        self._discovery = discovery if discovery is not None and discovery.enabled else None
+        self._discovery = discovery if discovery is not None and discovery.enabled else None  # None: off
         self._endpoint = endpoint  # the named endpoint this router answers for ("": /mcp)
         self._catalogs = catalogs
         # Set only when per_client servers are configured: each client's own view of the lists.
@@ -203,7 +203,7 @@ class Router:
                 traced.end(ended)
 
     async def warm_search(self) -> None:
-        """Until cancelled: keep the tool search's vectors embedded off the loop (if searching)."""
+        """Until cancelled: the tool search's vectors embedded off the loop as the catalog changes."""
         if self._discovery is not None:
             await self._discovery.warm(self._catalogs)
 
@@ -327,7 +327,7 @@ class Router:
             if name != discovery.names.call:
                 await discovery.prepare(view.served, inbound)  # the index, built off the loop
             answer = discovery.answer(view.served, inbound, name, params.get("arguments"))
-            if not isinstance(answer, Call):
+            if isinstance(answer, dict):  # a meta-tool's result; else the Call that call_tool asks for
                 return answer
             # call_tool: exactly a direct call of the tool it names (never of a meta-tool again).
             params = {**params, "name": answer.name, "arguments": answer.arguments}

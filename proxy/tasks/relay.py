@@ -278,6 +278,7 @@ class Tasks:
         except (ServerUnavailable, ProtocolError) as exc:
             logger.info("server %s: a finished task's result could not be read: %s", record.server_id, exc)
             return record
+        outcome = await self._checked(record, outcome)
         if len(orjson.dumps(outcome)) > self._max_result:
             return record  # its first tasks/result reader gets it from the server
         return await self._finished(record, outcome)
@@ -291,6 +292,7 @@ class Tasks:
                 outcome = {"result": result}
             except RemoteError as exc:
                 outcome = {"error": _scrubbed(exc.error, record.server_task, task_id)}
+            outcome = await self._checked(record, outcome)
             record = await self._finished(record, outcome)
             return _answered(outcome, record.server_id, task_id)
         if record.outcome == _OVER_LIMIT:
@@ -342,6 +344,11 @@ class Tasks:
         if record.task.get("status") in TERMINAL:
             self._ended(record.server_id, record.server_task, str(record.task["status"]))
         return record
+
+    async def _checked(self, record: TaskRecord, outcome: dict[str, Any]) -> dict[str, Any]:
+        """A task's outcome as its server first gave it, as clients may be given it
+        (:class:`proxy.tasks.held.HeldTasks` checks it again)."""
+        return outcome
 
     async def _finished(self, record: TaskRecord, outcome: dict[str, Any]) -> TaskRecord:
         result = outcome.get("result")

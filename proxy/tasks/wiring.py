@@ -8,8 +8,9 @@ from proxy.config.model import Config
 from proxy.core.keys import derive_key
 from proxy.observe.metrics import Metrics
 from proxy.pipeline.stages.authorize import AuditLog
+from proxy.tasks.held import HeldTasks
 from proxy.tasks.ids import TaskIds
-from proxy.tasks.relay import Owners, Reach, Tasks
+from proxy.tasks.relay import Owners, Reach
 from proxy.tasks.store import MemoryTasks, TaskStore
 
 __all__ = ["make_tasks"]
@@ -22,7 +23,7 @@ def make_tasks(
     sessions: Owners,
     metrics: Metrics,
     audit: AuditLog | None,
-) -> Tasks:
+) -> HeldTasks:
     """No I/O: a Redis store connects on first use; the caller closes :attr:`Tasks.store`."""
     limits = config.limits
     store: TaskStore
@@ -39,4 +40,7 @@ def make_tasks(
     ids = TaskIds(derive_key(secret, "task-id"))
     cursors = CursorCodec(derive_key(secret, "task-list"))
     write = None if audit is None else audit.write
-    return Tasks(ids, store, connections, sessions, limits, metrics, cursors=cursors, audit=write)
+    held = frozenset(s.id for s in config.enabled_servers() if s.tasks == "held")
+    return HeldTasks(
+        ids, store, connections, sessions, limits, metrics, cursors=cursors, audit=write, held=held
+    )

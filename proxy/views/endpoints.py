@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from proxy.catalog.merge import Catalog
 from proxy.catalog.naming import NamingCodec
@@ -41,9 +42,12 @@ from proxy.enforce.access import Access, ServedTools, renames
 from proxy.observe.metrics import Metrics
 from proxy.policy.model import Identity
 from proxy.views.catalogs import Catalogs, Snapshot
-from proxy.views.discovery import Discovery
+
+if TYPE_CHECKING:  # imported by make_discovery, for a config that turns discovery on
+    from proxy.views.discovery import Discovery
 
 __all__ = [
+    "MakeDiscovery",
     "ViewFunction",
     "Views",
     "admits",
@@ -56,6 +60,7 @@ __all__ = [
 ]
 
 ViewFunction = Callable[[Snapshot], Snapshot]
+MakeDiscovery = Callable[..., "Discovery | None"]  # make_discovery, with the config first
 
 
 def codec_of(config: Config, endpoint: EndpointConfig | None) -> NamingCodec:
@@ -81,6 +86,8 @@ def make_discovery(
     settings = discovery_of(config, endpoint)
     if not settings.enabled:
         return None
+    from proxy.views.discovery import Discovery  # its index (BM25F, stemmer) only when on
+
     on_answer = functools.partial(metrics.discovery_call, name)
     discovery = Discovery(
         settings, access, separator=codec_of(config, endpoint).separator, on_answer=on_answer

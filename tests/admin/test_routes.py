@@ -80,7 +80,7 @@ def valid(app: AdminApi, schema: str, body: bytes) -> None:
 
 
 def concrete(path: str) -> str:
-    return path.replace("{id}", "local")
+    return path.replace("{id}", "local").replace("{what}", "sessions")
 
 
 async def test_a_non_admin_gets_the_same_403_on_every_path_existing_or_not(tmp_path: Path) -> None:

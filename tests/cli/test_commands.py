@@ -292,3 +292,41 @@ def test_tools_shows_each_openapi_tool_with_its_operation_and_check_lists_docume
         in done.stderr
     )
     assert "security_scheme 'k' is not in the document's securitySchemes" in done.stderr
+
+
+@pytest.mark.slow
+def test_check_fetches_a_url_document_and_lists_its_problems(tmp_path: Path) -> None:
+    import functools
+    import http.server
+    import threading
+
+    notes = REPO / "examples" / "openapi" / "notes.yaml"
+    (tmp_path / "broken.yaml").write_text(
+        notes.read_text().replace('"200": {description: deleted}', '"200": {}')
+    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        config = write_config(
+            tmp_path / "b.yaml",
+            {
+                "servers": {
+                    "notes": {"openapi": {"document": f"{base}/broken.yaml"}},
+                    "gone": {"openapi": {"document": f"{base}/missing.yaml"}},
+                    "small": {"openapi": {"document": f"{base}/broken.yaml", "max_document_bytes": 100}},
+                }
+            },
+        )
+        done = run("check", "--config", str(config))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 2
+    assert (
+        "servers.notes.openapi.document: paths./notes/{id}.delete.responses.200: {} is not valid"
+        in done.stderr
+    )
+    assert "servers.gone.openapi.document: answered HTTP 404" in done.stderr
+    assert "servers.small.openapi.document: is larger than max_document_bytes (100 bytes)" in done.stderr

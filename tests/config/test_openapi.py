@@ -55,3 +55,20 @@ def test_per_user_credentials_with_a_base_url_are_accepted() -> None:
     server = build(data).servers["api"]
     assert server.session_mode == "per_client"
     assert server.url == "https://api.example.com/v1"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "said"),
+    [
+        ("ftp://host/x", "http(s) URL prefixes with a host"),
+        ("https:///x", "http(s) URL prefixes with a host"),
+        ("/relative", "http(s) URL prefixes with a host"),
+        ("https://user:pw@host/x", "no credentials, query or fragment"),
+        ("https://host/x?y=1", "no credentials, query or fragment"),
+    ],
+)
+def test_remote_ref_prefixes_must_be_plain_http_urls(prefix: str, said: str) -> None:
+    source = {"document": "api.yaml", "allow_remote_refs": [prefix]}
+    assert said in error_of({"servers": {"api": {"openapi": source}}})
+    fine = {"document": "api.yaml", "allow_remote_refs": ["https://schemas.example.com/pets/"]}
+    assert build({"servers": {"api": {"openapi": fine}}}).servers["api"].openapi is not None

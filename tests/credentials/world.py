@@ -82,14 +82,16 @@ async def world(
     servers: tuple[str, ...] = ("guarded",),
     ttl: dict[str, int] | None = None,
     wrong_audience: tuple[str, ...] = (),
+    resources: tuple[str, ...] = (),
 ) -> AsyncIterator[World]:
     """oidc-provider and one ``oauth_server.py`` per name in ``servers``; a server named in
-    ``wrong_audience`` gets tokens minted for another audience (a hostile or broken provider)."""
+    ``wrong_audience`` gets tokens minted for another audience (a hostile or broken provider);
+    ``resources`` are more resources (URLs) the provider mints JWT access tokens for."""
     as_port = free_port()
     issuer = f"http://127.0.0.1:{as_port}"
     ports = {name: free_port() for name in servers}
     urls = {name: f"http://127.0.0.1:{port}/mcp" for name, port in ports.items()}
-    resources: dict[str, Any] = {
+    known: dict[str, Any] = {
         urls[name]: {
             "scope": SCOPE,
             "format": "jwt",
@@ -98,9 +100,10 @@ async def world(
         }
         for name in servers
     }
-    resources[manifold_resource] = {"scope": SCOPE, "format": "jwt"}
+    known[manifold_resource] = {"scope": SCOPE, "format": "jwt"}
+    known.update({url: {"scope": SCOPE, "format": "jwt", "ttl": 3600} for url in resources})
     config = {
-        "resources": resources,
+        "resources": known,
         "scopes": [SCOPE],
         "clients": [
             _client("manifold", redirect_uri),

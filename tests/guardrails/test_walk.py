@@ -3,6 +3,8 @@ saying so), binary payloads left out, and edits written back without touching th
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from proxy.guardrails.walk import KEY, replace, texts
 
 
@@ -11,6 +13,18 @@ def test_every_string_and_key_is_a_block_with_its_path() -> None:
     assert found.blocks == ["a", "x", "b", "y", "n"]
     assert found.paths == [((KEY, "a"),), ("a", 0), ("a", 1, (KEY, "b")), ("a", 1, "b"), ((KEY, "n"),)]
     assert not found.truncated
+
+
+def test_any_mapping_and_tuple_is_walked_like_a_dict_and_a_list() -> None:
+    """Plain dicts and lists take a fast type check; other mappings and tuples the same path."""
+    plain = texts({"a": ["x", {"b": "y"}], "n": 3}, max_chars=100, max_depth=10)
+    value = MappingProxyType({"a": ("x", MappingProxyType({"b": "y"})), "n": 3})
+    other = texts(value, max_chars=100, max_depth=10)
+    assert (other.blocks, other.paths) == (plain.blocks, plain.paths)
+    deep: object = MappingProxyType({"k": "v"})
+    for _ in range(20):
+        deep = (deep,)
+    assert texts(deep, max_chars=100, max_depth=5).why == "depth"
 
 
 def test_the_character_bound_cuts_the_block_that_crosses_it_and_says_so() -> None:

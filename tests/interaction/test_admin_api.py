@@ -229,14 +229,23 @@ async def test_a_failing_server_shows_why_with_its_stderr_redacted_and_acts_reac
                         await anyio.sleep(0.1)
 
 
+@asynccontextmanager
+async def with_sessions(
+    tmp_path: Path, redis: RedisServer
+) -> AsyncIterator[tuple[list[RunningManifold], list[AdminClient], aiohttp.ClientSession]]:
+    """Two replicas, an admin client of each, and a user's HTTP session to open MCP sessions."""
+    async with (
+        two_replicas(tmp_path, redis) as replicas,
+        admins(replicas) as clients,
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {USER_KEY}"}) as http,
+    ):
+        yield replicas, clients, http
+
+
 async def test_a_session_held_by_one_replica_is_ended_from_the_other(
     tmp_path: Path, redis: RedisServer
 ) -> None:
-    async with (
-        two_replicas(tmp_path, redis) as (a, b),
-        admins([a, b]) as (admin_a, admin_b),
-        aiohttp.ClientSession(headers={"Authorization": f"Bearer {USER_KEY}"}) as http,
-    ):
+    async with with_sessions(tmp_path, redis) as ((_, b), (admin_a, admin_b), http):
         session = await raw_session(http, b.url)
         _, held = await admin_b.call("GET", "/sessions", "Sessions")
         (shown,) = [s for s in held if session.startswith(s["id"])]
@@ -249,6 +258,28 @@ async def test_a_session_held_by_one_replica_is_ended_from_the_other(
         assert status == 404
         _, held = await admin_b.call("GET", "/sessions", "Sessions")
         assert not [s for s in held if session.startswith(s["id"])]
+
+
+async def test_sessions_and_servers_are_read_from_every_replica_each_under_its_name(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    async with with_sessions(tmp_path, redis) as ((a, b), (admin_a, _), http):
+        on_a, on_b = await raw_session(http, a.url), await raw_session(http, b.url)
+        status, read = await admin_a.call("GET", "/replicas/sessions", "Everywhere")
+        assert status == 200
+        assert read["unanswered"] == 0
+        held = {r["replica"]: [s["id"] for s in r["sessions"]] for r in read["replicas"]}
+        assert set(held) == {"a", "b"}  # before: only the replica asked
+        assert [on_a.startswith(i) for i in held["a"]].count(True) == 1
+        assert [on_b.startswith(i) for i in held["b"]].count(True) == 1
+        assert not [i for i in held["a"] if on_b.startswith(i)]  # each replica its own
+        _, read = await admin_a.call("GET", "/replicas/servers", "Everywhere")
+        states = {r["replica"]: {s["id"]: s["state"] for s in r["servers"]} for r in read["replicas"]}
+        assert set(states) == {"a", "b"}
+        assert {v["alpha"] for v in states.values()} == {"ready"}
+        status, refused = await admin_a.call("GET", "/replicas/credentials", "Everywhere")
+        assert status == 404
+        assert "servers or sessions" in refused["message"]
 
 
 async def test_a_reload_is_planned_then_applied(tmp_path: Path, redis: RedisServer) -> None:

@@ -43,8 +43,13 @@ V = versions.LATEST_STATELESS
 MODES = [pytest.param(V, id="2026-07-28"), pytest.param("legacy", id="2025-11-25")]
 KEYS = {
     name: f"mfd_{name}-oauth-credentials-key-0123456789abcdefghij"
-    for name in ("alice", "bob", "carol", "dave", "erin", "mallory", "trent")
+    for name in ("alice", "bob", "carol", "dave", "erin", "frank", "mallory", "trent")
 }
+ADMIN_KEY = "mfd_root-oauth-credentials-admin-key-0123456789abcdefghij"
+
+
+def _stored(key: str) -> str:
+    return f"sha256:{hashlib.sha256(key.encode()).hexdigest()}"
 
 
 @dataclass
@@ -89,6 +94,13 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
                 "api_keys": [
                     {"name": name, "key": f"sha256:{hashlib.sha256(key.encode()).hexdigest()}", "roles": []}
                     for name, key in KEYS.items()
+                ]
+                + [
+                    {
+                        "name": "root",
+                        "key": f"sha256:{hashlib.sha256(ADMIN_KEY.encode()).hexdigest()}",
+                        "roles": ["admin"],
+                    }
                 ],
                 "oauth": {
                     "resource": resource,
@@ -105,6 +117,7 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
                 },
             },
             "credentials": {"store": "file", "path": str(tmp / "credentials.json"), "key": new_key()},
+            "admin": {"roles": ["admin"]},
             "policy": {"audit": {"path": str(tmp / "audit.jsonl")}},
             "servers": {
                 "guarded": {"url": urls["guarded"], "headers": listing["guarded"], "credentials": _oauth()},
@@ -278,6 +291,31 @@ async def test_a_revoked_sign_in_is_asked_for_again(served: Served) -> None:
         asked = len(person.asked)
         assert (await whoami(session, "guarded"))["subject"] == "bob"
         assert len(person.asked) == asked + 1  # a new sign-in, not the revoked token
+
+
+async def test_revoking_through_the_admin_api_revokes_at_the_authorization_server(served: Served) -> None:
+    """As ``manifold credentials revoke``: the refresh token is revoked at the provider, then forgotten."""
+    async with client(served.manifold.url, "frank", V, Person("frank")) as session:
+        await whoami(session, "guarded")
+    kept = await _kept_tokens(served, "guarded", "frank")
+    revoke = {
+        "server": "guarded",
+        "kind": "oauth",
+        "holder": {"source": "api_key", "issuer": "", "subject": "frank"},
+    }
+    url = served.manifold.url.replace("/mcp", "/admin/api/credentials/revoke")
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {ADMIN_KEY}"}) as http,
+        http.post(url, json=revoke) as got,
+    ):
+        assert got.status == 200, await got.text()
+        answer = orjson.loads(await got.read())
+    assert answer["revoked"] is True
+    assert answer["at_issuer"]["revoked"] is True, answer  # before: only forgotten here
+    assert "access token itself cannot be revoked" in answer["at_issuer"]["note"]  # a JWT, said so
+    assert await _refresh(served, kept["refresh_token"]) == 400  # revoked at the provider
+    assert CLIENT_SECRET not in str(answer)
+    assert kept["refresh_token"] not in str(answer)
 
 
 async def _kept_tokens(served: Served, server: str, name: str) -> dict[str, Any]:

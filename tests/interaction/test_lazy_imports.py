@@ -48,8 +48,8 @@ sys.exit(code)
 """
 
 # Imported only by a config that asks for what they do (OAuth, JWTs, Redis, credential stores,
-# HTTP servers) or by the first schema checked. (uvicorn's and prometheus_client's package
-# __init__ run as they are: their imports are honest ones.)
+# HTTP servers), by a ``MANIFOLD_*`` variable (pydantic-settings), or by the first schema checked.
+# (uvicorn's and prometheus_client's package __init__ run as they are: their imports are honest ones.)
 LAZY = (
     "aiohttp",
     "difflib",
@@ -57,6 +57,7 @@ LAZY = (
     "jsonschema",
     "jwt",
     "numpy",
+    "pydantic_settings",
     "opentelemetry",
     "grpc",
     "google.protobuf",
@@ -81,6 +82,11 @@ LAZY = (
     "proxy.credentials.tokens",
     "proxy.guard",
     "proxy.guardrails",
+    "proxy.catalog.fusion",
+    "proxy.catalog.meta_tools",
+    "proxy.catalog.search",
+    "proxy.views.discovery",
+    "proxy.views.search_index",
     "proxy.views.semantic",
     "proxy.inbound.signin_page",
     "proxy.cli.inspection",
@@ -178,7 +184,7 @@ async def test_discovery_loads_the_stemmer_on_its_first_search_and_the_model_onl
             assert status == 200, body
             assert not body["result"]["isError"], body
         loaded[semantic] = served.modules()
-    assert "snowballstemmer" in loaded["off"]
+    assert {"snowballstemmer", "proxy.views.discovery", "proxy.catalog.search"} <= loaded["off"]
     assert not {"numpy", "proxy.views.semantic"} & loaded["off"]
     assert {"numpy", "proxy.views.semantic"} <= loaded["auto"]
     assert "wordllama" not in loaded["auto"]  # its files are read; its loader (and downloads) never run

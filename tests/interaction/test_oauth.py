@@ -212,6 +212,7 @@ def oauth_config(tmp_path: Path, port: int, issuer: str, **oauth: Any) -> dict[s
             },
         },
         "policy": {"files": ["policy.yaml"], "audit": {"path": "audit.jsonl"}},
+        "admin": {"roles": ["admin"]},  # mcp:admin maps to it
         "servers": {"alpha": fixture_server("alpha", tools=2, page_size=10)},
     }
 
@@ -493,6 +494,33 @@ async def test_an_opaque_token_is_introspected_and_stops_working_once_revoked(se
     counted = await sign_ins(setup.manifold)
     assert counted.get(("introspection", "ok"), 0) >= 1
     assert counted.get(("introspection", "inactive"), 0) >= 1
+
+
+async def _admin_read(setup: Setup, token: str) -> tuple[int, str]:
+    url = setup.manifold.url.replace("/mcp", "/admin/api/servers")
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(url, headers={"Authorization": f"Bearer {token}"}) as got,
+    ):
+        return got.status, await got.text()
+
+
+async def test_an_oauth_token_with_the_admin_scope_reads_the_admin_api_until_revoked(setup: Setup) -> None:
+    """Admin by OAuth access token: the scope mapped to the admin role opens the admin API; a
+    token without it gets 403; an opaque admin token stops working once revoked there."""
+    admin = await setup.provider.client_credentials("svc", setup.resource, scope=SCOPES)
+    status, body = await _admin_read(setup, admin)
+    assert status == 200, body
+    assert "alpha" in body
+    user = await setup.provider.client_credentials("svc", setup.resource, scope="mcp:tools")
+    assert (await _admin_read(setup, user))[0] == 403
+    elsewhere = await setup.other_provider.client_credentials("svc", setup.resource, scope=SCOPES)
+    assert (await _admin_read(setup, elsewhere))[0] == 401  # an issuer not configured
+    opaque = await setup.provider.client_credentials("svc-opaque", setup.resource, scope=SCOPES)
+    assert opaque.count(".") != 2
+    assert (await _admin_read(setup, opaque))[0] == 200
+    await setup.provider.revoke("svc-opaque", opaque)
+    assert (await _admin_read(setup, opaque))[0] == 401
 
 
 async def test_a_made_up_opaque_token_is_refused(setup: Setup) -> None:

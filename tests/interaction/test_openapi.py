@@ -49,6 +49,7 @@ class Served:
     manifold: RunningManifold
     document: Path
     api_port: int
+    www: Path  # what the static server serves: the "live" server's document at a URL
 
 
 def api_keys() -> list[dict[str, Any]]:
@@ -67,11 +68,24 @@ async def fetch_document(port: int) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     tmp = tmp_path_factory.mktemp("openapi")
-    port, other = free_port(), free_port()
+    port, other, docs = free_port(), free_port(), free_port()
     command = [sys.executable, str(API), "--port", str(port), "--other-origin", f"http://127.0.0.1:{other}"]
-    async with running_http_process(command, port):
+    (tmp / "www").mkdir()
+    # A document at a URL (a plain static file server): watched, as the file one is.
+    static = [
+        sys.executable,
+        "-m",
+        "http.server",
+        "--bind",
+        "127.0.0.1",
+        "--directory",
+        str(tmp / "www"),
+        str(docs),
+    ]
+    async with running_http_process(command, port), running_http_process(static, docs):
         document = tmp / "pets.json"
         document.write_text(json.dumps(await fetch_document(port)))
+        (tmp / "www" / "pets.json").write_text(document.read_text())
         config: dict[str, Any] = {
             "auth": {"api_keys": api_keys()},
             "credentials": {"store": "file", "path": str(tmp / "credentials.json"), "key": new_key()},
@@ -82,14 +96,22 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
                     "headers": {"Authorization": "Bearer token-lister"},
                     "credentials": {"mode": "secret", "template": "Bearer token-{secret}"},
                     "request_timeout": 3,
-                }
+                },
+                "live": {
+                    "url": f"http://127.0.0.1:{port}",
+                    "openapi": {
+                        "document": f"http://127.0.0.1:{docs}/pets.json",
+                        "include": {"tags": ["auth"]},
+                        "refresh_interval": 0.3,
+                    },
+                },
             },
         }
         config_path = write_config(tmp / "for-cli.yaml", config)
         for name in KEYS:
             await keep(config_path, "pets", name, name)
         async with running_manifold(tmp, config) as running:
-            yield Served(running, document, port)
+            yield Served(running, document, port, tmp / "www")
 
 
 @asynccontextmanager
@@ -200,6 +222,41 @@ async def test_parameters_named_like_mcps_own_fields_are_plain_arguments(served:
     assert result.structured_content == sent
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_multipart_body_sends_base64_arguments_as_files(served: Served, era: str) -> None:
+    photo, other = bytes(range(256)) * 3, b"\x00\r\n--not-a-boundary\r\n"
+    async with client(served.manifold.url, "alice", era) as session:
+        tools = await tools_of(session)
+        schema = tools["pets.uploadPhotos"].input_schema["properties"]["body"]["properties"]
+        assert schema["photo"]["contentEncoding"] == "base64"
+        sent = {
+            "photo": base64.b64encode(photo).decode(),
+            "extra": [base64.b64encode(other).decode()],
+            "caption": "at the beach",
+        }
+        result = await session.call_tool("pets.uploadPhotos", {"pet_id": 3, "body": sent})
+        assert not result.is_error, text_of(result)
+        bad = await session.call_tool("pets.uploadPhotos", {"pet_id": 3, "body": {"photo": "%%%"}})
+    assert result.structured_content == {
+        "pet_id": 3,
+        "caption": "at the beach",
+        "files": [
+            {
+                "filename": "photo",
+                "type": "application/octet-stream",
+                "sha256": hashlib.sha256(photo).hexdigest(),
+            },
+            {
+                "filename": "extra",
+                "type": "application/octet-stream",
+                "sha256": hashlib.sha256(other).hexdigest(),
+            },
+        ],
+    }
+    assert bad.is_error
+    assert "file field 'photo' is not valid base64" in text_of(bad)
+
+
 async def test_bodies_that_are_not_json_are_text_or_resources_by_media_type(served: Served) -> None:
     async with client(served.manifold.url, "alice", V) as session:
         tools = await tools_of(session)
@@ -263,3 +320,34 @@ async def test_a_changed_document_changes_the_tools_and_clients_hear_of_it(serve
                     await changed.expect().wait()
     finally:
         served.document.write_text(original)
+
+
+async def test_a_document_at_a_url_is_watched_and_a_broken_one_keeps_the_tools(served: Served) -> None:
+    path = served.www / "pets.json"
+    original = path.read_text()
+    document = json.loads(original)
+    document["paths"]["/whoami"]["get"]["summary"] = "Who you are, as the API sees it"
+    document["paths"]["/whoami"]["get"]["operationId"] = "whoAmI"
+    changed = ListChanged()
+    try:
+        async with client(served.manifold.url, "alice", "legacy", message_handler=changed) as session:
+            assert "live.whoami" in await tools_of(session)
+            told = changed.expect()
+            path.write_text(json.dumps(document))
+            with anyio.fail_after(20):
+                await told.wait()
+                while "live.whoAmI" not in (tools := await tools_of(session)):
+                    await changed.expect().wait()
+            assert "live.whoami" not in tools
+            # Broken or huge on the next fetches: logged, and the tools in force stay.
+            for broken, said in (("{not json", "not JSON or YAML"), ('{"swagger": "2.0"}', "Swagger 2.0")):
+                before = served.manifold.log().count(said)
+                path.write_text(broken)
+                with anyio.fail_after(20):
+                    while served.manifold.log().count(said) == before:  # noqa: ASYNC110 (another process's log)
+                        await anyio.sleep(0.1)
+            assert "live.whoAmI" in await tools_of(session)
+            result = await session.call_tool("live.whoAmI", {})
+            assert "HTTP 401" in text_of(result)  # the API answered: the server is still served
+    finally:
+        path.write_text(original)

@@ -15,7 +15,14 @@ import aiohttp
 import anyio
 import pytest
 
-from tests.interaction.harness import RunningManifold, everything_server, post, raw_session, running_manifold
+from tests.interaction.harness import (
+    RunningManifold,
+    everything_server,
+    fixture_server,
+    post,
+    raw_session,
+    running_manifold,
+)
 from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -41,7 +48,10 @@ async def replicas(tmp_path: Path) -> AsyncIterator[list[RunningManifold]]:
         config: dict[str, Any] = {
             "auth": {"api_keys": keys},
             "sessions": {"secret": SECRET, "tasks": "redis", "redis_url": redis.url},
-            "servers": {"everything": everything_server()},
+            "servers": {
+                "everything": everything_server(),
+                "fx": {**fixture_server("fx", tools=1), "tasks": "held"},
+            },
         }
         for i in range(2):
             (tmp_path / f"r{i}").mkdir()
@@ -93,3 +103,21 @@ async def test_a_task_made_on_one_replica_is_read_on_the_other_by_its_owner_only
             refused = await _call(bob, url, session, 7, "tasks/result", {"taskId": task_id})
             assert refused["error"]["data"] == {"reason": "unknown_task"}
             assert (await _call(bob, url, session, 8, "tasks/list", {}))["result"]["tasks"] == []
+
+
+async def test_a_held_tasks_result_is_waited_for_and_read_on_the_other_replica(
+    replicas: list[RunningManifold],
+) -> None:
+    one, other = replicas
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['alice']}"}) as alice:
+        here, there = await raw_session(alice, one.url), await raw_session(alice, other.url)
+        params = {"name": "fx.slow", "arguments": {"seconds": 2}, "task": {"ttl": 60_000}}
+        created = await _call(alice, one.url, here, 2, "tools/call", params)
+        task_id = created["result"]["task"]["taskId"]
+        polled = await _call(alice, other.url, there, 3, "tasks/get", {"taskId": task_id})
+        assert polled["result"]["status"] == "working"  # held on the first replica, seen on both
+        with anyio.fail_after(20):  # the other replica waits for the outcome to reach Redis
+            result = await _call(alice, other.url, there, 4, "tasks/result", {"taskId": task_id})
+        assert result["result"]["content"][0]["text"] == "done"
+        ended = await _call(alice, one.url, here, 5, "tasks/get", {"taskId": task_id})
+        assert ended["result"]["status"] == "completed"

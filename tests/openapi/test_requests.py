@@ -110,3 +110,39 @@ def test_bodies_as_declared() -> None:
     )
     with pytest.raises(BadArguments, match="'body' is required"):
         build_request(json_call, {}, "")
+
+
+def test_a_multipart_file_field_is_decoded_into_file_parts_and_bad_base64_refused() -> None:
+    import base64
+
+    files = (("photo", "image/png"), ("extra", "application/octet-stream"))
+    plan = call(path="/x", body=BodyPlan("multipart/form-data", True, files))
+    png = b"\x89PNG\r\n\x1a\n\x00\xff"
+    built = build_request(
+        plan,
+        {"body": {"photo": base64.b64encode(png).decode(), "extra": ["YQ==", "Yg=="], "caption": "hi"}},
+        "",
+    )
+    boundary = built.headers["Content-Type"].split("boundary=")[1]
+    expected = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="photo"; filename="photo"\r\n'
+            "Content-Type: image/png\r\n\r\n"
+        ).encode()
+        + png
+        + b"\r\n"
+    )
+    for data in (b"a", b"b"):
+        expected += (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="extra"; filename="extra"\r\n'
+                "Content-Type: application/octet-stream\r\n\r\n"
+            ).encode()
+            + data
+            + b"\r\n"
+        )
+    expected += f'--{boundary}\r\nContent-Disposition: form-data; name="caption"\r\n\r\nhi\r\n'.encode()
+    assert built.body == expected + f"--{boundary}--\r\n".encode()
+    for bad, said in (("not base64!", "is not valid base64"), (7, "must be a base64 string")):
+        with pytest.raises(BadArguments, match=f"file field 'photo' {said}"):
+            build_request(plan, {"body": {"photo": bad}}, "")

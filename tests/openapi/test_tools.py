@@ -170,3 +170,43 @@ def test_an_operation_whose_path_names_an_undeclared_parameter_is_skipped() -> N
     plans, skipped = plan_tools(doc, ALL, ALL, max_operations=10)
     assert plans == []
     assert skipped[0].reason == "path parameter 'id' is in the path but not declared"
+
+
+def test_a_multipart_bodys_file_fields_become_base64_strings_with_their_media_types() -> None:
+    body = {
+        "type": "object",
+        "properties": {
+            "photo": {"type": "string", "contentMediaType": "image/png", "title": "Photo"},
+            "scan": {"type": "string", "format": "binary"},
+            "extra": {"type": "array", "items": {"type": "string", "format": "binary"}},
+            "caption": {"type": "string"},
+            "sneaky": {"type": "string", "format": "binary"},
+        },
+    }
+    encoding = {"scan": {"contentType": "application/pdf, image/*"}, "sneaky": {"contentType": "a/b\r\nX: y"}}
+    doc = document(
+        {
+            "/up": {
+                "post": {
+                    "operationId": "up",
+                    "requestBody": {
+                        "content": {"multipart/form-data": {"schema": body, "encoding": encoding}}
+                    },
+                }
+            }
+        }
+    )
+    plan = tools(doc)["up"]
+    assert plan.call.body is not None
+    assert dict(plan.call.body.files) == {
+        "photo": "image/png",
+        "scan": "application/pdf",
+        "extra": "application/octet-stream",
+        "sneaky": "application/octet-stream",  # not a media type: it would be a header of its own
+    }
+    properties = plan.tool["inputSchema"]["properties"]["body"]["properties"]
+    assert properties["photo"]["contentEncoding"] == "base64"
+    assert properties["photo"]["title"] == "Photo"
+    assert properties["extra"]["items"]["contentEncoding"] == "base64"
+    assert properties["caption"] == {"type": "string"}
+    jsonschema.Draft202012Validator.check_schema(plan.tool["inputSchema"])

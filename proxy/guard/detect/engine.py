@@ -141,8 +141,11 @@ class Prefilter:
 class Shapes:
     """Which of ``patterns`` occur in a text, in one pass (an RE2 set).
 
-    The set answers nothing, rather than an error, when its DFA runs out of memory; so an
-    always-matching empty pattern rides along, and an answer without it means "not known".
+    The set answers nothing, rather than an error, when its DFA runs out of memory; so a
+    sentinel that matches at the end of every text (``\\z``) rides along, and an answer without it
+    means "not known". The sentinel is ``\\z``, not the empty pattern: an empty pattern matches at
+    every position, which keeps RE2's DFA in matching states and more than doubles the pass
+    (4 KiB of prose, thread CPU: 16.6 µs with it, 6.7 µs with ``\\z``).
 
     Raises:
         ValueError: RE2 cannot compile a pattern, or the set.
@@ -155,7 +158,7 @@ class Shapes:
         for pattern in patterns:
             if self._set.Add(pattern.encode("utf-8")) < 0:
                 raise ValueError(f"RE2 cannot compile {pattern!r}")
-        self._known = self._set.Add(b"")
+        self._known = self._set.Add(rb"\z")
         if not self._set.Compile():
             raise ValueError("RE2 cannot compile the set of needs")
 

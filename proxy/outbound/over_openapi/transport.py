@@ -11,16 +11,18 @@ names. Every failure lands on one call: an API that cannot be reached, answers p
 ``max_response_bytes``, redirects elsewhere or answers an error status gives that call an
 ``isError`` result naming the problem.
 
-Hot reload: a document read from a file is checked every :data:`WATCH_INTERVAL` seconds; when it
-changed, its tools are planned again and, if they differ, the link says
+Hot reload: a document read from a file is checked every :data:`WATCH_INTERVAL` seconds, one at
+a URL fetched again every ``refresh_interval`` seconds (``If-None-Match`` its ETag: a 304 costs
+nothing); when it changed, its tools are planned again and, if they differ, the link says
 ``notifications/tools/list_changed`` (the connection lists again and clients hear of it once).
-A changed document that is unusable keeps the tools in force and is logged.
+A changed document that is unusable (unreachable, too large, invalid) keeps the tools in force
+and is logged.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -38,7 +40,7 @@ from proxy.openapi.security import Placement, place
 from proxy.openapi.tools import ToolPlan
 from proxy.outbound.over_http import h1
 from proxy.outbound.over_http.common import TRANSPORT_ERRORS, Inbox, describe, owned_task_group
-from proxy.outbound.over_openapi.source import Loaded, load, modified
+from proxy.outbound.over_openapi.source import Loaded, load, modified, refetch
 from proxy.outbound.transport import Link, Received
 from proxy.protocol import jsonrpc, versions
 from proxy.protocol.jsonrpc import Message, RequestId
@@ -86,7 +88,7 @@ class OpenApiTransport:
                 link = _OpenApiLink(
                     self.server_id, self._source, self._base_url, loaded, client, placement, tg
                 )
-                if loaded.stamp is not None:
+                if loaded.stamp is not None or self._source.is_url:
                     tg.start_soon(link.watch, self._connect_timeout)
                 try:
                     yield link
@@ -228,27 +230,39 @@ class _OpenApiLink:
         return tool_result(plan.call, answer, url=url, max_error_bytes=self._source.max_error_bytes)
 
     async def watch(self, connect_timeout: float) -> None:
-        """Plan the tools again whenever the document file changes (see the module's docstring)."""
+        """Plan the tools again whenever the document changes (see the module's docstring)."""
         stamp = self._loaded.stamp
+        fetch: Awaitable[Loaded | None]
         while True:
-            await anyio.sleep(WATCH_INTERVAL)
-            now = modified(self._source)
-            if now is None or now == stamp:
-                continue
-            stamp = now
+            if self._source.is_url:
+                await anyio.sleep(self._source.refresh_interval)
+                fetch = refetch(
+                    self._server_id, self._source, self._configured_url, connect_timeout, self._loaded.etag
+                )
+            else:
+                await anyio.sleep(WATCH_INTERVAL)
+                now = modified(self._source)
+                if now is None or now == stamp:
+                    continue
+                stamp = now
+                fetch = load(self._server_id, self._source, self._configured_url, connect_timeout)
             try:
-                loaded = await load(self._server_id, self._source, self._configured_url, connect_timeout)
+                loaded = await fetch
             except ServerUnavailable as exc:
                 logger.warning("server %s: the changed document is not used: %s", self._server_id, exc.reason)
                 continue
-            if loaded.base_url != self._loaded.base_url:
-                said = "the changed document names another base URL; restart to use it"
-                logger.warning("server %s: %s", self._server_id, said)
-                continue
-            changed = [p.tool for p in loaded.tools] != self._tools
-            self._install(loaded)
-            if changed:
-                self.inbox.put(jsonrpc.notification("notifications/tools/list_changed"))
+            if loaded is not None:
+                self._adopt(loaded)
+
+    def _adopt(self, loaded: Loaded) -> None:
+        if loaded.base_url != self._loaded.base_url:
+            said = "the changed document names another base URL; restart to use it"
+            logger.warning("server %s: %s", self._server_id, said)
+            return
+        changed = [p.tool for p in loaded.tools] != self._tools
+        self._install(loaded)
+        if changed:
+            self.inbox.put(jsonrpc.notification("notifications/tools/list_changed"))
 
 
 def _error(text: str) -> dict[str, Any]:

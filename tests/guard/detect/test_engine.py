@@ -49,7 +49,7 @@ def test_rules_with_literals_and_rules_with_needs_are_chosen_together_in_their_o
 
 
 class _Blind:
-    """An RE2 set that ran out of memory: RE2 answers no pattern at all (not even the empty one)."""
+    """An RE2 set that ran out of memory: it answers no pattern at all (not even the end-of-text sentinel)."""
 
     def Match(self, encoded: bytes) -> list[int]:
         return []

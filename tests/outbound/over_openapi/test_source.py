@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,3 +91,63 @@ async def test_connections_from_the_same_settings_share_one_plan_until_the_file_
     changed = await load("api", source, "http://x", 5)
     assert changed is not first
     assert changed.tools == []
+
+
+async def test_allowed_remote_refs_are_fetched_and_others_refused_without_a_request() -> None:
+    def operation(ref: str) -> dict[str, Any]:
+        return {"requestBody": {"content": {"application/json": {"schema": {"$ref": ref}}}}}
+
+    main = {
+        **PETS,
+        "servers": [{"url": "/v1"}],
+        "paths": {
+            "/pets": {"post": {"operationId": "make", **operation("shared/pet.json#/Pet")}},
+            "/secrets": {"post": {"operationId": "leak", **operation("../private/secret.json#/X")}},
+        },
+    }
+    files = {
+        "/api/doc.json": main,
+        "/api/shared/pet.json": {
+            "Pet": {"type": "object", "properties": {"id": {"$ref": "common.json#/Id"}}}
+        },
+        "/api/shared/common.json": {"Id": {"type": "integer", "minimum": 1}},
+        "/private/secret.json": {"X": {"type": "string"}},
+    }
+    asked: list[str] = []
+
+    async def serve(peer: Peer) -> None:
+        request = await peer.request()
+        path = request.line.split(" ")[1]
+        asked.append(path)
+        found = files.get(path)
+        await peer.send(
+            response(json.dumps(found).encode()) if found else response(b"", status="404 Not Found")
+        )
+
+    async with raw_server(serve) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        allow = (f"{base}/api/shared",)
+        source = OpenApiSource(document=f"{base}/api/doc.json", allow_remote_refs=allow)
+        loaded = await load("api", source, None, 5)
+        assert [plan.tool["name"] for plan in loaded.tools] == ["make"]
+        body = loaded.tools[0].tool["inputSchema"]["properties"]["body"]
+        assert body["properties"]["id"] == {"type": "integer", "minimum": 1}
+        assert [s.reason for s in loaded.skipped] == [
+            f"$ref '{base}/private/secret.json#/X' is not within the document (remote references are refused)"
+        ]
+        assert "/private/secret.json" not in asked
+        # As before when nothing is allowed: the operation is refused and nothing else fetched.
+        asked.clear()
+        plain = await load("api", OpenApiSource(document=f"{base}/api/doc.json"), None, 5)
+        assert [s.operation for s in plain.skipped] == ["POST /pets", "POST /secrets"]
+        assert asked == ["/api/doc.json"]
+        # An allowed document that is missing, or too large together with the rest, stops the load.
+        del files["/api/shared/common.json"]
+        with pytest.raises(ServerUnavailable, match=r"\$ref '.*/api/shared/common.json' answered HTTP 404"):
+            await load("api", source, None, 5)
+        files["/api/shared/common.json"] = {"Id": {"type": "integer", "description": "x" * 5000}}
+        small = source.model_copy(update={"max_document_bytes": 4000})
+        with pytest.raises(
+            ServerUnavailable, match="and its remote \\$refs are larger than max_document_bytes"
+        ):
+            await load("api", small, None, 5)

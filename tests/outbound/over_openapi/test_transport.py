@@ -180,3 +180,65 @@ async def test_an_unexpected_failure_fails_only_its_own_call(
         assert failed["error"]["code"] == -32603
         served = await ask(link, 2, "tools/call", {"name": "getPet", "arguments": {"petId": 1}})
         assert "GET /pets/1 HTTP/1.1" in served["result"]["content"][0]["text"]
+
+
+@pytest.mark.slow
+async def test_a_url_document_is_watched_and_a_bad_refresh_keeps_the_tools(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Refetched with If-None-Match (a 304 changes nothing); a refresh that turns huge, invalid or
+    unreachable is logged and the old tools stay; a real change is one list_changed."""
+    first = json.dumps(pets("http://127.0.0.1:9")).encode()
+    state: dict[str, Any] = {"answer": response(first, headers='ETag: "v1"\r\n')}
+    seen: list[str | None] = []
+    arrived = anyio.Event()
+
+    async def serve(peer: Peer) -> None:
+        nonlocal arrived
+        while True:
+            request = await peer.request()
+            seen.append(request.headers.get("if-none-match"))
+            await peer.send(state["answer"])
+            arrived.set()
+            arrived = anyio.Event()
+
+    async def refreshes(count: int) -> None:
+        with anyio.fail_after(10):
+            for _ in range(count):
+                await arrived.wait()
+
+    async def nothing_said(link: Link) -> None:
+        with anyio.move_on_after(0.1):
+            message, _ = await link.receive()
+            raise AssertionError(f"unexpected {message}")
+
+    async with raw_server(serve) as server:
+        url = f"http://127.0.0.1:{server.port}/api.json"
+        source = OpenApiSource(document=url, refresh_interval=0.05, max_document_bytes=len(first) + 1000)
+        async with OpenApiTransport("api", source, None).connect() as link:
+            names = [t["name"] for t in (await ask(link, 1, "tools/list"))["result"]["tools"]]
+            state["answer"] = response(b"", status="304 Not Modified")
+            await refreshes(2)
+            assert seen[-1] == '"v1"'
+            await nothing_said(link)
+            for bad in (b"x" * (len(first) + 2000), b"{not json", b'{"swagger": "2.0"}'):
+                state["answer"] = response(bad)
+                await refreshes(2)
+                assert [t["name"] for t in (await ask(link, 2, "tools/list"))["result"]["tools"]] == names
+                await nothing_said(link)
+            paths = {**PETS["paths"], "/owners": {"get": {"operationId": "listOwners"}}}
+            second = json.dumps(pets("http://127.0.0.1:9", paths=paths)).encode()
+            state["answer"] = response(second, headers='ETag: "v2"\r\n')
+            with anyio.fail_after(10):
+                said, _ = await link.receive()
+            assert said == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+            state["answer"] = response(b"", status="304 Not Modified")
+            await refreshes(2)
+            assert seen[-1] == '"v2"'
+            await nothing_said(link)
+            listed = (await ask(link, 3, "tools/list"))["result"]["tools"]
+            assert [t["name"] for t in listed] == [*names, "listOwners"]
+    logged = caplog.text
+    assert "larger than max_document_bytes" in logged
+    assert "not JSON or YAML" in logged
+    assert "Swagger 2.0 is not served" in logged
