@@ -10,7 +10,8 @@ the promise in between. The rule, one place for both directions:
   rewritten, :mod:`proxy.catalog.apps`).
 * **Known and dropped** (:data:`KNOWN`, a reason): passing the declaration on would make a
   promise Manifold breaks. Tasks (``io.modelcontextprotocol/tasks``): a server would hand the
-  client its own task ids, which no ``tasks/*`` call through Manifold can use.
+  client its own task ids, which no ``tasks/*`` call through Manifold can use; Manifold declares
+  the extension itself where it serves it (:mod:`proxy.tasks.modern`).
 * **Any other official extension** (``io.modelcontextprotocol/…``): dropped. Official extensions
   change the protocol itself (new methods, result types, ids), which Manifold must route.
 * **A third party's** (any other well-formed identifier): relayed. Such extensions ride on
@@ -57,7 +58,7 @@ _OFFICIAL: Final = "io.modelcontextprotocol/"
 # Known extensions -> None (relayed: Manifold does what it needs in between) or why dropped.
 KNOWN: Final[Mapping[str, str | None]] = {
     UI: None,
-    TASKS: "Manifold does not relay the tasks extension's task ids and methods",
+    TASKS: "Manifold serves the tasks extension itself; a server's own task ids are not relayed",
 }
 # What Manifold declares to servers on a connection it shares between clients: it relays MCP
 # Apps to whoever can render them (a client that cannot ignores ``_meta.ui``: text only).

@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 from proxy.protocol.stateless import SERVER_INFO_KEY
 
 __all__ = [
+    "OwnResultType",
     "CACHEABLE_METHODS",
     "INPUT_REQUIRED_METHODS",
     "NO_STORE",
@@ -91,6 +92,11 @@ def is_input_required(result: object) -> bool:
     return isinstance(result, Mapping) and result.get("resultType") == "input_required"
 
 
+class OwnResultType(dict[str, Any]):
+    """A result whose ``resultType`` Manifold set itself (a task handle, ``"task"``): kept by
+    :func:`stateless`, where a server's own ``resultType`` is not."""
+
+
 def stateless(
     result: Mapping[str, Any], *, server_info: Mapping[str, Any], cache: CacheHint | None = None
 ) -> dict[str, Any]:
@@ -105,7 +111,8 @@ def stateless(
         for key in ("ttlMs", "cacheScope"):
             shaped.pop(key, None)
         return shaped
-    shaped["resultType"] = "complete"
+    if not isinstance(result, OwnResultType):
+        shaped["resultType"] = "complete"
     if cache is not None:
         shaped["ttlMs"] = cache.ttl_ms
         shaped["cacheScope"] = cache.scope

@@ -65,9 +65,14 @@ CLIENT_INFO_KEY: Final = "io.modelcontextprotocol/clientInfo"
 LOG_LEVEL_KEY: Final = "io.modelcontextprotocol/logLevel"
 SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"  # a server's stamp in every result
 
-# The body field Mcp-Name mirrors, by method.
+# The body field Mcp-Name mirrors, by method (the tasks extension's methods: their task's id).
 NAME_PARAMS: Final[Mapping[str, str]] = MappingProxyType(
-    {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+    {
+        "tools/call": "name",
+        "prompts/get": "name",
+        "resources/read": "uri",
+        **dict.fromkeys(("tasks/get", "tasks/update", "tasks/cancel"), "taskId"),
+    }
 )
 # Handshake-era requests 2026-07-28 removed: unknown methods to a stateless caller (-32601, HTTP 404).
 REMOVED_METHODS: Final = frozenset(

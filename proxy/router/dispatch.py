@@ -49,7 +49,7 @@ from proxy.protocol.stateless import REMOVED_METHODS, strip_envelope
 from proxy.protocol.subscriptions import MAX_RESOURCE_SUBSCRIPTIONS, Filter
 from proxy.protocol.uris import normalize_uri
 from proxy.router.params import session_of, string_param, too_many
-from proxy.router.tasks import Tasks, task_methods
+from proxy.router.tasks import Tasks, discovered_with_tasks, task_methods
 from proxy.servers.connections import Connections
 from proxy.servers.per_client import owner, owner_of
 from proxy.tracing import active as tracing
@@ -141,6 +141,7 @@ class Router:
             "ping": self._ping,
         }
         self._methods.update(task_methods(tasks, self._methods, endpoint, self._identity_view))
+        self._discovered = discovered_with_tasks(tasks, self._discover, self._identity_view)
 
     # ---- the boundary of one request ------------------------------------------------------
 
@@ -245,7 +246,7 @@ class Router:
             raise MethodNotFound("Method not found", data=method)
         if method == "server/discover":
             return results.stateless(
-                self._discover(), server_info=SERVER_INFO, cache=self._catalogs.cache_hint()
+                self._discovered(inbound), server_info=SERVER_INFO, cache=self._catalogs.cache_hint()
             )
         # The caller's envelope is about this hop: servers behind get none (or Manifold's).
         result = await self._request(inbound, method, strip_envelope(params), request_id)

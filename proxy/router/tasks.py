@@ -8,12 +8,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from proxy.clients.session import InboundRequest
+from proxy.core.errors import MethodNotFound
 from proxy.policy import Identity
 from proxy.protocol.jsonrpc import RequestId
+from proxy.tasks import modern
 from proxy.tasks.relay import TASK_METHODS, Tasks
 from proxy.views.catalogs import Catalogs
 
-__all__ = ["Tasks", "task_methods", "task_servers"]  # Tasks: what a router is given
+__all__ = ["Tasks", "discovered_with_tasks", "task_methods", "task_servers"]  # Tasks: what a router is given
 
 Method = Callable[[InboundRequest, dict[str, Any], RequestId], Awaitable[Any]]
 
@@ -55,7 +57,29 @@ def task_methods(
     async def task(
         method: str, inbound: InboundRequest, params: dict[str, Any], request_id: RequestId
     ) -> Any:
+        if inbound.stateless:  # the io.modelcontextprotocol/tasks extension
+            return await modern.request(tasks, inbound, endpoint, method, params)
+        if method not in TASK_METHODS:
+            raise MethodNotFound(f"method not found: {method}")
         return await tasks.request(inbound, endpoint, method, params)
 
-    table: dict[str, Method] = {method: functools.partial(task, method) for method in TASK_METHODS}
+    names = (*TASK_METHODS, *modern.MODERN_METHODS)
+    table: dict[str, Method] = {method: functools.partial(task, method) for method in names}
     return {"initialize": initialized, **table}
+
+
+def discovered_with_tasks(
+    tasks: Tasks | None,
+    discover: Callable[[], dict[str, Any]],
+    view: Callable[[Identity], Catalogs],
+) -> Callable[[InboundRequest], dict[str, Any]]:
+    """``server/discover``'s result for a caller: declaring the tasks extension when a server
+    running tasks has a tool the caller's identity is shown."""
+
+    def discovered(inbound: InboundRequest) -> dict[str, Any]:
+        result = discover()
+        if tasks is None or not task_servers(view(inbound.identity), inbound.identity, tasks.running_tasks()):
+            return result
+        return modern.discovered(result)
+
+    return discovered

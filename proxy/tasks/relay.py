@@ -50,6 +50,7 @@ from proxy.outbound.connection import ServerConnection
 from proxy.outbound.relay import RELATED_TASK
 from proxy.pipeline.context import CallContext, Caller, Handler
 from proxy.protocol import jsonrpc
+from proxy.tasks import modern
 from proxy.tasks.ids import TaskIds, scope_of, unknown_task
 from proxy.tasks.store import TaskRecord, TaskStore
 
@@ -204,6 +205,8 @@ class Tasks:
         """``pipeline`` with a task-augmented ``tools/call``'s task recorded as the server creates it."""
 
         async def call(ctx: CallContext) -> Any:
+            if ctx.method == "tools/call" and ctx.caller.stateless:
+                return await modern.calling(self, pipeline, ctx, ctx.server_id in self.running_tasks())
             if ctx.method != "tools/call" or "task" not in ctx.params:
                 return await pipeline(ctx)
             if not isinstance(ctx.params["task"], dict):

@@ -224,7 +224,7 @@ async def test_servers_extensions_reach_clients_by_the_rule(manifold: RunningMan
     # a's vendor extension is relayed; maps (two settings) and tasks (not relayed) are dropped.
     assert shown == {UI: {}, "com.example/solo": {"a": 1}}
     log = manifold.log()
-    assert f"server a: extension {TASKS} not relayed: Manifold does not relay" in log
+    assert f"server a: extension {TASKS} not relayed: Manifold serves the tasks extension itself" in log
     assert "server evil: extension com.example/maps not relayed: declared with other settings than a's" in log
 
 

@@ -61,22 +61,26 @@ def _stored(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
-    tmp = tmp_path_factory.mktemp("tasks")
+def tasks_config(tmp: Path) -> dict[str, Any]:
+    """server-everything (and a plain server on its own endpoint) for alice, bob and carol."""
     (tmp / "policy.yaml").write_text(POLICY)
     keys = [
         {"name": n, "key": _stored(k), "roles": ["contractor" if n == "carol" else "staff"]}
         for n, k in KEYS.items()
     ]
-    config = {
+    return {
         "auth": {"api_keys": keys},
         "servers": {"everything": everything_server(), "plain": fixture_server("plain", tools=2)},
         "endpoints": {"research": {"servers": ["everything"]}, "plain": {"servers": ["plain"]}},
         "limits": {"max_tasks_per_identity": PER_IDENTITY},
         "policy": {"files": [str(tmp / "policy.yaml")], "audit": {"path": str(tmp / "audit.jsonl")}},
     }
-    async with running_manifold(tmp, config) as running:
+
+
+@pytest.fixture(scope="module")
+async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
+    tmp = tmp_path_factory.mktemp("tasks")
+    async with running_manifold(tmp, tasks_config(tmp)) as running:
         yield running
 
 

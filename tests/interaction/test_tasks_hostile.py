@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from tests.interaction.harness import REPO, RunningManifold, post, raw_session, running_manifold
+from tests.interaction.test_tasks_modern import Modern
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -125,3 +126,24 @@ async def test_the_servers_words_about_ids_never_reach_a_client(manifold: Runnin
             body = await _call(http, manifold.url, session, "tasks/get", {"taskId": task_id})
             assert "/srv" not in orjson.dumps(body).decode()
             assert body["error"]["data"] == {"reason": "unknown_task"}
+
+
+async def test_a_modern_caller_gets_an_oversized_result_once_and_a_never_ending_task_acks_cancel(
+    manifold: RunningManifold,
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        modern = Modern(http, manifold.url, None)
+        huge = await modern.create("", tool="tasks.huge")
+        assert not huge["taskId"].startswith("task-")
+        first = await modern.until_terminal(huge["taskId"])
+        assert len(first["result"]["content"][0]["text"]) == HUGE  # given to its first reader
+        again = await modern.send("tasks/get", taskId=huge["taskId"])
+        assert again["error"]["data"]["limit"] == "max_task_result_bytes", again
+        never = await modern.create("", tool="tasks.never")
+        polled = await modern.send("tasks/get", taskId=never["taskId"])
+        assert polled["result"]["status"] == "working"
+        assert "forged" not in orjson.dumps(polled).decode()
+        assert (await modern.send("tasks/cancel", taskId=never["taskId"]))["result"] == {
+            "resultType": "complete",
+            "_meta": polled["result"]["_meta"],
+        }

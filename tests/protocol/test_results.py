@@ -73,6 +73,13 @@ def test_an_input_required_result_keeps_its_type_and_is_never_cacheable() -> Non
     assert not results.is_input_required(["input_required"])
 
 
+def test_only_manifolds_own_result_type_survives_shaping() -> None:
+    handle = {"resultType": "task", "taskId": "m-1", "status": "working", "ttlMs": 5}
+    assert results.stateless(handle, server_info=MANIFOLD)["resultType"] == "complete"  # a server's
+    own = results.stateless(results.OwnResultType(handle), server_info=MANIFOLD)
+    assert (own["resultType"], own["ttlMs"], own["taskId"]) == ("task", 5, "m-1")
+
+
 def test_a_legacy_caller_gets_none_of_the_2026_fields() -> None:
     shaped = results.stateless({"tools": [], "_meta": {"k": 1}}, server_info=MANIFOLD, cache=PUBLIC_MINUTE)
     assert results.handshake(shaped) == {"tools": [], "_meta": {"k": 1}}
