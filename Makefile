@@ -48,8 +48,9 @@ desktop-config:
 	@printf '{"mcpServers": {"manifold": {"command": "%s", "args": ["stdio", "--config", "%s"], "env": {"PATH": "%s:/usr/local/bin:/usr/bin:/bin"}}}}\n' \
 	  "$(abspath $(BIN))/manifold" "$(abspath examples/manifold.yaml)" "$(abspath $(BIN))"
 
-## Lint, type-check and run every test.
-test: $(STAMP) $(NPM_STAMP) system-deps lint typecheck unit
+## Lint, type-check and run every test (the conformance suite's npm package too: its task scenarios run
+## through Manifold in tests/interaction/test_tasks_conformance.py).
+test: $(STAMP) $(NPM_STAMP) $(CONFORMANCE_MODERN_STAMP) system-deps lint typecheck unit
 
 ## The fast tier while working: every test that starts no process and waits on no wall clock
 ## (under a minute and a half on a 2-core box). Tests that do carry the `slow` marker; --fast
@@ -64,7 +65,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) $(NPM_STAMP)
+unit: $(STAMP) $(NPM_STAMP) $(CONFORMANCE_MODERN_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest
 
 ## The official MCP conformance suite, 100% of scored checks or it fails. The 0.2 line by
