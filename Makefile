@@ -66,7 +66,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP) $(NPM_STAMP) $(CONFORMANCE_MODERN_STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n 2
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n 2 --dist loadscope
 
 ## The official MCP conformance suite, 100% of scored checks or it fails. The 0.2 line by
 ## requirement set (2026-07-28, 2025-11-25): the dual-era fixture alone, then Manifold fronting
