@@ -74,6 +74,8 @@ class ToolOverride(_Model):
     title: str | None = Field(default=None, max_length=1024)
     description: str | None = Field(default=None, max_length=65536)
     arguments: dict[str, ArgumentOverride] = Field(default_factory=dict)
+    # A task-augmented call of this tool (proxy.tasks.held): held or relay, over the server's ``tasks``.
+    tasks: Literal["relay", "held"] | None = None
 
 
 class ServerConfig(_Model):
@@ -177,6 +179,18 @@ class ServerConfig(_Model):
         if problems:
             raise _Problems(problems)
         return {**data, "tools": tools, "annotations": annotations}
+
+    def holds(self, tool: str) -> bool:
+        """Whether Manifold holds a task-augmented call of ``tool`` (the server's own name) as a
+        task itself: the tool's ``tasks`` if it is given, else the server's."""
+        override = self.tools.get(tool)
+        chosen = override.tasks if override is not None and override.tasks is not None else self.tasks
+        return chosen == "held"
+
+    @property
+    def holds_any(self) -> bool:
+        """Whether a task-augmented call of any of its tools may be held."""
+        return self.tasks == "held" or any(o.tasks == "held" for o in self.tools.values())
 
     @property
     def kind(self) -> Literal["stdio", "http", "openapi"]:
