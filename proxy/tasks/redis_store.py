@@ -33,6 +33,9 @@ logger = logging.getLogger("proxy.tasks.redis_store")
 _TIMEOUT = 2.0
 _LISTEN_WAIT: Final = 1.0  # seconds one read of the cancel channel waits (then reads again)
 _RELISTEN: Final = (0.5, 10.0)  # seconds before listening again after Redis failed: first, most
+# Seconds between looks at the records of the calls running here (a ``""`` told): a cancel whose
+# publishing failed (Redis restarting, say) is still seen, this late at most.
+RECHECK: Final = 30.0
 
 
 class RedisTasks:
@@ -129,7 +132,8 @@ class RedisTasks:
 
     async def cancels(self) -> AsyncGenerator[str, None]:
         """Listen on the cancel channel for as long as the caller reads; a Redis failure is
-        logged and listening starts again (backing off), announced by ``""``."""
+        logged and listening starts again (backing off), announced by ``""``, as is every
+        :data:`RECHECK` seconds of listening (a cancel that was not published is in the records)."""
         wait = _RELISTEN[0]
         while True:
             pubsub = self._client.pubsub()
@@ -137,7 +141,11 @@ class RedisTasks:
                 await self._ask(pubsub.subscribe(f"{self._prefix}cancel"))
                 yield ""
                 wait = _RELISTEN[0]
+                recheck = anyio.current_time() + RECHECK
                 while True:
+                    if anyio.current_time() >= recheck:
+                        yield ""
+                        recheck = anyio.current_time() + RECHECK
                     message = await self._ask(
                         pubsub.get_message(ignore_subscribe_messages=True, timeout=_LISTEN_WAIT)
                     )
