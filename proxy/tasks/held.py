@@ -176,8 +176,9 @@ class HeldTasks(Tasks):
             running.scope.cancel()
 
     def servers_changed(self, servers: Mapping[str, ServerConfig]) -> None:
-        """The servers (a config reload): which tools are held is theirs now; calls held before
-        run on."""
+        """The servers (a config reload): which tools are held is theirs now. Calls held before
+        run on, unless the reload restarts their server (a changed ``tasks`` setting does): then
+        they fail as any call in flight to it does, and their tasks end ``failed``."""
         self._held = {sid: server for sid, server in servers.items() if server.holds_any}
 
     def running_tasks(self) -> set[str]:

@@ -10,7 +10,9 @@ the task; the per-identity limit bounds held tasks as it bounds relayed ones.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -21,7 +23,14 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.interaction.harness import RunningManifold, everything_server, fixture_server, running_manifold
+from tests.interaction.harness import (
+    RunningManifold,
+    everything_server,
+    fixture_server,
+    running_manifold,
+    write_config,
+)
+from tests.interaction.test_reload import config_path, until
 from tests.interaction.test_tasks import KEYS, _stored, client_as  # the same keys and client
 from tests.interaction.test_tasks_modern import Modern
 
@@ -309,3 +318,32 @@ async def test_a_2026_caller_declaring_the_extension_gets_a_held_task_and_polls_
         bob = Modern(http, manifold.url, "bob")
         refused = await bob.send("tasks/get", taskId=task_id)
         assert refused["error"]["code"] == -32602
+
+
+async def test_a_reload_changes_which_tools_are_held_and_listed_as_tasks(tmp_path: Path) -> None:
+    keys = [{"name": n, "key": _stored(k), "roles": ["staff"]} for n, k in KEYS.items()]
+    before = {"auth": {"api_keys": keys}, "servers": {"fx": fixture_server("fx", tools=1)}}
+    async with running_manifold(tmp_path, before) as running, client_as(running.url, "alice") as client:
+        raw = await _raw(client, "tools/call", {"name": "fx.slow", "arguments": {"seconds": 0}, "task": {}})
+        assert "task" not in raw  # not held: called plainly
+        held = {**fixture_server("fx", tools=1), "tools": {"slow": {"tasks": "held"}}}
+        write_config(config_path(tmp_path), {**before, "servers": {"fx": held}})
+        running.process.send_signal(signal.SIGHUP)
+        await until(lambda: _reloaded(running))
+        async with client_as(running.url, "alice") as after:
+            for _ in range(100):  # the restarted server lists again (bounded: 10 s)
+                listed = await _raw(after, "tools/list", {})
+                shown = {t["name"]: t for t in listed["tools"]}
+                if "fx.slow" in shown:
+                    break
+                await anyio.sleep(0.1)
+            assert shown["fx.slow"]["execution"] == {"taskSupport": "optional"}
+            assert "execution" not in shown["fx.echo"]
+            with anyio.fail_after(2):  # the call takes 3 s: only a task answers this soon
+                task = await _create(after, "fx.slow", {"seconds": 3})
+            result = await _raw(after, "tasks/result", {"taskId": task["taskId"]})
+            assert result["content"][0]["text"] == "done"
+
+
+async def _reloaded(running: RunningManifold) -> bool:
+    return "config reloaded (SIGHUP)" in running.log()  # the metrics need credentials here
