@@ -266,6 +266,17 @@ class ServerConfig(_Model):
         return url
 
     @model_validator(mode="after")
+    def _held_on_the_shared_connection(self) -> ServerConfig:
+        """A held call runs on after its request was answered, on the server's shared connection:
+        a ``per_client`` server's connections are its clients' (and end with their sessions)."""
+        if self.session_mode != "per_client" or not self.holds_any:
+            return self
+        where: list[Loc] = [("tasks",)] if self.tasks == "held" else []
+        where += [("tools", tool, "tasks") for tool, o in self.tools.items() if o.tasks == "held"]
+        why = "held tasks need session_mode: shared (a held call outlives the client's own connection)"
+        raise _Problems([(loc, why) for loc in where])
+
+    @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
         if self.openapi is not None:
             return self._openapi_problems()

@@ -98,3 +98,18 @@ def test_a_held_tool_is_listed_as_an_optional_task_and_the_pin_is_still_of_what_
 def test_a_per_tool_tasks_setting_is_relay_or_held() -> None:
     with pytest.raises(ConfigError, match="tasks"):
         config_from_mapping({"servers": {"gh": {"command": "x", "tools": {"echo": {"tasks": "always"}}}}})
+
+
+def test_held_tasks_are_refused_on_a_per_client_server_naming_each_setting() -> None:
+    server = {
+        "command": "x",
+        "session_mode": "per_client",
+        "tasks": "held",
+        "tools": {"slow": {"tasks": "held"}},
+    }
+    with pytest.raises(ConfigError) as refused:
+        config_from_mapping({"servers": {"gh": server}})
+    assert "servers.gh.tasks: held tasks need session_mode: shared" in str(refused.value)
+    assert "servers.gh.tools.slow.tasks: held tasks need session_mode: shared" in str(refused.value)
+    relayed = {**server, "tasks": "relay", "tools": {"slow": {"tasks": "relay"}}}
+    assert config_from_mapping({"servers": {"gh": relayed}}).servers["gh"].session_mode == "per_client"
