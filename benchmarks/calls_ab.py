@@ -13,7 +13,8 @@ exported with ``git archive`` (``proxy/`` and ``tests/fixtures/``) into a tempor
 stateless path) instead of in handshake-era sessions. ``--cpu-rounds N`` adds Manifold's process
 CPU per call (``/proc``, without the profiler) in N rounds that alternate the two trees, each
 round's ratio after/before, and their median: on a loaded box the paired ratio moves less than
-either figure.
+either figure. ``--middleware NAME`` switches on one of ``benchmarks.plan.MIDDLEWARES`` in both
+Manifolds (e.g. ``ratelimit``: what a change to that middleware saves).
 
 Every echo is checked as in ``benchmarks.run``. Wall time is not measured here: use
 ``benchmarks.run`` for that.
@@ -41,7 +42,7 @@ import yaml
 
 from benchmarks.clients import PosterFactory, open_raw, open_stateless
 from benchmarks.load import CallTarget, run_calls
-from benchmarks.plan import http_server, manifold_config, stdio_server
+from benchmarks.plan import MIDDLEWARES, deep_merge, http_server, manifold_config, materialize, stdio_server
 from benchmarks.procs import (
     REPO,
     Spawned,
@@ -113,6 +114,7 @@ async def _count(
     calls: int,
     client: str = "handshake",
     profiled: bool = True,
+    middleware: str | None = None,
 ) -> float:
     """Python function calls Manifold at ``tree`` made, from its start to its stop; without
     ``profiled``, its process CPU seconds per measured call instead."""
@@ -123,7 +125,13 @@ async def _count(
         else {"s00": stdio_server("s00", tools=10, page_size=100)}
     )
     config = workdir / f"{name}.yaml"
-    config.write_text(yaml.safe_dump(manifold_config(servers, page_size=100)))
+    settings = manifold_config(servers, page_size=100)
+    if middleware is not None:
+        overlay = MIDDLEWARES[middleware]
+        for file_name, text in overlay.files.items():
+            (workdir / file_name).write_text(text)
+        settings = deep_merge(settings, materialize(overlay.on, workdir))
+    config.write_text(yaml.safe_dump(settings))
     stats_path = workdir / f"{name}.prof"
     port = free_port()
     script = _PROFILED if profiled else _PLAIN
@@ -149,18 +157,26 @@ async def _count(
 
 
 async def _compare(
-    base: Path, loop: str, calls: int, workdir: Path, client: str, kinds: Sequence[str], cpu_rounds: int
+    base: Path,
+    loop: str,
+    calls: int,
+    workdir: Path,
+    client: str,
+    kinds: Sequence[str],
+    cpu_rounds: int,
+    middleware: str | None,
 ) -> list[str]:
     fixture = spawn_http_fixture("h00", workdir, tools=10, page_size=100)
     lines: list[str] = []
+    mw = f", {middleware} on" if middleware else ""
     try:
         await wait_listening([fixture], 60)
         requests = calls + _WARMUP + 2 * 16 * 2  # measured, warm-up, and each run's per-worker warm-up
         for kind in kinds:
-            before = await _count(base, kind, fixture.url, workdir, loop, calls, client)
-            after = await _count(REPO, kind, fixture.url, workdir, loop, calls, client)
+            before = await _count(base, kind, fixture.url, workdir, loop, calls, client, True, middleware)
+            after = await _count(REPO, kind, fixture.url, workdir, loop, calls, client, True, middleware)
             lines.append(
-                f"{kind}-1 on {loop}, {client} client: Python calls {before:,.0f} -> {after:,.0f} "
+                f"{kind}-1 on {loop}, {client} client{mw}: Python calls {before:,.0f} -> {after:,.0f} "
                 f"({100 * (after / before - 1):+.1f}%), {before / requests:.0f} -> {after / requests:.0f}"
                 f" per tools/call"
             )
@@ -169,13 +185,15 @@ async def _compare(
                 for round_ in range(cpu_rounds):  # alternate which tree goes first
                     trees = (base, REPO) if round_ % 2 == 0 else (REPO, base)
                     cpu = {
-                        tree: await _count(tree, kind, fixture.url, workdir, loop, calls, client, False)
+                        tree: await _count(
+                            tree, kind, fixture.url, workdir, loop, calls, client, False, middleware
+                        )
                         for tree in trees
                     }
                     pairs.append((cpu[base], cpu[REPO]))
                 ratio = statistics.median(after / before for before, after in pairs)
                 lines.append(
-                    f"{kind}-1 on {loop}, {client} client: CPU per call "
+                    f"{kind}-1 on {loop}, {client} client{mw}: CPU per call "
                     f"{statistics.median(b for b, _ in pairs) * 1e6:.0f} -> "
                     f"{statistics.median(a for _, a in pairs) * 1e6:.0f} µs (medians), paired ratio "
                     f"{ratio:.3f} over {cpu_rounds} rounds ({', '.join(f'{a / b:.2f}' for b, a in pairs)}); "
@@ -196,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--client", choices=tuple(_CLIENTS), default="handshake", help="the load's era")
     parser.add_argument("--kinds", default="http,stdio", help="http, stdio or both (comma-separated)")
     parser.add_argument("--cpu-rounds", type=int, default=0, help="paired CPU rounds per kind (0: none)")
+    parser.add_argument("--middleware", choices=tuple(MIDDLEWARES), help="switched on in both Manifolds")
     args = parser.parse_args(argv)
     kinds = [kind for kind in args.kinds.split(",") if kind in ("http", "stdio")]
     workdir = Path(tempfile.mkdtemp(prefix="manifold-calls-ab-"))
@@ -211,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.client,
                 kinds,
                 args.cpu_rounds,
+                args.middleware,
                 backend_options={"use_uvloop": True},
             ):
                 print(line, flush=True)
