@@ -53,7 +53,6 @@ from proxy.pipeline.context import CallContext, Caller, Handler
 from proxy.protocol import jsonrpc
 from proxy.protocol.asks import ASKABLE
 from proxy.protocol.extensions import TASKS, HoldingTasks
-from proxy.protocol.results import OwnResultType
 from proxy.tasks import modern
 from proxy.tasks.ids import unknown_task
 from proxy.tasks.store import TaskRecord
@@ -91,7 +90,6 @@ _HANDSHAKE: Final = {
     "ttlMs": "ttl",
     "pollIntervalMs": "pollInterval",
 }
-_MODERN: Final = {old: new for new, old in _HANDSHAKE.items()}
 
 
 def declared(server_capabilities: Mapping[str, Any]) -> bool:
@@ -208,10 +206,7 @@ async def calling(tasks: Tasks, pipeline: Handler, ctx: CallContext, running: bo
     )
     task = answer["task"]
     tasks.remember(plain, task["taskId"])
-    if not caller.stateless:
-        return answer
-    shown = {_MODERN.get(k, k): v for k, v in task.items()}
-    return OwnResultType({**shown, "resultType": "task"})
+    return modern.handle(answer) if caller.stateless else answer
 
 
 # ---- what the relay asks of a task ------------------------------------------------------------
