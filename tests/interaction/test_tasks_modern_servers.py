@@ -1,8 +1,8 @@
 """A 2026-07-28 server's own tasks (the ``io.modelcontextprotocol/tasks`` extension) through
-Manifold, for callers of both eras: tests/fixtures/modern_task_server.py over stdio behind a real
-``manifold serve``, driven by raw 2026-07-28 JSON-RPC over Streamable HTTP and by the Python SDK
-client in the handshake era (raw JSON-RPC for the ``tasks/*`` methods, which it has no API for),
-and through ``manifold stdio``.
+Manifold, for callers of both eras: tests/fixtures/modern_task_server.py over stdio (and over
+Streamable HTTP) behind a real ``manifold serve``, driven by raw 2026-07-28 JSON-RPC over
+Streamable HTTP and by the Python SDK client in the handshake era (raw JSON-RPC for the
+``tasks/*`` methods, which it has no API for), and through ``manifold stdio``.
 
 A caller holds Manifold's sealed id, never the server's; the server is told the extension only on
 the calls whose task Manifold takes; a handshake-era client's blocking ``tasks/result`` is
@@ -30,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 
 from proxy.protocol.extensions import TASKS
 from proxy.tasks.modern_servers import MAX_INPUT_REQUESTS, MIN_POLL
+from tests.fixtures.spawn import free_port, running_http_process
 from tests.interaction.harness import REPO, RunningManifold, running_manifold, write_config
 from tests.interaction.test_tasks import KEYS, _stored, client_as
 from tests.interaction.test_tasks_modern import TASK_CALLS, Modern
@@ -291,6 +292,30 @@ async def test_a_modern_servers_task_runs_through_manifold_stdio(tmp_path: Path)
             assert (await _raw(client, "tasks/get", {"taskId": task["taskId"]}))["status"] == "completed"
             listed = await _raw(client, "tasks/list", {})
             assert [one["taskId"] for one in listed["tasks"]] == [task["taskId"]]
+
+
+async def test_a_modern_task_server_over_streamable_http_gets_its_routing_headers(tmp_path: Path) -> None:
+    """Behind Manifold over HTTP, the server refuses (-32020) any request whose Mcp-Method or
+    Mcp-Name does not mirror its body: its tasks/* carry Mcp-Name with the server's own id."""
+    port = free_port()
+    command = [sys.executable, SERVER, "--port", str(port)]
+    config = {"servers": {"modern": {"url": f"http://127.0.0.1:{port}/mcp"}}}
+    async with (
+        running_http_process(command, port),
+        running_manifold(tmp_path, config) as manifold,
+        aiohttp.ClientSession() as http,
+    ):
+        alice = Modern(http, manifold.url, None)
+        task = await _create(alice, "confirm_delete", filename="h.txt")
+        waiting = await _until(alice, task["taskId"], "input_required")
+        answer = {"action": "accept", "content": {"confirm": True}}
+        await alice.send("tasks/update", taskId=task["taskId"], inputResponses={"confirm": answer})
+        done = await _until(alice, task["taskId"], "completed")
+        assert done["result"]["content"][0]["text"] == "deleted h.txt", (waiting, done)
+        other = await _create(alice, "slow_compute", seconds=30)
+        await alice.send("tasks/cancel", taskId=other["taskId"])
+        seen = await _seen(alice)
+    assert {method for method, _ in seen} == {"tasks/get", "tasks/update", "tasks/cancel"}, seen
 
 
 # ---- hostile servers ---------------------------------------------------------------------------
