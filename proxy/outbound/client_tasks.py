@@ -26,7 +26,13 @@ import anyio.abc
 from proxy.config.model import LimitsConfig
 from proxy.core.errors import NoClientToAsk
 from proxy.outbound.relay import RELATED_TASK, Relay
-from proxy.protocol.client_tasks import ClientTask, ClientTaskTable, requested_ttl, without_task
+from proxy.protocol.client_tasks import (
+    WHILE_ASKED,
+    ClientTask,
+    ClientTaskTable,
+    requested_ttl,
+    without_task,
+)
 
 __all__ = ["ClientTasks"]
 
@@ -120,6 +126,8 @@ class ClientTasks:
         started = anyio.current_time()
         try:
             with scope:
+                if (asked := WHILE_ASKED[task.method]) != task.status:
+                    self._table.settle(task, asked, self._clock(), message="The client is asked.")
                 try:
                     task.result = await relay.request(task.method, params)
                 except Exception as exc:  # the error the plain request would have been answered with

@@ -30,6 +30,7 @@ __all__ = [
     "POLLS",
     "TASK_REQUESTS",
     "TERMINAL",
+    "WHILE_ASKED",
     "ClientTask",
     "ClientTaskTable",
     "declared",
@@ -43,6 +44,12 @@ TASK_REQUESTS: Final[Mapping[str, tuple[str, str]]] = {
     "elicitation/create": ("elicitation", "create"),
 }
 # A server's requests about the tasks Manifold holds for it: answered by Manifold alone.
+# A held task's status while its client is asked: an elicitation waits for a person's input
+# (input_required, as server-everything's async tool expects), a sampling request is work.
+WHILE_ASKED: Final[Mapping[str, str]] = {
+    "elicitation/create": "input_required",
+    "sampling/createMessage": "working",
+}
 POLLS: Final = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
 POLL_INTERVAL_MS: Final = 1000

@@ -81,7 +81,8 @@ async def test_a_task_is_answered_at_once_and_its_result_read_once_the_client_an
             assert len(task_id) >= 20
             await anyio.lowlevel.checkpoint()
             assert client.asked == [(ELICIT, {"message": "hi"})]  # plainly: no task
-            assert (await tasks.poll("tasks/get", {"taskId": task_id}))["status"] == "working"
+            got = await tasks.poll("tasks/get", {"taskId": task_id})
+            assert got["status"] == "input_required"  # a person is asked
             read: list[Any] = []
             async with anyio.create_task_group() as readers:
 
@@ -97,6 +98,21 @@ async def test_a_task_is_answered_at_once_and_its_result_read_once_the_client_an
             assert (await tasks.poll("tasks/get", {"taskId": task_id}))["status"] == "completed"
             listed = await tasks.poll("tasks/list", {})
             assert [t["taskId"] for t in listed["tasks"]] == [task_id]
+
+
+async def test_a_sampling_task_is_working_while_its_client_is_asked() -> None:
+    tasks = _tasks()
+    client = Client({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"})
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            created = await tasks.ask(client, "sampling/createMessage", {"maxTokens": 3, "task": {}}, tg)
+            task_id = created["task"]["taskId"]
+            await anyio.lowlevel.checkpoint()
+            assert client.asked == [("sampling/createMessage", {"maxTokens": 3})]
+            assert (await tasks.poll("tasks/get", {"taskId": task_id}))["status"] == "working"
+            client.go.set()
+            got = await tasks.poll("tasks/result", {"taskId": task_id})
+            assert got["model"] == "m"
 
 
 async def test_a_clients_error_is_what_the_servers_tasks_result_gets() -> None:
