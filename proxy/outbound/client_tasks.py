@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 
 from proxy.config.model import LimitsConfig
-from proxy.core.errors import NoClientToAsk
+from proxy.core.errors import NoClientToAsk, ProtocolError
 from proxy.outbound.relay import RELATED_TASK, Relay
 from proxy.protocol.client_tasks import (
     WHILE_ASKED,
@@ -132,7 +132,7 @@ class ClientTasks:
                     task.result = await relay.request(task.method, params)
                 except Exception as exc:  # the error the plain request would have been answered with
                     task.error = exc
-                    self._table.settle(task, "failed", self._clock(), message=str(exc)[:500])
+                    self._table.settle(task, "failed", self._clock(), message=_told(exc))
                 else:
                     self._table.settle(task, "completed", self._clock())
             if scope.cancelled_caught and not task.ended:
@@ -162,6 +162,12 @@ class ClientTasks:
     def _ended(self, task: ClientTask) -> None:
         if (end := self._ends.pop(task.task_id, None)) is not None:
             end.set()
+
+
+def _told(exc: Exception) -> str:
+    """A failed task's status message: Manifold's own refusal (a guardrail's, a missing capability)
+    says why, as the plain request's error would; anything else only that it failed."""
+    return exc.message[:500] if isinstance(exc, ProtocolError) else "The client's answer was an error."
 
 
 def _cancelled(task: ClientTask) -> Exception:
