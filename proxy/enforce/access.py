@@ -342,6 +342,11 @@ class Access:
             return Decision("deny", ("quarantine",), (held,))
         return _ALLOW_ALL if self.engine is None else self.engine.decide(identity, subject)
 
+    def held(self, kind: str, name: str | None = None) -> bool:
+        """Whether the prompt or resource (or template) ``name`` is quarantined now; without a
+        name, whether anything is."""
+        return bool(self._held) if name is None else (kind, name) in self._held
+
     def judge_definitions(self, kind: str, items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
         """Quarantine the prompts or resources (``kind``) among ``items`` — (server id, canonical
         name or URI, definition) — that a guardrail rule holds and no operator accepted; release
