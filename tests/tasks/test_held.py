@@ -120,12 +120,18 @@ async def test_a_reload_changes_which_tools_are_held() -> None:
     assert tasks.running_tasks() == {"srv"}
 
 
-async def _hang(ctx: CallContext) -> Any:
-    await anyio.sleep_forever()
-
-
 async def _start_held(tasks: HeldTasks, store: ToldStore) -> tuple[str, str]:
-    created = await tasks.creating(_hang)(_ctx("slow", task={"ttl": 60_000}))
+    """A held call of alice's that never ends, running (its pipeline entered): its task id and
+    its record's key."""
+    entered = anyio.Event()
+
+    async def hang(ctx: CallContext) -> Any:
+        entered.set()
+        await anyio.sleep_forever()
+
+    created = await tasks.creating(hang)(_ctx("slow", task={"ttl": 60_000}))
+    with anyio.fail_after(5):
+        await entered.wait()
     task_id: str = created["task"]["taskId"]
     [record] = await store.owned(next(iter(store._by_owner)), "")
     return task_id, record.key
@@ -203,3 +209,55 @@ async def test_a_cancel_that_cannot_be_told_is_still_answered_and_kept_in_the_re
         assert got["status"] == "cancelled"
         await store.send.send("")  # the running replica's next look at the records stops it
         assert b"the task was cancelled" in (await _outcome(store, key) or b"")
+
+
+async def test_a_call_cancelled_elsewhere_before_it_ran_does_not_run() -> None:
+    class CancelledFirst(ToldStore):
+        async def find(self, server_id: str, server_task: str) -> TaskRecord | None:
+            found = await super().find(server_id, server_task)
+            if found is not None:  # another replica's tasks/cancel came first
+                await _cancelled_elsewhere(self, found.key)
+            return await super().find(server_id, server_task)
+
+    ran: list[CallContext] = []
+
+    async def recorded(ctx: CallContext) -> Any:
+        ran.append(ctx)
+        await anyio.sleep_forever()
+
+    store = CancelledFirst()
+    tasks = _held(Server({}), store, _server(tasks="held"))
+    async with store.send, store.receive, anyio.create_task_group() as tg:
+        await tg.start(tasks.run)
+        created = await tasks.creating(recorded)(_ctx("slow", task={}))
+        [record] = await store.owned(next(iter(store._by_owner)), "")
+        assert b"the task was cancelled" in (await _outcome(store, record.key) or b"")
+        assert created["task"]["status"] == "working"
+        assert ran == []
+        tg.cancel_scope.cancel()
+
+
+async def test_a_surprise_while_listening_is_logged_and_listening_starts_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("proxy.tasks.held._RELISTEN", 0.01)
+
+    class Surprising(ToldStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.listened = 0
+
+        async def cancels(self) -> AsyncGenerator[str, None]:
+            self.listened += 1
+            if self.listened == 1:
+                raise RuntimeError("a bug of ours")
+            async for key in super().cancels():
+                yield key
+
+    store = Surprising()
+    async with running_held(store) as (_, _, key):
+        await _cancelled_elsewhere(store, key)
+        await store.send.send(key)  # heard by the second listening
+        assert b"the task was cancelled" in (await _outcome(store, key) or b"")
+    assert store.listened == 2
+    assert "hearing task cancels from other replicas failed" in caplog.text
