@@ -43,6 +43,7 @@ from proxy.core.keys import fingerprint
 from proxy.observe.boundary import wire_error
 from proxy.outbound.relay import RELATED_TASK
 from proxy.pipeline.context import CallContext, Caller, Handler, Stage, compose
+from proxy.pipeline.stages.guard import asked_checked
 from proxy.protocol import jsonrpc
 from proxy.tasks import modern
 from proxy.tasks.ids import unknown_task
@@ -74,11 +75,17 @@ class _HeldCaller:
     """The caller of a held call once its request was answered: it is who the call's questions
     go to, through a ``tasks/result`` of the task's owner (waited for, as ``input_required``)."""
 
-    def __init__(self, tasks: HeldTasks, origin: Caller, where: tuple[str, str], running: _Running) -> None:
+    def __init__(
+        self, tasks: HeldTasks, origin: Caller, where: tuple[str, str], running: _Running, asked: Any = None
+    ) -> None:
         self._tasks = tasks
         self._origin = origin
         self._where = where
         self._running = running
+        self._asked = asked  # the guard stage's checks of the call's questions (Guardable)
+
+    def guarded(self, asked: Any) -> _HeldCaller:
+        return _HeldCaller(self._tasks, self._origin, self._where, self._running, asked)
 
     @property
     def session_id(self) -> str:
@@ -113,6 +120,9 @@ class _HeldCaller:
         return None  # progress of a call whose request was answered: the task's status says it
 
     async def request(self, method: str, params: dict[str, Any] | None) -> Any:
+        return await asked_checked(self._asked, self.identity, method, params, self._ask)
+
+    async def _ask(self, method: str, params: dict[str, Any] | None) -> Any:
         running = self._running
         await self._tasks.set_status(self._where, "input_required")
         try:
