@@ -151,6 +151,7 @@ class HeldTasks(Tasks):
         self._by_key: dict[str, tuple[str, str]] = {}  # running calls, by their record's key
         self._reread: Handler | None = None
         self._calls: dict[tuple[str, str], CallContext] = {}  # relayed tasks' calls, by server task
+        self._asked: dict[tuple[str, str], Any] = {}  # their questions' checks (the guard stage's)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Own the held calls: they end (cancelled) when this does."""
@@ -252,15 +253,22 @@ class HeldTasks(Tasks):
 
         return call
 
-    def _remember(self, ctx: CallContext, client_id: object) -> None:
-        """The call a relayed task was created by, to check its result against when it is read."""
+    def _remember(self, ctx: CallContext, client_id: object, asked: Any = None) -> None:
+        """The call a relayed task was created by, to check its result against when it is read
+        (and its questions, ``asked``: the guard stage's checks)."""
         where = next((w for w, entry in self._local.items() if entry[0] == client_id), None)
         if where is None:
             return
         if len(self._calls) >= self._max_local:
             self._calls = {w: c for w, c in self._calls.items() if w in self._local}
+            self._asked = {w: a for w, a in self._asked.items() if w in self._local}
         if len(self._calls) < self._max_local:
             self._calls[where] = replace(ctx, params={k: v for k, v in ctx.params.items() if k != "task"})
+            if asked is not None:
+                self._asked[where] = asked
+
+    def asked_of(self, record: TaskRecord) -> Any:
+        return self._asked.get((record.server_id, record.server_task))
 
     async def _checked(self, record: TaskRecord, outcome: dict[str, Any]) -> dict[str, Any]:
         """A relayed task's outcome, the first time it is read from its server: its result passed

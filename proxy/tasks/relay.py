@@ -279,12 +279,18 @@ class Tasks:
         """The connection ``inbound`` reaches the record's server on."""
         return await self._connections.for_call(inbound, record.server_id)
 
-    def remember(self, ctx: CallContext, client_id: str) -> None:
-        """Keep the call a task was created by, to check its result against when it is first read
+    def remember(self, ctx: CallContext, client_id: str, asked: Any = None) -> None:
+        """Keep the call a task was created by, to check its result against when it is first read,
+        and ``asked``, the guard stage's checks of its questions (:func:`asked_of`)
         (:class:`~proxy.tasks.held.HeldTasks` does; the bare relay checks nothing)."""
-        self._remember(ctx, client_id)
+        self._remember(ctx, client_id, asked)
 
-    def _remember(self, ctx: CallContext, client_id: object) -> None:
+    def _remember(self, ctx: CallContext, client_id: object, asked: Any = None) -> None:
+        return None
+
+    def asked_of(self, record: TaskRecord) -> Any:
+        """The guard stage's checks of the questions of the call that created ``record``'s task
+        (:func:`proxy.pipeline.stages.guard.asked_checked`), if they were kept."""
         return None
 
     async def _get(self, inbound: Caller, record: TaskRecord, task_id: str) -> Any:
@@ -361,7 +367,14 @@ class Tasks:
             if connection.stateless:  # the tasks extension's words (tasks/result: polled)
                 heard = functools.partial(self._heard, record.server_id, record.server_task)
                 return await modern_servers.ask(
-                    connection, inbound, method, record.server_task, task_id, timeout=timeout, heard=heard
+                    connection,
+                    inbound,
+                    method,
+                    record.server_task,
+                    task_id,
+                    timeout=timeout,
+                    heard=heard,
+                    asked=self.asked_of(record),
                 )
             return await connection.request(method, params, timeout=timeout, relay=inbound)
         except RemoteError as exc:

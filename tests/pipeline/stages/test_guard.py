@@ -267,7 +267,9 @@ guardrails:
   rules:
     - id: keys-stay
       effect: redact
-      match: {directions: [sampling_requests, sampling_results], detectors: [aws_access_key]}
+      match:
+        directions: [sampling_requests, sampling_results, elicitation_requests]
+        detectors: [aws_access_key]
     - id: no-phishing
       effect: deny
       match: {directions: [elicitation_requests], detectors: [injection]}
