@@ -150,6 +150,11 @@ async def test_a_modern_servers_phishing_question_is_refused_to_a_2026_caller(
         alice = Modern(http, manifold.url, None)
         task_id = await _modern_task(alice, "ask_about", question=PHISHING, hint="x")
         refused = await _polled(alice, task_id)
+        # The refusal is that request's only: the task is still the caller's to cancel.
+        cancelled = await alice.send("tasks/cancel", taskId=task_id)
+        assert cancelled["result"]["resultType"] == "complete", cancelled
+        after = await _polled(alice, task_id, until={"cancelled"})
+        assert after["result"]["status"] == "cancelled", after
     assert refused["error"]["code"] == -32030, refused
     assert "no-phishing-questions" in refused["error"]["message"]
     assert "password" not in orjson.dumps(refused).decode()
