@@ -48,7 +48,7 @@ from proxy.pipeline.bridge.parking import ParkedCalls
 from proxy.pipeline.bridge.state import RequestStates
 from proxy.pipeline.context import Stage, compose
 from proxy.pipeline.forward import Forward
-from proxy.pipeline.order import Parts, audit_log, limiter, stages
+from proxy.pipeline.order import Parts, audit_log, client_task_records, limiter, stages
 from proxy.policy.model import MAX_CONFIRM_TIMEOUT
 from proxy.router.dispatch import Router
 from proxy.servers.connections import Connections, ServerHealth, WaitFor
@@ -108,6 +108,7 @@ class Gateway:
             boundary=self.boundary,
             transports=transports,
             credentials=sources_for(config, self.credential_store, self.token_modes.sources(config)),
+            watch=client_task_records(metrics, self.audit),
         )
         self.notices = notices = Notices(self.sessions, self.listens, self.connections, access)
         # Changed in place by a config reload (proxy.app.reloader): every catalog reads these.

@@ -363,6 +363,10 @@ class Metrics:
                 registry=r,
             )
         )
+        h = "Tasks Manifold holds for a server (its task-augmented sampling or elicitation)"
+        self._ct_made = counter("manifold_client_tasks_created", f"{h}.", "server", "method")
+        self._ct_end = counter("manifold_client_tasks_ended", f"{h}, ended.", "server", "method", "status")
+        self._ct_open = gauge("manifold_client_tasks_in_flight", f"{h}, not yet ended.", "server")
         self._received = counter("manifold_received_bytes", "Bytes received from clients.", "transport")
         self._sent = counter("manifold_sent_bytes", "Bytes sent to clients.", "transport")
         gauge("manifold_build_info", "Manifold's version; always 1.", "version").get(__version__).set(1)
@@ -516,6 +520,11 @@ class Metrics:
         self._tasks_open.get(server).dec()
         if seconds is not None:
             self._task_seconds.get(server).observe(seconds)
+
+    def client_task(self, server: str, method: str, status: str | None = None) -> None:  # None: created
+        made = status is None
+        (self._ct_made.get(server, method) if made else self._ct_end.get(server, method, str(status))).inc()
+        self._ct_open.get(server).inc(1 if made else -1)
 
     def pin_drift(self, server: str) -> None:
         self._pin_drift.get(server).inc()

@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
@@ -34,11 +34,19 @@ from proxy.protocol.client_tasks import (
     without_task,
 )
 
-__all__ = ["ClientTasks"]
+__all__ = ["ClientTaskWatch", "ClientTasks"]
 
 logger = logging.getLogger("proxy.outbound.client_tasks")
 
 _ID_BYTES: Final = 16
+
+
+class ClientTaskWatch(Protocol):
+    """Told of each client-side task's creation and (once) of its end: metrics and audit."""
+
+    def created(self, server: str, method: str, task_id: str) -> None: ...
+
+    def ended(self, server: str, method: str, task_id: str, status: str, seconds: float) -> None: ...
 
 
 class ClientTasks:
@@ -51,17 +59,22 @@ class ClientTasks:
         limit: int = 100,
         max_ttl: float = 3600.0,
         clock: Callable[[], float] = time.time,
+        watch: ClientTaskWatch | None = None,
     ) -> None:
         self._server_id = server_id
+        self._watch = watch
         self._table = ClientTaskTable(limit=limit, max_ttl_ms=int(max_ttl * 1000), server_id=server_id)
         self._clock = clock
         self._ends: dict[str, anyio.Event] = {}
         self._scopes: dict[str, anyio.CancelScope] = {}
 
     @classmethod
-    def from_limits(cls, server_id: str, limits: LimitsConfig) -> ClientTasks:
+    def from_limits(
+        cls, server_id: str, limits: LimitsConfig, watch: ClientTaskWatch | None = None
+    ) -> ClientTasks:
         """As ``limits`` say: ``max_client_tasks_per_server`` tasks, each at most ``max_task_ttl``."""
-        return cls(server_id, limit=limits.max_client_tasks_per_server, max_ttl=limits.max_task_ttl)
+        most = limits.max_client_tasks_per_server
+        return cls(server_id, limit=most, max_ttl=limits.max_task_ttl, watch=watch)
 
     @property
     def held(self) -> int:
@@ -84,6 +97,8 @@ class ClientTasks:
         self._ends[task.task_id] = anyio.Event()
         deadline = anyio.current_time() + task.ttl_ms / 1000
         scope = self._scopes[task.task_id] = anyio.CancelScope(deadline=deadline)
+        if self._watch is not None:
+            self._watch.created(self._server_id, method, task.task_id)
         tg.start_soon(self._run, task, relay, without_task(params), scope)
         return {"task": task.view()}
 
@@ -160,8 +175,12 @@ class ClientTasks:
             )
 
     def _ended(self, task: ClientTask) -> None:
+        """Wake ``tasks/result`` waiters, and tell the watch, the first time ``task`` ends."""
         if (end := self._ends.pop(task.task_id, None)) is not None:
             end.set()
+            if self._watch is not None:
+                seconds = max(self._clock() - task.created, 0.0)
+                self._watch.ended(self._server_id, task.method, task.task_id, task.status, seconds)
 
 
 def _told(exc: Exception) -> str:

@@ -22,6 +22,7 @@ from proxy.config.model import Config
 from proxy.enforce.access import Access
 from proxy.enforce.confirm.approvals import Approvals
 from proxy.enforce.confirm.memory import Memory
+from proxy.observe.client_tasks import ClientTaskRecords
 from proxy.observe.metrics import Metrics
 from proxy.pipeline.bridge.state import RequestStates
 from proxy.pipeline.context import Stage
@@ -38,7 +39,7 @@ from proxy.ratelimit import LimitBackend, make_backend
 if TYPE_CHECKING:  # the oauth credentials mode, with its OAuth client, only when configured
     from proxy.credentials.on_behalf import OnBehalf
 
-__all__ = ["Parts", "audit_log", "limiter", "stages"]
+__all__ = ["Parts", "audit_log", "client_task_records", "limiter", "stages"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,11 @@ def audit_log(config: Config, metrics: Metrics) -> AuditLog | None:
         return None
     refused = functools.partial(metrics.limit_refused, "audit_buffer_bytes")  # a stalled disk
     return AuditLog(config.policy.audit, buffer_bytes=config.limits.audit_buffer_bytes, on_dropped=refused)
+
+
+def client_task_records(metrics: Metrics, audit: AuditLog | None) -> ClientTaskRecords:
+    """Metrics and audit of the tasks Manifold holds for servers (client-side tasks)."""
+    return ClientTaskRecords(metrics, None if audit is None else audit.write)
 
 
 def limiter(config: Config, metrics: Metrics) -> LimitBackend | None:

@@ -25,7 +25,7 @@ from proxy.credentials import Sources
 from proxy.observe.boundary import Boundary, wire_error
 from proxy.observe.logs import redact_text
 from proxy.observe.metrics import Metrics
-from proxy.outbound.client_tasks import ClientTasks
+from proxy.outbound.client_tasks import ClientTasks, ClientTaskWatch
 from proxy.outbound.connection import ServerConnection
 from proxy.outbound.era import Era, relayed_capabilities
 from proxy.outbound.factory import transport_for
@@ -77,7 +77,9 @@ class Connections:
         boundary: Boundary,
         transports: Mapping[str, Transport] | None = None,  # by server id (tests), else the config's
         credentials: Sources | None = None,  # each identity's own, for servers not in shared mode
+        watch: ClientTaskWatch | None = None,  # told of the tasks Manifold holds for servers
     ) -> None:
+        self._watch = watch
         # One dict, changed in place by a reload: Sharing and the per_client connections read it.
         self._servers = {s.id: s for s in servers}
         self._boundary = boundary
@@ -106,6 +108,7 @@ class Connections:
             answer_error=wire_error,
             on_internal_error=self._caught,
             credentials=credentials,
+            watch=watch,
         )
 
     def _connection(self, server: ServerConfig, transport: Transport | None = None) -> ServerConnection:
@@ -126,7 +129,7 @@ class Connections:
             max_items=limits.max_server_items,
             failures_until_unready=limits.failures_until_unready,
             on_limit=self._boundary.refused,
-            client_tasks=ClientTasks.from_limits(server.id, limits),
+            client_tasks=ClientTasks.from_limits(server.id, limits, self._watch),
         )
 
     def _start(self, tg: anyio.abc.TaskGroup, connection: ServerConnection) -> None:

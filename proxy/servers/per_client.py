@@ -44,7 +44,7 @@ from proxy.clients.session import ClientSession, InboundRequest, StatelessCaller
 from proxy.config.model import LimitsConfig, ServerConfig
 from proxy.core.errors import LimitExceeded, ServerUnavailable, SignInNeeded
 from proxy.credentials import Credentials, Sources
-from proxy.outbound.client_tasks import ClientTasks
+from proxy.outbound.client_tasks import ClientTasks, ClientTaskWatch
 from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection
 from proxy.outbound.era import Era, relayed_capabilities
 from proxy.outbound.factory import transport_for
@@ -169,8 +169,10 @@ class ClientConnections:
         on_limit: Callable[[LimitExceeded], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         credentials: Sources | None = None,
+        watch: ClientTaskWatch | None = None,
     ) -> None:
         self._servers = servers
+        self._watch = watch
         self._credentials = credentials or Sources({})
         self._max_pages = max_pages
         self._limits = limits
@@ -321,7 +323,7 @@ class ClientConnections:
             max_items=self._limits.max_server_items,
             failures_until_unready=self._limits.failures_until_unready,
             on_limit=self._on_limit,
-            client_tasks=ClientTasks.from_limits(server_id, self._limits),
+            client_tasks=ClientTasks.from_limits(server_id, self._limits, self._watch),
         )
         running = _Running(session, connection, anyio.CancelScope(), self._clock(), doorway, own)
         self._running[key] = self._by_connection[connection] = running

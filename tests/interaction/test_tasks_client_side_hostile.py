@@ -74,6 +74,15 @@ async def call(client: Client, tool: str, arguments: dict[str, Any] | None = Non
     return json.loads(block.text)
 
 
+async def sample(manifold: RunningManifold, name: str, **labels: str) -> float:
+    """One sample of /metrics of the running ``manifold serve`` now; 0 if not yet exposed."""
+    async with httpx2.AsyncClient() as http:
+        text = (await http.get(manifold.url.replace("/mcp", "/metrics"))).text
+    shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    prefix = f"{name}{{{shown}}} "
+    return sum(float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix))
+
+
 def _not_found(answer: dict[str, Any]) -> bool:
     error = answer.get("error") or {}
     return error.get("code") == -32602 and "Task not found" in error.get("message", "")
@@ -124,9 +133,16 @@ async def test_a_server_that_cancels_ends_the_question_and_cannot_cancel_twice(
     manifold: RunningManifold,
 ) -> None:
     user = User(answers=False)
+    ended = "manifold_client_tasks_ended_total"
+    labels = {"server": "a", "method": "elicitation/create"}
+    created_before = await sample(manifold, "manifold_client_tasks_created_total", **labels)
+    cancelled_before = await sample(manifold, ended, **labels, status="cancelled")
     async with connected(manifold, user) as client:
         report = await call(client, "a.ask", {"cancel": True})
         assert report["cancel"]["result"]["status"] == "cancelled"
+        # Counted once each, in series of their own, on the real /metrics.
+        assert await sample(manifold, "manifold_client_tasks_created_total", **labels) == created_before + 1
+        assert await sample(manifold, ended, **labels, status="cancelled") == cancelled_before + 1
         assert report["get"]["result"]["status"] == "cancelled"
         assert "cancelled by the server" in report["result"]["error"]["message"]
         assert report["cancel_again"]["error"]["code"] == -32602
@@ -157,9 +173,13 @@ async def test_a_client_that_never_answers_ends_the_task_at_its_ttl_and_nothing_
 
 async def test_a_flood_of_held_tasks_is_bounded_by_the_named_limit(manifold: RunningManifold) -> None:
     user = User(answers=False)
+    labels = {"server": "c", "method": "elicitation/create"}
+    before = await sample(manifold, "manifold_client_tasks_created_total", **labels)
     async with connected(manifold, user) as client:
         report = await call(client, "c.flood", {"count": HELD + 3})
         assert report["created"] == HELD
+        # The refused ones were never created: only the held ones are counted.
+        assert await sample(manifold, "manifold_client_tasks_created_total", **labels) == before + HELD
         assert len(report["refused"]) == 3
         for error in report["refused"]:
             assert error["code"] == -32600
