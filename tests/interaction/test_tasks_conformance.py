@@ -5,10 +5,14 @@ every check goes across the era bridge. The scenarios are not on the 2026-07-28 
 suite runs them only when forced) and the requirement set does not score them: this is where they
 are scored.
 
-Left out, with why: ``tasks-dispatch-and-envelope`` (its first check calls a ``confirm_delete``
-MRTR tool the fixture lacks), ``tasks-mrtr-input`` and ``tasks-mrtr-composition`` (a handshake-era
-task's question is not yet shown as ``inputRequests``), ``tasks-status-notifications`` (skipped
-by the suite itself)."""
+``tasks-mrtr-input`` and ``tasks-mrtr-composition`` put the server's questions across the bridge:
+asked on a ``tasks/result`` Manifold holds open, shown as the task's ``inputRequests``, answered
+by ``tasks/update`` (and, for composition, asked during the call, as ``input_required``, before
+the task exists).
+
+Left out, with why: ``tasks-dispatch-and-envelope`` (its first check calls ``confirm_delete`` as
+a 2026-07-28 MRTR tool that answers ``input_required`` plainly, which a handshake-era server
+behind cannot be), ``tasks-status-notifications`` (skipped by the suite itself)."""
 
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ SCENARIOS = (
     "tasks-request-state-removal",
     "tasks-request-headers",
     "tasks-required-task-error",
+    "tasks-mrtr-input",
+    "tasks-mrtr-composition",
 )
 
 

@@ -135,8 +135,12 @@ async def test_cancel_and_update_acknowledge_and_the_task_ends_cancelled(manifol
     async with aiohttp.ClientSession() as http:
         alice = Modern(http, manifold.url, "alice")
         task = await alice.create("cancelled")
-        update = await alice.send("tasks/update", taskId=task["taskId"], inputResponses={"nothing": {}})
+        update = await alice.send("tasks/update", taskId=task["taskId"], inputResponses={})
         assert update["result"]["resultType"] == "complete"
+        # An answer to a question the task never asked: refused, naming it.
+        unasked = await alice.send("tasks/update", taskId=task["taskId"], inputResponses={"nothing": {}})
+        assert unasked["error"]["code"] == -32602
+        assert unasked["error"]["data"]["unknown"] == ["nothing"]
         cancelled = await alice.send("tasks/cancel", taskId=task["taskId"])
         assert cancelled["result"]["resultType"] == "complete"
         assert (await alice.until_terminal(task["taskId"]))["status"] == "cancelled"
