@@ -9,6 +9,13 @@ each Manifold runs under ``cProfile``, takes warm-up calls, then ``--calls`` ech
 it is stopped with SIGINT and the profile's exact call count is read. The base revision is
 exported with ``git archive`` (``proxy/`` and ``tests/fixtures/``) into a temporary directory.
 
+``--client 2026`` sends the load at 2026-07-28 (each POST self-contained: Manifold's inbound
+stateless path) instead of in handshake-era sessions. ``--cpu-rounds N`` adds Manifold's process
+CPU per call (``/proc``, without the profiler) in N rounds that alternate the two trees, each
+round's ratio after/before, and their median: on a loaded box the paired ratio moves less than
+either figure. ``--middleware NAME`` switches on one of ``benchmarks.plan.MIDDLEWARES`` in both
+Manifolds (e.g. ``ratelimit``: what a change to that middleware saves).
+
 Every echo is checked as in ``benchmarks.run``. Wall time is not measured here: use
 ``benchmarks.run`` for that.
 """
@@ -21,6 +28,7 @@ import os
 import pstats
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -32,9 +40,18 @@ from typing import Final
 import anyio
 import yaml
 
+from benchmarks.clients import PosterFactory, open_raw, open_stateless
 from benchmarks.load import CallTarget, run_calls
-from benchmarks.plan import http_server, manifold_config, stdio_server
-from benchmarks.procs import REPO, Spawned, spawn_http_fixture, stop_all, wait_listening, wait_servers_ready
+from benchmarks.plan import MIDDLEWARES, deep_merge, http_server, manifold_config, materialize, stdio_server
+from benchmarks.procs import (
+    REPO,
+    Spawned,
+    spawn_http_fixture,
+    stop_all,
+    total_cpu,
+    wait_listening,
+    wait_servers_ready,
+)
 from tests.fixtures.spawn import free_port
 
 __all__ = ["main"]
@@ -53,6 +70,14 @@ finally:
     profile.disable()
     profile.dump_stats(sys.argv[1])
 """
+_PLAIN: Final = """\
+import sys
+if sys.argv[2] == "asyncio":
+    sys.modules["uvloop"] = None
+from proxy.cli.commands import main
+main(sys.argv[3:])
+"""
+_CLIENTS: Final[dict[str, PosterFactory]] = {"handshake": open_raw, "2026": open_stateless}
 
 
 def _export(revision: str, into: Path) -> Path:
@@ -80,8 +105,19 @@ def _start(argv: list[str], tree: Path, log_path: Path) -> subprocess.Popen[byte
         )
 
 
-async def _count(tree: Path, kind: str, fixture_url: str, workdir: Path, loop: str, calls: int) -> int:
-    """Python function calls Manifold at ``tree`` made, from its start to its stop."""
+async def _count(
+    tree: Path,
+    kind: str,
+    fixture_url: str,
+    workdir: Path,
+    loop: str,
+    calls: int,
+    client: str = "handshake",
+    profiled: bool = True,
+    middleware: str | None = None,
+) -> float:
+    """Python function calls Manifold at ``tree`` made, from its start to its stop; without
+    ``profiled``, its process CPU seconds per measured call instead."""
     name = f"{tree.name}-{kind}"
     servers = (
         {"h00": http_server(fixture_url)}
@@ -89,10 +125,17 @@ async def _count(tree: Path, kind: str, fixture_url: str, workdir: Path, loop: s
         else {"s00": stdio_server("s00", tools=10, page_size=100)}
     )
     config = workdir / f"{name}.yaml"
-    config.write_text(yaml.safe_dump(manifold_config(servers, page_size=100)))
+    settings = manifold_config(servers, page_size=100)
+    if middleware is not None:
+        overlay = MIDDLEWARES[middleware]
+        for file_name, text in overlay.files.items():
+            (workdir / file_name).write_text(text)
+        settings = deep_merge(settings, materialize(overlay.on, workdir))
+    config.write_text(yaml.safe_dump(settings))
     stats_path = workdir / f"{name}.prof"
     port = free_port()
-    argv = [sys.executable, "-c", _PROFILED, str(stats_path), loop, "serve", "--config", str(config)]
+    script = _PROFILED if profiled else _PLAIN
+    argv = [sys.executable, "-c", script, str(stats_path), loop, "serve", "--config", str(config)]
     log_path = workdir / f"{name}.log"
     process = _start([*argv, "--port", str(port)], tree, log_path)
     spawned = Spawned(name, process, f"http://127.0.0.1:{port}/mcp", log_path, config, list(servers))
@@ -100,27 +143,62 @@ async def _count(tree: Path, kind: str, fixture_url: str, workdir: Path, loop: s
         await wait_servers_ready([spawned], 120)
         server = spawned.server_ids[0]
         target = CallTarget(name, spawned.url, ((f"{server}.echo", server),), None, ())
-        await run_calls(target, 16, duration=3600, max_calls=_WARMUP, warmup_calls=2)
-        await run_calls(target, 16, duration=3600, max_calls=calls, warmup_calls=2)
+        factory = _CLIENTS[client]
+        await run_calls(target, 16, duration=3600, max_calls=_WARMUP, warmup_calls=2, factory=factory)
+        cpu = total_cpu([process.pid])
+        await run_calls(target, 16, duration=3600, max_calls=calls, warmup_calls=2, factory=factory)
+        cpu = (total_cpu([process.pid]) - cpu) / (calls + 2 * 16)
     finally:
         process.send_signal(signal.SIGINT)  # a clean stop: the profile is written on the way out
         process.wait(60)
+    if not profiled:
+        return cpu
     return int(pstats.Stats(str(stats_path)).total_calls)  # type: ignore[attr-defined]
 
 
-async def _compare(base: Path, loop: str, calls: int, workdir: Path) -> list[str]:
+async def _compare(
+    base: Path,
+    loop: str,
+    calls: int,
+    workdir: Path,
+    client: str,
+    kinds: Sequence[str],
+    cpu_rounds: int,
+    middleware: str | None,
+) -> list[str]:
     fixture = spawn_http_fixture("h00", workdir, tools=10, page_size=100)
     lines: list[str] = []
+    mw = f", {middleware} on" if middleware else ""
     try:
         await wait_listening([fixture], 60)
         requests = calls + _WARMUP + 2 * 16 * 2  # measured, warm-up, and each run's per-worker warm-up
-        for kind in ("http", "stdio"):
-            before = await _count(base, kind, fixture.url, workdir, loop, calls)
-            after = await _count(REPO, kind, fixture.url, workdir, loop, calls)
+        for kind in kinds:
+            before = await _count(base, kind, fixture.url, workdir, loop, calls, client, True, middleware)
+            after = await _count(REPO, kind, fixture.url, workdir, loop, calls, client, True, middleware)
             lines.append(
-                f"{kind}-1 on {loop}: Python calls {before:,} -> {after:,} "
-                f"({100 * (after / before - 1):+.1f}%), {(after - before) / requests:+.1f} per tools/call"
+                f"{kind}-1 on {loop}, {client} client{mw}: Python calls {before:,.0f} -> {after:,.0f} "
+                f"({100 * (after / before - 1):+.1f}%), {before / requests:.0f} -> {after / requests:.0f}"
+                f" per tools/call"
             )
+            if cpu_rounds:
+                pairs: list[tuple[float, float]] = []
+                for round_ in range(cpu_rounds):  # alternate which tree goes first
+                    trees = (base, REPO) if round_ % 2 == 0 else (REPO, base)
+                    cpu = {
+                        tree: await _count(
+                            tree, kind, fixture.url, workdir, loop, calls, client, False, middleware
+                        )
+                        for tree in trees
+                    }
+                    pairs.append((cpu[base], cpu[REPO]))
+                ratio = statistics.median(after / before for before, after in pairs)
+                lines.append(
+                    f"{kind}-1 on {loop}, {client} client{mw}: CPU per call "
+                    f"{statistics.median(b for b, _ in pairs) * 1e6:.0f} -> "
+                    f"{statistics.median(a for _, a in pairs) * 1e6:.0f} µs (medians), paired ratio "
+                    f"{ratio:.3f} over {cpu_rounds} rounds ({', '.join(f'{a / b:.2f}' for b, a in pairs)}); "
+                    f"load {os.getloadavg()[0]:.1f}"
+                )
     finally:
         stop_all([fixture])
     return lines
@@ -133,13 +211,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--base", required=True, help="the revision to compare this tree against")
     parser.add_argument("--calls", type=int, default=2000, help="measured tools/call per Manifold")
     parser.add_argument("--loop", choices=("uvloop", "asyncio", "both"), default="both")
+    parser.add_argument("--client", choices=tuple(_CLIENTS), default="handshake", help="the load's era")
+    parser.add_argument("--kinds", default="http,stdio", help="http, stdio or both (comma-separated)")
+    parser.add_argument("--cpu-rounds", type=int, default=0, help="paired CPU rounds per kind (0: none)")
+    parser.add_argument("--middleware", choices=tuple(MIDDLEWARES), help="switched on in both Manifolds")
     args = parser.parse_args(argv)
+    kinds = [kind for kind in args.kinds.split(",") if kind in ("http", "stdio")]
     workdir = Path(tempfile.mkdtemp(prefix="manifold-calls-ab-"))
     try:
         base = _export(args.base, workdir / "base")
         for loop in ("uvloop", "asyncio") if args.loop == "both" else (args.loop,):
             for line in anyio.run(
-                _compare, base, loop, args.calls, workdir, backend_options={"use_uvloop": True}
+                _compare,
+                base,
+                loop,
+                args.calls,
+                workdir,
+                args.client,
+                kinds,
+                args.cpu_rounds,
+                args.middleware,
+                backend_options={"use_uvloop": True},
             ):
                 print(line, flush=True)
     finally:

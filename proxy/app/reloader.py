@@ -168,6 +168,7 @@ class Reloader:
         views = views_of(config)
         # Nothing below refuses: the new config is in force from here.
         gateway.access.servers_changed(servers)
+        gateway.tasks.servers_changed(servers)  # which tools are held as tasks
         gateway.prefixes.clear()
         gateway.prefixes.update({sid: s.prefix for sid, s in servers.items()})
         gateway.renames.clear()

@@ -74,13 +74,25 @@ class ResourceIndex:
         server = self.by_uri.get(uri)
         if server is not None:
             return server
+        route = self._template_route(uri)
+        return None if route is None else route.server_id
+
+    def template_of(self, uri: str) -> str | None:
+        """The ``uriTemplate`` that routes ``uri`` (None for a listed URI, or one no template
+        matches): what a read through a template is also judged as."""
+        if uri in self.by_uri:
+            return None
+        route = self._template_route(uri)
+        return None if route is None else route.template
+
+    def _template_route(self, uri: str) -> _TemplateRoute | None:
         if not self.routes:
             return None
         # Linear in the URI, however long and whatever the templates (see uri_templates).
         subject = UriSubject(uri)
         for route in self.routes:
             if route.matcher.matches(subject):
-                return route.server_id
+                return route
         return None
 
     def spelling(self, uri: str) -> str:

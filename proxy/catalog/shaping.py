@@ -28,7 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ToolShape", "problems", "shape_arguments", "shape_definition"]
+__all__ = ["ToolShape", "offered_as_task", "problems", "runs_as_task", "shape_arguments", "shape_definition"]
+
+_AS_TASK = frozenset({"optional", "required"})
 
 
 @dataclass(frozen=True)
@@ -122,3 +124,21 @@ def shape_arguments(arguments: Mapping[str, Any], shape: ToolShape) -> dict[str,
     shaped = {**shape.defaults, **arguments}
     shaped.update(shape.fixed)
     return shaped
+
+
+def runs_as_task(definition: Mapping[str, Any]) -> bool:
+    """Whether a tool's definition says it may run as a task (``execution.taskSupport``
+    ``optional`` or ``required``; absent or anything else is ``forbidden``)."""
+    execution = definition.get("execution")
+    return isinstance(execution, Mapping) and execution.get("taskSupport") in _AS_TASK
+
+
+def offered_as_task(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The definition of a tool Manifold holds as a task (``proxy.tasks.held``): its
+    ``execution.taskSupport`` is ``optional`` (a client may ask for a task, or call it plainly),
+    unless the tool says it may run as a task already (then its server runs it: relayed)."""
+    if runs_as_task(definition):
+        return dict(definition)
+    execution = definition.get("execution")
+    kept = execution if isinstance(execution, Mapping) else {}
+    return {**definition, "execution": {**kept, "taskSupport": "optional"}}

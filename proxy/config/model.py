@@ -47,6 +47,7 @@ The format is chosen by suffix (``.json`` is JSON; anything else is read as YAML
         transport: auto        # auto (Streamable HTTP, falling back to SSE) | streamable-http | sse
         tools:                 # per tool, by the server's own name (proxy.catalog.shaping)
           query: {name: find, description: "...", arguments: {index: {fixed: web}}}
+          reindex: {tasks: held}  # this tool's task-augmented calls held (over servers.<id>.tasks)
     credentials:               # where per-identity secrets are kept (proxy.config.credentials)
       store: file              # file | redis | env
       key: ${MANIFOLD_CREDENTIALS_KEY}

@@ -74,6 +74,8 @@ class ToolOverride(_Model):
     title: str | None = Field(default=None, max_length=1024)
     description: str | None = Field(default=None, max_length=65536)
     arguments: dict[str, ArgumentOverride] = Field(default_factory=dict)
+    # A task-augmented call of this tool (proxy.tasks.held): held or relay, over the server's ``tasks``.
+    tasks: Literal["relay", "held"] | None = None
 
 
 class ServerConfig(_Model):
@@ -178,6 +180,18 @@ class ServerConfig(_Model):
             raise _Problems(problems)
         return {**data, "tools": tools, "annotations": annotations}
 
+    def holds(self, tool: str) -> bool:
+        """Whether Manifold holds a task-augmented call of ``tool`` (the server's own name) as a
+        task itself: the tool's ``tasks`` if it is given, else the server's."""
+        override = self.tools.get(tool)
+        chosen = override.tasks if override is not None and override.tasks is not None else self.tasks
+        return chosen == "held"
+
+    @property
+    def holds_any(self) -> bool:
+        """Whether a task-augmented call of any of its tools may be held."""
+        return self.tasks == "held" or any(o.tasks == "held" for o in self.tools.values())
+
     @property
     def kind(self) -> Literal["stdio", "http", "openapi"]:
         """``stdio`` for a command server, ``openapi`` for a REST API, ``http`` for a URL server."""
@@ -250,6 +264,17 @@ class ServerConfig(_Model):
         if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
             raise ValueError(f"must be an http:// or https:// URL (got {redact_url(url)!r})")
         return url
+
+    @model_validator(mode="after")
+    def _held_on_the_shared_connection(self) -> ServerConfig:
+        """A held call runs on after its request was answered, on the server's shared connection:
+        a ``per_client`` server's connections are its clients' (and end with their sessions)."""
+        if self.session_mode != "per_client" or not self.holds_any:
+            return self
+        where: list[Loc] = [("tasks",)] if self.tasks == "held" else []
+        where += [("tools", tool, "tasks") for tool, o in self.tools.items() if o.tasks == "held"]
+        why = "held tasks need session_mode: shared (a held call outlives the client's own connection)"
+        raise _Problems([(loc, why) for loc in where])
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:

@@ -22,7 +22,7 @@ from cachetools import LRUCache
 
 from proxy.catalog.merge import Catalog, Entry
 from proxy.catalog.resources import ResourceIndex
-from proxy.catalog.shaping import ToolShape, problems, shape_definition
+from proxy.catalog.shaping import ToolShape, offered_as_task, problems, shape_definition
 from proxy.config.model import ServerConfig
 from proxy.config.policy import PolicySettings
 from proxy.config.policy_files import load_pins, load_policy, save_pins
@@ -191,6 +191,7 @@ class Access:
             sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
         }
         self._shapes = tool_shapes(servers)
+        self._holding = {sid: s for sid, s in servers.items() if s.holds_any}  # listed as task tools
         self.engine: PolicyEngine | None = None
         self.limits: tuple[LimitRule, ...] = ()
         self._limits_by_id: dict[str, LimitRule] = {}
@@ -321,6 +322,7 @@ class Access:
             sid: ServerTrust(trusted=s.trusted, annotations=s.annotations) for sid, s in servers.items()
         }
         self._shapes = tool_shapes(servers)
+        self._holding = {sid: s for sid, s in servers.items() if s.holds_any}
         self._own_secrets = own_secrets(servers)  # read by the guardrails at the next policy load
         self.version += 1
         self._views.clear()
@@ -339,6 +341,11 @@ class Access:
         if self._held and (held := self._held.get((subject.kind, subject.name))) is not None:
             return Decision("deny", ("quarantine",), (held,))
         return _ALLOW_ALL if self.engine is None else self.engine.decide(identity, subject)
+
+    def held(self, kind: str, name: str | None = None) -> bool:
+        """Whether the prompt or resource (or template) ``name`` is quarantined now; without a
+        name, whether anything is."""
+        return bool(self._held) if name is None else (kind, name) in self._held
 
     def judge_definitions(self, kind: str, items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
         """Quarantine the prompts or resources (``kind``) among ``items`` — (server id, canonical
@@ -398,6 +405,9 @@ class Access:
         definitions = {e.name: rewrite_definition(e.definition, effective[e.name]) for e in catalog.entries}
         blocked: dict[str, str] = {}
         for entry in catalog.entries:
+            holding = self._holding.get(entry.server_id)
+            if holding is not None and holding.holds(entry.original_name):
+                definitions[entry.name] = offered_as_task(definitions[entry.name])
             shape = self._shapes.get((entry.server_id, entry.original_name))
             if shape is None:
                 continue

@@ -115,25 +115,23 @@ class Inspector:
 
     def selected(self, direction: Direction, message: Mapping[str, Any]) -> Texts:
         """The text ``direction`` selects in ``message``, within the bounds."""
-        chosen = {key: message[key] for key in SELECTED[direction] if key in message}
         # Keys are text a model reads too (an argument named like an instruction); but the
         # selection's own top-level keys are ours, not the peer's: walk their values only.
         found = Texts()
-        for key, value in chosen.items():
-            part = texts(
-                value,
-                max_chars=self.max_bytes - found.size,
+        keys, content = direction in _KEYS, direction in _CONTENT
+        for key in SELECTED[direction]:
+            if key not in message:
+                continue
+            texts(
+                message[key],
+                max_chars=self.max_bytes,
                 max_depth=self.max_depth,
-                keys=direction in _KEYS,
-                content=direction in _CONTENT,
+                keys=keys,
+                content=content,
                 base=(key,),
+                into=found,
             )
-            found.blocks.extend(part.blocks)
-            found.paths.extend(part.paths)
-            found.size += part.size
-            found.skipped_bytes += part.skipped_bytes
-            if part.truncated:
-                found.truncated, found.why, found.cut = True, part.why, part.cut
+            if found.truncated:
                 break
         return found
 
@@ -145,8 +143,11 @@ class Inspector:
     ) -> Inspection:
         """Scan what ``subject.direction`` selects in ``message`` and decide."""
         selected = self.selected(subject.direction, message)
-        decode = any(candidate.compiled.rule.decode for candidate in candidates)
-        scanner = self._decoding if decode else self._scanner
+        scanner = self._scanner
+        for candidate in candidates:  # a loop, not any(): no generator on the per-call path
+            if candidate.compiled.rule.decode:
+                scanner = self._decoding
+                break
         found = scanner.scan_blocks(selected.blocks, kind=_KIND[subject.direction]) if selected.blocks else ()
         counts: dict[str, int] = {}
         for block_finding in found:

@@ -36,6 +36,8 @@ _BINARY_TYPES: Final = frozenset({"image", "audio"})
 # chose: left out, so that text split over consecutive blocks is scanned as consecutive text.
 _CONTENT_TYPES: Final = frozenset({"text", "image", "audio", "resource", "resource_link"})
 _STRUCTURE: Final = frozenset({"type", "mimeType"})
+_SEQUENCES: Final = (list, tuple)
+_MAPPINGS: Final = (dict, Mapping)
 
 
 @dataclass(slots=True)
@@ -75,7 +77,14 @@ class Texts:
 
 
 def texts(
-    value: Any, *, max_chars: int, max_depth: int, keys: bool = True, content: bool = False, base: Path = ()
+    value: Any,
+    *,
+    max_chars: int,
+    max_depth: int,
+    keys: bool = True,
+    content: bool = False,
+    base: Path = (),
+    into: Texts | None = None,
 ) -> Texts:
     """Every string in ``value`` (and its object keys when ``keys``), within the bounds.
 
@@ -84,9 +93,10 @@ def texts(
     ``max_depth`` bounds the nesting followed. ``content``: ``value`` holds MCP content (results,
     resource contents, messages), whose binary payloads and block structure are left out; never
     for what a client sends as arguments (an argument named ``blob`` is text like any other).
-    ``base`` prefixes every path.
+    ``base`` prefixes every path. ``into``: add to these texts (``max_chars`` then bounds them
+    all together) rather than to new ones.
     """
-    found = Texts()
+    found = Texts() if into is None else into
     _walk(value, base, 0, found, max_chars, max_depth, keys, content)
     return found
 
@@ -95,9 +105,11 @@ def _walk(
     value: Any, path: Path, depth: int, found: Texts, budget: int, max_depth: int, keys: bool, content: bool
 ) -> bool:
     """Depth first; False once a bound stopped the walk."""
+    # Tuples of types, not ``list | tuple``: isinstance with a union object is the slower call,
+    # and this runs once per JSON node.
     if isinstance(value, str):
         return found.add(value, path, budget)
-    if isinstance(value, list | tuple):  # before Mapping: an ABC's isinstance is the slow one
+    if isinstance(value, _SEQUENCES):  # before Mapping: an ABC's isinstance is the slow one
         if depth >= max_depth:
             found._stop("depth")
             return False
@@ -105,7 +117,7 @@ def _walk(
             if not _walk(item, (*path, index), depth + 1, found, budget, max_depth, keys, content):
                 return False
         return True
-    if isinstance(value, dict | Mapping):  # dict first: the common case, a plain type check
+    if isinstance(value, _MAPPINGS):  # dict first: the common case, a plain type check
         if depth >= max_depth:
             found._stop("depth")
             return False

@@ -20,22 +20,22 @@ and never does I/O; enforcing (hiding a tool, refusing a call, logging a dry run
 caller's business.
 
 Speed: :meth:`PolicyEngine.decide` runs for every item of every ``*/list`` and for every call.
-Globs are compiled once per rule into one regular expression per kind; exact-name conditions
-become frozensets; decisions for repeated (identity, subject) pairs come from a cache bounded in
+The conditions are compiled once per rule by :mod:`proxy.policy.conditions` (the same checks
+guardrail rules use): globs into one regular expression per kind, exact names into frozensets;
+decisions for repeated (identity, subject) pairs come from a cache bounded in
 entries and in the length of the names it keeps.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import operator
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from proxy.catalog.merge import Entry
 from proxy.policy.annotations import CAUTIOUS, EffectiveAnnotations
+from proxy.policy.conditions import CACHE_SIZE, CACHED_NAME_MAX, all_of, where, who
 from proxy.policy.model import (
     Confirmation,
     Decision,
@@ -49,12 +49,6 @@ from proxy.policy.model import (
 )
 
 __all__ = ["PolicyEngine", "Subject"]
-
-_CACHE_SIZE: Final = 4096
-# Names (a client's resource URI above all) longer than this are decided afresh every time, so
-# the cache holds at most _CACHE_SIZE * _CACHED_NAME_MAX characters of them (a few MiB), not
-# 4096 URIs of 4 MiB each; real names are far shorter, and deciding is cheap.
-_CACHED_NAME_MAX: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +94,6 @@ _LEVELS_DEFAULT: Final = Decision(
 )
 
 
-def _glob_regex(globs: Iterable[str]) -> Callable[[str], re.Match[str] | None]:
-    # fnmatch.translate anchors the end and is case-sensitive; re.match anchors the start.
-    return re.compile("|".join(f"(?:{fnmatch.translate(glob)})" for glob in globs)).match
-
-
 def _annotation_check(match: Match) -> _Check | None:
     wanted = match.annotations
     if wanted is None:
@@ -130,57 +119,19 @@ def _annotation_check(match: Match) -> _Check | None:
 
 
 def _compile(match: Match) -> _Check:
-    """One function checking every condition of ``match``, cheapest first."""
-    checks: list[_Check] = []
-    if match.authenticated is not None:
-        authenticated = match.authenticated
-        checks.append(lambda identity, subject: identity.authenticated == authenticated)
-    if match.sources is not None:
-        sources = frozenset(match.sources)
-        checks.append(lambda identity, subject: identity.source in sources)
-    if match.issuers is not None:
-        issuers = frozenset(match.issuers)
-        checks.append(lambda identity, subject: identity.issuer in issuers)
-    if match.identities is not None:
-        names = frozenset(match.identities)
-        checks.append(lambda identity, subject: identity.name in names)
-    if match.roles is not None:
-        roles = frozenset(match.roles)
-        checks.append(lambda identity, subject: not roles.isdisjoint(identity.roles))
-    if match.servers is not None:
-        servers = frozenset(match.servers)
-        checks.append(lambda identity, subject: subject.server_id in servers)
-    if match.kinds is not None:
-        named_globs: tuple[tuple[Kind, tuple[str, ...] | None], ...] = (
-            ("tool", match.tools),
-            ("prompt", match.prompts),
-            ("resource", match.resources),
-            ("log_level", match.log_levels),
-        )
-        by_kind = {kind: _glob_regex(globs) for kind, globs in named_globs if globs is not None}
-
-        def named(identity: Identity, subject: Subject) -> bool:
-            matcher = by_kind.get(subject.kind)
-            return matcher is not None and matcher(subject.name) is not None
-
-        checks.append(named)
+    """One function checking every condition of ``match``, cheapest first: who asks, then where
+    (:mod:`proxy.policy.conditions`, shared with guardrail rules), then the tool's annotations."""
+    named = {
+        "tool": match.tools,
+        "prompt": match.prompts,
+        "resource": match.resources,
+        "log_level": match.log_levels,
+    }
+    checks: list[_Check] = who(match)
+    checks += where(match, named)
     if (annotations := _annotation_check(match)) is not None:
         checks.append(annotations)
-
-    if not checks:
-        return lambda identity, subject: True
-    if len(checks) == 1:
-        return checks[0]
-    every = tuple(checks)
-
-    def all_hold(identity: Identity, subject: Subject) -> bool:
-        # A plain loop: all() over a generator costs several times more on this hot path.
-        for check in every:  # noqa: SIM110
-            if not check(identity, subject):
-                return False
-        return True
-
-    return all_hold
+    return all_of(checks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,10 +221,10 @@ class PolicyEngine:
         decision = self._evaluate(identity, subject)
         if (
             len(subject.name) + len(identity.name) + len(identity.issuer) + len(identity.subject)
-            > _CACHED_NAME_MAX
+            > CACHED_NAME_MAX
         ):
             return decision
-        if len(self._cache) >= _CACHE_SIZE:
+        if len(self._cache) >= CACHE_SIZE:
             # Dropping everything is crude but O(1) amortised and keeps the hot path branch-free;
             # a working set larger than the cache just pays the (cheap) evaluation again.
             self._cache.clear()

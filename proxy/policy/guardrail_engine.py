@@ -15,19 +15,21 @@ The semantics, as for every policy rule (``policies/README.md``):
 * ``inspect`` rules (external services) are listed in :attr:`GuardDecision.hooks`: the caller
   sends the content to each and folds the answers in (:meth:`GuardEngine.with_hook`).
 
-The winning rules are named sorted, so order never matters. Pure: no I/O, never raises to say
+A rule's ``match`` and ``unless`` are checked by the same compiled conditions as a policy rule's
+(:mod:`proxy.policy.conditions`), plus ``endpoints`` and ``directions``. The winning rules are
+named sorted, so order never matters. Pure: no I/O, never raises to say
 no. The rules that could apply to a (who, where) pair are cached, so a call with nothing found
 costs a dictionary look-up.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
+from proxy.policy.conditions import CACHE_SIZE, CACHED_NAME_MAX, all_of, where, who
+from proxy.policy.conditions import globs as glob_matcher
 from proxy.policy.engine import _confirmation
 from proxy.policy.guardrails import DIRECTIONS, Direction, GuardMatch, GuardRule
 from proxy.policy.model import Confirmation, Identity
@@ -43,8 +45,6 @@ RANK: Final[dict[str, int]] = {
     "quarantine": 4,
     "deny": 5,
 }
-_CACHE_SIZE: Final = 4096
-_CACHED_NAME_MAX: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,55 +94,18 @@ ALLOW: Final = GuardDecision("allow")
 _Check = Callable[[Identity, GuardSubject], bool]
 
 
-def _glob(globs: Iterable[str]) -> Callable[[str], re.Match[str] | None]:
-    return re.compile("|".join(f"(?:{fnmatch.translate(glob)})" for glob in globs)).match
-
-
 def _compile(match: GuardMatch) -> _Check:
-    """One function checking every condition of ``match`` except ``detectors``."""
-    checks: list[_Check] = []
-    if match.authenticated is not None:
-        authenticated = match.authenticated
-        checks.append(lambda i, s: i.authenticated == authenticated)
-    if match.sources is not None:
-        sources = frozenset(match.sources)
-        checks.append(lambda i, s: i.source in sources)
-    if match.issuers is not None:
-        issuers = frozenset(match.issuers)
-        checks.append(lambda i, s: i.issuer in issuers)
-    if match.identities is not None:
-        names = frozenset(match.identities)
-        checks.append(lambda i, s: i.name in names)
-    if match.roles is not None:
-        roles = frozenset(match.roles)
-        checks.append(lambda i, s: not roles.isdisjoint(i.roles))
+    """One function checking every condition of ``match`` except ``detectors``: who asks and
+    where as policy rules do (:mod:`proxy.policy.conditions`), and the endpoint and direction."""
+    checks: list[_Check] = who(match)
     if match.endpoints is not None:
         endpoints = frozenset(match.endpoints)
         checks.append(lambda i, s: s.endpoint in endpoints)
-    if match.servers is not None:
-        servers = frozenset(match.servers)
-        checks.append(lambda i, s: s.server_id in servers)
     if match.directions is not None:
         directions = frozenset(match.directions)
         checks.append(lambda i, s: s.direction in directions)
-    named = {"tool": match.tools, "prompt": match.prompts, "resource": match.resources}
-    if any(globs is not None for globs in named.values()):
-        by_kind = {kind: _glob(globs) for kind, globs in named.items() if globs is not None}
-
-        def kind_named(i: Identity, s: GuardSubject) -> bool:
-            matcher = by_kind.get(s.kind)
-            return matcher is not None and matcher(s.name) is not None
-
-        checks.append(kind_named)
-    every = tuple(checks)
-
-    def all_hold(i: Identity, s: GuardSubject) -> bool:
-        for check in every:  # noqa: SIM110 - a plain loop is cheaper than all() here
-            if not check(i, s):
-                return False
-        return True
-
-    return all_hold
+    checks.extend(where(match, {"tool": match.tools, "prompt": match.prompts, "resource": match.resources}))
+    return all_of(checks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +120,7 @@ class _Compiled:
 def _detects(globs: tuple[str, ...] | None) -> Callable[[str], bool]:
     if globs is None:
         return lambda name: True
-    matcher = _glob(globs)
+    matcher = glob_matcher(globs)
     return lambda name: matcher(name) is not None
 
 
@@ -214,8 +177,8 @@ class GuardEngine:
                 excepted = _detects(compiled.rule.unless.detectors)
             candidates.append(_Candidate(compiled, excepted))
         found = tuple(candidates)
-        if len(subject.name) + len(identity.name) + len(identity.subject) <= _CACHED_NAME_MAX:
-            if len(self._cache) >= _CACHE_SIZE:
+        if len(subject.name) + len(identity.name) + len(identity.subject) <= CACHED_NAME_MAX:
+            if len(self._cache) >= CACHE_SIZE:
                 self._cache.clear()
             self._cache[key] = found
         return found

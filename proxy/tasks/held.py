@@ -1,20 +1,25 @@
 """Gateway-held tasks: Manifold runs a call as a task itself, for a server that runs none.
 
-A task-augmented ``tools/call`` to a server configured ``tasks: held`` that did not declare
-``tasks.requests.tools.call`` is answered at once with a ``CreateTaskResult`` under an id Manifold
-issued, the same way as a relayed task's (:class:`~proxy.tasks.relay.Tasks`: one store, one set
-of limits, metrics and audit records). The call itself runs on in :meth:`HeldTasks.run`'s task
-group, through the whole call pipeline (policy, rate limits, confirm, validation, guardrails,
-both directions), without its ``task`` field; its outcome is kept in the task's record, so
+A task-augmented ``tools/call`` of a tool configured held (``servers.<id>.tasks: held``, or
+``servers.<id>.tools.<tool>.tasks: held``) that its server would not run as a task (it did not
+declare ``tasks.requests.tools.call``, or the tool says no ``execution.taskSupport``) is answered
+at once with a ``CreateTaskResult`` under an id Manifold issued, the same way as a relayed task's
+(:class:`~proxy.tasks.relay.Tasks`: one store, one set of limits, metrics and audit records).
+The call itself runs on in :meth:`HeldTasks.run`'s task group, through the whole call pipeline
+(policy, rate limits, confirm, validation, guardrails, both directions), without its ``task``
+field; its outcome is kept in the task's record, so
 ``tasks/get`` and ``tasks/result`` are answered from the store, from any session or replica of
-the same identity, within the task's ttl.
+the same identity, within the task's ttl. A 2026-07-28 caller that declared the tasks extension
+gets such a task for every call of a held tool (:func:`proxy.tasks.modern.handle`); held tools are
+listed with ``execution.taskSupport: optional`` (:func:`proxy.catalog.shaping.offered_as_task`).
 
 While the call waits for its client (a ``confirm`` question, or a server's elicitation or
 sampling), the task is ``input_required``; the question is asked on the ``tasks/result`` the
 client has open (the spec tells a client to call ``tasks/result`` when it sees
 ``input_required``), with the task named in its related-task ``_meta``. ``tasks/cancel`` cancels
-the call (on the replica running it; elsewhere it marks the task cancelled, and the call's
-outcome is not kept).
+the call: on the replica running it at once; on another one it marks the task cancelled and tells
+every replica through the store (:meth:`~proxy.tasks.store.TaskStore.cancelled`; Redis pub/sub),
+and the replica running the call cancels it when it hears (:meth:`HeldTasks.run` listens).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
+from contextlib import aclosing
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -30,15 +36,18 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from proxy.catalog.shaping import runs_as_task
+from proxy.config.servers import ServerConfig
 from proxy.core.errors import InvalidParams, ProtocolError, RemoteError, ServerUnavailable
 from proxy.core.keys import fingerprint
 from proxy.observe.boundary import wire_error
 from proxy.outbound.relay import RELATED_TASK
 from proxy.pipeline.context import CallContext, Caller, Handler, Stage, compose
 from proxy.protocol import jsonrpc
+from proxy.tasks import modern
 from proxy.tasks.ids import unknown_task
 from proxy.tasks.relay import TERMINAL, Tasks, capability
-from proxy.tasks.store import TaskRecord
+from proxy.tasks.store import TaskRecord, TaskStoreError
 
 __all__ = ["HELD", "HeldTasks"]
 
@@ -57,6 +66,7 @@ class _Running:
     done: anyio.Event = field(default_factory=anyio.Event)
     readers: list[Caller] = field(default_factory=list)  # the tasks/result requests open on it
     reader_came: anyio.Event = field(default_factory=anyio.Event)
+    key: str = ""  # its record's store key: what a cancel told by another replica names
 
 
 class _HeldCaller:
@@ -91,7 +101,9 @@ class _HeldCaller:
 
     @property
     def stateless(self) -> bool:
-        return self._origin.stateless
+        # Held by Manifold, whoever asked: its questions wait for the owner's tasks/result (a
+        # 2026-07-28 caller has none: they time out, see the docs), never input_required results.
+        return False
 
     def supports(self, method: str, params: dict[str, Any] | None) -> bool:
         return self._origin.supports(method, params)
@@ -119,11 +131,13 @@ class _HeldCaller:
 class HeldTasks(Tasks):
     """:class:`~proxy.tasks.relay.Tasks`, and calls held as tasks for the servers ``held`` names."""
 
-    def __init__(self, *args: Any, held: frozenset[str] = frozenset(), **kwargs: Any) -> None:
+    def __init__(self, *args: Any, held: Mapping[str, ServerConfig] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._held = held
+        self._held: Mapping[str, ServerConfig] = {}
+        self.servers_changed(held or {})
         self._group: TaskGroup | None = None
         self._running: dict[tuple[str, str], _Running] = {}
+        self._by_key: dict[str, tuple[str, str]] = {}  # running calls, by their record's key
         self._reread: Handler | None = None
         self._calls: dict[tuple[str, str], CallContext] = {}  # relayed tasks' calls, by server task
 
@@ -133,13 +147,56 @@ class HeldTasks(Tasks):
             self._group = group
             task_status.started()
             try:
-                await anyio.sleep_forever()
+                await self._hear_cancels()
             finally:
                 self._group = None
                 group.cancel_scope.cancel()
 
+    async def _hear_cancels(self) -> None:
+        """Cancel the held calls running here that another replica's ``tasks/cancel`` cancelled."""
+        async with aclosing(self._store.cancels()) as told:
+            async for key in told:
+                if key:
+                    self._stop(key)
+                    continue
+                # (Re)started listening: a cancel told meanwhile is in the records.
+                for key in list(self._by_key):
+                    try:
+                        record = await self._store.get(key)
+                    except TaskStoreError:
+                        break  # the listening fails too, and starts again
+                    if record is not None and record.task.get("status") == "cancelled":
+                        self._stop(key)
+
+    def _stop(self, key: str) -> None:
+        where = self._by_key.get(key)
+        running = self._running.get(where) if where is not None else None
+        if running is not None:
+            logger.debug("a held call to server %s was cancelled on another replica", where and where[0])
+            running.scope.cancel()
+
+    def servers_changed(self, servers: Mapping[str, ServerConfig]) -> None:
+        """The servers (a config reload): which tools are held is theirs now. Calls held before
+        run on, unless the reload restarts their server (a changed ``tasks`` setting does): then
+        they fail as any call in flight to it does, and their tasks end ``failed``."""
+        self._held = {sid: server for sid, server in servers.items() if server.holds_any}
+
     def running_tasks(self) -> set[str]:
         return super().running_tasks() | set(self._held)
+
+    async def holds(self, ctx: CallContext) -> bool:
+        """Whether a task asked of ``ctx``'s tool is Manifold's to hold: the tool is configured
+        held, and its server would not run it as a task (it runs no tasks, or the tool says it
+        may not run as one)."""
+        server = self._held.get(ctx.server_id)
+        if ctx.method != "tools/call" or server is None or ctx.entry is None:
+            return False
+        if not server.holds(ctx.entry.original_name):
+            return False
+        if not runs_as_task(ctx.entry.definition):
+            return True
+        connection = await self._connections.for_call(ctx.caller, ctx.server_id)
+        return not capability(connection.capabilities)
 
     def client_id(self, where: tuple[str, str]) -> str:
         entry = self._local.get(where)
@@ -157,10 +214,15 @@ class HeldTasks(Tasks):
         self._reread = compose(kept, _the_result) if kept else None
 
         async def call(ctx: CallContext) -> Any:
-            if ctx.method == "tools/call" and "task" in ctx.params and ctx.server_id in self._held:
-                connection = await self._connections.for_call(ctx.caller, ctx.server_id)
-                if not capability(connection.capabilities) and self._group is not None:
-                    return await self._hold(ctx, pipeline, self._group)
+            group, stateless = self._group, ctx.caller.stateless
+            # A 2026-07-28 caller asks for tasks by declaring the extension (no per-call opt-in).
+            asked = modern.declares(ctx.caller.capabilities) if stateless else "task" in ctx.params
+            if group is not None and ctx.method == "tools/call" and asked and await self.holds(ctx):
+                if not stateless:
+                    return await self._hold(ctx, pipeline, group)
+                params = {k: v for k, v in ctx.params.items() if k != "task"}
+                held = await self._hold(replace(ctx, params={**params, "task": {}}), pipeline, group)
+                return modern.handle(held)
             answer = await relayed(ctx)
             task = answer.get("task") if isinstance(answer, dict) else None
             if isinstance(task, dict) and self._reread is not None:
@@ -222,6 +284,9 @@ class HeldTasks(Tasks):
     ) -> None:
         record = await self._store.find(*where)
         outcome: dict[str, Any] | None = None
+        if record is not None:
+            running.key = record.key
+            self._by_key[record.key] = where
         try:
             with running.scope:
                 if record is not None:
@@ -237,6 +302,7 @@ class HeldTasks(Tasks):
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self._end(where, outcome)
             del self._running[where]
+            self._by_key.pop(running.key, None)
             running.done.set()
 
     async def _end(self, where: tuple[str, str], outcome: dict[str, Any] | None) -> None:
@@ -304,6 +370,11 @@ class HeldTasks(Tasks):
             running.scope.cancel()
             with anyio.move_on_after(_CANCEL_WAIT):
                 await running.done.wait()
+        else:  # its call runs on another replica (or ended): the one running it stops it
+            try:
+                await self._store.cancelled(record.key)
+            except TaskStoreError as exc:  # it reads the record later (RECHECK): cancelled still
+                logger.warning("a held task's cancel was not told to the other replicas: %s", exc)
         found = await self._store.get(record.key)
         return self._shown(found or record, task_id)
 

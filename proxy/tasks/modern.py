@@ -40,7 +40,16 @@ from proxy.protocol.results import OwnResultType
 from proxy.tasks.inputs import TaskQuestions
 from proxy.tasks.store import TaskStore
 
-__all__ = ["EXTENSION", "MODERN_METHODS", "calling", "declares", "discovered", "request", "task_support"]
+__all__ = [
+    "EXTENSION",
+    "MODERN_METHODS",
+    "calling",
+    "declares",
+    "discovered",
+    "handle",
+    "request",
+    "task_support",
+]
 
 EXTENSION: Final = TASKS
 MODERN_METHODS: Final = ("tasks/get", "tasks/update", "tasks/cancel")
@@ -117,7 +126,12 @@ async def calling(tasks: Tasks, pipeline: Handler, ctx: CallContext, running: bo
         return await pipeline(ctx)
     await tasks.store.room(fingerprint(ctx.caller.identity))
     result = await pipeline(replace(ctx, params={**params, "task": {}}))
-    created = await tasks.created(ctx.caller, ctx.endpoint, ctx.server_id, result, name=ctx.name)
+    return handle(await tasks.created(ctx.caller, ctx.endpoint, ctx.server_id, result, name=ctx.name))
+
+
+def handle(created: Any) -> Any:
+    """A ``CreateTaskResult`` as the extension's task handle (``resultType: "task"``, the Task's
+    fields renamed); anything else (the call ran plainly) as it is."""
     if isinstance(created, dict) and isinstance(created.get("task"), dict):
         return OwnResultType({**_modern(created["task"]), "resultType": "task"})
     return created

@@ -5,16 +5,19 @@ Redis drops a task with its result when its ttl ends. Each owner has a sorted se
 ``<prefix>owner:<fingerprint>`` of its keys scored by expiry (what ``tasks/list`` reads and the
 per-identity bound counts, expired members trimmed first), and ``<prefix>all`` bounds the total
 the same way. ``<prefix>server:<server>:<sha256 of its task id>`` names the record of a server's
-task id.
+task id. A task cancelled on one replica is published on ``<prefix>cancel`` (its key), which
+every replica listens to (:meth:`RedisTasks.cancels`): the one running its held call stops it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, Final
 
 import anyio
 from redis.asyncio import Redis
@@ -25,7 +28,14 @@ from proxy.tasks.store import TaskRecord, TaskStoreError, over_limit
 
 __all__ = ["RedisTasks"]
 
+logger = logging.getLogger("proxy.tasks.redis_store")
+
 _TIMEOUT = 2.0
+_LISTEN_WAIT: Final = 1.0  # seconds one read of the cancel channel waits (then reads again)
+_RELISTEN: Final = (0.5, 10.0)  # seconds before listening again after Redis failed: first, most
+# Seconds between looks at the records of the calls running here (a ``""`` told): a cancel whose
+# publishing failed (Redis restarting, say) is still seen, this late at most.
+RECHECK: Final = 30.0
 
 
 class RedisTasks:
@@ -116,6 +126,40 @@ class RedisTasks:
     async def find(self, server_id: str, server_task: str) -> TaskRecord | None:
         key = await self._ask(self._client.get(self._server_key(server_id, server_task)))
         return None if key is None else await self.get(key.decode())
+
+    async def cancelled(self, key: str) -> None:
+        await self._ask(self._client.publish(f"{self._prefix}cancel", key))
+
+    async def cancels(self) -> AsyncGenerator[str, None]:
+        """Listen on the cancel channel for as long as the caller reads; a Redis failure is
+        logged and listening starts again (backing off), announced by ``""``, as is every
+        :data:`RECHECK` seconds of listening (a cancel that was not published is in the records)."""
+        wait = _RELISTEN[0]
+        while True:
+            pubsub = self._client.pubsub()
+            try:
+                await self._ask(pubsub.subscribe(f"{self._prefix}cancel"))
+                yield ""
+                wait = _RELISTEN[0]
+                recheck = anyio.current_time() + RECHECK
+                while True:
+                    if anyio.current_time() >= recheck:
+                        yield ""
+                        recheck = anyio.current_time() + RECHECK
+                    message = await self._ask(
+                        pubsub.get_message(ignore_subscribe_messages=True, timeout=_LISTEN_WAIT)
+                    )
+                    data = message.get("data") if isinstance(message, dict) else None
+                    if isinstance(data, bytes) and message is not None and message.get("type") == "message":
+                        yield data.decode(errors="replace")
+            except TaskStoreError as exc:
+                logger.warning("not hearing task cancels from other replicas for now: %s", exc)
+            finally:
+                with anyio.move_on_after(_TIMEOUT, shield=True):
+                    with contextlib.suppress(RedisError, OSError):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await anyio.sleep(wait)
+            wait = min(wait * 2, _RELISTEN[1])
 
     async def aclose(self) -> None:
         await self._client.aclose()

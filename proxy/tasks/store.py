@@ -16,10 +16,11 @@ ttl ends, with its result.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
+import anyio
 import orjson
 
 from proxy.core.errors import LimitExceeded
@@ -106,6 +107,16 @@ class TaskStore(Protocol):
         """The record of a server's task id, if Manifold created one for it."""
         ...
 
+    async def cancelled(self, key: str) -> None:
+        """Tell every replica that the task under ``key`` was cancelled (the one running its
+        held call stops it: :mod:`proxy.tasks.held`)."""
+        ...
+
+    def cancels(self) -> AsyncGenerator[str, None]:
+        """The keys of tasks cancelled on any replica, as they are told; ``""`` each time the
+        listening (re)starts (a cancel told meanwhile was missed: look at the records)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -174,6 +185,13 @@ class MemoryTasks:
     async def find(self, server_id: str, server_task: str) -> TaskRecord | None:
         key = self._by_server.get((server_id, server_task))
         return None if key is None else await self.get(key)
+
+    async def cancelled(self, key: str) -> None:
+        return None  # one replica: the call runs here, and is cancelled here
+
+    async def cancels(self) -> AsyncGenerator[str, None]:
+        await anyio.sleep_forever()
+        yield ""  # never reached: an async generator that tells nothing
 
     async def aclose(self) -> None:
         return None

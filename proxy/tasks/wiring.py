@@ -44,7 +44,7 @@ def make_tasks(
     ids = TaskIds(derive_key(secret, "task-id"))
     cursors = CursorCodec(derive_key(secret, "task-list"))
     write = None if audit is None else audit.write
-    held = frozenset(s.id for s in config.enabled_servers() if s.tasks == "held")
+    held = {s.id: s for s in config.enabled_servers()}
     return HeldTasks(
         ids,
         store,

@@ -160,11 +160,16 @@ class Catalogs:
             _shown("resourceTemplates", self._slices["resourceTemplates"]),
         )
         index = self.resources
+        # Templates are definitions too (a poisoned description reaches every agent that lists
+        # them): judged with the resources, by their uriTemplate, as the templates list shows them.
         self._access.judge_definitions(
             "resource",
             [
-                (index.by_uri[uri], uri, item)
-                for item, uri in zip(index.resources, index.resource_uris, strict=True)
+                *(
+                    (index.by_uri[uri], uri, item)
+                    for item, uri in zip(index.resources, index.resource_uris, strict=True)
+                ),
+                *((index.by_template[t["uriTemplate"]], t["uriTemplate"], t) for t in index.templates),
             ],
         )
         for collision in self.resources.collisions:
@@ -316,10 +321,15 @@ class Catalogs:
         return server
 
     def route_resource(self, uri: str, identity: Identity) -> str | None:
-        """The server of a concrete (normalized) resource URI, before the policy is asked. A UI
-        (``ui://``) is ``identity``'s only while it is shown a tool here that points at it
-        (:mod:`proxy.catalog.apps`), listed or not; never routed by a template."""
+        """The server of a concrete (normalized) resource URI, before the policy is asked; none
+        through a quarantined template. A UI (``ui://``) is ``identity``'s only while it is shown
+        a tool here that points at it (:mod:`proxy.catalog.apps`), listed or not; never routed
+        by a template."""
         if not apps.is_ui(uri):
+            # A URI only a quarantined template routes is withheld with it (until accepted).
+            template = self.resources.template_of(uri) if self._access.held("resource") else None
+            if template is not None and self._access.held("resource", template):
+                return None
             return self.resources.route(uri)
         link = self._ui_links().get(uri)
         if link is None:

@@ -77,3 +77,19 @@ def test_an_override_without_argument_shaping_leaves_the_arguments_alone() -> No
     shape = ToolShape(title="T")
     assert shape_arguments({"owner": "x"}, shape) == {"owner": "x"}
     assert shape_definition(TOOL, shape)["inputSchema"] is SCHEMA
+
+
+def test_a_held_tool_is_offered_as_an_optional_task_unless_it_says_it_may_run_as_one() -> None:
+    from proxy.catalog.shaping import offered_as_task, runs_as_task
+
+    plain = {"name": "t", "inputSchema": {"type": "object"}}
+    offered = offered_as_task(plain)
+    assert offered["execution"] == {"taskSupport": "optional"}
+    assert "execution" not in plain  # the server's definition is not changed
+    forbidden = {"name": "t", "execution": {"taskSupport": "forbidden", "other": 1}}
+    assert offered_as_task(forbidden)["execution"] == {"taskSupport": "optional", "other": 1}
+    required = {"name": "t", "execution": {"taskSupport": "required"}}
+    assert offered_as_task(required) == required
+    assert runs_as_task(required)
+    assert not runs_as_task({"name": "t", "execution": "optional"})  # a hostile shape: forbidden
+    assert offered_as_task({"name": "t", "execution": "junk"})["execution"] == {"taskSupport": "optional"}

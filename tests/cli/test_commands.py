@@ -330,3 +330,24 @@ def test_check_fetches_a_url_document_and_lists_its_problems(tmp_path: Path) -> 
     )
     assert "servers.gone.openapi.document: answered HTTP 404" in done.stderr
     assert "servers.small.openapi.document: is larger than max_document_bytes (100 bytes)" in done.stderr
+
+
+@pytest.mark.slow
+def test_check_refuses_a_per_tool_tasks_value_and_tools_warns_of_a_setting_naming_no_tool(
+    tmp_path: Path,
+) -> None:
+    bad = write_config(
+        tmp_path / "bad.yaml", {"servers": {"a": {"command": "x", "tools": {"slow": {"tasks": "always"}}}}}
+    )
+    done = run("check", "--config", str(bad))
+    assert done.returncode == 2
+    assert "servers.a.tools.slow.tasks" in done.stderr, done.stderr
+    fine = {
+        **fixture_server("alpha", tools=2),
+        "tools": {"slow": {"tasks": "held"}, "ghost": {"tasks": "held"}},
+    }
+    config = write_config(tmp_path / "m.yaml", {"servers": {"alpha": fine}})
+    assert run("check", "--config", str(config)).returncode == 0
+    listed = run("tools", "--config", str(config), "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert "server 'alpha' lists no tool 'ghost'" in listed.stderr  # the server has listed: it is known now

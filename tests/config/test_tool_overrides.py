@@ -81,3 +81,35 @@ def test_an_argument_override_gives_exactly_one_way_and_annotations_are_given_on
                 }
             }
         )
+
+
+def test_a_held_tool_is_listed_as_an_optional_task_and_the_pin_is_still_of_what_the_server_sent(
+    tmp_path: Path,
+) -> None:
+    _, held = served(tmp_path, {"tasks": "held"})
+    assert held.definitions["gh.echo"]["execution"] == {"taskSupport": "optional"}
+    (entry,) = held.catalog.entries
+    assert "execution" not in entry.definition  # what the server sent, and what is pinned
+    assert load_pins(str(tmp_path / "pins.json")) == {"gh/echo": tool_hash(entry)}
+    _, relayed = served(tmp_path, {"tasks": "relay"})
+    assert "execution" not in relayed.definitions["gh.echo"]
+
+
+def test_a_per_tool_tasks_setting_is_relay_or_held() -> None:
+    with pytest.raises(ConfigError, match="tasks"):
+        config_from_mapping({"servers": {"gh": {"command": "x", "tools": {"echo": {"tasks": "always"}}}}})
+
+
+def test_held_tasks_are_refused_on_a_per_client_server_naming_each_setting() -> None:
+    server = {
+        "command": "x",
+        "session_mode": "per_client",
+        "tasks": "held",
+        "tools": {"slow": {"tasks": "held"}},
+    }
+    with pytest.raises(ConfigError) as refused:
+        config_from_mapping({"servers": {"gh": server}})
+    assert "servers.gh.tasks: held tasks need session_mode: shared" in str(refused.value)
+    assert "servers.gh.tools.slow.tasks: held tasks need session_mode: shared" in str(refused.value)
+    relayed = {**server, "tasks": "relay", "tools": {"slow": {"tasks": "relay"}}}
+    assert config_from_mapping({"servers": {"gh": relayed}}).servers["gh"].session_mode == "per_client"

@@ -9,6 +9,7 @@ valid against the 2026-07-28 schema, and handshake sessions on the same endpoint
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -393,3 +394,31 @@ async def test_a_legacy_session_still_works_beside_modern_requests(asgi: Asgi) -
     validator("2025-11-25", "ListToolsResult")(result)
     ping = await asgi("POST", {"jsonrpc": "2.0", "id": 3, "method": "ping"}, headers)
     assert ping.json() == {"jsonrpc": "2.0", "id": 3, "result": {}}
+
+
+@pytest.mark.parametrize("after_a_note", [False, True], ids=["before any answer", "on an SSE stream"])
+async def test_a_failure_of_the_gateway_s_own_is_answered_and_leaves_no_task_behind(
+    asgi: Asgi, monkeypatch: pytest.MonkeyPatch, after_a_note: bool
+) -> None:
+    # The request runs in a task of its own (not a task group's): its failure must still reach
+    # the endpoint's boundary (a JSON-RPC error, or the stream ended), and neither it nor the
+    # disconnect watcher may outlive the request.
+    async def broken(caller: Any, message: Any, emit: Callable[[Any], None]) -> Any:
+        if after_a_note:
+            emit(
+                {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": 1}}
+            )
+            await anyio.sleep(0.05)
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(asgi.endpoint._stateless._endpoint, "handle_stateless", broken)
+    before = len(asyncio.all_tasks())
+    response = await asgi("POST", request("tools/call", name="mem.echo"), routed("tools/call", "mem.echo"))
+    if after_a_note:
+        assert (response.status, response.headers["content-type"]) == (200, "text/event-stream")
+        assert [event["method"] for event in response.events()] == ["notifications/message"]
+        assert response.chunks[-1] == b""  # the stream was ended, not left open
+    else:
+        assert response.json()["error"]["code"] == -32603
+        assert "a bug of ours" not in response.body.decode()
+    assert len(asyncio.all_tasks()) == before

@@ -78,7 +78,7 @@ guardrails:
 def guard_server(tmp: Path, *, poison: str | None = POISON, resource_text: str = "plain") -> dict[str, Any]:
     args = [SERVER, "--record", str(tmp / "received.jsonl"), "--resource-text", resource_text]
     if poison is not None:
-        args += ["--poison", poison, "--poison-prompt", POISON]
+        args += ["--poison", poison, "--poison-prompt", POISON, "--poison-template", POISON]
     return {"command": sys.executable, "args": args}
 
 
@@ -215,6 +215,20 @@ async def test_a_poisoned_prompt_is_quarantined_hidden_and_missing(
         with pytest.raises(MCPError) as raised:
             await session.get_prompt("g.digest", {"text": "x"})
     assert raised.value.error.code == -32602
+
+
+@ERAS
+async def test_a_poisoned_resource_template_is_quarantined_and_nothing_is_read_through_it(
+    manifold: RunningManifold, era: str
+) -> None:
+    async with client(manifold, era) as session:
+        templates = (await session.list_resource_templates()).resource_templates
+        assert [t.uri_template for t in templates] == ["file:///guard/notes/{name}"]
+        read = await session.read_resource("file:///guard/notes/a")  # the clean template still routes
+        assert read.contents
+        with pytest.raises(MCPError):
+            await session.read_resource("file:///guard/vault/a")
+    assert "quarantined" in manifold.log()
 
 
 @ERAS

@@ -10,9 +10,12 @@ the task; the per-identity limit bounds held tasks as it bounds relayed ones.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
 import mcp.types as t
 import orjson
@@ -20,8 +23,16 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.interaction.harness import RunningManifold, everything_server, fixture_server, running_manifold
+from tests.interaction.harness import (
+    RunningManifold,
+    everything_server,
+    fixture_server,
+    running_manifold,
+    write_config,
+)
+from tests.interaction.test_reload import config_path, until
 from tests.interaction.test_tasks import KEYS, _stored, client_as  # the same keys and client
+from tests.interaction.test_tasks_modern import Modern
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -51,7 +62,14 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
     config = {
         "auth": {"api_keys": keys},
         "servers": {
-            "fx": {**fixture_server("fx", tools=2), "tasks": "held"},
+            # Held, but echo (tools.echo.tasks: relay) and a per-tool setting naming no tool.
+            "fx": {
+                **fixture_server("fx", tools=2),
+                "tasks": "held",
+                "tools": {"echo": {"tasks": "relay"}, "ghost": {"tasks": "held"}},
+            },
+            # Not held, but one tool is (servers.<id>.tools.<tool>.tasks: held).
+            "mixed": {**fixture_server("mixed", tools=2), "tools": {"slow": {"tasks": "held"}}},
             "doomed": {**fixture_server("doomed", tools=1), "tasks": "held"},
             "plain": fixture_server("plain", tools=1),  # not held: a task field is passed on
             "everything": everything_server(),  # runs tasks itself: relayed
@@ -220,3 +238,112 @@ async def test_a_relayed_tasks_result_passes_the_result_guardrails_when_it_is_re
         again = orjson.dumps(await _raw(other, "tasks/result", {"taskId": task["taskId"]})).decode()
         assert "Research Report" in again
         assert "TCK-123456" not in again
+
+
+async def test_held_tools_are_listed_as_optional_tasks_and_the_others_as_their_servers_say(
+    manifold: RunningManifold,
+) -> None:
+    async with client_as(manifold.url, "alice") as client:
+        listed = await _raw(client, "tools/list", {})
+    support = {tool["name"]: (tool.get("execution") or {}).get("taskSupport") for tool in listed["tools"]}
+    assert support["fx.slow"] == "optional"  # the server's tasks: held
+    assert support["fx.hang"] == "optional"
+    assert support["fx.echo"] is None  # tools.echo.tasks: relay takes it out
+    assert support["mixed.slow"] == "optional"  # held on its own
+    assert support["mixed.echo"] is None
+    assert support["plain.echo"] is None
+    assert support["everything.simulate-research-query"] == "required"  # its server's own word
+
+
+async def test_a_tool_held_on_its_own_is_held_and_its_siblings_are_called_plainly(
+    manifold: RunningManifold,
+) -> None:
+    async with client_as(manifold.url, "alice") as client:
+        with anyio.fail_after(2):  # the call takes 3 s: only a task answers this soon
+            task = await _create(client, "mixed.slow", {"seconds": 3})
+        assert task["status"] == "working"
+        for sibling in ("mixed.echo", "fx.echo"):  # not held: the task field is passed on
+            raw = await _raw(client, "tools/call", {"name": sibling, "arguments": {}, "task": {"ttl": 1000}})
+            assert "task" not in raw
+            assert raw["content"]
+        result = await _raw(client, "tasks/result", {"taskId": task["taskId"]})
+        assert result["content"][0]["text"] == "done"
+
+
+async def test_a_per_tool_setting_naming_no_tool_is_warned_about_and_holds_nothing(
+    manifold: RunningManifold,
+) -> None:
+    async with client_as(manifold.url, "alice") as client:
+        with pytest.raises(MCPError) as unknown:
+            await _raw(client, "tools/call", {"name": "fx.ghost", "arguments": {}, "task": {}})
+        assert unknown.value.error.code == -32602
+    log = manifold.log_path.read_text()
+    assert "lists no tool 'ghost'" in log
+
+
+async def test_a_2026_caller_declaring_the_extension_gets_a_held_task_and_polls_it(
+    manifold: RunningManifold,
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        caller = Modern(http, manifold.url, "alice")
+        listed = await caller.send("tools/list")
+        shown = {t["name"]: t for t in listed["result"]["tools"]}
+        assert shown["fx.slow"]["execution"]["taskSupport"] == "optional"
+        with anyio.fail_after(2):  # the call takes 2 s: only a task answers this soon
+            answer = await caller.send("tools/call", name="fx.slow", arguments={"seconds": 2})
+        handle = answer["result"]
+        assert handle["resultType"] == "task", handle
+        assert handle["status"] == "working"
+        assert "ttlMs" in handle
+        assert "pollIntervalMs" in handle
+        task_id = handle["taskId"]
+        with anyio.fail_after(20):
+            while True:  # polling is the extension's way
+                got = (await caller.send("tasks/get", taskId=task_id))["result"]
+                if got["status"] != "working":
+                    break
+                await anyio.sleep(0.2)
+        assert got["status"] == "completed"
+        assert got["result"]["content"][0]["text"] == "done"
+        # Without the extension an optional tool is called plainly.
+        plain = await caller.send("tools/call", {}, name="fx.slow", arguments={"seconds": 0})
+        assert plain["result"]["content"][0]["text"] == "done"
+        # Cancelled: the hung call stops, the task says so.
+        hung = (await caller.send("tools/call", name="fx.hang", arguments={}))["result"]
+        cancelled = (await caller.send("tasks/cancel", taskId=hung["taskId"]))["result"]
+        assert cancelled["resultType"] == "complete"
+        got = (await caller.send("tasks/get", taskId=hung["taskId"]))["result"]
+        assert got["status"] == "cancelled"
+        # Another identity's poll of it is an unknown task.
+        bob = Modern(http, manifold.url, "bob")
+        refused = await bob.send("tasks/get", taskId=task_id)
+        assert refused["error"]["code"] == -32602
+
+
+async def test_a_reload_changes_which_tools_are_held_and_listed_as_tasks(tmp_path: Path) -> None:
+    keys = [{"name": n, "key": _stored(k), "roles": ["staff"]} for n, k in KEYS.items()]
+    before = {"auth": {"api_keys": keys}, "servers": {"fx": fixture_server("fx", tools=1)}}
+    async with running_manifold(tmp_path, before) as running, client_as(running.url, "alice") as client:
+        raw = await _raw(client, "tools/call", {"name": "fx.slow", "arguments": {"seconds": 0}, "task": {}})
+        assert "task" not in raw  # not held: called plainly
+        held = {**fixture_server("fx", tools=1), "tools": {"slow": {"tasks": "held"}}}
+        write_config(config_path(tmp_path), {**before, "servers": {"fx": held}})
+        running.process.send_signal(signal.SIGHUP)
+        await until(lambda: _reloaded(running))
+        async with client_as(running.url, "alice") as after:
+            for _ in range(100):  # the restarted server lists again (bounded: 10 s)
+                listed = await _raw(after, "tools/list", {})
+                shown = {t["name"]: t for t in listed["tools"]}
+                if "fx.slow" in shown:
+                    break
+                await anyio.sleep(0.1)
+            assert shown["fx.slow"]["execution"] == {"taskSupport": "optional"}
+            assert "execution" not in shown["fx.echo"]
+            with anyio.fail_after(2):  # the call takes 3 s: only a task answers this soon
+                task = await _create(after, "fx.slow", {"seconds": 3})
+            result = await _raw(after, "tasks/result", {"taskId": task["taskId"]})
+            assert result["content"][0]["text"] == "done"
+
+
+async def _reloaded(running: RunningManifold) -> bool:
+    return "config reloaded (SIGHUP)" in running.log()  # the metrics need credentials here

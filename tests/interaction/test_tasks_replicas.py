@@ -121,3 +121,39 @@ async def test_a_held_tasks_result_is_waited_for_and_read_on_the_other_replica(
         assert result["result"]["content"][0]["text"] == "done"
         ended = await _call(alice, one.url, here, 5, "tasks/get", {"taskId": task_id})
         assert ended["result"]["status"] == "completed"
+
+
+async def test_a_held_call_cancelled_on_the_other_replica_stops_where_it_runs_for_its_owner_only(
+    replicas: list[RunningManifold],
+) -> None:
+    one, other = replicas
+    async with (
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['alice']}"}) as alice,
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['bob']}"}) as bob,
+    ):
+        here, there = await raw_session(alice, one.url), await raw_session(alice, other.url)
+        params = {"name": "fx.hang", "arguments": {}, "task": {"ttl": 60_000}}
+        created = await _call(alice, one.url, here, 2, "tools/call", params)
+        task_id = created["result"]["task"]["taskId"]
+        # Another identity's cancel, on either replica, reaches nothing.
+        for url in (other.url, one.url):
+            session = await raw_session(bob, url)
+            refused = await _call(bob, url, session, 3, "tasks/cancel", {"taskId": task_id})
+            assert refused["error"]["data"] == {"reason": "unknown_task"}
+        polled = await _call(alice, one.url, here, 4, "tasks/get", {"taskId": task_id})
+        assert polled["result"]["status"] == "working"
+        # Its owner's cancel on the other replica: the replica running the call hears it and
+        # cancels the call, whose end (the outcome) reaches the shared record.
+        cancelled = await _call(alice, other.url, there, 5, "tasks/cancel", {"taskId": task_id})
+        assert cancelled["result"]["status"] == "cancelled"
+        started = anyio.current_time()
+        with anyio.fail_after(10):  # fx.hang never answers: only a cancelled call ends
+            result = await _call(alice, other.url, there, 6, "tasks/result", {"taskId": task_id})
+        heard = anyio.current_time() - started
+        assert result["error"]["message"] == "the task was cancelled"
+        print(f"cross-replica cancel: the outcome was kept {heard * 1000:.0f} ms after the cancel")
+        ended = await _call(alice, one.url, here, 7, "tasks/get", {"taskId": task_id})
+        assert ended["result"]["status"] == "cancelled"
+        # The server is free for the next call (the hung one was cancelled at it).
+        plain = await _call(alice, one.url, here, 8, "tools/call", {"name": "fx.echo", "arguments": {"n": 1}})
+        assert not plain["result"].get("isError")

@@ -3,13 +3,14 @@ behaviour from the memory store and (with a real redis-server) the Redis one."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from proxy.core.errors import LimitExceeded
-from proxy.tasks.store import MemoryTasks, TaskRecord, TaskStore
+from proxy.tasks.store import MemoryTasks, TaskRecord, TaskStore, TaskStoreError
 
 pytestmark = pytest.mark.anyio
 
@@ -134,3 +135,56 @@ def test_a_record_survives_its_encoding_and_a_malformed_one_is_none() -> None:
     assert TaskRecord.decode(b"{}") is None
     assert TaskRecord.decode(b"not json") is None
     assert TaskRecord.decode(b'{"key": 1}') is None
+
+
+@pytest.mark.slow
+async def test_a_cancel_told_on_one_replica_is_heard_on_another_and_listening_survives_redis_restarting(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from contextlib import aclosing
+
+    import anyio
+
+    from tests.ratelimit.redis_server import REDIS_SERVER, running_redis
+
+    if REDIS_SERVER is None:
+        pytest.fail("redis-server is not installed (make system-deps)")
+    if request.config.getoption("--fast"):
+        pytest.skip("the fast tier starts no processes")
+    from proxy.tasks.redis_store import RedisTasks
+
+    async with running_redis(tmp_path) as redis:
+        teller = RedisTasks(redis.url, per_identity=10, total=10)
+        hearer = RedisTasks(redis.url, per_identity=10, total=10)
+        other_prefix = RedisTasks(redis.url, per_identity=10, total=10, prefix="elsewhere:")
+        try:
+            async with aclosing(hearer.cancels()) as told:
+                with anyio.fail_after(10):
+                    assert await anext(told) == ""  # listening: look at the records
+                    await other_prefix.cancelled("not-ours")  # another deployment's channel
+                    await teller.cancelled("a" * 32)
+                    assert await anext(told) == "a" * 32
+                await redis.stop()
+                await redis.start()
+                with anyio.fail_after(30):  # backing off, then listening again: said with ""
+                    assert await anext(told) == ""
+                    with contextlib.suppress(TaskStoreError):  # its connection was the old Redis's
+                        await teller.cancelled("c" * 32)
+                    await teller.cancelled("b" * 32)
+                    assert await anext(told) in ("b" * 32, "c" * 32)
+        finally:
+            for store in (teller, hearer, other_prefix):
+                await store.aclose()
+
+
+async def test_the_memory_store_tells_no_cancels() -> None:
+    from contextlib import aclosing
+
+    import anyio
+
+    store = MemoryTasks(per_identity=1, total=1)
+    await store.cancelled("a" * 32)
+    async with aclosing(store.cancels()) as told:
+        with anyio.move_on_after(0.05) as waited:
+            await anext(told)
+    assert waited.cancelled_caught

@@ -121,9 +121,11 @@ class Scanner:
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}; one of {', '.join(sorted(KINDS))}")
         norm = normalise(text, json_escapes=self.settings.decode)
+        matched = self._match(norm.text, kind)
+        if not matched and not norm.hidden and not self.settings.decode:
+            return ()  # nothing found (most texts): no lists built, nothing to resolve
         found: list[Finding] = [
-            Finding(rule.detector, rule.category, *norm.span(start, end))
-            for rule, start, end in self._match(norm.text, kind)
+            Finding(rule.detector, rule.category, *norm.span(start, end)) for rule, start, end in matched
         ]
         if self._hidden:
             found.extend(Finding("hidden_text", "injection", start, end) for start, end in norm.hidden)
@@ -140,9 +142,12 @@ class Scanner:
 
     def _match(self, text: str, kind: str) -> list[tuple[Rule, int, int]]:
         encoded = text.encode("utf-8", "surrogatepass")
+        candidates = self._prefilters[kind].candidates(encoded)
+        if not candidates:
+            return []
         return [
             (compiled.rule, start, end)
-            for compiled in self._prefilters[kind].candidates(encoded)
+            for compiled in candidates
             for start, end in compiled.spans(text, encoded)
         ]
 
@@ -152,6 +157,8 @@ class Scanner:
         """Scan ``blocks`` (a result's text content blocks, say) as one text joined by
         ``separator``, so an instruction or a secret split across blocks is still found; each
         finding comes back per block it touches, with its span in that block."""
+        if len(blocks) == 1:  # the common case (one text block): no joining, no mapping back
+            return tuple(BlockFinding(0, finding) for finding in self.scan(blocks[0], kind=kind))
         starts: list[int] = []
         cursor = 0
         for block in blocks:

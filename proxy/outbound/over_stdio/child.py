@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Final
 
 import anyio
-import anyio.lowlevel
 
 __all__ = ["Child"]
 
@@ -149,7 +148,10 @@ class Child:
         self._writing = False
         self._written = 0
         self._lost: tuple[int, OSError | anyio.ClosedResourceError] | None = None
-        self._progress: anyio.Event | None = None  # set when a write ends: waiters look again
+        # Set when a write ends: waiters look again. asyncio's own event and sleep(0) below, not
+        # anyio's: on this path (every request to a stdio server) anyio's look up the backend on
+        # each use (sniffio), and this class is asyncio's already (add_reader, the pidfd).
+        self._progress: asyncio.Event | None = None
         # What a writer took and has not written yet: the rest of it once a byte went out (it goes
         # out first on the next write, so that no line is cut in two), the number of its last
         # line, and the lines themselves while not a byte of them went out.
@@ -219,7 +221,7 @@ class Child:
         try:
             while self._writing:  # another writer will take it
                 if self._progress is None:
-                    self._progress = anyio.Event()
+                    self._progress = asyncio.Event()
                 await self._progress.wait()
                 if self._written >= number:
                     return
@@ -230,7 +232,7 @@ class Child:
             self._writing = True
             try:
                 await self._flush()
-                await anyio.lowlevel.checkpoint()  # company may come meanwhile: it goes out in one
+                await asyncio.sleep(0)  # company may come meanwhile: it goes out in one
                 await self._flush()
             finally:
                 self._writing = False

@@ -3,19 +3,27 @@
 
 A limited tool call becomes a tool result with ``isError: true`` naming the limit and when to
 retry, with ``retryAfterSeconds`` in ``_meta``; other limited methods get JSON-RPC -32029.
+
+Which buckets a call spends from depends only on the rules and on (identity, server, tool,
+method): it is kept per such tuple for the rules in force (a reload brings new rules and an
+empty cache), so a call matches the rules and builds its bucket keys once per caller and tool,
+not every time.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from proxy.core.errors import RateLimited
 from proxy.enforce.access import Access
 from proxy.observe.metrics import Metrics
 from proxy.pipeline.context import CallContext, Handler, tool_error
-from proxy.ratelimit import LimitBackend, denial_message, limit_checks, retry_meta
+from proxy.policy.model import Identity
+from proxy.ratelimit import LimitBackend, LimitCheck, LimitRule, denial_message, limit_checks, retry_meta
 
 __all__ = ["RateLimit"]
+
+_CACHED: Final = 4096  # (identity, server, tool, method) tuples kept; past it, the cache starts afresh
 
 
 class RateLimit:
@@ -23,6 +31,8 @@ class RateLimit:
         self._access = access
         self._backend = backend
         self._metrics = metrics
+        self._rules: tuple[LimitRule, ...] = ()
+        self._checks: dict[tuple[Identity, str | None, str | None, str], tuple[LimitCheck, ...]] = {}
 
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
         rules = self._access.limits
@@ -33,9 +43,7 @@ class RateLimit:
         if ctx.method == "tools/call":
             # The canonical name, as the policy sees it: a shortened or derived spelling is one tool.
             tool = ctx.subject.name if ctx.subject is not None else ctx.name
-        checks = limit_checks(
-            rules, identity.name, identity.roles, ctx.server_id, tool, ctx.method, identity_key=identity.key
-        )
+        checks = self._checks_of(rules, identity, ctx.server_id, tool, ctx.method)
         if not checks:
             return await call_next(ctx)
         outcome = await self._backend.hit(checks)
@@ -48,3 +56,24 @@ class RateLimit:
         if ctx.method == "tools/call":
             return tool_error(message, outcome="rate_limited", meta=meta)
         raise RateLimited(message, data=meta)
+
+    def _checks_of(
+        self,
+        rules: tuple[LimitRule, ...],
+        identity: Identity,
+        server_id: str | None,
+        tool: str | None,
+        method: str,
+    ) -> tuple[LimitCheck, ...]:
+        if rules is not self._rules:
+            self._rules, self._checks = rules, {}
+        key = (identity, server_id, tool, method)
+        checks = self._checks.get(key)
+        if checks is None:
+            if len(self._checks) >= _CACHED:
+                self._checks.clear()
+            found = limit_checks(
+                rules, identity.name, identity.roles, server_id, tool, method, identity_key=identity.key
+            )
+            checks = self._checks[key] = tuple(found)
+        return checks

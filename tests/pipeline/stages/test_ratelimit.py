@@ -238,3 +238,36 @@ async def test_a_limit_on_a_tool_counts_every_spelling_a_client_is_shown_in_one_
 
     assert answer["_meta"]["dev.manifold/outcome"] == "rate_limited"
     assert limiter.rejections("issue-reads") == 1.0
+
+
+async def test_a_reloaded_policy_limits_with_its_own_rules_not_the_ones_seen_before(tmp_path: Path) -> None:
+    # The stage keeps each caller's buckets per rules in force: a reload must not leave it
+    # spending from the old rules' buckets (or from none when the old rules had no limits).
+    elsewhere = "  - {id: elsewhere, rate: 1/minute, burst: 1, per: [], match: {servers: [other]}}\n"
+    access = access_for(tmp_path, "version: 1\ndefault: allow\nlimits:\n" + elsewhere)
+    limiter = Limiter(access)
+    call_next = Recorder()
+    for _ in range(3):
+        assert await limiter.stage(call_context(), call_next) is call_next.result
+    strict = "version: 1\ndefault: allow\nlimits:\n  - {id: one, rate: 1/minute, burst: 1, per: [identity]}\n"
+    (tmp_path / "policy.yaml").write_text(strict)
+    assert access.reload()
+
+    assert await limiter.stage(call_context(), call_next) is call_next.result
+    limited = await limiter.stage(call_context(), call_next)
+    assert limited is not call_next.result
+    assert "Rate limit 'one' exceeded" in limited["content"][0]["text"]
+    assert limiter.backend.tat("one:identity=api_key,,alice") is not None
+
+
+async def test_many_callers_each_keep_their_own_bucket_past_the_stage_s_cache_bound(limiter: Limiter) -> None:
+    # A client inventing identities must not make the stage hold them all, nor make one
+    # identity's calls spend another's budget when the cache starts afresh.
+    call_next = Recorder()
+    callers = [Identity(f"user{n}", frozenset({"reader"}), "api_key") for n in range(5000)]
+    for caller in callers:
+        assert await limiter.stage(call_context(identity=caller), call_next) is call_next.result
+    assert len(limiter.stage._checks) <= 4096
+    for caller in callers[:3]:  # each has one call left of its burst of 2, then is limited
+        assert await limiter.stage(call_context(identity=caller), call_next) is call_next.result
+        assert await limiter.stage(call_context(identity=caller), call_next) is not call_next.result
