@@ -178,7 +178,6 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "router/params.py": "through the method table: tests/router/test_dispatch.py",
     "servers/connections.py": "tests/notify/ and every interaction test",
     "router/tasks.py": "the task methods on a running manifold: tests/interaction/test_tasks.py",
-    "tasks/held.py": "held calls, on a running manifold: tests/interaction/test_tasks_held.py",
     "tasks/redis_store.py": "beside the memory store, on a real redis-server: tests/tasks/test_store.py",
     "tasks/wiring.py": "through the gateway: tests/interaction/test_tasks.py",
 }

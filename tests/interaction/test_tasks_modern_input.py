@@ -26,7 +26,7 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from proxy.protocol import stateless, versions
-from tests.interaction.harness import REPO, RunningManifold, running_manifold, write_config
+from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold, write_config
 from tests.interaction.test_tasks import KEYS, _stored
 from tests.interaction.test_tasks_modern import Modern
 
@@ -133,6 +133,30 @@ async def test_answers_that_are_not_the_owners_to_give_are_refused_and_never_rea
         assert done["result"]["content"][0]["text"] == "kept b.txt"  # the decline, not bob's accept
 
 
+async def test_a_task_waiting_on_its_owner_leaves_another_calls_question_attributable(
+    manifold: RunningManifold,
+) -> None:
+    """Over stdio a server's question does not say which request it is about: the tasks/result
+    Manifold holds open for a task (its question unanswered) must not make a plain call's
+    question on the same shared connection ambiguous. That call asks during the task-augmented
+    call, before its task exists (MRTR, then a task)."""
+    async with aiohttp.ClientSession() as http:
+        alice = Asker(http, manifold.url, "alice")
+        waiting = await alice.call("confirm_delete", filename="d.txt")
+        asked = await alice.until(waiting["taskId"], "input_required")
+        first = (await alice.send("tools/call", ELICIT, name="test_tool_with_task", arguments={}))["result"]
+        assert first["resultType"] == "input_required", first
+        [key] = first["inputRequests"]
+        name = {"action": "accept", "content": {"name": "Alice"}}
+        retry = {"inputResponses": {key: name}, "requestState": first["requestState"]}
+        second = await alice.send("tools/call", ELICIT, name="test_tool_with_task", arguments={}, **retry)
+        assert second["result"]["resultType"] == "task", second
+        done = await alice.until(second["result"]["taskId"], "completed", "failed")
+        assert "Alice" in done["result"]["content"][0]["text"]
+        await alice.update(waiting["taskId"], dict.fromkeys(asked["inputRequests"], ACCEPT))
+        assert (await alice.until(waiting["taskId"], "completed"))["status"] == "completed"
+
+
 async def test_questions_past_the_limit_are_refused_to_the_server_by_name(
     manifold: RunningManifold,
 ) -> None:
@@ -211,3 +235,37 @@ async def test_the_question_crosses_the_bridge_through_manifold_stdio(tmp_path: 
         await process.stdin.aclose()
         with anyio.fail_after(20):
             await process.wait()
+
+
+CONFIRM = """\
+version: 1
+default: allow
+rules:
+  - id: adding-is-serious
+    effect: confirm
+    match: {tools: ["fx.add"]}
+    confirm: {reason: adding is serious, timeout: 30}
+"""
+
+
+async def test_a_held_calls_confirm_question_is_shown_and_answered_too(tmp_path: Path) -> None:
+    """A gateway-held task (``tasks: held``) whose call waits for a ``confirm`` answer: the question
+    Manifold asks on the task's reader is the task's ``inputRequests`` for a 2026-07-28 owner."""
+    (tmp_path / "policy.yaml").write_text(CONFIRM)
+    keys = [{"name": n, "key": _stored(k), "roles": ["staff"]} for n, k in KEYS.items()]
+    config = {
+        "auth": {"api_keys": keys},
+        "servers": {"fx": {**fixture_server("fx", tools=2), "tasks": "held"}},
+        "policy": {"files": [str(tmp_path / "policy.yaml")]},
+    }
+    async with running_manifold(tmp_path, config) as running, aiohttp.ClientSession() as http:
+        alice = Asker(http, running.url, "alice")
+        task = await alice.call("fx.add", a=2, b=3)
+        asking = await alice.until(task["taskId"], "input_required", "completed", "failed")
+        assert asking["status"] == "input_required", asking
+        [(key, request)] = asking["inputRequests"].items()
+        assert request["method"] == "elicitation/create"
+        approve = {"action": "accept", "content": {"approve": True}}
+        assert "result" in await alice.update(task["taskId"], {key: approve})
+        done = await alice.until(task["taskId"], "completed", "failed")
+        assert done["result"]["content"][0]["text"] == "5", done
