@@ -22,7 +22,7 @@ from proxy.core.errors import ServerProtocolError, ServerUnavailable
 from proxy.outbound.relay import Relay
 from proxy.protocol import versions
 from proxy.protocol.asks import ASKED_CAPABILITIES
-from proxy.protocol.extensions import OWN, relayable
+from proxy.protocol.extensions import OWN, TASKS, HoldingTasks, relayable
 from proxy.protocol.headers import ParamHeader, x_mcp_header_problem, x_mcp_headers
 from proxy.protocol.stateless import (
     CLIENT_CAPABILITIES_KEY,
@@ -62,9 +62,14 @@ CLIENT_INFO: Final = {"name": "manifold", "version": __version__}
 
 def relayed_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
     """What of a client's declared capabilities its server hears of: :data:`RELAYED`, the
-    extensions among them only those Manifold relays (a 2026-07-28 caller's come unfiltered)."""
+    extensions among them only those Manifold relays (a 2026-07-28 caller's come unfiltered),
+    and the tasks extension where Manifold holds the server's task for the caller
+    (:class:`~proxy.protocol.extensions.HoldingTasks`)."""
     relayed = {k: v for k, v in capabilities.items() if k in RELAYED and k != "extensions"}
-    if extensions := relayable(capabilities.get("extensions"))[0]:
+    extensions = relayable(capabilities.get("extensions"))[0]
+    if isinstance(capabilities, HoldingTasks):
+        extensions[TASKS] = {}
+    if extensions:
         relayed["extensions"] = extensions
     return relayed
 

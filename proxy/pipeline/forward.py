@@ -9,7 +9,8 @@ differ in how they ask for it (:mod:`proxy.pipeline.bridge`):
     handshake era      server requests relayed        input_required unrolled into requests
     2026-07-28         call parked, input_required    input_required passed, state wrapped
 
-A handshake-era caller never sees what only 2026-07-28 defines (``resultType``, cache hints), and
+A handshake-era caller never sees what only 2026-07-28 defines (``resultType``, cache hints; a
+task handle is left whole for :mod:`proxy.tasks.modern_servers` to turn into a handshake-era task), and
 no server is sent a ``requestState`` that is not its own unwrapped from Manifold's seal: one a
 handshake-era caller sends to a handshake-era server (which never issued one) is refused.
 """
@@ -68,5 +69,6 @@ class Forward:
                 raise InvalidRequestState()
             result = await connection.request(ctx.method, dict(ctx.params), relay=ctx.caller)
         if connection.stateless and not stateless_caller and isinstance(result, dict):
-            return results.handshake(result)
+            # A task handle stays one: proxy.tasks.modern_servers takes it for the caller.
+            return result if result.get("resultType") == "task" else results.handshake(result)
         return result

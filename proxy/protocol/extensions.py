@@ -11,7 +11,9 @@ the promise in between. The rule, one place for both directions:
 * **Known and dropped** (:data:`KNOWN`, a reason): passing the declaration on would make a
   promise Manifold breaks. Tasks (``io.modelcontextprotocol/tasks``): a server would hand the
   client its own task ids, which no ``tasks/*`` call through Manifold can use; Manifold declares
-  the extension itself where it serves it (:mod:`proxy.tasks.modern`).
+  the extension itself where it serves it (:mod:`proxy.tasks.modern`), and to a 2026-07-28
+  server on exactly the requests whose task handle it takes for the caller
+  (:class:`HoldingTasks`, :mod:`proxy.tasks.modern_servers`).
 * **Any other official extension** (``io.modelcontextprotocol/…``): dropped. Official extensions
   change the protocol itself (new methods, result types, ids), which Manifold must route.
 * **A third party's** (any other well-formed identifier): relayed. Such extensions ride on
@@ -46,6 +48,7 @@ __all__ = [
     "UI",
     "MAX_KEPT_BYTES",
     "Dropped",
+    "HoldingTasks",
     "kept",
     "merge",
     "relayable",
@@ -58,7 +61,7 @@ _OFFICIAL: Final = "io.modelcontextprotocol/"
 # Known extensions -> None (relayed: Manifold does what it needs in between) or why dropped.
 KNOWN: Final[Mapping[str, str | None]] = {
     UI: None,
-    TASKS: "Manifold serves the tasks extension itself; a server's own task ids are not relayed",
+    TASKS: "Manifold serves the tasks extension itself, over servers' tasks under its own task ids",
 }
 # What Manifold declares to servers on a connection it shares between clients: it relays MCP
 # Apps to whoever can render them (a client that cannot ignores ``_meta.ui``: text only).
@@ -81,6 +84,12 @@ class Dropped:
 
     extension: str
     reason: str
+
+
+class HoldingTasks(dict[str, Any]):
+    """A caller's capabilities as one request goes out to a 2026-07-28 server on which Manifold
+    takes the server's task handle for the caller: the tasks extension is declared to the server
+    (Manifold's own declaration, whatever the caller's; :func:`relayable` drops a caller's)."""
 
 
 def _problem(extension: object, settings: object) -> str | None:

@@ -11,7 +11,7 @@ from proxy.clients.session import InboundRequest
 from proxy.core.errors import MethodNotFound
 from proxy.policy import Identity
 from proxy.protocol.jsonrpc import RequestId
-from proxy.tasks import modern
+from proxy.tasks import modern, modern_servers
 from proxy.tasks.relay import TASK_METHODS, Tasks
 from proxy.views.catalogs import Catalogs
 
@@ -58,7 +58,7 @@ def task_methods(
         method: str, inbound: InboundRequest, params: dict[str, Any], request_id: RequestId
     ) -> Any:
         if inbound.stateless:  # the io.modelcontextprotocol/tasks extension
-            return await modern.request(tasks, inbound, endpoint, method, params)
+            return await modern_servers.request(tasks, inbound, endpoint, method, params)
         if method not in TASK_METHODS:
             raise MethodNotFound(f"method not found: {method}")
         return await tasks.request(inbound, endpoint, method, params)

@@ -21,6 +21,7 @@ client has open: they go back through that request like any server request about
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -50,7 +51,7 @@ from proxy.outbound.connection import ServerConnection
 from proxy.outbound.relay import RELATED_TASK
 from proxy.pipeline.context import CallContext, Caller, Handler
 from proxy.protocol import jsonrpc
-from proxy.tasks import modern
+from proxy.tasks import modern, modern_servers
 from proxy.tasks.ids import TaskIds, scope_of, unknown_task
 from proxy.tasks.inputs import TaskQuestions
 from proxy.tasks.store import TaskRecord, TaskStore
@@ -71,11 +72,14 @@ _SWEEP: Final = 60.0  # seconds between looks for expired tasks of this replica'
 
 
 def capability(server_capabilities: Mapping[str, Any]) -> bool:
-    """Whether a server declared task-augmented ``tools/call`` (``tasks.requests.tools.call``)."""
+    """Whether a server runs tools as tasks: it declared task-augmented ``tools/call``
+    (``tasks.requests.tools.call``), or the 2026-07-28 tasks extension."""
     tasks = server_capabilities.get("tasks")
     requests = tasks.get("requests") if isinstance(tasks, dict) else None
     tools = requests.get("tools") if isinstance(requests, dict) else None
-    return isinstance(tools, dict) and isinstance(tools.get("call"), dict)
+    return (isinstance(tools, dict) and isinstance(tools.get("call"), dict)) or modern_servers.declared(
+        server_capabilities
+    )
 
 
 class Reach(Protocol):
@@ -208,7 +212,12 @@ class Tasks:
     def creating(self, pipeline: Handler) -> Handler:
         """``pipeline`` with a task-augmented ``tools/call``'s task recorded as the server creates it."""
 
+        shared = self._connections.shared
+
         async def call(ctx: CallContext) -> Any:
+            if ctx.method == "tools/call" and (server := shared.get(ctx.server_id)) and server.stateless:
+                running = modern_servers.declared(server.capabilities)
+                return await modern_servers.calling(self, pipeline, ctx, running)
             if ctx.method == "tools/call" and ctx.caller.stateless:
                 return await modern.calling(self, pipeline, ctx, ctx.server_id in self.running_tasks())
             if ctx.method != "tools/call" or "task" not in ctx.params:
@@ -250,10 +259,7 @@ class Tasks:
         if method == "tasks/list":
             return await self._list(inbound, endpoint, params.get("cursor"))
         task_id = params.get("taskId")
-        key = self._ids.open(task_id, scope_of(inbound.identity, endpoint))
-        record = await self._store.get(key)
-        if record is None or record.owner != fingerprint(inbound.identity) or record.endpoint != endpoint:
-            raise unknown_task()
+        record = await self.record_of(inbound, endpoint, task_id)
         assert isinstance(task_id, str)
         if method == "tasks/get":
             return await self._get(inbound, record, task_id)
@@ -275,6 +281,30 @@ class Tasks:
         record = await self._store.get(self.key_of(inbound, endpoint, task_id))
         if record is not None and record.outcome is None:
             await self._finished(record, {"error": error})
+
+    async def record_of(self, inbound: Caller, endpoint: str, task_id: object) -> TaskRecord:
+        """The record ``task_id`` names, if it is a live task of ``inbound``'s identity on ``endpoint``.
+
+        Raises:
+            InvalidParams: anything else: always "unknown task".
+        """
+        key = self._ids.open(task_id, scope_of(inbound.identity, endpoint))
+        record = await self._store.get(key)
+        if record is None or record.owner != fingerprint(inbound.identity) or record.endpoint != endpoint:
+            raise unknown_task()
+        return record
+
+    async def connection_of(self, inbound: Caller, record: TaskRecord) -> ServerConnection:
+        """The connection ``inbound`` reaches the record's server on."""
+        return await self._connections.for_call(inbound, record.server_id)
+
+    def remember(self, ctx: CallContext, client_id: str) -> None:
+        """Keep the call a task was created by, to check its result against when it is first read
+        (:class:`~proxy.tasks.held.HeldTasks` does; the bare relay checks nothing)."""
+        self._remember(ctx, client_id)
+
+    def _remember(self, ctx: CallContext, client_id: object) -> None:
+        return None
 
     async def _get(self, inbound: Caller, record: TaskRecord, task_id: str) -> Any:
         if record.outcome is not None:
@@ -328,7 +358,7 @@ class Tasks:
         if record.outcome is not None or status in TERMINAL:
             raise InvalidParams(f"Cannot cancel task: already in terminal status {status!r}")
         connection = await self._connections.for_call(inbound, record.server_id)
-        if not _declares(connection, "cancel"):
+        if not connection.stateless and not _declares(connection, "cancel"):
             raise MethodNotFound(f"server {record.server_id!r} does not support tasks/cancel")
         answer = await self._ask(inbound, record, "tasks/cancel", task_id)
         record = await self._updated(record, answer)
@@ -347,6 +377,11 @@ class Tasks:
         # No related-task _meta: the spec says the taskId param alone names the task.
         params: dict[str, Any] = {"taskId": record.server_task}
         try:
+            if connection.stateless:  # the tasks extension's words (tasks/result: polled)
+                heard = functools.partial(self._heard, record.server_id, record.server_task)
+                return await modern_servers.ask(
+                    connection, inbound, method, record.server_task, task_id, timeout=timeout, heard=heard
+                )
             return await connection.request(method, params, timeout=timeout, relay=inbound)
         except RemoteError as exc:
             if method == "tasks/result":
@@ -423,6 +458,16 @@ class Tasks:
             return
         shown = {"taskId": client_id, **_kept(params), "ttl": round((expires - created) * 1000)}
         session.notify(jsonrpc.notification("notifications/tasks/status", shown))
+
+    def _heard(self, server_id: str, server_task: str, task: Mapping[str, Any]) -> None:
+        """A status Manifold saw polling a 2026-07-28 server's task, told as that server would
+        have in the handshake era (:meth:`status`)."""
+        shown = {
+            k: v for k, v in task.items() if k in ("status", "statusMessage", "createdAt", "lastUpdatedAt")
+        }
+        self.status(
+            server_id, jsonrpc.notification("notifications/tasks/status", {**shown, "taskId": server_task})
+        )
 
     def _forget_expired(self) -> None:
         now = self._clock()

@@ -10,15 +10,21 @@ asked on a ``tasks/result`` Manifold holds open, shown as the task's ``inputRequ
 by ``tasks/update`` (and, for composition, asked during the call, as ``input_required``, before
 the task exists).
 
-Left out, with why: ``tasks-dispatch-and-envelope`` (its first check calls ``confirm_delete`` as
-a 2026-07-28 MRTR tool that answers ``input_required`` plainly, which a handshake-era server
-behind cannot be), ``tasks-status-notifications`` (skipped by the suite itself)."""
+The same scenarios, and ``tasks-dispatch-and-envelope``, run again with a 2026-07-28 task server
+behind Manifold (tests/fixtures/modern_task_server.py): its own tasks relayed under Manifold's
+ids, its ``inputRequests`` shown and ``tasks/update`` passed on.
+
+Left out behind the handshake-era server, with why: ``tasks-dispatch-and-envelope`` (its first
+check calls ``confirm_delete`` as a 2026-07-28 MRTR tool that answers ``input_required``
+plainly, which a handshake-era server cannot be); behind either, ``tasks-status-notifications``
+(skipped by the suite itself)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ from tests.interaction.harness import REPO, RunningManifold, running_manifold
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVER = str(REPO / "tests" / "fixtures" / "era_task_server.py")
+MODERN_SERVER = str(REPO / "tests" / "fixtures" / "modern_task_server.py")
 SCENARIOS = (
     "tasks-lifecycle",
     "tasks-capability-negotiation",
@@ -42,14 +49,27 @@ SCENARIOS = (
     "tasks-mrtr-input",
     "tasks-mrtr-composition",
 )
+MODERN_SCENARIOS = (*SCENARIOS, "tasks-dispatch-and-envelope")
+
+
+@asynccontextmanager
+async def _fronting(tmp: Path, server: str) -> AsyncIterator[RunningManifold]:
+    if not CLI.exists():
+        pytest.skip("the conformance suite is not installed (npm ci in tests/conformance_modern)")
+    config = {"servers": {"t": {"command": sys.executable, "args": [server], "prefix": ""}}}
+    async with running_manifold(tmp, config) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
-    if not CLI.exists():
-        pytest.skip("the conformance suite is not installed (npm ci in tests/conformance_modern)")
-    config = {"servers": {"t": {"command": sys.executable, "args": [SERVER], "prefix": ""}}}
-    async with running_manifold(tmp_path_factory.mktemp("tasks-conformance"), config) as running:
+    async with _fronting(tmp_path_factory.mktemp("tasks-conformance"), SERVER) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+async def modern_manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
+    async with _fronting(tmp_path_factory.mktemp("tasks-conformance-modern"), MODERN_SERVER) as running:
         yield running
 
 
@@ -61,6 +81,17 @@ def _checks(out: Path) -> list[dict[str, Any]]:
 async def test_the_suites_task_scenario_passes_through_manifold(
     manifold: RunningManifold, scenario: str, tmp_path: Path
 ) -> None:
+    await _passes(manifold, scenario, tmp_path)
+
+
+@pytest.mark.parametrize("scenario", MODERN_SCENARIOS)
+async def test_the_suites_task_scenario_passes_through_manifold_to_a_modern_task_server(
+    modern_manifold: RunningManifold, scenario: str, tmp_path: Path
+) -> None:
+    await _passes(modern_manifold, scenario, tmp_path)
+
+
+async def _passes(manifold: RunningManifold, scenario: str, tmp_path: Path) -> None:
     command = [str(NODE), str(CLI), "server", "--url", manifold.url, "--scenario", scenario]
     command += ["--force", "--spec-version", "2026-07-28", "-o", str(tmp_path)]
     with anyio.fail_after(120):

@@ -31,6 +31,12 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 V = versions.LATEST_STATELESS
 WITH_TASKS: dict[str, Any] = {"extensions": {TASKS: {}}}
+# The extension's methods about one task, with what else each needs.
+TASK_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("tasks/get", {}),
+    ("tasks/cancel", {}),
+    ("tasks/update", {"inputResponses": {}}),
+]
 
 
 @pytest.fixture(scope="module")
@@ -161,12 +167,7 @@ async def test_another_identity_and_guessed_ids_are_unknown_and_removed_methods_
         task = await alice.create("mine")
         task_id = task["taskId"]
         altered = task_id[:-2] + ("AA" if not task_id.endswith("AA") else "BB")
-        calls: list[tuple[str, dict[str, Any]]] = [
-            ("tasks/get", {}),
-            ("tasks/cancel", {}),
-            ("tasks/update", {"inputResponses": {}}),
-        ]
-        for method, extra in calls:
+        for method, extra in TASK_CALLS:
             for who, which in ((bob, task_id), (alice, altered), (alice, "0" * 32)):
                 answer = await who.send(method, taskId=which, **extra)
                 assert answer["error"]["code"] == -32602, (method, which, answer)

@@ -35,6 +35,8 @@ def _task(task_id: str, status: str = "working", **more: Any) -> dict[str, Any]:
 class Server:
     """A server connection that answers ``tasks/*`` from a script and records what it was sent."""
 
+    stateless = False  # a handshake-era server (2026-07-28 ones: tests/tasks/test_modern_servers.py)
+
     def __init__(self, capabilities: Mapping[str, Any] = CAPABLE) -> None:
         self.capabilities = dict(capabilities)
         self.sent: list[tuple[str, dict[str, Any]]] = []
