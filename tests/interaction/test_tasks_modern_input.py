@@ -62,7 +62,9 @@ class Asker(Modern):
         return result
 
     async def get(self, task_id: str) -> dict[str, Any]:
-        got: dict[str, Any] = (await self.send("tasks/get", ELICIT, taskId=task_id))["result"]
+        answer = await self.send("tasks/get", ELICIT, taskId=task_id)
+        assert "result" in answer, answer
+        got: dict[str, Any] = answer["result"]
         return got
 
     async def until(self, task_id: str, *statuses: str) -> dict[str, Any]:
