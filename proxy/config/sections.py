@@ -151,6 +151,9 @@ class LimitsConfig(_Model):
     max_tasks: int = Field(default=10_000, ge=1)
     max_task_result_bytes: int = Field(default=1 * _MIB, ge=1 * _KIB)
     max_task_ttl: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    # A server's task-augmented sampling/elicitation requests Manifold holds as tasks for it (the
+    # other way round), per server connection, until their ttl ends (at most max_task_ttl).
+    max_client_tasks_per_server: int = Field(default=100, ge=1)
     # per_client servers: processes/connections in all, and seconds an unused one is kept.
     max_per_client_connections: int = Field(default=100, ge=1)
     per_client_idle_timeout: float = Field(default=300.0, gt=0, allow_inf_nan=False)

@@ -26,7 +26,8 @@ Health follows outcomes, not only the link (:mod:`proxy.outbound.health`); the r
 flight are :mod:`proxy.outbound.pending`'s.
 
 The rules live beside it: ``era`` (the envelope, what a server says of itself, x-mcp-header
-tools), ``lists`` (paging), ``listening`` (the listen stream), ``relay`` (whose request it is).
+tools), ``lists`` (paging), ``listening`` (the listen stream), ``relay`` (whose request it is),
+``client_tasks`` (a server's task-augmented sampling and elicitation, held as tasks by Manifold).
 It depends on nothing above it: what a failed server request is answered with comes in from the
 caller (``answer_error``), as does the counter of internal errors (``on_internal_error``).
 """
@@ -55,6 +56,7 @@ from proxy.core.errors import (
     ServerUnavailable,
     Unencodable,
 )
+from proxy.outbound.client_tasks import ClientTasks
 from proxy.outbound.era import (
     CLIENT_CAPABILITIES,
     Era,
@@ -70,6 +72,7 @@ from proxy.outbound.pending import Pending, time_out
 from proxy.outbound.relay import Relay, related_task, relay_for
 from proxy.outbound.transport import Diagnostics, Failed, Link, Transport
 from proxy.protocol import jsonrpc
+from proxy.protocol.client_tasks import POLLS
 from proxy.protocol.headers import ParamHeader, param_headers
 from proxy.protocol.jsonrpc import Message, MessageKind, RequestId
 from proxy.protocol.results import CacheHint
@@ -77,11 +80,7 @@ from proxy.protocol.subscriptions import LISTEN
 from proxy.tracing.active import RelayTrace
 from proxy.tracing.carry import to_client, to_server
 
-__all__ = [
-    "AnswerError",
-    "InternalErrorHook",
-    "ServerConnection",
-]
+__all__ = ["AnswerError", "InternalErrorHook", "ServerConnection"]
 
 # The error response to a server's request that failed (``proxy.observe.boundary.wire_error``).
 AnswerError = Callable[[Exception, RequestId], Message]
@@ -115,6 +114,7 @@ class ServerConnection:
         max_items: int = 10_000,
         failures_until_unready: int = 5,
         on_limit: LimitHook | None = None,
+        client_tasks: ClientTasks | None = None,
     ) -> None:
         """``answer_error`` turns the failure of a server's request (sampling, elicitation, roots)
         into the error response the server gets; ``on_internal_error`` hears of every unexpected
@@ -131,6 +131,7 @@ class ServerConnection:
         self._max_pages = max_pages
         self._max_items = max_items
         self._on_limit = on_limit
+        self.client_tasks = client_tasks or ClientTasks(server_id)
         self.health = Health(
             server_id, listener, failures_until_unready=failures_until_unready, on_limit=on_limit
         )
@@ -399,19 +400,17 @@ class ServerConnection:
         try:
             with scope:
                 try:
-                    in_flight = self._pending.relays()
-                    if related is None:  # over stdio: the task it is about may say whose it is
-                        related = self._pending.waiting_on(related_task(message))
-                    relay = relay_for(
-                        related,
-                        in_flight,
-                        self._default_relay,
-                        method=message["method"],
-                        server_id=self.server_id,
-                    )
-                    call = self._pending.trace_of(related, relay)
-                    traced, params = to_client(call, message["method"], message.get("params"))
-                    result = await relay.request(message["method"], params)
+                    if message["method"] in POLLS:  # a task Manifold holds for this server
+                        result = await self.client_tasks.poll(message["method"], message.get("params"))
+                    else:
+                        relays = self._pending.relays()
+                        if related is None:  # over stdio: the task it is about may say whose it is
+                            related = self._pending.waiting_on(related_task(message))
+                        default, method = self._default_relay, message["method"]
+                        relay = relay_for(related, relays, default, method=method, server_id=self.server_id)
+                        call = self._pending.trace_of(related, relay)
+                        traced, params = to_client(call, method, message.get("params"))
+                        result = await self.client_tasks.ask(relay, method, params, self._tg)
                     reply = jsonrpc.result_response(request_id, result)
                 except Exception as exc:
                     failure = exc

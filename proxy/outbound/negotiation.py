@@ -16,6 +16,7 @@ from typing import Any, Final, Protocol
 from proxy.core.errors import RemoteError, ServerUnavailable
 from proxy.outbound.era import CLIENT_INFO, Era, Introduction, envelope, parse_discover, parse_initialize
 from proxy.protocol import versions
+from proxy.protocol.client_tasks import declared
 
 __all__ = ["Call", "negotiate"]
 
@@ -62,7 +63,7 @@ async def negotiate(
     async def handshake() -> Introduction:
         params = {
             "protocolVersion": versions.LATEST,
-            "capabilities": client_capabilities,
+            "capabilities": declared(client_capabilities),  # with the tasks Manifold holds
             "clientInfo": CLIENT_INFO,
         }
         result = await call("initialize", params, connect_timeout, era=Era.HANDSHAKE)

@@ -25,6 +25,7 @@ from proxy.credentials import Sources
 from proxy.observe.boundary import Boundary, wire_error
 from proxy.observe.logs import redact_text
 from proxy.observe.metrics import Metrics
+from proxy.outbound.client_tasks import ClientTasks
 from proxy.outbound.connection import ServerConnection
 from proxy.outbound.era import Era, relayed_capabilities
 from proxy.outbound.factory import transport_for
@@ -125,6 +126,7 @@ class Connections:
             max_items=limits.max_server_items,
             failures_until_unready=limits.failures_until_unready,
             on_limit=self._boundary.refused,
+            client_tasks=ClientTasks.from_limits(server.id, limits),
         )
 
     def _start(self, tg: anyio.abc.TaskGroup, connection: ServerConnection) -> None:

@@ -44,6 +44,7 @@ from proxy.clients.session import ClientSession, InboundRequest, StatelessCaller
 from proxy.config.model import LimitsConfig, ServerConfig
 from proxy.core.errors import LimitExceeded, ServerUnavailable, SignInNeeded
 from proxy.credentials import Credentials, Sources
+from proxy.outbound.client_tasks import ClientTasks
 from proxy.outbound.connection import AnswerError, InternalErrorHook, ServerConnection
 from proxy.outbound.era import Era, relayed_capabilities
 from proxy.outbound.factory import transport_for
@@ -320,6 +321,7 @@ class ClientConnections:
             max_items=self._limits.max_server_items,
             failures_until_unready=self._limits.failures_until_unready,
             on_limit=self._on_limit,
+            client_tasks=ClientTasks.from_limits(server_id, self._limits),
         )
         running = _Running(session, connection, anyio.CancelScope(), self._clock(), doorway, own)
         self._running[key] = self._by_connection[connection] = running

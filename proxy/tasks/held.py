@@ -56,6 +56,7 @@ logger = logging.getLogger("proxy.tasks.held")
 HELD: Final = "held:"  # a held task's "server task id": never a server's, never shown to a client
 _POLL: Final = 0.5  # seconds between looks at the store for a task held by another replica
 _CANCEL_WAIT: Final = 5.0  # seconds tasks/cancel waits for a cancelled call to end
+_RELISTEN: Final = 5.0  # seconds before listening for cancels again after a surprise
 
 
 @dataclass(slots=True)
@@ -147,10 +148,20 @@ class HeldTasks(Tasks):
             self._group = group
             task_status.started()
             try:
-                await self._hear_cancels()
+                await self._listening()
             finally:
                 self._group = None
                 group.cancel_scope.cancel()
+
+    async def _listening(self) -> None:
+        """:meth:`_hear_cancels`, for as long as this runs: a surprise is logged, never fatal to
+        the held calls (they go on; a cancel told meanwhile is read from the records after)."""
+        while True:
+            try:
+                await self._hear_cancels()
+            except Exception:
+                logger.exception("hearing task cancels from other replicas failed; listening again")
+            await anyio.sleep(_RELISTEN)
 
     async def _hear_cancels(self) -> None:
         """Cancel the held calls running here that another replica's ``tasks/cancel`` cancelled."""
@@ -289,8 +300,9 @@ class HeldTasks(Tasks):
             self._by_key[record.key] = where
         try:
             with running.scope:
-                if record is not None:
-                    running.scope.deadline = anyio.current_time() + max(record.expires - self._clock(), 0.0)
+                if record is None or record.task.get("status") == "cancelled":
+                    return  # gone, or cancelled on another replica before it ran: it never runs
+                running.scope.deadline = anyio.current_time() + max(record.expires - self._clock(), 0.0)
                 try:
                     outcome = {"result": await pipeline(ctx)}
                 except Exception as exc:  # the call's failure is the task's outcome, in wire words

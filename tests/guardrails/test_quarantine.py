@@ -131,4 +131,8 @@ def test_a_poisoned_resource_template_is_held_by_its_uri_template_with_the_resou
     assert not loaded.held("resource", "file:///a")
     shown = loaded.resources_view(index, ALICE, templates=True)
     assert [t["uriTemplate"] for t in shown] == ["file:///notes/{n}"]
-    assert "file:///vault/{n}" in loaded.held_keys
+    accept_key, digest = loaded.held_keys["file:///vault/{n}"]
+    assert accept_key == "quarantine:resource:gh/file:///vault/{n}"
+    save_pins(tmp_path / "pins.json", {accept_key: digest})  # what `manifold pins accept` writes
+    loaded.judge_definitions("resource", [("gh", t["uriTemplate"], t) for t in templates])
+    assert not loaded.held("resource", "file:///vault/{n}")

@@ -297,12 +297,7 @@ async def test_a_2026_caller_declaring_the_extension_gets_a_held_task_and_polls_
         assert "ttlMs" in handle
         assert "pollIntervalMs" in handle
         task_id = handle["taskId"]
-        with anyio.fail_after(20):
-            while True:  # polling is the extension's way
-                got = (await caller.send("tasks/get", taskId=task_id))["result"]
-                if got["status"] != "working":
-                    break
-                await anyio.sleep(0.2)
+        got = await caller.until_terminal(task_id)  # polling is the extension's way
         assert got["status"] == "completed"
         assert got["result"]["content"][0]["text"] == "done"
         # Without the extension an optional tool is called plainly.

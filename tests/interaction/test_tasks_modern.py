@@ -46,6 +46,18 @@ async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ru
         yield running
 
 
+def request(
+    n: int, method: str, capabilities: dict[str, Any] | None, params: dict[str, Any]
+) -> dict[str, Any]:
+    """A 2026-07-28 request: its envelope declares the tasks extension unless ``capabilities`` says."""
+    meta = {
+        stateless.PROTOCOL_VERSION_KEY: V,
+        stateless.CLIENT_CAPABILITIES_KEY: WITH_TASKS if capabilities is None else capabilities,
+        stateless.CLIENT_INFO_KEY: {"name": "raw-2026", "version": "0"},
+    }
+    return {"jsonrpc": "2.0", "id": n, "method": method, "params": {**params, "_meta": meta}}
+
+
 class Modern:
     """A raw 2026-07-28 caller of one identity."""
 
@@ -61,12 +73,7 @@ class Modern:
         **params: Any,
     ) -> Any:
         self._next += 1
-        meta = {
-            stateless.PROTOCOL_VERSION_KEY: V,
-            stateless.CLIENT_CAPABILITIES_KEY: WITH_TASKS if capabilities is None else capabilities,
-            stateless.CLIENT_INFO_KEY: {"name": "raw-2026", "version": "0"},
-        }
-        body = {"jsonrpc": "2.0", "id": self._next, "method": method, "params": {**params, "_meta": meta}}
+        body = request(self._next, method, capabilities, params)
         headers = {"MCP-Protocol-Version": V, "Mcp-Method": method}
         if self._who is not None:
             headers["Authorization"] = f"Bearer {KEYS[self._who]}"

@@ -23,9 +23,10 @@ import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from proxy.protocol import stateless, versions
+from proxy.protocol import versions
 from proxy.protocol.extensions import TASKS
 from tests.interaction.harness import REPO, everything_server, fixture_server, write_config
+from tests.interaction.test_tasks_modern import request
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -48,12 +49,7 @@ class Caller:
 
     async def send(self, method: str, capabilities: dict[str, Any] | None = None, **params: Any) -> Any:
         self._next += 1
-        meta = {
-            stateless.PROTOCOL_VERSION_KEY: V,
-            stateless.CLIENT_CAPABILITIES_KEY: WITH_TASKS if capabilities is None else capabilities,
-            stateless.CLIENT_INFO_KEY: {"name": "raw-2026-stdio", "version": "0"},
-        }
-        body = {"jsonrpc": "2.0", "id": self._next, "method": method, "params": {**params, "_meta": meta}}
+        body = request(self._next, method, capabilities, params)
         await self._stdin.send(json.dumps(body).encode() + b"\n")
         with anyio.fail_after(60):
             while True:

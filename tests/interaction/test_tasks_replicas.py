@@ -60,6 +60,10 @@ async def replicas(tmp_path: Path) -> AsyncIterator[list[RunningManifold]]:
         ]
 
 
+def as_(who: str) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS[who]}"})
+
+
 async def _call(
     http: aiohttp.ClientSession, url: str, session: str, n: int, method: str, params: dict[str, Any]
 ) -> Any:
@@ -77,10 +81,7 @@ async def test_a_task_made_on_one_replica_is_read_on_the_other_by_its_owner_only
     replicas: list[RunningManifold],
 ) -> None:
     one, other = replicas
-    async with (
-        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['alice']}"}) as alice,
-        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['bob']}"}) as bob,
-    ):
+    async with as_("alice") as alice, as_("bob") as bob:
         here, there = await raw_session(alice, one.url), await raw_session(alice, other.url)
         params = {"name": RESEARCH, "arguments": {"topic": "tides"}, "task": {"ttl": 60_000}}
         created = await _call(alice, one.url, here, 2, "tools/call", params)
@@ -109,7 +110,7 @@ async def test_a_held_tasks_result_is_waited_for_and_read_on_the_other_replica(
     replicas: list[RunningManifold],
 ) -> None:
     one, other = replicas
-    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['alice']}"}) as alice:
+    async with as_("alice") as alice:
         here, there = await raw_session(alice, one.url), await raw_session(alice, other.url)
         params = {"name": "fx.slow", "arguments": {"seconds": 2}, "task": {"ttl": 60_000}}
         created = await _call(alice, one.url, here, 2, "tools/call", params)
@@ -127,10 +128,7 @@ async def test_a_held_call_cancelled_on_the_other_replica_stops_where_it_runs_fo
     replicas: list[RunningManifold],
 ) -> None:
     one, other = replicas
-    async with (
-        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['alice']}"}) as alice,
-        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['bob']}"}) as bob,
-    ):
+    async with as_("alice") as alice, as_("bob") as bob:
         here, there = await raw_session(alice, one.url), await raw_session(alice, other.url)
         params = {"name": "fx.hang", "arguments": {}, "task": {"ttl": 60_000}}
         created = await _call(alice, one.url, here, 2, "tools/call", params)

@@ -241,3 +241,20 @@ async def test_a_modern_server_subscriptions_become_its_listen_filter() -> None:
     assert listens[1]["resourceSubscriptions"] == ["r://a"]
     first_listen = next(m for m in server.seen if m.get("method") == "subscriptions/listen")
     assert [c["params"]["requestId"] for c in cancelled] == [first_listen["id"]]  # the old one, after
+
+
+async def test_a_handshake_server_hears_of_the_tasks_manifold_holds_and_a_stateless_one_does_not() -> None:
+    server = Server(stateless=False)
+    async with connected(server, client_capabilities={"elicitation": {}, "roots": {}}):
+        pass
+    initialize = next(m for m in server.seen if m.get("method") == "initialize")
+    assert initialize["params"]["capabilities"] == {
+        "elicitation": {},
+        "roots": {},
+        "tasks": {"list": {}, "cancel": {}, "requests": {"elicitation": {"create": {}}}},
+    }
+    stateless = Server()
+    async with connected(stateless) as connection:
+        await connection.request("tools/call", {"name": "t"}, relay=Caller({"sampling": {}}))
+    call = next(m for m in stateless.seen if m.get("method") == "tools/call")
+    assert call["params"]["_meta"][CAPS] == {"sampling": {}}  # 2026-07-28: no tasks this way round

@@ -5,7 +5,8 @@ replicas on a real Redis, tests/interaction/test_tasks_replicas.py."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -119,15 +120,33 @@ async def test_a_reload_changes_which_tools_are_held() -> None:
     assert tasks.running_tasks() == {"srv"}
 
 
-async def _hang(ctx: CallContext) -> Any:
-    await anyio.sleep_forever()
-
-
 async def _start_held(tasks: HeldTasks, store: ToldStore) -> tuple[str, str]:
-    created = await tasks.creating(_hang)(_ctx("slow", task={"ttl": 60_000}))
+    """A held call of alice's that never ends, running (its pipeline entered): its task id and
+    its record's key."""
+    entered = anyio.Event()
+
+    async def hang(ctx: CallContext) -> Any:
+        entered.set()
+        await anyio.sleep_forever()
+
+    created = await tasks.creating(hang)(_ctx("slow", task={"ttl": 60_000}))
+    with anyio.fail_after(5):
+        await entered.wait()
     task_id: str = created["task"]["taskId"]
     [record] = await store.owned(next(iter(store._by_owner)), "")
     return task_id, record.key
+
+
+@asynccontextmanager
+async def running_held(store: ToldStore) -> AsyncIterator[tuple[HeldTasks, str, str]]:
+    """One replica's held tasks running, with a held call of alice's that never ends started:
+    the tasks, the call's task id and its record's key."""
+    tasks = _held(Server({}), store, _server(tasks="held"))
+    async with store.send, store.receive, anyio.create_task_group() as tg:
+        await tg.start(tasks.run)
+        task_id, key = await _start_held(tasks, store)
+        yield tasks, task_id, key
+        tg.cancel_scope.cancel()  # the held calls, and the listening, end with the block
 
 
 async def _cancelled_elsewhere(store: ToldStore, key: str) -> None:
@@ -145,42 +164,30 @@ async def _outcome(store: ToldStore, key: str) -> bytes | None:
 
 async def test_a_held_call_stops_when_another_replica_tells_its_cancel() -> None:
     store = ToldStore()
-    tasks = _held(Server({}), store, _server(tasks="held"))
-    async with store.send, store.receive, anyio.create_task_group() as tg:
-        await tg.start(tasks.run)
-        task_id, key = await _start_held(tasks, store)
+    async with running_held(store) as (tasks, task_id, key):
         await store.send.send("f" * 32)  # a key of no call here: nothing happens
         await _cancelled_elsewhere(store, key)
         await store.send.send(key)
         assert b"the task was cancelled" in (await _outcome(store, key) or b"")
         got = await tasks.request(Caller(ALICE), "", "tasks/get", {"taskId": task_id})  # type: ignore[arg-type]
         assert got["status"] == "cancelled"
-        tg.cancel_scope.cancel()
 
 
 async def test_a_cancel_missed_while_not_listening_is_read_from_the_records() -> None:
     store = ToldStore()
-    tasks = _held(Server({}), store, _server(tasks="held"))
-    async with store.send, store.receive, anyio.create_task_group() as tg:
-        await tg.start(tasks.run)
-        _, key = await _start_held(tasks, store)
+    async with running_held(store) as (_, _, key):
         await _cancelled_elsewhere(store, key)
         await store.send.send("")  # listening (re)started: the records are looked at
         assert b"the task was cancelled" in (await _outcome(store, key) or b"")
-        tg.cancel_scope.cancel()
 
 
 async def test_a_cancel_here_of_a_call_running_here_is_not_told_and_one_running_elsewhere_is() -> None:
     store = ToldStore()
-    tasks = _held(Server({}), store, _server(tasks="held"))
-    async with store.send, store.receive, anyio.create_task_group() as tg:
-        await tg.start(tasks.run)
-        task_id, key = await _start_held(tasks, store)
+    async with running_held(store) as (tasks, task_id, key):
         with anyio.fail_after(5):
             await tasks.request(Caller(ALICE), "", "tasks/cancel", {"taskId": task_id})  # type: ignore[arg-type]
         assert store.published == []  # stopped here, at once
         assert b"the task was cancelled" in (await _outcome(store, key) or b"")
-        tg.cancel_scope.cancel()
     # Another replica's view of a held task: no call of it runs here, so the cancel is told.
     there = _held(Server({}), store, _server(tasks="held"))
     record = await store.get(key)
@@ -196,13 +203,61 @@ async def test_a_cancel_that_cannot_be_told_is_still_answered_and_kept_in_the_re
             raise TaskStoreError("Redis is away")
 
     store = Unreachable()
-    here = _held(Server({}), store, _server(tasks="held"))
-    async with store.send, store.receive, anyio.create_task_group() as tg:
-        await tg.start(here.run)
-        task_id, key = await _start_held(here, store)
+    async with running_held(store) as (_, task_id, key):
         there = _held(Server({}), store, _server(tasks="held"))  # no call of it runs there
         got = await there.request(Caller(ALICE), "", "tasks/cancel", {"taskId": task_id})  # type: ignore[arg-type]
         assert got["status"] == "cancelled"
         await store.send.send("")  # the running replica's next look at the records stops it
         assert b"the task was cancelled" in (await _outcome(store, key) or b"")
+
+
+async def test_a_call_cancelled_elsewhere_before_it_ran_does_not_run() -> None:
+    class CancelledFirst(ToldStore):
+        async def find(self, server_id: str, server_task: str) -> TaskRecord | None:
+            found = await super().find(server_id, server_task)
+            if found is not None:  # another replica's tasks/cancel came first
+                await _cancelled_elsewhere(self, found.key)
+            return await super().find(server_id, server_task)
+
+    ran: list[CallContext] = []
+
+    async def recorded(ctx: CallContext) -> Any:
+        ran.append(ctx)
+        await anyio.sleep_forever()
+
+    store = CancelledFirst()
+    tasks = _held(Server({}), store, _server(tasks="held"))
+    async with store.send, store.receive, anyio.create_task_group() as tg:
+        await tg.start(tasks.run)
+        created = await tasks.creating(recorded)(_ctx("slow", task={}))
+        [record] = await store.owned(next(iter(store._by_owner)), "")
+        assert b"the task was cancelled" in (await _outcome(store, record.key) or b"")
+        assert created["task"]["status"] == "working"
+        assert ran == []
         tg.cancel_scope.cancel()
+
+
+async def test_a_surprise_while_listening_is_logged_and_listening_starts_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("proxy.tasks.held._RELISTEN", 0.01)
+
+    class Surprising(ToldStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.listened = 0
+
+        async def cancels(self) -> AsyncGenerator[str, None]:
+            self.listened += 1
+            if self.listened == 1:
+                raise RuntimeError("a bug of ours")
+            async for key in super().cancels():
+                yield key
+
+    store = Surprising()
+    async with running_held(store) as (_, _, key):
+        await _cancelled_elsewhere(store, key)
+        await store.send.send(key)  # heard by the second listening
+        assert b"the task was cancelled" in (await _outcome(store, key) or b"")
+    assert store.listened == 2
+    assert "hearing task cancels from other replicas failed" in caplog.text
