@@ -391,6 +391,8 @@ async def request(
     if not wanted:
         return answer
     record = await tasks.record_of(inbound, endpoint, params.get("taskId"))
+    if modern.held_task(record):  # Manifold's own: its questions are modern's (proxy.tasks.inputs)
+        return answer
     connection = await tasks.connection_of(inbound, record)
     if not connection.stateless:
         return answer

@@ -53,6 +53,7 @@ from proxy.pipeline.context import CallContext, Caller, Handler
 from proxy.protocol import jsonrpc
 from proxy.tasks import modern, modern_servers
 from proxy.tasks.ids import TaskIds, scope_of, unknown_task
+from proxy.tasks.inputs import TaskQuestions
 from proxy.tasks.store import TaskRecord, TaskStore
 
 __all__ = ["RELATED_TASK", "TASK_METHODS", "Tasks", "capability"]
@@ -109,8 +110,11 @@ class Tasks:
         cursors: CursorCodec,
         audit: Callable[[dict[str, Any]], None] | None = None,
         clock: Callable[[], float] = time.time,
+        questions: TaskQuestions | None = None,
     ) -> None:
         self._ids = ids
+        # A handshake-era task's questions, held for its 2026-07-28 owner (:mod:`proxy.tasks.inputs`).
+        self.questions = questions if questions is not None else TaskQuestions(None)
         self.store = self._store = store  # closed by its owner
         self._connections = connections
         self._sessions = sessions
@@ -262,6 +266,21 @@ class Tasks:
         if method == "tasks/result":
             return await self._result(inbound, record, task_id)
         return await self._cancel(inbound, record, task_id)
+
+    def key_of(self, inbound: Caller, endpoint: str, task_id: object) -> str:
+        """The store key of ``inbound``'s task ``task_id`` on ``endpoint``.
+
+        Raises:
+            InvalidParams: not an id issued to this identity on this endpoint ("unknown task").
+        """
+        return self._ids.open(task_id, scope_of(inbound.identity, endpoint))
+
+    async def failed(self, inbound: Caller, endpoint: str, task_id: str, error: dict[str, Any]) -> None:
+        """Record ``inbound``'s task as failed with ``error``, unless it has an outcome already
+        (its server went away while Manifold read its result on the owner's behalf)."""
+        record = await self._store.get(self.key_of(inbound, endpoint, task_id))
+        if record is not None and record.outcome is None:
+            await self._finished(record, {"error": error})
 
     async def record_of(self, inbound: Caller, endpoint: str, task_id: object) -> TaskRecord:
         """The record ``task_id`` names, if it is a live task of ``inbound``'s identity on ``endpoint``.
