@@ -175,11 +175,17 @@ async def test_a_flood_of_held_tasks_is_bounded_by_the_named_limit(manifold: Run
     user = User(answers=False)
     labels = {"server": "c", "method": "elicitation/create"}
     before = await sample(manifold, "manifold_client_tasks_created_total", **labels)
+    # c's tasks are created by this test only: as many ended cancelled before as created.
+    assert await sample(manifold, "manifold_client_tasks_ended_total", **labels, status="cancelled") == before
     async with connected(manifold, user) as client:
         report = await call(client, "c.flood", {"count": HELD + 3})
         assert report["created"] == HELD
         # The refused ones were never created: only the held ones are counted.
         assert await sample(manifold, "manifold_client_tasks_created_total", **labels) == before + HELD
+        # The flood cancels what it created: each ended once, none left in flight.
+        ended = await sample(manifold, "manifold_client_tasks_ended_total", **labels, status="cancelled")
+        assert ended == before + HELD
+        assert await sample(manifold, "manifold_client_tasks_in_flight", server="c") == 0
         assert len(report["refused"]) == 3
         for error in report["refused"]:
             assert error["code"] == -32600
