@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,9 +30,18 @@ RELATED = "io.modelcontextprotocol/related-task"
 
 
 @pytest.fixture(scope="module")
-async def manifold(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningManifold]:
+def audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("client-tasks-audit") / "audit.jsonl"
+
+
+@pytest.fixture(scope="module")
+async def manifold(tmp_path_factory: pytest.TempPathFactory, audit: Path) -> AsyncIterator[RunningManifold]:
     servers = {name: {"command": SERVER[0], "args": SERVER[1:]} for name in ("a", "b", "c", "d")}
-    config = {"servers": servers, "limits": {"max_task_ttl": TTL, "max_client_tasks_per_server": HELD}}
+    config = {
+        "servers": servers,
+        "limits": {"max_task_ttl": TTL, "max_client_tasks_per_server": HELD},
+        "policy": {"audit": {"path": str(audit)}},
+    }
     async with running_manifold(tmp_path_factory.mktemp("client-tasks"), config) as running:
         yield running
 
@@ -83,6 +93,12 @@ async def sample(manifold: RunningManifold, name: str, **labels: str) -> float:
     return sum(float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix))
 
 
+def _audited(audit: Path, task_id: str) -> list[tuple[str, str, str]]:
+    """The audit log's records of ``task_id``: (direction, server, outcome), in order."""
+    records = [json.loads(line) for line in audit.read_text().splitlines()] if audit.exists() else []
+    return [(r["direction"], r["server"], r["outcome"]) for r in records if r.get("task") == task_id]
+
+
 def _not_found(answer: dict[str, Any]) -> bool:
     error = answer.get("error") or {}
     return error.get("code") == -32602 and "Task not found" in error.get("message", "")
@@ -130,7 +146,7 @@ async def test_another_servers_ids_and_ids_never_given_are_not_found_and_reach_n
 
 
 async def test_a_server_that_cancels_ends_the_question_and_cannot_cancel_twice(
-    manifold: RunningManifold,
+    manifold: RunningManifold, audit: Path
 ) -> None:
     user = User(answers=False)
     ended = "manifold_client_tasks_ended_total"
@@ -143,6 +159,12 @@ async def test_a_server_that_cancels_ends_the_question_and_cannot_cancel_twice(
         # Counted once each, in series of their own, on the real /metrics.
         assert await sample(manifold, "manifold_client_tasks_created_total", **labels) == created_before + 1
         assert await sample(manifold, ended, **labels, status="cancelled") == cancelled_before + 1
+        # And audited: created, then cancelled, under the id the server was given.
+        task_id = report["cancel"]["result"]["taskId"]
+        with anyio.fail_after(10):  # a worker thread writes the audit log
+            while len(mine := _audited(audit, task_id)) < 2:  # noqa: ASYNC110 (another process writes it)
+                await anyio.sleep(0.05)
+        assert mine == [("client", "a", "created"), ("client", "a", "cancelled")]
         assert report["get"]["result"]["status"] == "cancelled"
         assert "cancelled by the server" in report["result"]["error"]["message"]
         assert report["cancel_again"]["error"]["code"] == -32602
