@@ -59,6 +59,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from proxy import __version__
 from proxy.config.observe import MetricsSettings
+from proxy.observe.plain import PlainCounter, PlainFamily, PlainGauge, PlainHistogram
 from proxy.observe.recent import RecentCalls, RecentRefusals
 
 __all__ = [
@@ -144,6 +145,7 @@ class _Bounded:
 
 
 _M = TypeVar("_M", Counter, Gauge, Histogram)
+_CallChildren = tuple[PlainCounter, PlainHistogram]
 
 
 class _Children(Generic[_M]):
@@ -167,7 +169,7 @@ class _InFlight:
 
     __slots__ = ("_gauge",)
 
-    def __init__(self, gauge: Gauge) -> None:
+    def __init__(self, gauge: PlainGauge) -> None:
         self._gauge = gauge
 
     def __enter__(self) -> None:
@@ -211,25 +213,26 @@ class Metrics:
             return _Children(Gauge(name, doc, labels, registry=r))
 
         call_labels = ("server", "tool", "outcome", *(("identity",) if settings.identity_labels else ()))
-        self._calls = Counter(
-            "manifold_tool_calls", "tools/call requests, by how they ended.", call_labels, registry=r
+        # The families written on every call are plain numbers (proxy.observe.plain): no lock each.
+        self._calls = PlainFamily.counter(
+            r, "manifold_tool_calls", "tools/call requests, by how they ended.", call_labels
         )
-        self._call_seconds = Histogram(
+        self._call_seconds = PlainFamily.histogram(
+            r,
             "manifold_tool_call_duration_seconds",
             "Time from receiving a tools/call to having its answer, in seconds.",
             ("server", "tool") if settings.per_tool_latency else ("server",),
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
         )
         # (server, tool as given, outcome, identity or None) -> (counter child, histogram child)
-        self._call_children: dict[tuple[str, str | None, str, str | None], tuple[Counter, Histogram]] = {}
+        self._call_children: dict[tuple[str, str | None, str, str | None], _CallChildren] = {}
 
-        self._endpoint_calls = counter(
+        self._endpoint_calls = PlainFamily.counter(
+            r,
             "manifold_endpoint_tool_calls",
             "tools/call requests by the endpoint they came in on ('/mcp': the whole catalog; "
             "else a configured endpoint's name) and how they ended.",
-            "endpoint",
-            "outcome",
+            ("endpoint", "outcome"),
         )
         self._discovery_calls = counter(
             "manifold_discovery_calls",
@@ -270,7 +273,9 @@ class Metrics:
                 registry=r,
             )
         )
-        self._in_flight = Gauge("manifold_requests_in_flight", "Inbound requests being handled.", registry=r)
+        self._in_flight = PlainFamily.gauge(
+            r, "manifold_requests_in_flight", "Inbound requests being handled."
+        ).labels()
         self._in_flight_tracker = _InFlight(self._in_flight)
         self._sessions = gauge("manifold_client_sessions_active", "Open client sessions.", "transport")
         self._revocation_errors = counter(
@@ -363,8 +368,10 @@ class Metrics:
                 registry=r,
             )
         )
-        self._received = counter("manifold_received_bytes", "Bytes received from clients.", "transport")
-        self._sent = counter("manifold_sent_bytes", "Bytes sent to clients.", "transport")
+        self._received = PlainFamily.counter(
+            r, "manifold_received_bytes", "Bytes received from clients.", ("transport",)
+        )
+        self._sent = PlainFamily.counter(r, "manifold_sent_bytes", "Bytes sent to clients.", ("transport",))
         gauge("manifold_build_info", "Manifold's version; always 1.", "version").get(__version__).set(1)
 
     # ---- tool calls (the hot path) ------------------------------------------------------
@@ -397,7 +404,7 @@ class Metrics:
         children[1].observe(seconds, exemplar)
         self.recent.record(server, outcome not in _FAILED, seconds)
 
-    def _new_call_children(self, key: tuple[str, str | None, str, str | None]) -> tuple[Counter, Histogram]:
+    def _new_call_children(self, key: tuple[str, str | None, str, str | None]) -> _CallChildren:
         server, tool, outcome, identity = key
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}; expected one of {sorted(OUTCOMES)}")
@@ -452,7 +459,7 @@ class Metrics:
     def endpoint_call(self, endpoint: str, outcome: Outcome) -> None:
         """Count one ``tools/call`` under its endpoint: ``""`` (``/mcp``) or a configured
         endpoint's name, so the label's values are bounded by the configuration."""
-        self._endpoint_calls.get(endpoint or "/mcp", outcome).inc()
+        self._endpoint_calls.labels(endpoint or "/mcp", outcome).inc()
 
     def discovery_call(self, endpoint: str, tool: str, outcome: str) -> None:
         """Count one meta-tool call on ``endpoint`` (as :meth:`endpoint_call` labels it). ``tool``
@@ -575,10 +582,10 @@ class Metrics:
         self._sign_ins.get(method, outcome).inc()
 
     def bytes_in(self, transport: str, size: int) -> None:
-        self._received.get(transport).inc(size)
+        self._received.labels(transport).inc(size)
 
     def bytes_out(self, transport: str, size: int) -> None:
-        self._sent.get(transport).inc(size)
+        self._sent.labels(transport).inc(size)
 
     # ---- exposition ---------------------------------------------------------------------
 
