@@ -42,8 +42,8 @@ Worst case with the defaults: 2000 tools x ~19 series of the per-tool latency hi
 40k series; turn ``per_tool_latency`` off to keep one histogram per server instead.
 
 The hot path (:meth:`Metrics.tool_call`) is one dict lookup for the cached label children, one
-counter increment and one histogram observation: ``labels()`` (its lock, validation and ``str()``
-of every value) runs only the first time a label combination is seen.
+counter addition and one histogram observation, without a lock: the families written on every
+call are :mod:`proxy.observe.plain`'s, turned into samples only when scraped.
 """
 
 from __future__ import annotations
