@@ -174,7 +174,6 @@ TESTED_ELSEWHERE: Mapping[str, str] = {
     "outbound/over_http/streamable.py": "tests/outbound/over_http/test_modes.py, test_redirects.py",
     "outbound/transport.py": "a contract: every transport's tests (tests/outbound/)",
     "pipeline/order.py": "the order is pinned in tests/pipeline/test_context.py",
-    "protocol/asks.py": "through the per_client connections: tests/servers/test_per_client.py",
     "protocol/versions.py": "through both eras everywhere: tests/protocol/test_stateless.py",
     "router/params.py": "through the method table: tests/router/test_dispatch.py",
     "servers/connections.py": "tests/notify/ and every interaction test",

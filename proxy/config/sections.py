@@ -137,6 +137,10 @@ class LimitsConfig(_Model):
     replay_buffer_bytes: int = Field(default=1 * _MIB, ge=0)
     # 2026-07-28 calls parked while their client answers a question (bridged input_required).
     max_parked_calls: int = Field(default=1_000, ge=1)
+    # A server's questions Manifold holds for one call or task until its client answers them,
+    # and the size of each (encoded params).
+    max_held_questions: int = Field(default=16, ge=1)
+    max_question_bytes: int = Field(default=256 * _KIB, ge=1 * _KIB)
     # Calls waiting for an approver's decision (confirm rules with ``approver``), kept until a
     # minute after their deadline; at most 16 per caller.
     max_pending_approvals: int = Field(default=1_000, ge=1)

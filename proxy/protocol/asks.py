@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from proxy.protocol import extensions
 
-__all__ = ["ASKABLE", "ASKED_CAPABILITIES", "NEEDS", "kept_capabilities"]
+__all__ = ["ASKABLE", "ASKED_CAPABILITIES", "NEEDS", "answer_problem", "kept_capabilities"]
 
 # A server's request to a client -> the client capability it needs.
 NEEDS: Final[Mapping[str, str]] = {
@@ -48,3 +48,33 @@ def kept_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
     if declared := extensions.kept(capabilities.get("extensions")):
         kept["extensions"] = declared
     return kept
+
+
+_ACTIONS: Final = frozenset({"accept", "decline", "cancel"})
+
+
+def answer_problem(method: str, answer: object) -> str | None:
+    """What is wrong with a client's ``answer`` to a server's ``method`` request, for a client
+    that answers in a request of its own (``inputResponses``): None when it has the result's
+    shape (an ``ElicitResult``, a ``CreateMessageResult``, a ``ListRootsResult``)."""
+    if not isinstance(answer, Mapping):
+        return f"the result of {method} is an object"
+    if method == "elicitation/create":
+        if answer.get("action") not in _ACTIONS:
+            return '"action" is one of accept, decline, cancel'
+        if "content" in answer and not isinstance(answer["content"], Mapping | None):
+            return '"content" is an object'
+    elif method == "sampling/createMessage":
+        if answer.get("role") not in ("user", "assistant") or not isinstance(answer.get("model"), str):
+            return 'a CreateMessageResult has "role" (user or assistant), "model" and "content"'
+        if not isinstance(answer.get("content"), Mapping | list):
+            return '"content" is a content block or a list of them'
+    elif method == "roots/list":
+        roots = answer.get("roots")
+        if not isinstance(roots, list) or not all(_is_root(r) for r in roots):
+            return '"roots" is a list of {"uri": ...}'
+    return None
+
+
+def _is_root(root: object) -> bool:
+    return isinstance(root, Mapping) and isinstance(root.get("uri"), str)

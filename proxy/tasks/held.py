@@ -43,6 +43,7 @@ from proxy.core.keys import fingerprint
 from proxy.observe.boundary import wire_error
 from proxy.outbound.relay import RELATED_TASK
 from proxy.pipeline.context import CallContext, Caller, Handler, Stage, compose
+from proxy.pipeline.stages.guard import asked_checked
 from proxy.protocol import jsonrpc
 from proxy.tasks import modern
 from proxy.tasks.ids import unknown_task
@@ -74,11 +75,17 @@ class _HeldCaller:
     """The caller of a held call once its request was answered: it is who the call's questions
     go to, through a ``tasks/result`` of the task's owner (waited for, as ``input_required``)."""
 
-    def __init__(self, tasks: HeldTasks, origin: Caller, where: tuple[str, str], running: _Running) -> None:
+    def __init__(
+        self, tasks: HeldTasks, origin: Caller, where: tuple[str, str], running: _Running, asked: Any = None
+    ) -> None:
         self._tasks = tasks
         self._origin = origin
         self._where = where
         self._running = running
+        self._asked = asked  # the guard stage's checks of the call's questions (Guardable)
+
+    def guarded(self, asked: Any) -> _HeldCaller:
+        return _HeldCaller(self._tasks, self._origin, self._where, self._running, asked)
 
     @property
     def session_id(self) -> str:
@@ -113,6 +120,9 @@ class _HeldCaller:
         return None  # progress of a call whose request was answered: the task's status says it
 
     async def request(self, method: str, params: dict[str, Any] | None) -> Any:
+        return await asked_checked(self._asked, self.identity, method, params, self._ask)
+
+    async def _ask(self, method: str, params: dict[str, Any] | None) -> Any:
         running = self._running
         await self._tasks.set_status(self._where, "input_required")
         try:
@@ -141,6 +151,7 @@ class HeldTasks(Tasks):
         self._by_key: dict[str, tuple[str, str]] = {}  # running calls, by their record's key
         self._reread: Handler | None = None
         self._calls: dict[tuple[str, str], CallContext] = {}  # relayed tasks' calls, by server task
+        self._asked: dict[tuple[str, str], Any] = {}  # their questions' checks (the guard stage's)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Own the held calls: they end (cancelled) when this does."""
@@ -242,15 +253,22 @@ class HeldTasks(Tasks):
 
         return call
 
-    def _remember(self, ctx: CallContext, client_id: object) -> None:
-        """The call a relayed task was created by, to check its result against when it is read."""
+    def _remember(self, ctx: CallContext, client_id: object, asked: Any = None) -> None:
+        """The call a relayed task was created by, to check its result against when it is read
+        (and its questions, ``asked``: the guard stage's checks)."""
         where = next((w for w, entry in self._local.items() if entry[0] == client_id), None)
         if where is None:
             return
         if len(self._calls) >= self._max_local:
             self._calls = {w: c for w, c in self._calls.items() if w in self._local}
+            self._asked = {w: a for w, a in self._asked.items() if w in self._local}
         if len(self._calls) < self._max_local:
             self._calls[where] = replace(ctx, params={k: v for k, v in ctx.params.items() if k != "task"})
+            if asked is not None:
+                self._asked[where] = asked
+
+    def asked_of(self, record: TaskRecord) -> Any:
+        return self._asked.get((record.server_id, record.server_task))
 
     async def _checked(self, record: TaskRecord, outcome: dict[str, Any]) -> dict[str, Any]:
         """A relayed task's outcome, the first time it is read from its server: its result passed

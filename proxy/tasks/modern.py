@@ -12,9 +12,12 @@ A 2026-07-28 client declares the extension in its request's capabilities; Manifo
 - ``tasks/get`` polls: the handshake-era ``tasks/get`` and, once the task ended, its blocking
   ``tasks/result`` (which answers at once), inlined as ``result`` (``completed``) or ``error``
   (``failed``). A tool result with ``isError`` is ``completed``, as the extension says.
-- ``tasks/cancel`` and ``tasks/update`` acknowledge with an empty result (a task that already
-  ended too: cancelling is idempotent); ``tasks/update`` for keys the task has not asked about is
-  ignored, as the extension allows.
+- ``input_required``: the server's questions, asked on a ``tasks/result`` Manifold opens itself,
+  are the task's ``inputRequests``; ``tasks/update``'s ``inputResponses`` answer them
+  (:mod:`proxy.tasks.inputs`: a key the task is not waiting on, or a malformed answer, is
+  refused, and nothing reaches the server).
+- ``tasks/cancel`` and ``tasks/update`` acknowledge with an empty result (``tasks/cancel`` of a
+  task that already ended too: cancelling is idempotent).
 - ``tasks/*`` of a request that did not declare the extension: "missing capability".
 - ``tasks/result`` and ``tasks/list`` do not exist in the extension: "method not found".
 
@@ -30,11 +33,13 @@ from typing import Any, Final, Protocol
 
 from proxy.core.errors import InvalidParams, MethodNotFound, MissingCapability, RemoteError
 from proxy.core.keys import fingerprint
+from proxy.outbound.connection import ServerConnection
 from proxy.outbound.relay import RELATED_TASK
 from proxy.pipeline.context import CallContext, Caller, Handler
 from proxy.protocol.extensions import TASKS
 from proxy.protocol.results import OwnResultType
-from proxy.tasks.store import TaskStore
+from proxy.tasks.inputs import TaskQuestions
+from proxy.tasks.store import TaskRecord, TaskStore
 
 __all__ = [
     "EXTENSION",
@@ -51,6 +56,9 @@ EXTENSION: Final = TASKS
 MODERN_METHODS: Final = ("tasks/get", "tasks/update", "tasks/cancel")
 _ENDED: Final = frozenset({"completed", "failed", "cancelled"})
 _RUNS_AS_TASK: Final = frozenset({"required", "optional"})
+# A held task's "server task id" (proxy.tasks.held.HELD; imported from there it would cycle).
+_HELD: Final = "held:"
+_READ_TTL: Final = 3600.0  # seconds a task's held tasks/result may stay open, when it has no ttl
 # A handshake-era Task's fields and their 2026-07-28 names.
 _RENAMED: Final = {"ttl": "ttlMs", "pollInterval": "pollIntervalMs"}
 
@@ -59,6 +67,15 @@ class Tasks(Protocol):
     """The handshake-era relay (:class:`proxy.tasks.relay.Tasks`) this bridges onto."""
 
     store: TaskStore
+    questions: TaskQuestions
+
+    def key_of(self, inbound: Caller, endpoint: str, task_id: object) -> str: ...
+
+    async def failed(self, inbound: Caller, endpoint: str, task_id: str, error: dict[str, Any]) -> None: ...
+
+    async def record_of(self, inbound: Caller, endpoint: str, task_id: object) -> TaskRecord: ...
+
+    async def connection_of(self, inbound: Caller, record: TaskRecord) -> ServerConnection: ...
 
     async def created(
         self, inbound: Caller, endpoint: str, server_id: str, result: Any, *, name: str = ""
@@ -135,7 +152,8 @@ async def request(
     Raises:
         MethodNotFound: ``tasks/result``, ``tasks/list`` (not in the extension).
         MissingCapability: the request did not declare the extension.
-        InvalidParams: an unknown task (or another's); ``tasks/update`` without ``inputResponses``.
+        InvalidParams: an unknown task (or another's); ``tasks/update`` without ``inputResponses``,
+            or with an answer to no question the task waits on, or a malformed one.
     """
     if method not in MODERN_METHODS:
         raise MethodNotFound("Method not found", data=method)
@@ -147,6 +165,9 @@ async def request(
         if not isinstance(params.get("inputResponses"), Mapping):
             raise InvalidParams('tasks/update needs "inputResponses" (an object)')
         await tasks.request(inbound, endpoint, "tasks/get", params)  # opened: its owner's, known
+        if await _asks_on_result(tasks, inbound, endpoint, params.get("taskId")):
+            key = tasks.key_of(inbound, endpoint, params.get("taskId"))
+            tasks.questions.answer(key, params["inputResponses"])
         return {}
     if method == "tasks/cancel":
         try:
@@ -157,7 +178,11 @@ async def request(
         return {}
     shown = _modern(await tasks.request(inbound, endpoint, "tasks/get", params))
     if shown.get("status") not in ("completed", "failed"):
-        return shown
+        if not await _asks_on_result(tasks, inbound, endpoint, params.get("taskId")):
+            return shown  # a 2026-07-28 server's: its own inputRequests (proxy.tasks.modern_servers)
+        key = tasks.key_of(inbound, endpoint, params.get("taskId"))
+        ttl = shown["ttlMs"] / 1000 if isinstance(shown.get("ttlMs"), int) else _READ_TTL
+        return await tasks.questions.shown(tasks, inbound, endpoint, key, shown, ttl)
     try:
         result = await tasks.request(inbound, endpoint, "tasks/result", params)
     except RemoteError as exc:
@@ -167,3 +192,17 @@ async def request(
         meta = {k: v for k, v in result["_meta"].items() if k != RELATED_TASK}
         result = {k: v for k, v in result.items() if k != "_meta"} | ({"_meta": meta} if meta else {})
     return {**shown, "status": "completed", "result": result}
+
+
+async def _asks_on_result(tasks: Tasks, inbound: Caller, endpoint: str, task_id: object) -> bool:
+    """Whether the task's questions come on a ``tasks/result`` (Manifold holds one open for a
+    2026-07-28 owner): a handshake-era server's task, or one Manifold holds itself."""
+    record = await tasks.record_of(inbound, endpoint, task_id)
+    if held_task(record):
+        return True
+    return not (await tasks.connection_of(inbound, record)).stateless
+
+
+def held_task(record: TaskRecord) -> bool:
+    """Whether Manifold runs the record's task itself (a gateway-held call), not its server."""
+    return record.server_task.startswith(_HELD)

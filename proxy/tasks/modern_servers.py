@@ -23,6 +23,10 @@ the extension's words (:func:`ask`):
 
 A 2026-07-28 caller polling such a task (:func:`request`) also sees the server's
 ``inputRequests`` while it is ``input_required``, and its ``tasks/update`` reaches the server.
+Either way the questions and the sampling answers pass the guardrails of the call that created
+the task: the guard stage hands its checks to the :class:`Declaring` caller the call went out
+with (:class:`~proxy.pipeline.stages.guard.Guardable`), and the relay keeps them with the task
+(:meth:`Tasks.asked_of`).
 
 A server's answers are checked: a ``tasks/get`` about another task than the one asked, a status
 the extension does not define, more than :data:`MAX_INPUT_REQUESTS` input requests at once or
@@ -50,6 +54,7 @@ from proxy.core.keys import fingerprint
 from proxy.outbound.connection import ServerConnection
 from proxy.outbound.relay import RELATED_TASK
 from proxy.pipeline.context import CallContext, Caller, Handler
+from proxy.pipeline.stages.guard import asked_checked
 from proxy.protocol import jsonrpc
 from proxy.protocol.asks import ASKABLE
 from proxy.protocol.extensions import TASKS, HoldingTasks
@@ -108,11 +113,16 @@ class Declaring:
     declared (Manifold's own; it takes the task's handle, or asks about a task it holds); all the
     rest is the caller's."""
 
-    __slots__ = ("_caller", "capabilities")
+    __slots__ = ("_caller", "asked", "capabilities")
 
-    def __init__(self, caller: Caller) -> None:
+    def __init__(self, caller: Caller, asked: Any = None) -> None:
         self._caller = caller
         self.capabilities = HoldingTasks(caller.capabilities)
+        self.asked = asked  # the guard stage's checks of the call's questions (Guardable)
+
+    def guarded(self, asked: Any) -> Declaring:
+        self.asked = asked  # kept for the task's questions, asked later (calling)
+        return self
 
     @property
     def session_id(self) -> str:
@@ -141,13 +151,15 @@ class Declaring:
         self._caller.notify(message)
 
     async def request(self, method: str, params: dict[str, Any] | None) -> Any:
-        return await self._caller.request(method, params)
+        return await asked_checked(self.asked, self.identity, method, params, self._caller.request)
 
 
 class Tasks(modern.Tasks, Protocol):
     """The relay this hands its tasks to (:class:`proxy.tasks.relay.Tasks`)."""
 
-    def remember(self, ctx: CallContext, client_id: str) -> None: ...
+    def remember(self, ctx: CallContext, client_id: str, asked: Any = None) -> None: ...
+
+    def asked_of(self, record: TaskRecord) -> Any: ...
 
     async def record_of(self, inbound: Caller, endpoint: str, task_id: object) -> TaskRecord: ...
 
@@ -198,14 +210,15 @@ async def calling(tasks: Tasks, pipeline: Handler, ctx: CallContext, running: bo
             raise ServerProtocolError(ctx.server_id, "it answered with a task handle nobody asked for")
         return result
     await tasks.store.room(fingerprint(caller.identity))  # refused before the server is asked
-    result = await pipeline(replace(plain, caller=Declaring(caller)))
+    declaring = Declaring(caller)
+    result = await pipeline(replace(plain, caller=declaring))
     if not is_handle(result):
         return result  # run plainly (or input_required, for a 2026-07-28 caller to answer)
     answer = await tasks.created(
         caller, ctx.endpoint, ctx.server_id, _created(result, ctx.server_id), name=ctx.name
     )
     task = answer["task"]
-    tasks.remember(plain, task["taskId"])
+    tasks.remember(plain, task["taskId"], declaring.asked)
     return modern.handle(answer) if caller.stateless else answer
 
 
@@ -333,17 +346,18 @@ async def ask(
     *,
     timeout: float | None,
     heard: Callable[[Mapping[str, Any]], None],
+    asked: Any = None,
 ) -> Any:
     """The relay's ``method`` (handshake-era words) about a 2026-07-28 server's task, answered in
     handshake-era words. ``heard``: told each new status :func:`_outcome` sees (for status
-    notifications).
+    notifications); ``asked``: the guardrails' checks of the task's questions (its call's).
 
     Raises:
         RemoteError: the server's refusal, or (``tasks/result``) the task's own error.
         ServerProtocolError: an answer Manifold cannot use.
         ServerTimeout: ``tasks/result``: the task did not end within ``timeout``.
     """
-    caller = Declaring(inbound)
+    caller = Declaring(inbound, asked)
     if method == "tasks/get":
         return _handshake_task(await _get(connection, caller, server_task))
     if method == "tasks/cancel":
@@ -377,11 +391,15 @@ async def request(
     if not wanted:
         return answer
     record = await tasks.record_of(inbound, endpoint, params.get("taskId"))
+    if modern.held_task(record):  # Manifold's own: its questions are modern's (proxy.tasks.inputs)
+        return answer
     connection = await tasks.connection_of(inbound, record)
     if not connection.stateless:
         return answer
-    caller = Declaring(inbound)
+    caller, asked = Declaring(inbound), tasks.asked_of(record)
     if method == "tasks/update":
+        if asked is not None:  # the client's sampling answers, as a plain call's retry's
+            params = await asked.responses(inbound.identity, params)
         update = {"taskId": record.server_task, "inputResponses": dict(params["inputResponses"])}
         try:
             await connection.request("tasks/update", update, relay=caller)
@@ -391,4 +409,5 @@ async def request(
     task = await _get(connection, caller, record.server_task)
     if task["status"] != "input_required":
         return answer  # answered meanwhile: the next poll tells
-    return {**answer, "inputRequests": input_requests(task, connection.server_id)}
+    shown = {**answer, "inputRequests": input_requests(task, connection.server_id)}
+    return shown if asked is None else await asked.requests(inbound.identity, shown)

@@ -53,6 +53,7 @@ from proxy.pipeline.context import CallContext, Caller, Handler
 from proxy.protocol import jsonrpc
 from proxy.tasks import modern, modern_servers
 from proxy.tasks.ids import TaskIds, scope_of, unknown_task
+from proxy.tasks.inputs import TaskQuestions
 from proxy.tasks.store import TaskRecord, TaskStore
 
 __all__ = ["RELATED_TASK", "TASK_METHODS", "Tasks", "capability"]
@@ -109,8 +110,11 @@ class Tasks:
         cursors: CursorCodec,
         audit: Callable[[dict[str, Any]], None] | None = None,
         clock: Callable[[], float] = time.time,
+        questions: TaskQuestions | None = None,
     ) -> None:
         self._ids = ids
+        # A handshake-era task's questions, held for its 2026-07-28 owner (:mod:`proxy.tasks.inputs`).
+        self.questions = questions if questions is not None else TaskQuestions(None)
         self.store = self._store = store  # closed by its owner
         self._connections = connections
         self._sessions = sessions
@@ -263,6 +267,21 @@ class Tasks:
             return await self._result(inbound, record, task_id)
         return await self._cancel(inbound, record, task_id)
 
+    def key_of(self, inbound: Caller, endpoint: str, task_id: object) -> str:
+        """The store key of ``inbound``'s task ``task_id`` on ``endpoint``.
+
+        Raises:
+            InvalidParams: not an id issued to this identity on this endpoint ("unknown task").
+        """
+        return self._ids.open(task_id, scope_of(inbound.identity, endpoint))
+
+    async def failed(self, inbound: Caller, endpoint: str, task_id: str, error: dict[str, Any]) -> None:
+        """Record ``inbound``'s task as failed with ``error``, unless it has an outcome already
+        (its server went away while Manifold read its result on the owner's behalf)."""
+        record = await self._store.get(self.key_of(inbound, endpoint, task_id))
+        if record is not None and record.outcome is None:
+            await self._finished(record, {"error": error})
+
     async def record_of(self, inbound: Caller, endpoint: str, task_id: object) -> TaskRecord:
         """The record ``task_id`` names, if it is a live task of ``inbound``'s identity on ``endpoint``.
 
@@ -279,12 +298,18 @@ class Tasks:
         """The connection ``inbound`` reaches the record's server on."""
         return await self._connections.for_call(inbound, record.server_id)
 
-    def remember(self, ctx: CallContext, client_id: str) -> None:
-        """Keep the call a task was created by, to check its result against when it is first read
+    def remember(self, ctx: CallContext, client_id: str, asked: Any = None) -> None:
+        """Keep the call a task was created by, to check its result against when it is first read,
+        and ``asked``, the guard stage's checks of its questions (:func:`asked_of`)
         (:class:`~proxy.tasks.held.HeldTasks` does; the bare relay checks nothing)."""
-        self._remember(ctx, client_id)
+        self._remember(ctx, client_id, asked)
 
-    def _remember(self, ctx: CallContext, client_id: object) -> None:
+    def _remember(self, ctx: CallContext, client_id: object, asked: Any = None) -> None:
+        return None
+
+    def asked_of(self, record: TaskRecord) -> Any:
+        """The guard stage's checks of the questions of the call that created ``record``'s task
+        (:func:`proxy.pipeline.stages.guard.asked_checked`), if they were kept."""
         return None
 
     async def _get(self, inbound: Caller, record: TaskRecord, task_id: str) -> Any:
@@ -361,7 +386,14 @@ class Tasks:
             if connection.stateless:  # the tasks extension's words (tasks/result: polled)
                 heard = functools.partial(self._heard, record.server_id, record.server_task)
                 return await modern_servers.ask(
-                    connection, inbound, method, record.server_task, task_id, timeout=timeout, heard=heard
+                    connection,
+                    inbound,
+                    method,
+                    record.server_task,
+                    task_id,
+                    timeout=timeout,
+                    heard=heard,
+                    asked=self.asked_of(record),
                 )
             return await connection.request(method, params, timeout=timeout, relay=inbound)
         except RemoteError as exc:

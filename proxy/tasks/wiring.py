@@ -7,9 +7,11 @@ from proxy.catalog.cursors import CursorCodec
 from proxy.config.model import Config
 from proxy.core.keys import derive_key
 from proxy.observe.metrics import Metrics
+from proxy.pipeline.bridge.parking import ParkedCalls
 from proxy.pipeline.stages.authorize import AuditLog
 from proxy.tasks.held import HeldTasks
 from proxy.tasks.ids import TaskIds
+from proxy.tasks.inputs import TaskQuestions
 from proxy.tasks.relay import Owners, Reach
 from proxy.tasks.store import MemoryTasks, TaskStore
 
@@ -23,8 +25,10 @@ def make_tasks(
     sessions: Owners,
     metrics: Metrics,
     audit: AuditLog | None,
+    parked: ParkedCalls | None = None,
 ) -> HeldTasks:
-    """No I/O: a Redis store connects on first use; the caller closes :attr:`Tasks.store`."""
+    """No I/O: a Redis store connects on first use; the caller closes :attr:`Tasks.store`.
+    ``parked``: where a task's questions for a 2026-07-28 owner are held (:mod:`proxy.tasks.inputs`)."""
     limits = config.limits
     store: TaskStore
     mode = config.sessions.tasks
@@ -42,5 +46,14 @@ def make_tasks(
     write = None if audit is None else audit.write
     held = {s.id: s for s in config.enabled_servers()}
     return HeldTasks(
-        ids, store, connections, sessions, limits, metrics, cursors=cursors, audit=write, held=held
+        ids,
+        store,
+        connections,
+        sessions,
+        limits,
+        metrics,
+        cursors=cursors,
+        audit=write,
+        held=held,
+        questions=TaskQuestions(parked),
     )

@@ -5,14 +5,19 @@ every check goes across the era bridge. The scenarios are not on the 2026-07-28 
 suite runs them only when forced) and the requirement set does not score them: this is where they
 are scored.
 
-The same scenarios, and those the handshake-era bridge cannot pass yet, run again with a
-2026-07-28 task server behind Manifold (tests/fixtures/modern_task_server.py): its own tasks
-relayed under Manifold's ids, its ``inputRequests`` shown and ``tasks/update`` passed on.
+``tasks-mrtr-input`` and ``tasks-mrtr-composition`` put the server's questions across the bridge:
+asked on a ``tasks/result`` Manifold holds open, shown as the task's ``inputRequests``, answered
+by ``tasks/update`` (and, for composition, asked during the call, as ``input_required``, before
+the task exists).
+
+The same scenarios, and ``tasks-dispatch-and-envelope``, run again with a 2026-07-28 task server
+behind Manifold (tests/fixtures/modern_task_server.py): its own tasks relayed under Manifold's
+ids, its ``inputRequests`` shown and ``tasks/update`` passed on.
 
 Left out behind the handshake-era server, with why: ``tasks-dispatch-and-envelope`` (its first
-check calls a ``confirm_delete`` MRTR tool the fixture lacks), ``tasks-mrtr-input`` and
-``tasks-mrtr-composition`` (a handshake-era task's question is not yet shown as
-``inputRequests``); behind either, ``tasks-status-notifications`` (skipped by the suite itself)."""
+check calls ``confirm_delete`` as a 2026-07-28 MRTR tool that answers ``input_required``
+plainly, which a handshake-era server cannot be); behind either, ``tasks-status-notifications``
+(skipped by the suite itself)."""
 
 from __future__ import annotations
 
@@ -41,8 +46,10 @@ SCENARIOS = (
     "tasks-request-state-removal",
     "tasks-request-headers",
     "tasks-required-task-error",
+    "tasks-mrtr-input",
+    "tasks-mrtr-composition",
 )
-MODERN_SCENARIOS = (*SCENARIOS, "tasks-dispatch-and-envelope", "tasks-mrtr-input", "tasks-mrtr-composition")
+MODERN_SCENARIOS = (*SCENARIOS, "tasks-dispatch-and-envelope")
 
 
 @asynccontextmanager

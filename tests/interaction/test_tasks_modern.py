@@ -148,8 +148,12 @@ async def test_cancel_and_update_acknowledge_and_the_task_ends_cancelled(manifol
     async with aiohttp.ClientSession() as http:
         alice = Modern(http, manifold.url, "alice")
         task = await alice.create("cancelled")
-        update = await alice.send("tasks/update", taskId=task["taskId"], inputResponses={"nothing": {}})
+        update = await alice.send("tasks/update", taskId=task["taskId"], inputResponses={})
         assert update["result"]["resultType"] == "complete"
+        # An answer to a question the task never asked: refused, naming it.
+        unasked = await alice.send("tasks/update", taskId=task["taskId"], inputResponses={"nothing": {}})
+        assert unasked["error"]["code"] == -32602
+        assert unasked["error"]["data"]["unknown"] == ["nothing"]
         cancelled = await alice.send("tasks/cancel", taskId=task["taskId"])
         assert cancelled["result"]["resultType"] == "complete"
         assert (await alice.until_terminal(task["taskId"]))["status"] == "cancelled"
@@ -201,3 +205,33 @@ async def test_one_identitys_task_is_reachable_from_either_era_and_no_one_elses(
         await alice.until_terminal(made_modern["taskId"])
         read = await _result(legacy, made_modern["taskId"])  # handshake era: blocking tasks/result
         assert "Research Report: modern-made" in read["content"][0]["text"]
+
+
+async def test_server_everythings_clarifying_question_reaches_a_modern_caller_as_input_requests(
+    manifold: RunningManifold,
+) -> None:
+    """server-everything's research task, asked an ambiguous query, sets itself input_required and
+    queues an elicitation for the tasks/result its client holds open: Manifold holds it open for
+    the 2026-07-28 caller, which reads the question on tasks/get and answers with tasks/update."""
+    declared = {"elicitation": {}, **WITH_TASKS}
+    async with aiohttp.ClientSession() as http:
+        alice = Modern(http, manifold.url, "alice")
+        answer = await alice.send(
+            "tools/call", declared, name=RESEARCH, arguments={"topic": "python", "ambiguous": True}
+        )
+        task_id = answer["result"]["taskId"]
+        with anyio.fail_after(30):
+            while True:
+                got = (await alice.send("tasks/get", declared, taskId=task_id))["result"]
+                if got["status"] != "working":
+                    break
+                await anyio.sleep(0.2)
+        assert got["status"] == "input_required", got
+        [(key, asked)] = got["inputRequests"].items()
+        assert asked["method"] == "elicitation/create"
+        assert "python" in asked["params"]["message"]
+        choice = {"action": "accept", "content": {"interpretation": "snake"}}
+        ack = await alice.send("tasks/update", declared, taskId=task_id, inputResponses={key: choice})
+        assert ack["result"]["resultType"] == "complete", ack
+        done = await alice.until_terminal(task_id)
+        assert "Clarification**: snake" in done["result"]["content"][0]["text"]

@@ -70,3 +70,9 @@ def test_task_support_is_read_from_the_tool_and_defaults_to_forbidden(
     definition: dict[str, Any], support: str
 ) -> None:
     assert modern.task_support(_ctx(definition)) == support
+
+
+def test_a_held_tasks_mark_is_the_one_held_tasks_are_recorded_with() -> None:
+    from proxy.tasks import held  # held imports the relay, which imports this module
+
+    assert modern._HELD == held.HELD

@@ -37,12 +37,14 @@ import logging
 import math
 import secrets
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
+import orjson
 
+from proxy.config.sections import LimitsConfig
 from proxy.core.errors import (
     CONNECTION_CLOSED,
     REQUEST_TIMEOUT,
@@ -114,8 +116,13 @@ class ParkedCall:
     :class:`~proxy.outbound.relay.Relay` its server's questions and notifications come back
     through: to the client request waiting on it (the first, then each retry), if any."""
 
-    def __init__(self, call_id: str, caller: Caller) -> None:
+    def __init__(
+        self, call_id: str, caller: Caller, *, max_questions: int = 16, max_question_bytes: int = 256 * 1024
+    ) -> None:
         self.id = call_id
+        # What a server may hold at once (limits.max_held_questions), and how large each may be
+        # (limits.max_question_bytes): a server's questions wait in Manifold's memory.
+        self._max_questions, self._max_question_bytes = max_questions, max_question_bytes
         self.identity: Identity = caller.identity
         self.round = 0  # of the last input_required; a retry's state must name it
         self.asked = False  # an input_required went out: the call is parked, and counted
@@ -187,6 +194,7 @@ class ParkedCall:
                 )
             )
             raise MethodNotFound(f"the client did not declare the capability {method} needs")
+        self._bounded(method, params)
         question = _Question(f"{need}-{next(self._numbers)}", method, params)
         self.questions[question.key] = question
         self.signal()
@@ -197,6 +205,30 @@ class ParkedCall:
         if question.refusal is not None:
             raise question.refusal
         return question.answer
+
+    def _bounded(self, method: str, params: dict[str, Any] | None) -> None:
+        """Raises: LimitExceeded (the server's question is refused, the call goes on): it holds
+        as many questions as it may, or this one is too large to hold."""
+        if len(self.questions) >= self._max_questions:
+            raise LimitExceeded(
+                f"Manifold already holds {self._max_questions} unanswered questions of this call; "
+                f"{method} refused",
+                limit="max_held_questions",
+                maximum=self._max_questions,
+            )
+        size = len(orjson.dumps(params))
+        if size > self._max_question_bytes:
+            raise LimitExceeded(
+                f"{method} of {size} bytes is larger than Manifold holds for a client",
+                limit="max_question_bytes",
+                maximum=self._max_question_bytes,
+            )
+
+    def pending(self) -> dict[str, dict[str, Any]]:
+        """Every question held now, as ``inputRequests`` (marked shown)."""
+        for question in self.questions.values():
+            question.shown = True
+        return {key: q.as_input_request() for key, q in self.questions.items()}
 
     # ---- the call's state ----------------------------------------------------------------
 
@@ -267,8 +299,11 @@ class ParkedCalls:
         per_identity: int = 16,
         total: int = 1024,
         settle: float = _SETTLE,
+        max_questions: int = 16,
+        max_question_bytes: int = 256 * 1024,
     ) -> None:
         self._states = states
+        self._bounds = {"max_questions": max_questions, "max_question_bytes": max_question_bytes}
         self._ttl = ttl
         self._per_identity = min(per_identity, total)
         self._total = total
@@ -276,6 +311,16 @@ class ParkedCalls:
         self._calls: dict[str, ParkedCall] = {}
         self._parked: Counter[IdentityKey] = Counter()  # parked calls per identity (its key)
         self._tg: anyio.abc.TaskGroup | None = None
+
+    @classmethod
+    def limited(cls, states: RequestStates, limits: LimitsConfig) -> ParkedCalls:
+        """Parked calls as ``limits`` bound them."""
+        return cls(
+            states,
+            total=limits.max_parked_calls,
+            max_questions=limits.max_held_questions,
+            max_question_bytes=limits.max_question_bytes,
+        )
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -316,10 +361,40 @@ class ParkedCalls:
         if self._tg is None:
             raise ServerUnavailable(connection.server_id, "Manifold is shutting down")
         params = {k: v for k, v in ctx.params.items() if k not in ("inputResponses", "requestState")}
-        parked = ParkedCall(secrets.token_urlsafe(16), ctx.caller)
+        parked = ParkedCall(secrets.token_urlsafe(16), ctx.caller, **self._bounds)
         self._calls[parked.id] = parked
         self._tg.start_soon(self._drive, parked, connection, ctx.method, params)
         return parked
+
+    def hold(self, caller: Caller, ask: Callable[[ParkedCall], Awaitable[Any]], *, ttl: float) -> ParkedCall:
+        """Run ``ask`` (a request that has its server's questions come back through the
+        :class:`ParkedCall` it is given) in this group, at most ``ttl`` seconds: its questions are
+        held for whoever answers them (:meth:`ParkedCall.pending`, :meth:`ParkedCall.answer`),
+        its outcome kept in it. What a request that outlives its client does (a task's
+        ``tasks/result`` that Manifold keeps open for a 2026-07-28 caller).
+
+        Raises:
+            ServerUnavailable: Manifold is shutting down.
+        """
+        if self._tg is None:
+            raise ServerUnavailable("manifold", "Manifold is shutting down")
+        parked = ParkedCall(secrets.token_urlsafe(16), caller, **self._bounds)
+        parked.scope.deadline = anyio.current_time() + ttl
+        self._tg.start_soon(self._held, parked, ask)
+        return parked
+
+    @staticmethod
+    async def _held(parked: ParkedCall, ask: Callable[[ParkedCall], Awaitable[Any]]) -> None:
+        try:
+            with parked.scope:
+                try:
+                    parked.finish(await ask(parked))
+                except Exception as exc:  # its holder's to read
+                    parked.finish(failure=exc)
+        finally:
+            cancelled = {"code": CONNECTION_CLOSED, "message": "Manifold stopped waiting for the answer"}
+            parked.finish(failure=RemoteError("manifold", cancelled))
+            parked.settle_all(CONNECTION_CLOSED, "the request this question is about has ended")
 
     def _resume(self, ctx: CallContext) -> ParkedCall:
         sealed = self._states.open(ctx.params["requestState"], boundary_of(ctx))
@@ -365,7 +440,7 @@ class ParkedCalls:
                     return parked.outcome()
                 if parked.fresh() and not settled:
                     settled = True
-                    await self._gather(parked)
+                    await self.gather(parked)
                     continue
                 if parked.fresh() or (reask and parked.questions):
                     return self._input_required(parked, ctx)
@@ -377,7 +452,7 @@ class ParkedCalls:
         finally:
             parked.detach(ctx.caller, self._ttl)
 
-    async def _gather(self, parked: ParkedCall) -> None:
+    async def gather(self, parked: ParkedCall) -> None:
         """Wait until the server has asked nothing for ``settle`` seconds, or the call ended."""
         with anyio.move_on_after(self._settle * _GATHER_SPELLS):
             while not parked.done.is_set():

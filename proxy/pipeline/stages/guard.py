@@ -27,19 +27,20 @@ would be done and does nothing.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from proxy.clients.session import InboundRequest
 from proxy.core.errors import GuardrailDenied
 from proxy.enforce.access import Access
-from proxy.pipeline.context import CallContext, GuardQuestion, Handler, tool_error
+from proxy.pipeline.context import CallContext, Caller, GuardQuestion, Handler, tool_error
 from proxy.policy import SchemaValidators
 from proxy.policy.guardrail_engine import both_ask
 from proxy.protocol.results import is_input_required
 
-__all__ = ["GUARDRAIL_KEY", "Guard", "GuardedRequest"]
+__all__ = ["GUARDRAIL_KEY", "Guard", "Guardable", "GuardedRequest", "asked_checked"]
 
 GUARDRAIL_KEY: Final = "dev.manifold/guardrail"
 _DIRECTION: Final = {"resources/read": "resource_contents", "prompts/get": "prompt_messages"}
@@ -69,6 +70,8 @@ class Guard:
             if type(ctx.caller) is InboundRequest:  # asked as requests (handshake-era clients)
                 caller = GuardedRequest(ctx.caller.session, ctx.caller.stream, asked)
                 ctx = dataclasses.replace(ctx, caller=caller)
+            elif isinstance(ctx.caller, Guardable):  # a caller that asks elsewhere (a held task's)
+                ctx = dataclasses.replace(ctx, caller=ctx.caller.guarded(asked))
             if isinstance(ctx.params.get("inputResponses"), Mapping):  # a 2026-07-28 retry's answers
                 ctx = dataclasses.replace(ctx, params=await asked.responses(identity, ctx.params))
         if ctx.method == "tools/call":
@@ -221,16 +224,36 @@ class GuardedRequest(InboundRequest):
     asked: _Asked | None = None
 
     async def request(self, method: str, params: dict[str, Any] | None) -> Any:
-        asked = self.asked
-        direction = _ASKING.get(method)
-        if asked is None or direction is None:
-            return await InboundRequest.request(self, method, params)
-        identity = self.session.identity
-        params = dict(await asked.check(identity, direction, params or {}))
-        result = await InboundRequest.request(self, method, params)
-        if method == "sampling/createMessage" and isinstance(result, dict):
-            result = dict(await asked.check(identity, "sampling_results", result))
-        return result
+        send = functools.partial(InboundRequest.request, self)
+        return await asked_checked(self.asked, self.session.identity, method, params, send)
+
+
+@runtime_checkable
+class Guardable(Protocol):
+    """A caller that is not a client's own request but asks a client for a call all the same (a
+    gateway-held task's: :mod:`proxy.tasks.held`): the guard stage hands it the call's checks."""
+
+    def guarded(self, asked: _Asked) -> Caller: ...
+
+
+async def asked_checked(
+    asked: _Asked | None,
+    identity: Any,
+    method: str,
+    params: dict[str, Any] | None,
+    send: Callable[[str, dict[str, Any] | None], Awaitable[Any]],
+) -> Any:
+    """A server's ``method`` asked of the client through ``send``: a sampling or elicitation
+    request inspected before it is sent (refused: GuardrailDenied, -32030 to the server; or
+    redacted), and the client's sampling answer before the server has it."""
+    direction = _ASKING.get(method)
+    if asked is None or direction is None:
+        return await send(method, params)
+    params = dict(await asked.check(identity, direction, params or {}))
+    result = await send(method, params)
+    if method == "sampling/createMessage" and isinstance(result, dict):
+        result = dict(await asked.check(identity, "sampling_results", result))
+    return result
 
 
 def _meta(verdict: Any) -> dict[str, Any]:
