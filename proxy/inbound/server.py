@@ -119,9 +119,11 @@ class _Observed:
         finally:
             self._metrics.bytes_in("http", sizes[0])
             self._metrics.bytes_out("http", sizes[1])
-            session = next(
-                (bytes(v).decode("latin-1") for k, v in scope["headers"] if k == b"mcp-session-id"), None
-            )
+            session = None
+            for k, v in scope["headers"]:  # a loop, not next(generator): a generator resumes per header
+                if k == b"mcp-session-id":
+                    session = bytes(v).decode("latin-1")
+                    break
             elapsed = (time.perf_counter() - started) * 1000
             log_access(scope["method"], scope["path"], status, elapsed, sizes[1], session)
 

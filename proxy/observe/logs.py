@@ -282,8 +282,12 @@ def access_line(
     The query string is dropped (it may carry credentials), client-controlled text is made
     printable and bounded, and only the first 8 characters of the session id are kept.
     """
-    path = _printable(path.split("?", 1)[0], _MAX_PATH)
-    method = _printable(method, 16)
+    if "?" in path:
+        path = path.partition("?")[0]
+    if len(path) > _MAX_PATH or not path.isprintable():  # (the common case: checked, not copied)
+        path = _printable(path, _MAX_PATH)
+    if not method.isprintable() or len(method) > 16:
+        method = _printable(method, 16)
     session = session_id[:SESSION_PREFIX] if session_id else None
     message = f"{method} {path} {status} {duration_ms:.1f}ms {size}B"
     if session:
@@ -313,6 +317,8 @@ class _AccessWriter:
 
     def __init__(self, handler: logging.StreamHandler[TextIO], *, json: bool) -> None:
         self._handler = handler
+        assert handler.lock is not None  # (logging.Handler.__init__ creates it)
+        self._lock = handler.lock  # the handler's own, held without acquire()'s Python call
         self._json = json
         self._second = -1
         self._stamp = ""
@@ -321,15 +327,13 @@ class _AccessWriter:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_loop: asyncio.AbstractEventLoop | None = None
 
-    def _timestamp(self, now: float) -> str:
+    def __call__(self, message: str, extra: dict[str, Any]) -> None:
+        now = time.time()
         second = int(now)
-        if second != self._second:
+        if second != self._second:  # the date and time formatted once a second
             self._second = second
             self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{self._stamp}.{int((now - second) * 1000):03d}Z"
-
-    def __call__(self, message: str, extra: dict[str, Any]) -> None:
-        ts = self._timestamp(time.time())
+        ts = f"{self._stamp}.{int((now - second) * 1000):03d}Z"
         if self._json:
             line = orjson.dumps(
                 {"ts": ts, "level": "info", "logger": ACCESS_LOGGER, "message": message, **extra}
@@ -337,13 +341,9 @@ class _AccessWriter:
         else:
             fields = " ".join(f"{k}={_plain_value(v)}" for k, v in extra.items())
             line = f"{ts} INFO {ACCESS_LOGGER}: {message} {fields}"
-        handler = self._handler
-        handler.acquire()  # flush() may run on another thread (any record written there)
-        try:
+        with self._lock:  # flush() may run on another thread (any record written there)
             self._buffer.append(line)
             self._buffered += len(line)
-        finally:
-            handler.release()
         if self._buffered >= ACCESS_FLUSH_BYTES:
             self.flush()
             return

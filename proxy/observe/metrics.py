@@ -28,6 +28,11 @@ Families (``manifold_`` prefix, base units, ``_total`` on counters)::
     manifold_received_bytes_total{transport}                    counter
     manifold_sent_bytes_total{transport}                        counter
     manifold_trace_spans_dropped_total{reason}                  counter
+    manifold_tasks_created_total{server}, _ended_total{server,status}, _in_flight{server},
+    manifold_task_duration_seconds{server}                      tasks clients created
+    manifold_client_tasks_created_total{server,method}, _ended_total{server,method,status},
+    manifold_client_tasks_in_flight{server}                     tasks held for a server's asks
+    manifold_guardrail_*, manifold_internal_errors_total, …     see docs/reference/metrics.md
     manifold_build_info{version}                                gauge, always 1
 
 Cardinality is bounded by construction. Label values come from the config (server ids, limit
@@ -42,15 +47,14 @@ Worst case with the defaults: 2000 tools x ~19 series of the per-tool latency hi
 40k series; turn ``per_tool_latency`` off to keep one histogram per server instead.
 
 The hot path (:meth:`Metrics.tool_call`) is one dict lookup for the cached label children, one
-counter increment and one histogram observation: ``labels()`` (its lock, validation and ``str()``
-of every value) runs only the first time a label combination is seen.
+counter addition and one histogram observation, without a lock: the families written on every
+call are :mod:`proxy.observe.plain`'s, turned into samples only when scraped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
-from typing import Final, Generic, Literal, TypeVar, get_args
+from typing import Final, Literal, get_args
 
 from prometheus_client.metrics import Counter, Gauge, Histogram
 from prometheus_client.platform_collector import PlatformCollector
@@ -59,6 +63,8 @@ from prometheus_client.registry import CollectorRegistry
 
 from proxy import __version__
 from proxy.config.observe import MetricsSettings
+from proxy.observe.labels import OTHER, UNKNOWN, Bounded, Children, InFlight
+from proxy.observe.plain import PlainCounter, PlainFamily, PlainHistogram
 from proxy.observe.recent import RecentCalls, RecentRefusals
 
 __all__ = [
@@ -103,8 +109,6 @@ ListKind = Literal["tools", "prompts", "resources", "resourceTemplates"]  # the 
 Where = Literal["request", "server_request", "server_connection", "session", "task"]
 _LIST_KINDS: Final[frozenset[str]] = frozenset(get_args(ListKind))
 
-UNKNOWN: Final = "unknown"  # a tool (or identity) the gateway could not name
-OTHER: Final = "other"  # a value past the cardinality guard
 DEFAULT_RULE: Final = "default"  # a policy decision no rule matched
 UNAVAILABLE: Final = "unavailable"  # a rate-limit denial because the limit store failed (fail_closed)
 
@@ -123,60 +127,7 @@ CONNECT_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 _CACHE_LIMIT: Final = 65536
 
 
-class _Bounded:
-    """Admits the first ``limit`` distinct values of a label; any later new value is ``OTHER``."""
-
-    __slots__ = ("_limit", "_seen")
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._seen: set[str] = set()
-
-    def __call__(self, value: str | None) -> str:
-        if not value:
-            return UNKNOWN
-        if value in self._seen or value in (UNKNOWN, OTHER):
-            return value
-        if len(self._seen) >= self._limit:
-            return OTHER
-        self._seen.add(value)
-        return value
-
-
-_M = TypeVar("_M", Counter, Gauge, Histogram)
-
-
-class _Children(Generic[_M]):
-    """Label values → the metric's child, so a repeat call skips ``labels()``."""
-
-    __slots__ = ("_children", "_metric")
-
-    def __init__(self, metric: _M) -> None:
-        self._metric: _M = metric
-        self._children: dict[tuple[str, ...], _M] = {}
-
-    def get(self, *values: str) -> _M:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = self._metric.labels(*values)
-        return child
-
-
-class _InFlight:
-    """``with metrics.in_flight():`` counts one request in progress; reusable and re-entrant."""
-
-    __slots__ = ("_gauge",)
-
-    def __init__(self, gauge: Gauge) -> None:
-        self._gauge = gauge
-
-    def __enter__(self) -> None:
-        self._gauge.inc()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._gauge.dec()
+_CallChildren = tuple[PlainCounter, PlainHistogram]
 
 
 class Metrics:
@@ -199,37 +150,38 @@ class Metrics:
         self.recent = RecentCalls()  # the admin API's per-server rates and latencies
         self.refusals = RecentRefusals()
         self._per_tool = settings.per_tool_latency
-        self._tool_label = _Bounded(settings.max_tool_label_values)
-        self._identity_label = _Bounded(settings.max_tool_label_values)
-        self._rule_label = _Bounded(settings.max_tool_label_values)
-        self._detector_label = _Bounded(settings.max_tool_label_values)
+        self._tool_label = Bounded(settings.max_tool_label_values)
+        self._identity_label = Bounded(settings.max_tool_label_values)
+        self._rule_label = Bounded(settings.max_tool_label_values)
+        self._detector_label = Bounded(settings.max_tool_label_values)
 
-        def counter(name: str, doc: str, *labels: str) -> _Children[Counter]:
-            return _Children(Counter(name, doc, labels, registry=r))
+        def counter(name: str, doc: str, *labels: str) -> Children[Counter]:
+            return Children(Counter(name, doc, labels, registry=r))
 
-        def gauge(name: str, doc: str, *labels: str) -> _Children[Gauge]:
-            return _Children(Gauge(name, doc, labels, registry=r))
+        def gauge(name: str, doc: str, *labels: str) -> Children[Gauge]:
+            return Children(Gauge(name, doc, labels, registry=r))
 
         call_labels = ("server", "tool", "outcome", *(("identity",) if settings.identity_labels else ()))
-        self._calls = Counter(
-            "manifold_tool_calls", "tools/call requests, by how they ended.", call_labels, registry=r
+        # The families written on every call are plain numbers (proxy.observe.plain): no lock each.
+        self._calls = PlainFamily.counter(
+            r, "manifold_tool_calls", "tools/call requests, by how they ended.", call_labels
         )
-        self._call_seconds = Histogram(
+        self._call_seconds = PlainFamily.histogram(
+            r,
             "manifold_tool_call_duration_seconds",
             "Time from receiving a tools/call to having its answer, in seconds.",
             ("server", "tool") if settings.per_tool_latency else ("server",),
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
         )
         # (server, tool as given, outcome, identity or None) -> (counter child, histogram child)
-        self._call_children: dict[tuple[str, str | None, str, str | None], tuple[Counter, Histogram]] = {}
+        self._call_children: dict[tuple[str, str | None, str, str | None], _CallChildren] = {}
 
-        self._endpoint_calls = counter(
+        self._endpoint_calls = PlainFamily.counter(
+            r,
             "manifold_endpoint_tool_calls",
             "tools/call requests by the endpoint they came in on ('/mcp': the whole catalog; "
             "else a configured endpoint's name) and how they ended.",
-            "endpoint",
-            "outcome",
+            ("endpoint", "outcome"),
         )
         self._discovery_calls = counter(
             "manifold_discovery_calls",
@@ -261,7 +213,7 @@ class Metrics:
         self._restarts = counter(
             "manifold_server_restarts", "Times a server was restarted after failing.", "server"
         )
-        self._connect = _Children(
+        self._connect = Children(
             Histogram(
                 "manifold_server_connect_duration_seconds",
                 "Time to connect to a server, initialize it and list its tools, in seconds.",
@@ -270,8 +222,10 @@ class Metrics:
                 registry=r,
             )
         )
-        self._in_flight = Gauge("manifold_requests_in_flight", "Inbound requests being handled.", registry=r)
-        self._in_flight_tracker = _InFlight(self._in_flight)
+        self._in_flight = PlainFamily.gauge(
+            r, "manifold_requests_in_flight", "Inbound requests being handled."
+        ).labels()
+        self._in_flight_tracker = InFlight(self._in_flight)
         self._sessions = gauge("manifold_client_sessions_active", "Open client sessions.", "transport")
         self._revocation_errors = counter(
             "manifold_session_revocation_errors",
@@ -323,7 +277,7 @@ class Metrics:
             "direction",
             "effect",
         )
-        self._guard_seconds = _Children(
+        self._guard_seconds = Children(
             Histogram(
                 "manifold_guardrail_inspection_duration_seconds",
                 "Time to inspect one message (walk and detectors, on the loop or a worker thread).",
@@ -332,7 +286,7 @@ class Metrics:
                 registry=r,
             )
         )
-        self._hook_seconds = _Children(
+        self._hook_seconds = Children(
             Histogram(
                 "manifold_guardrail_hook_duration_seconds",
                 "Time an external inspection service took to answer, by hook and outcome "
@@ -354,7 +308,7 @@ class Metrics:
         self._tasks_open = gauge(
             "manifold_tasks_in_flight", "Tasks created and not yet seen to end.", "server"
         )
-        self._task_seconds = _Children(
+        self._task_seconds = Children(
             Histogram(
                 "manifold_task_duration_seconds",
                 "Time from a task's creation to Manifold seeing it end, in seconds.",
@@ -367,8 +321,10 @@ class Metrics:
         self._ct_made = counter("manifold_client_tasks_created", f"{h}.", "server", "method")
         self._ct_end = counter("manifold_client_tasks_ended", f"{h}, ended.", "server", "method", "status")
         self._ct_open = gauge("manifold_client_tasks_in_flight", f"{h}, not yet ended.", "server")
-        self._received = counter("manifold_received_bytes", "Bytes received from clients.", "transport")
-        self._sent = counter("manifold_sent_bytes", "Bytes sent to clients.", "transport")
+        self._received = PlainFamily.counter(
+            r, "manifold_received_bytes", "Bytes received from clients.", ("transport",)
+        )
+        self._sent = PlainFamily.counter(r, "manifold_sent_bytes", "Bytes sent to clients.", ("transport",))
         gauge("manifold_build_info", "Manifold's version; always 1.", "version").get(__version__).set(1)
 
     # ---- tool calls (the hot path) ------------------------------------------------------
@@ -401,7 +357,7 @@ class Metrics:
         children[1].observe(seconds, exemplar)
         self.recent.record(server, outcome not in _FAILED, seconds)
 
-    def _new_call_children(self, key: tuple[str, str | None, str, str | None]) -> tuple[Counter, Histogram]:
+    def _new_call_children(self, key: tuple[str, str | None, str, str | None]) -> _CallChildren:
         server, tool, outcome, identity = key
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}; expected one of {sorted(OUTCOMES)}")
@@ -423,7 +379,7 @@ class Metrics:
             self._call_children[key] = children
         return children
 
-    def in_flight(self) -> _InFlight:
+    def in_flight(self) -> InFlight:
         """A context manager counting one inbound request in progress (same object every time)."""
         return self._in_flight_tracker
 
@@ -456,7 +412,7 @@ class Metrics:
     def endpoint_call(self, endpoint: str, outcome: Outcome) -> None:
         """Count one ``tools/call`` under its endpoint: ``""`` (``/mcp``) or a configured
         endpoint's name, so the label's values are bounded by the configuration."""
-        self._endpoint_calls.get(endpoint or "/mcp", outcome).inc()
+        self._endpoint_calls.labels(endpoint or "/mcp", outcome).inc()
 
     def discovery_call(self, endpoint: str, tool: str, outcome: str) -> None:
         """Count one meta-tool call on ``endpoint`` (as :meth:`endpoint_call` labels it). ``tool``
@@ -521,7 +477,9 @@ class Metrics:
         if seconds is not None:
             self._task_seconds.get(server).observe(seconds)
 
-    def client_task(self, server: str, method: str, status: str | None = None) -> None:  # None: created
+    def client_task(self, server: str, method: str, status: str | None = None) -> None:
+        """A task Manifold holds for ``server``'s task-augmented ``method`` (sampling or
+        elicitation): created when ``status`` is ``None``, else ended with it (a fixed set)."""
         made = status is None
         (self._ct_made.get(server, method) if made else self._ct_end.get(server, method, str(status))).inc()
         self._ct_open.get(server).inc(1 if made else -1)
@@ -584,10 +542,10 @@ class Metrics:
         self._sign_ins.get(method, outcome).inc()
 
     def bytes_in(self, transport: str, size: int) -> None:
-        self._received.get(transport).inc(size)
+        self._received.labels(transport).inc(size)
 
     def bytes_out(self, transport: str, size: int) -> None:
-        self._sent.get(transport).inc(size)
+        self._sent.labels(transport).inc(size)
 
     # ---- exposition ---------------------------------------------------------------------
 
