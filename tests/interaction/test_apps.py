@@ -221,8 +221,11 @@ async def test_servers_extensions_reach_clients_by_the_rule(manifold: RunningMan
         # The SDK's servers declare extensions from 2026-07-28 on only: nothing to relay.
         assert not shown
         return
-    # a's vendor extension is relayed; maps (two settings) and tasks (not relayed) are dropped.
-    assert shown == {UI: {}, "com.example/solo": {"a": 1}}
+    # a's vendor extension is relayed; maps (two settings) is dropped; tasks is not relayed but
+    # served by Manifold itself to 2026-07-28 callers (a's tools run as tasks behind it), as its
+    # own {}; a 2025-11-25 session is told `tasks` in its capabilities instead.
+    served: dict[str, Any] = {TASKS: {}} if mode == "auto" else {}
+    assert shown == {UI: {}, "com.example/solo": {"a": 1}} | served
     log = manifold.log()
     assert f"server a: extension {TASKS} not relayed: Manifold serves the tasks extension itself" in log
     assert "server evil: extension com.example/maps not relayed: declared with other settings than a's" in log
@@ -233,7 +236,7 @@ async def test_a_clients_extensions_reach_servers_by_the_rule(manifold: RunningM
     declared = [
         Declared(UI, {"mimeTypes": [MIME]}),
         Declared("com.example/maps", {"zoom": 9}),
-        Declared(TASKS, {}),
+        Declared(TASKS, {"from": "the client"}),  # never relayed: Manifold declares its own {}
     ]
     async with connect(manifold, "sam", mode, extensions=declared) as client:
         result = await client.call_tool("a.client_extensions", {})
@@ -242,8 +245,11 @@ async def test_a_clients_extensions_reach_servers_by_the_rule(manifold: RunningM
         # One connection for every client: the server hears of Manifold's own list.
         assert heard == {UI: {"mimeTypes": [MIME]}}
     else:
-        # Each request carries its client's: relayed but for tasks.
-        assert heard == {UI: {"mimeTypes": [MIME]}, "com.example/maps": {"zoom": 9}}
+        # Each request carries its client's, relayed but for tasks: that one is Manifold's own
+        # declaration, made when it takes the task handle for a 2026-07-28 caller that declared
+        # the extension (a 2025-11-25 session's call asked for no task: nothing declared).
+        served: dict[str, Any] = {TASKS: {}} if mode == "auto" else {}
+        assert heard == {UI: {"mimeTypes": [MIME]}, "com.example/maps": {"zoom": 9}} | served
 
 
 async def test_the_typescript_sdk_host_sees_the_same_uis_and_the_same_refusals(

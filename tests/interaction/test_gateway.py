@@ -118,6 +118,9 @@ async def test_pages_through_manifold_are_exactly_every_servers_tools_once(
     expected += [f"beta.{n}" for n in await _direct_tool_names(fixture_server_params("beta", 12, 5))]
     expected += [f"g.{n}" for n in await _direct_tool_names(gamma_url)]
     expected += [f"everything.{n}" for n in await _direct_tool_names(everything_params())]
+    # Manifold also declares client-side tasks (the SDK client can't): server-everything then
+    # lists its two bidirectional task tools, registered last.
+    expected += ["everything.trigger-sampling-request-async", "everything.trigger-elicitation-request-async"]
 
     async with Client(manifold.url) as client:
         names, pages = await _all_pages(client)
