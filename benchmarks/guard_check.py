@@ -29,6 +29,7 @@ from proxy.config.policy import PinSettings, PolicySettings
 from proxy.enforce.access import Access
 from proxy.guard.detect import Scanner, ScannerSettings
 from proxy.guard.detect.normalise import normalise
+from proxy.guardrails.guard import Guard
 from proxy.observe.metrics import Metrics
 from proxy.policy.guardrail_engine import GuardSubject
 from proxy.policy.model import Identity
@@ -52,7 +53,8 @@ def _median_us(run: Callable[[], Any], calls: int, cold: bool) -> float:
     return statistics.median(spent) * 1e6
 
 
-def measure(calls: int) -> dict[str, dict[str, float]]:
+def bench_guard() -> Guard:
+    """The guard of ``benchmarks.guard_cost``'s "every detector" Manifold, counting into metrics."""
     with tempfile.TemporaryDirectory(prefix="guard-check-") as tmp:
         folder = Path(tmp)
         (folder / "allow.yaml").write_text(ALLOW_ALL)
@@ -66,6 +68,11 @@ def measure(calls: int) -> dict[str, dict[str, float]]:
     guard = access.guard
     assert guard is not None
     guard.observe(Metrics(process_metrics=False), None)
+    return guard
+
+
+def measure(calls: int) -> dict[str, dict[str, float]]:
+    guard = bench_guard()
     identity = Identity("bench", frozenset(), "api_key")
     subject = GuardSubject("tool_results", "s00", "tool", "s00.echo")
     text = orjson.dumps({"server": "s00", "tool": "echo", "arguments": {"pad": PAD}}).decode()

@@ -22,7 +22,7 @@ import anyio.to_thread
 import orjson
 
 from proxy.guardrails.hooks import Hook, HookAnswer, HookFailure, request_body
-from proxy.guardrails.inspector import SELECTED, Inspection, Inspector
+from proxy.guardrails.inspector import NOTHING, SELECTED, Inspection, Inspector
 from proxy.observe.metrics import Metrics
 from proxy.policy.guardrail_engine import GuardDecision, GuardSubject
 from proxy.policy.model import Confirmation, ConfirmOptions, Identity
@@ -107,18 +107,20 @@ class Guard:
         self, identity: Identity, subject: GuardSubject, message: Mapping[str, Any]
     ) -> Verdict | None:
         """:meth:`check` without hooks or threads: for the list path, which is synchronous.
-        None when no rule applies."""
+        None when there is nothing to do (as :meth:`check`)."""
         candidates = self.inspector.candidates(identity, subject)
         if not candidates:
             return None
-        started = self._clock()
+        started = self._started()
         inspection = self.inspector.inspect(candidates, subject, message)
         return self._finish(identity, subject, message, inspection, started, ())
 
     async def check(
         self, identity: Identity, subject: GuardSubject, message: Mapping[str, Any]
     ) -> Verdict | None:
-        """Inspect ``message`` as ``subject`` says; None when no rule applies (nothing scanned).
+        """Inspect ``message`` as ``subject`` says; None when there is nothing to do: no rule
+        applies (nothing scanned), or nothing was found and no rule asks a hook (the message
+        passes as it is, as with an ``allow`` verdict, and nothing is audited).
 
         Never raises for what a detector or hook does: a hook that fails is taken per its
         ``failure`` mode; a detector that raises denies this message only (fail closed).
@@ -126,7 +128,7 @@ class Guard:
         candidates = self.inspector.candidates(identity, subject)
         if not candidates:
             return None
-        started = self._clock()
+        started = self._started()
         try:
             selected = {k: message[k] for k in SELECTED[subject.direction] if k in message}
             if _size(selected) > self._in_thread_bytes:
@@ -141,7 +143,7 @@ class Guard:
             decision = GuardDecision(
                 "deny", ("inspection_failed",), ("the guardrail inspection failed",), ("inspection_failed",)
             )
-            inspection = Inspection(decision, frozenset(), {}, "", 0)
+            inspection = Inspection(decision, frozenset(), {}, "")
         hooked: list[tuple[str, str]] = []
         if inspection.decision.hooks and inspection.decision.effect != "deny":
             inspection = await self._ask_hooks(identity, subject, message, inspection, hooked)
@@ -152,6 +154,10 @@ class Guard:
                 if again.decision.effect == "deny":
                     inspection = dataclasses.replace(again, edited=None)
         return self._finish(identity, subject, message, inspection, started, tuple(hooked))
+
+    def _started(self) -> float | None:
+        """When an inspection started, if a histogram is asked to tell how long it took."""
+        return None if self._metrics is None else self._clock()
 
     async def _ask_hooks(
         self,
@@ -211,7 +217,6 @@ class Guard:
                     inspection.detectors,
                     inspection.findings,
                     inspection.truncated,
-                    inspection.inspected,
                 )
             if answer.decision == "redact" and answer.content is not None:
                 current.update(answer.content)
@@ -237,7 +242,6 @@ class Guard:
             inspection.detectors,
             inspection.findings,
             inspection.truncated,
-            inspection.inspected,
             current if edited else None,
         )
 
@@ -247,15 +251,18 @@ class Guard:
         subject: GuardSubject,
         message: Mapping[str, Any],
         inspection: Inspection,
-        started: float,
+        started: float | None,
         hooked: tuple[tuple[str, str], ...],
-    ) -> Verdict:
+    ) -> Verdict | None:
         decision = inspection.decision
         effect = decision.effect
         if self._metrics is not None:
-            self._metrics.guardrail_inspection(subject.direction, self._clock() - started)
+            if started is not None:
+                self._metrics.guardrail_inspection(subject.direction, self._clock() - started)
             for detector, count in inspection.findings.items():
                 self._metrics.guardrail_finding(detector, subject.direction, effect, count)
+        if inspection is NOTHING:  # nothing found, nothing to do (most messages)
+            return None
         verdict = Verdict(
             effect,
             inspection.edited if inspection.edited is not None else message,

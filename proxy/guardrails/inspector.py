@@ -19,16 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 from proxy.guard.detect import BlockFinding, Finding, Scanner, redact
 from proxy.guardrails.walk import Path, Texts, replace, texts
-from proxy.policy.guardrail_engine import GuardDecision, GuardEngine, GuardSubject, _Candidate
+from proxy.policy.guardrail_engine import ALLOW, GuardDecision, GuardEngine, GuardSubject, _Candidate
 from proxy.policy.guardrail_loader import LIMIT_DETECTOR
 from proxy.policy.guardrails import Direction
 from proxy.policy.model import Identity
 
-__all__ = ["LIMIT_DETECTOR", "SELECTED", "Inspection", "Inspector"]
+__all__ = ["LIMIT_DETECTOR", "NOTHING", "SELECTED", "Inspection", "Inspector"]
 
 SELECTED: Final[Mapping[Direction, tuple[str, ...]]] = {
     "tool_arguments": ("arguments",),
@@ -83,9 +84,13 @@ class Inspection:
     detectors: frozenset[str]
     findings: Mapping[str, int]
     truncated: str  # "" or why the walk stopped ("bytes", "depth")
-    inspected: int  # characters inspected
     edited: Mapping[str, Any] | None = None
     shown: Mapping[str, Any] | None = None  # for a confirm: every finding redacted, to show a person
+
+
+_NO_COUNTS: Final[Mapping[str, int]] = MappingProxyType({})
+# Nothing found, no rule applies (most messages): one answer for all of them.
+NOTHING: Final = Inspection(ALLOW, frozenset(), _NO_COUNTS, "")
 
 
 class Inspector:
@@ -149,6 +154,9 @@ class Inspector:
                 scanner = self._decoding
                 break
         found = scanner.scan_blocks(selected.blocks, kind=_KIND[subject.direction]) if selected.blocks else ()
+        if not found and not selected.truncated:  # nothing found (most messages): nothing to count
+            decision = self.engine.decide_among(candidates, subject, ())
+            return NOTHING if decision is ALLOW else Inspection(decision, frozenset(), _NO_COUNTS, "")
         counts: dict[str, int] = {}
         for block_finding in found:
             name = block_finding.finding.detector
@@ -163,7 +171,7 @@ class Inspector:
         shown = None
         if decision.effect == "confirm":
             shown = _redacted(message, selected, found, frozenset(counts)) if found else message
-        return Inspection(decision, detectors, counts, selected.why, selected.size, edited, shown)
+        return Inspection(decision, detectors, counts, selected.why, edited, shown)
 
 
 def _redacted(

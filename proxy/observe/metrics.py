@@ -270,21 +270,20 @@ class Metrics:
             "method",
             "outcome",
         )
-        self._guard_findings = counter(
+        # Written on every inspected message, on the event loop (a worker thread scans, the loop
+        # counts): plain numbers too.
+        self._guard_findings = PlainFamily.counter(
+            r,
             "manifold_guardrail_findings",
             "What guardrail detectors found, by detector, direction and the effect carried out.",
-            "detector",
-            "direction",
-            "effect",
+            ("detector", "direction", "effect"),
         )
-        self._guard_seconds = Children(
-            Histogram(
-                "manifold_guardrail_inspection_duration_seconds",
-                "Time to inspect one message (walk and detectors, on the loop or a worker thread).",
-                ("direction",),
-                buckets=GUARD_BUCKETS,
-                registry=r,
-            )
+        self._guard_seconds = PlainFamily.histogram(
+            r,
+            "manifold_guardrail_inspection_duration_seconds",
+            "Time to inspect one message (walk and detectors, on the loop or a worker thread).",
+            ("direction",),
+            GUARD_BUCKETS,
         )
         self._hook_seconds = Children(
             Histogram(
@@ -493,10 +492,10 @@ class Metrics:
 
     def guardrail_finding(self, detector: str, direction: str, effect: str, count: int = 1) -> None:
         """Count findings of one detector (a fixed set of names; custom ones are bounded too)."""
-        self._guard_findings.get(self._detector_label(detector), direction, effect).inc(count)
+        self._guard_findings.labels(self._detector_label(detector), direction, effect).inc(count)
 
     def guardrail_inspection(self, direction: str, seconds: float) -> None:
-        self._guard_seconds.get(direction).observe(seconds)
+        self._guard_seconds.labels(direction).observe(seconds)
 
     def guardrail_hook(self, hook: str, outcome: str, seconds: float) -> None:
         self._hook_seconds.get(hook, outcome).observe(seconds)

@@ -120,10 +120,15 @@ class Scanner:
         """
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}; one of {', '.join(sorted(KINDS))}")
+        if not self.settings.decode and text.isascii():
+            # ASCII (most texts; O(1) to tell): nothing to normalise, nothing hidden, spans as
+            # they are.
+            matched = self._match(text, kind)
+            return _resolve([Finding(r.detector, r.category, start, end) for r, start, end in matched])
         norm = normalise(text, json_escapes=self.settings.decode)
         matched = self._match(norm.text, kind)
         if not matched and not norm.hidden and not self.settings.decode:
-            return ()  # nothing found (most texts): no lists built, nothing to resolve
+            return ()  # nothing found: no lists built, nothing to resolve
         found: list[Finding] = [
             Finding(rule.detector, rule.category, *norm.span(start, end)) for rule, start, end in matched
         ]
