@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ _REFS = re.compile(rb"I\s+refs:\s+([\d,]+)")
 
 
 def _messages() -> list[dict[str, Any]]:
-    tag = secrets.token_hex(4)
+    tag = "5d1e0c42"  # a fixed tag (the real run's is random): the count repeats to ~0.1%
     return [
         {
             "content": [
@@ -90,7 +89,7 @@ def _parts() -> dict[str, Callable[[dict[str, Any]], Any]]:
         "atoms": lambda m: atoms.Match(text(m).encode(), True),
         "shapes": lambda m: shapes.present(text(m).encode()),
         "encode": lambda m: text(m).encode(),
-        "size": lambda m: _size({"content": m["content"]}),
+        "size": lambda m: _size(m, ("content", "structuredContent")),
         "normalise": lambda m: normalise(text(m)),
         "prefilter": lambda m: prefilter.candidates(text(m).encode()),
         "candidates": lambda m: inspector.candidates(identity, subject),

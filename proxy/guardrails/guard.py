@@ -60,11 +60,17 @@ class Verdict:
         return self.effect in ("deny", "quarantine")
 
 
-def _size(value: object) -> int:
-    try:
-        return len(orjson.dumps(value))
-    except (orjson.JSONEncodeError, TypeError):
-        return 1 << 62  # unusual (an integer past 64 bits): scanned on a thread
+def _size(message: Mapping[str, Any], keys: tuple[str, ...]) -> int:
+    """The JSON size of what ``keys`` select in ``message`` (each part encoded on its own: no
+    dictionary of them built)."""
+    size = 0
+    for key in keys:
+        if key in message:
+            try:
+                size += len(orjson.dumps(message[key]))
+            except (orjson.JSONEncodeError, TypeError):
+                return 1 << 62  # unusual (an integer past 64 bits): scanned on a thread
+    return size
 
 
 class Guard:
@@ -130,8 +136,7 @@ class Guard:
             return None
         started = self._started()
         try:
-            selected = {k: message[k] for k in SELECTED[subject.direction] if k in message}
-            if _size(selected) > self._in_thread_bytes:
+            if _size(message, SELECTED[subject.direction]) > self._in_thread_bytes:
                 self.threaded += 1
                 inspection = await anyio.to_thread.run_sync(
                     self.inspector.inspect, candidates, subject, message, limiter=self._threads

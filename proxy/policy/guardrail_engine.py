@@ -213,12 +213,12 @@ class GuardEngine:
     ) -> GuardDecision:
         """:meth:`decide` over :meth:`candidates` already looked up."""
         if not detectors:  # nothing found (most messages): only an inspect rule on anything applies
-            asked = tuple(
-                (rule.id, rule.hook)
-                for rule in (c.compiled.rule for c in candidates)
-                if rule.effect == "inspect" and rule.match.detectors is None and rule.hook is not None
-            )
-            return GuardDecision("allow", hooks=asked) if asked else ALLOW
+            asked: list[tuple[str, str]] = []
+            for candidate in candidates:  # a loop, not generators: this runs on every message
+                rule = candidate.compiled.rule
+                if rule.effect == "inspect" and rule.match.detectors is None and rule.hook is not None:
+                    asked.append((rule.id, rule.hook))
+            return GuardDecision("allow", hooks=tuple(asked)) if asked else ALLOW
         by_effect: dict[str, list[tuple[_Compiled, tuple[str, ...]]]] = {}
         hooks: list[tuple[str, str]] = []
         redact: set[str] = set()

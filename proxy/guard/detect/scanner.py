@@ -163,7 +163,8 @@ class Scanner:
         ``separator``, so an instruction or a secret split across blocks is still found; each
         finding comes back per block it touches, with its span in that block."""
         if len(blocks) == 1:  # the common case (one text block): no joining, no mapping back
-            return tuple(BlockFinding(0, finding) for finding in self.scan(blocks[0], kind=kind))
+            alone = self.scan(blocks[0], kind=kind)
+            return tuple(BlockFinding(0, finding) for finding in alone) if alone else ()
         starts: list[int] = []
         cursor = 0
         for block in blocks:
