@@ -5,7 +5,9 @@
    (``effect: audit``, no ``detectors`` condition: nothing is refused, everything is scanned).
    A third runs only the secret detectors (``detectors: ["*_key", "*_token", private_key, jwt]``).
    Closed-loop ``tools/call echo`` with a 4 KiB argument of ordinary prose, so each result the
-   guardrails read is about 4 KiB; interleaved rounds at c=1 and c=16. Manifold's CPU per call
+   guardrails read is about 4 KiB (and never the same twice: each call's arguments carry its
+   number and the run's random tag, echoed in the result, so a cache keyed by content would not
+   help; the built-in detectors keep none); interleaved rounds at c=1 and c=16. Manifold's CPU per call
    (``/proc``) on vs off, as the median of the paired per-round ratios.
 2. **Event-loop lag.** Two Manifolds whose guardrails read a 4 MiB tool result (``max_bytes``
    8 MiB): one scans on a worker thread past ``in_thread_bytes`` (the default 64 KiB), one inline

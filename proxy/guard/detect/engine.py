@@ -115,26 +115,27 @@ class Prefilter:
             self._filter.Compile()
         needs = sorted({c.rule.needs for c in self._rules if c.rule.needs})
         self._shapes = Shapes(needs, max_mem=max_mem) if needs else None
-        # Per rule, the index of its needs in the set (-1: none); the rules that have one.
+        # Per rule, the index of its needs in the set (-1: none).
         self._needs = tuple(needs.index(c.rule.needs) if c.rule.needs else -1 for c in self._rules)
-        self._needy = frozenset(index for index, need in enumerate(self._needs) if need >= 0)
 
     def candidates(self, encoded: bytes) -> list[Compiled]:
         """The rules that may match ``encoded``, in their order."""
         if self._filter is None:
             return []
-        indices = self._filter.Match(encoded, True)
-        if not indices:
-            return []
-        rules, needs = self._rules, self._needs
-        if self._shapes is None or self._needy.isdisjoint(indices):
-            return [rules[index] for index in sorted(indices)]
-        present = self._shapes.present(encoded)
-        if present is None:  # the set could not tell: every need counts as present
-            return [rules[index] for index in sorted(indices)]
-        # Comprehensions, not a loop of appends: this runs on every text (ordinary prose lets
-        # through a dozen rules whose needs then rule them out).
-        return [rules[index] for index in sorted(indices) if needs[index] < 0 or needs[index] in present]
+        indices = sorted(self._filter.Match(encoded, True) or ())
+        present: frozenset[int] | None = None
+        looked = False
+        chosen = []
+        for index in indices:
+            need = self._needs[index]
+            if need >= 0:
+                if not looked:
+                    assert self._shapes is not None
+                    present, looked = self._shapes.present(encoded), True
+                if present is not None and need not in present:
+                    continue
+            chosen.append(self._rules[index])
+        return chosen
 
 
 class Shapes:
