@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -112,7 +112,7 @@ def test_whatever_it_calls_valid_jsonschema_calls_valid_over_thousands_of_random
 def test_the_validators_take_the_fast_path_and_still_word_every_problem() -> None:
     class Tool:
         name = "t"
-        definition = {"inputSchema": ECHO}
+        definition: ClassVar[dict[str, Any]] = {"inputSchema": ECHO}
 
     validators = SchemaValidators()
     assert validators.check_arguments(Tool(), {"text": "hi", "count": 2}) == []
