@@ -198,10 +198,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
         post = self._post
-        if post is not None and post is not self.cycle and not post.response_complete:
-            post.disconnected = True  # a request pipelined behind it is uvicorn's current cycle
-            post.message_event.set()
-        cycle = self._current()
+        if post is not None and not post.response_complete:
+            post.went()  # (uvicorn tells only its current cycle: a request pipelined behind may be)
+        cycle: RequestResponseCycle | None = self.cycle
         if isinstance(cycle, WholePost) and cycle is not post and not cycle.response_complete:
             cycle.abandoned()  # its body never completed: the app never saw it
         super().connection_lost(exc)
@@ -267,7 +266,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         parser = self.parser
         if parser.get_method() != b"POST" or self.expect_100_continue or parser.should_upgrade():
             return False
-        cycle = self._current()
+        cycle: RequestResponseCycle | None = self.cycle
         if cycle is not None and not cycle.response_complete:
             return False  # pipelined behind an answer under way: uvicorn queues it
         length = None
@@ -282,7 +281,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             return False
         url = httptools.parse_url(self.url)
         raw_path = url.path
-        if b"%" in raw_path or not posts.routes.serves(path := raw_path.decode("ascii")):
+        if b"%" in raw_path:
+            return False
+        path = raw_path.decode("ascii")
+        app = posts.routes.endpoint(path)
+        if app is None:
             return False
         scope = self.scope
         scope["method"] = "POST"
@@ -295,6 +298,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         keep_alive = http_version != "1.0" and parser.should_keep_alive()
         self.cycle = WholePost(
             posts,
+            app,
             scope,  # type: ignore[arg-type]
             self.transport,
             self.flow,
@@ -307,12 +311,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         cycle = self.cycle
         if type(cycle) is WholePost:
-            cycle.body += body  # at most max_body: its Content-Length said so, and httptools holds it to that
+            cycle.chunks.append(body)  # at most max_body: its Content-Length said so; httptools holds to it
             return
         super().on_body(body)
 
     def on_message_complete(self) -> None:
-        cycle = self._current()
+        cycle = self.cycle
         if type(cycle) is WholePost and not cycle.disconnected:
             cycle.more_body = False
             self._post = cycle

@@ -122,14 +122,11 @@ class _Observed:
                 return mounted
         return app
 
-    def serves(self, path: str) -> bool:
-        """Whether ``path`` is an MCP endpoint's (its whole POSTs skip uvicorn's cycle and this
-        layer's wrappers: :mod:`proxy.inbound.whole_post`)."""
-        return isinstance(self.route(path), McpEndpoint)
-
-    async def routed(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve a request whose bytes and access-log line are counted by its caller."""
-        await self.route(scope["path"])(scope, receive, send)
+    def endpoint(self, path: str) -> McpEndpoint | None:
+        """The MCP endpoint that serves ``path``, if any: its whole POSTs skip uvicorn's cycle and
+        this layer's wrappers, and are counted by :mod:`proxy.inbound.whole_post`."""
+        app = self.route(path)
+        return app if isinstance(app, McpEndpoint) else None
 
     def account(self, scope: Scope, status: int, received: int, sent: int, started: float) -> None:
         """Count a request's bytes and write its access-log line."""

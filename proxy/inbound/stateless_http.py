@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Final
 
@@ -41,6 +41,7 @@ from proxy.clients.session import StatelessCaller
 from proxy.core.errors import InvalidRequest, ProtocolError, request_id_of
 from proxy.inbound.asgi import (
     JSON_HEADERS,
+    ON_DISCONNECT,
     Receive,
     Scope,
     Send,
@@ -162,7 +163,7 @@ class StatelessEndpoint:
         caller = caller_of(envelope, identity, "http")
         if message["method"] == LISTEN:
             return await self._listen(scope, caller, message, receive, send)
-        return await self._exchange(caller, message, receive, send)
+        return await self._exchange(caller, message, receive, send, scope.get(ON_DISCONNECT))
 
     async def _listen(
         self, scope: Scope, caller: StatelessCaller, message: Message, receive: Receive, send: Send
@@ -212,7 +213,12 @@ class StatelessEndpoint:
         return specs
 
     async def _exchange(
-        self, caller: StatelessCaller, message: Message, receive: Receive, send: Send
+        self,
+        caller: StatelessCaller,
+        message: Message,
+        receive: Receive,
+        send: Send,
+        on_disconnect: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
     ) -> None:
         """Run the request; answer JSON, or SSE once it has a notification to send first.
 
@@ -222,7 +228,8 @@ class StatelessEndpoint:
         path). What the group gave is kept by hand: a disconnect cancels the request (through
         its own cancel scope, so the request's shielded cleanup still runs) and ends this
         task's writing; both tasks have ended when this returns; the request's own failure
-        is raised here.
+        is raised here. Where the server offers ``asgi.ON_DISCONNECT`` (a whole POST,
+        :mod:`proxy.inbound.whole_post`), the client's going is a callback, not a watching task.
         """
         exchange = Exchange(self._endpoint, caller, message)
         notes = exchange.notes
@@ -236,8 +243,17 @@ class StatelessEndpoint:
             await cancel_on_disconnect(receive, request)
             writing.cancel()
 
+        def gone() -> None:
+            request.cancel()
+            writing.cancel()
+
         loop = asyncio.get_running_loop()
-        running, watching = loop.create_task(run()), loop.create_task(watch())
+        running = loop.create_task(run())
+        if on_disconnect is None:
+            watching: asyncio.Task[None] | None = loop.create_task(watch())
+            forget = None
+        else:
+            watching, forget = None, on_disconnect(gone)
         try:
             with notes, writing:
                 first = await _next(notes, _DEFER)
@@ -251,11 +267,16 @@ class StatelessEndpoint:
                 else:  # a notification first, or silent for _DEFER seconds: SSE from here on
                     await self._stream(exchange, first, running, notes, send)
         finally:
-            watching.cancel()
+            if forget is not None:
+                forget()
             if not running.done():
                 request.cancel()
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait((running, watching))
+            ending = [running] if watching is None else [running, watching]
+            if watching is not None:
+                watching.cancel()
+            if not all(task.done() for task in ending):
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait(ending)
         if not running.cancelled() and (failure := running.exception()) is not None:
             raise failure
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from uvicorn.config import Config
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
@@ -39,6 +39,8 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+from proxy.inbound.asgi import ON_DISCONNECT
+
 __all__ = ["Posts", "Routes", "WholePost"]
 
 Scope = MutableMapping[str, Any]
@@ -48,11 +50,8 @@ App = Callable[[Scope, Any, Any], Awaitable[None]]
 class Routes(Protocol):
     """What the HTTP app offers the fast path (implemented by ``proxy.inbound.server``)."""
 
-    def serves(self, path: str) -> bool:
-        """Whether ``path`` is an MCP endpoint's."""
-
-    async def routed(self, scope: Scope, receive: Any, send: Any) -> None:
-        """Serve the request with the app of its path, without the access-log layer."""
+    def endpoint(self, path: str) -> App | None:
+        """The MCP endpoint that serves ``path``, if it is one's."""
 
     def account(self, scope: Scope, status: int, received: int, sent: int, started: float) -> None:
         """Count the request's bytes and write its access-log line."""
@@ -63,15 +62,22 @@ class Posts:
 
     def __init__(self, routes: Routes, config: Config, max_body: int) -> None:
         self.routes = routes
-        self.app: App = routes.routed
+        self.app: App = _chosen
         if config.proxy_headers:  # the same X-Forwarded-* handling uvicorn puts around the ASGI path
-            proxied = ProxyHeadersMiddleware(routes.routed, trusted_hosts=config.forwarded_allow_ips)  # type: ignore[arg-type]
+            proxied = ProxyHeadersMiddleware(_chosen, trusted_hosts=config.forwarded_allow_ips)  # type: ignore[arg-type]
             self.app = proxied  # type: ignore[assignment]
         self.max_body = max_body
 
 
+async def _chosen(scope: Scope, receive: Any, send: Any) -> None:
+    await scope[_APP](scope, receive, send)
+
+
+_APP: Final = "manifold.app"  # the scope's endpoint, chosen by its path with the headers
+
+
 class WholePost(RequestResponseCycle):
-    """One POST: the body is gathered by the protocol (``body``), then :meth:`start` runs the app.
+    """One POST: the body is gathered by the protocol (``chunks``), then :meth:`start` runs the app.
 
     A ``RequestResponseCycle`` by type, because the connection's protocol holds its current
     request as one (and reads ``disconnected``, ``response_complete``, ``message_event``,
@@ -81,6 +87,7 @@ class WholePost(RequestResponseCycle):
     def __init__(
         self,
         posts: Posts,
+        app: App,
         scope: Scope,
         transport: asyncio.Transport,
         flow: FlowControl,
@@ -88,6 +95,8 @@ class WholePost(RequestResponseCycle):
         keep_alive: bool,
         on_response: Callable[[], None],
     ) -> None:
+        scope[_APP] = app
+        scope[ON_DISCONNECT] = self._on_disconnect
         self.scope = scope  # type: ignore[assignment]
         self._scope = scope
         self.transport = transport
@@ -97,7 +106,8 @@ class WholePost(RequestResponseCycle):
         self.on_response = on_response
         self.message_event = asyncio.Event()  # set when the client goes, a limit ends it, or it is answered
         self.disconnected = False
-        self.body = bytearray()
+        self.body = bytearray()  # (uvicorn's; unused: the body is gathered in ``chunks``)
+        self.chunks: list[bytes] = []
         self.more_body = True
         self.response_started = False
         self.response_complete = False
@@ -111,6 +121,26 @@ class WholePost(RequestResponseCycle):
         self.status = 0
         self.received = 0
         self.sent = 0
+        self._gone: Callable[[], None] | None = None  # what runs when the client goes
+
+    def _on_disconnect(self, gone: Callable[[], None]) -> Callable[[], None]:
+        """``asgi.ON_DISCONNECT``: run ``gone`` once when the client goes (at once if it has)."""
+        if self.disconnected:
+            gone()
+        else:
+            self._gone = gone
+        return self._forget
+
+    def _forget(self) -> None:
+        self._gone = None
+
+    def went(self) -> None:
+        """The connection is lost (called by the protocol)."""
+        self.disconnected = True
+        self.message_event.set()
+        gone, self._gone = self._gone, None
+        if gone is not None:
+            gone()
 
     def start(self, tasks: set[asyncio.Task[None]]) -> None:
         """Run the app in a task of its own, which ``tasks`` (uvicorn's, for its shutdown) holds."""
@@ -126,14 +156,18 @@ class WholePost(RequestResponseCycle):
         try:
             await self._posts.app(scope, receive, send)
         finally:
+            self._gone = None
             self._posts.routes.account(scope, self.status, self.received, self.sent, self._started)
-            self.close_held()  # the app ended between a head and its body: uvicorn closes next
+            if self._head:  # the app ended between a head and its body: write it, uvicorn closes next
+                head, self._head = self._head, b""
+                self.transport.write(head)
 
     async def receive(self) -> Any:
         if self._unread:
             self._unread = False
+            chunks, self.chunks = self.chunks, []
             if not self.disconnected:
-                body = bytes(self.body)
+                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 self.received = len(body)
                 return {"type": "http.request", "body": body, "more_body": False}
         while not (self.disconnected or self.response_complete):
@@ -210,9 +244,3 @@ class WholePost(RequestResponseCycle):
             content.append(b"transfer-encoding: chunked\r\n")
         content.append(b"\r\n")
         return b"".join(content)
-
-    def close_held(self) -> None:
-        """Write a held head before the connection closes (as the one-write transport does)."""
-        if self._head:
-            head, self._head = self._head, b""
-            self.transport.write(head)
