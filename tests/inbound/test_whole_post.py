@@ -25,6 +25,7 @@ import pytest
 from proxy.app.gateway import Gateway
 from proxy.inbound import whole_post
 from proxy.inbound.server import bind, serve
+from proxy.observe import logs
 from proxy.protocol.headers import encode_header_value
 from proxy.protocol.sse import SSEDecoder
 from tests.inbound.memory_server import INITIALIZE, META, Server, V, request, running
@@ -153,7 +154,9 @@ def whole(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.fixture
-async def served(whole: list[str]) -> AsyncIterator[Served]:
+async def served(whole: list[str], monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
+    # Access-log lines through logging (caplog), not a writer an earlier test may have set up.
+    monkeypatch.setattr(logs, "_writer", None)
     server = Server()
     async with running(server, limits={"max_request_bytes": MAX_BODY}) as gateway:
         with bind("127.0.0.1", 0) as sock:
