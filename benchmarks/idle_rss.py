@@ -9,7 +9,8 @@ ready, waits ``--settle`` seconds, reads VmRSS, stops it; ``--runs`` times, one 
 that part replaced by a stand-in module (a measurement only; the product imports them plainly):
 ``uvicorn-cli`` (``uvicorn.main``: click, the reloader supervisors, multiprocessing),
 ``prometheus-exposition`` (``prometheus_client.exposition``: http.server, wsgiref, urllib.request)
-and ``pydantic-plugins`` (``pydantic.plugin._loader``: importlib.metadata, email, zipfile).
+``pydantic-plugins`` (``pydantic.plugin._loader``: importlib.metadata, email, zipfile); and
+``uvloop`` (none: Manifold falls back to asyncio's own loop).
 
 Run it under the bench lock::
 
@@ -46,10 +47,14 @@ _STUBS: Final = {
     ),
     "prometheus-exposition": ("prometheus_client.exposition", "return 'text/plain' if n.isupper() else None"),
     "pydantic-plugins": ("pydantic.plugin._loader", "return (lambda: ()) if n == 'get_plugins' else None"),
+    "uvloop": ("uvloop", ""),  # absent: asyncio's own loop, as benchmarks.procs's LOOP_ENV
 }
 _LAUNCHER: Final = """
 import sys, types
 for name, body in {stubs!r}:
+    if not body:
+        sys.modules[name] = None
+        continue
     stub = types.ModuleType(name)
     exec("def __getattr__(n):\\n    " + body, stub.__dict__)
     sys.modules[name] = stub
