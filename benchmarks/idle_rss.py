@@ -8,7 +8,7 @@ ready, waits ``--settle`` seconds, reads VmRSS, stops it; ``--runs`` times, one 
 ``--stub`` measures what a package's own unneeded imports cost in the serve, by running it with
 that part replaced by a stand-in module (a measurement only; the product imports them plainly):
 ``uvicorn-cli`` (``uvicorn.main``: click, the reloader supervisors, multiprocessing),
-``prometheus-exposition`` (``prometheus_client.exposition``: http.server, wsgiref, urllib.request)
+``prometheus-exposition`` (``prometheus_client.exposition``: http.server, wsgiref, urllib.request),
 ``pydantic-plugins`` (``pydantic.plugin._loader``: importlib.metadata, email, zipfile); and
 ``uvloop`` (none: Manifold falls back to asyncio's own loop).
 
@@ -111,7 +111,7 @@ def idle_rss(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "idle RSS").splitlines()[0])
     parser.add_argument("--servers", type=int, default=16)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--settle", type=float, default=2.0)
