@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
@@ -79,11 +79,18 @@ def _media_type(value: str) -> str:
 class RawPoster:
     """HTTP/1.1 by hand over asyncio streams: the request head is prebuilt per session id."""
 
-    def __init__(self, url: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        url: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        headers: Sequence[tuple[str, str]] = (),
+    ) -> None:
         host, port, path = _split(url)
+        extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
         self._prefix = (
             f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            f"Content-Type: application/json\r\nAccept: {_ACCEPT}\r\n"
+            f"Content-Type: application/json\r\nAccept: {_ACCEPT}\r\n{extra}"
         ).encode("latin-1")
         self._heads: dict[str | None, bytes] = {None: self._prefix + b"Content-Length: "}
         self._reader = reader
@@ -156,11 +163,11 @@ class RawPoster:
             await self._writer.wait_closed()
 
 
-async def open_raw(url: str) -> HttpPoster:
-    """Raises: OSError: cannot connect."""
+async def open_raw(url: str, headers: Sequence[tuple[str, str]] = ()) -> HttpPoster:
+    """A :class:`RawPoster` sending ``headers`` on every request too. Raises: OSError: cannot connect."""
     host, port, _ = _split(url)
     reader, writer = await asyncio.open_connection(host, port, limit=1 << 22)
-    return RawPoster(url, reader, writer)
+    return RawPoster(url, reader, writer, headers)
 
 
 # The 2026-07-28 envelope a stateless request carries in ``params._meta`` (no session, no initialize).

@@ -196,6 +196,7 @@ async def run_calls(
     max_calls: int,
     warmup_calls: int,
     factory: PosterFactory = open_raw,
+    session_factory: PosterFactory = open_raw,
     clock: Callable[[], float] = time.perf_counter,
     extra: dict[str, Any] | None = None,
 ) -> CallRun:
@@ -204,12 +205,14 @@ async def run_calls(
 
     ``extra`` arguments go with every call (and come back in its echo): a payload of a size.
 
-    ``warmup_calls`` per worker go first and are not measured.
+    ``warmup_calls`` per worker go first and are not measured. Sessions are opened (once, kept
+    on the target) with ``session_factory``'s connections: the handshake, also for a target whose
+    ``factory`` sends its calls another way.
 
     Raises:
         WrongAnswer: any answer was wrong (the run stops at once).
     """
-    sessions = await target.ensure_sessions(concurrency)
+    sessions = await target.ensure_sessions(concurrency, session_factory)
     padding = extra or {}
     posters = [await factory(target.url) for _ in range(concurrency)]
     tag = secrets.token_hex(4)  # answers from an earlier run cannot pass for this one's

@@ -16,6 +16,8 @@ from typing import Any, Final
 from tests.fixtures.spawn import fixture_command
 
 __all__ = [
+    "BENCH_API_KEY",
+    "CORE_MIDDLEWARES",
     "FIXED_TOOLS",
     "MIDDLEWARES",
     "Overlay",
@@ -57,6 +59,8 @@ class Plan:
     client_duration: float = 1.0
     client_candidates: tuple[str, ...] = ("raw", "h11", "aiohttp", "httpx", "httpx2")
     middlewares: tuple[str, ...] = (
+        "auth",
+        "audit",
         "policy",
         "validation",
         "ratelimit",
@@ -170,6 +174,13 @@ class Overlay:
     note: str = ""
 
 
+# A key for loopback benchmarks only (its stored form below is what the config holds).
+BENCH_API_KEY: Final = "manifold-bench-key-not-a-secret"
+BENCH_API_KEY_SHA256: Final = "8e70262f7f04f2fe2e86bd60cb569ff7acda586af6bb7f18a3858f14049c4663"
+# Issue #34's "everything on": the features it names. "all on" adds every other row (guardrails,
+# tracing, the access log), each measured alone too.
+CORE_MIDDLEWARES: Final = ("auth", "policy", "validation", "ratelimit", "audit", "metrics")
+
 _ALLOW_ALL = """\
 version: 1
 default: allow
@@ -205,6 +216,16 @@ limits:
 # this section run Manifold's defaults (whatever those switch on).
 # ---------------------------------------------------------------------------------------------
 MIDDLEWARES: Final[dict[str, Overlay]] = {
+    # The load generator sends BENCH_API_KEY (X-API-Key) to every variant whose config has keys.
+    "auth": Overlay(
+        on={"auth": {"api_keys": [{"name": "bench", "key": f"sha256:{BENCH_API_KEY_SHA256}"}]}},
+        note="an API key on every request (X-API-Key), checked per request; off: anonymous access",
+    ),
+    "audit": Overlay(
+        on={"policy": {"audit": {"path": "{dir}/audit.jsonl"}}},
+        off={"policy": {"audit": {"path": None}}},
+        note="one JSON audit line per call's policy decision, written to a file",
+    ),
     "policy": Overlay(
         on={"policy": {"files": ["{dir}/bench-allow-all.yaml"]}},
         off={"policy": {"files": []}},

@@ -36,7 +36,7 @@ from typing import Any, Final
 import anyio
 import anyio.to_thread
 
-from benchmarks.clients import available_candidates, open_stateless
+from benchmarks.clients import available_candidates, open_raw, open_stateless
 from benchmarks.figures import MANIFOLD_PREFIXES, MIB, MemoryRecord, Results, evaluate, summarize
 from benchmarks.load import CallTarget, wrong_answer_in
 from benchmarks.peers import (
@@ -48,7 +48,15 @@ from benchmarks.peers import (
     spawn_mcp_hub,
     wait_hubs_ready,
 )
-from benchmarks.plan import FIXED_TOOLS, MIDDLEWARES, Plan, http_server, manifold_config, stdio_server
+from benchmarks.plan import (
+    BENCH_API_KEY,
+    FIXED_TOOLS,
+    MIDDLEWARES,
+    Plan,
+    http_server,
+    manifold_config,
+    stdio_server,
+)
 from benchmarks.procs import (
     LOOP_ENV,
     REPO,
@@ -243,7 +251,12 @@ async def _bench(run: Run) -> None:
     run.say(f"tools/call: {count} targets x {plan.concurrencies} x {plan.rounds} rounds")
     factories = {DIRECT_STDIO: direct_stdio.poster_factory(), DIRECT_STATELESS: open_stateless}
     factories.update(dict.fromkeys(hubs, open_legacy_sse))
-    await measure_calls(run, [call_targets, middleware_targets], plan.rounds, plan.duration, factories)
+    keyed = functools.partial(open_raw, headers=(("X-API-Key", BENCH_API_KEY),))
+    with_key = {name: keyed for name in middleware if variants[name].get("auth", {}).get("api_keys")}
+    factories.update(with_key)
+    await measure_calls(
+        run, [call_targets, middleware_targets], plan.rounds, plan.duration, factories, with_key
+    )
 
     run.say(f"{plan.sessions} idle sessions")
     biggest = max(plan.server_counts)

@@ -24,6 +24,7 @@ from benchmarks.clients import open_raw
 from benchmarks.figures import MIB, CallRecord, ListRecord, Results, SessionRecord
 from benchmarks.load import CallTarget, McpClient, WrongAnswer, drain_tools, open_sessions, run_calls
 from benchmarks.plan import (
+    CORE_MIDDLEWARES,
     FIXED_TOOLS,
     MIDDLEWARES,
     Plan,
@@ -39,6 +40,7 @@ from benchmarks.profile import find_py_spy, parse_collapsed, record
 __all__ = [
     "ALL_OFF",
     "ALL_ON",
+    "CORE_ON",
     "Run",
     "measure_calls",
     "measure_lists",
@@ -51,6 +53,7 @@ __all__ = [
 
 ALL_OFF: Final = "mw:all-off"
 ALL_ON: Final = "mw:all-on"
+CORE_ON: Final = "mw:core-on"  # plan.CORE_MIDDLEWARES together (issue #34's list)
 _RESERVE: Final = 75.0  # seconds kept for what follows the call rounds: sessions, profiles, stopping
 # (plus the scale run's own bound, Plan.scale_reserve)
 _T = TypeVar("_T")
@@ -148,6 +151,10 @@ async def middleware_variants(run: Run, names: Sequence[str]) -> dict[str, dict[
     )
     for name, on in ons.items():
         variants[f"mw:{name}"] = with_(*offs, on)
+    core = {n: on for n, on in ons.items() if n in CORE_MIDDLEWARES}
+    if len(core) > 1 and len(core) < len(ons):
+        variants[CORE_ON] = with_(*offs, *core.values())
+        notes[CORE_ON] = "issue #34's everything on: " + ", ".join(core)
     if len(ons) == 1:
         notes[ALL_ON] = f"the same as mw:{next(iter(ons))} (the only one that can be switched on)"
     elif ons:
@@ -224,6 +231,7 @@ async def measure_calls(
     rounds: int,
     duration: float,
     factories: dict[str, Any],
+    session_factories: dict[str, Any] | None = None,
 ) -> None:
     """Interleaved rounds: in each, every target at every concurrency, in a rotated order.
 
@@ -251,6 +259,7 @@ async def measure_calls(
                     max_calls=plan.max_calls,
                     warmup_calls=plan.warmup_calls,
                     factory=factories.get(target.name, open_raw),
+                    session_factory=(session_factories or {}).get(target.name, open_raw),
                 )
                 run.results.calls.append(CallRecord.of(group, round_, result))
         run.say(f"  round {round_ + 1}/{rounds} done")

@@ -10,6 +10,7 @@ import anyio
 __all__ = [
     "JSON_HEADERS",
     "MAX_BODY",
+    "ON_DISCONNECT",
     "Receive",
     "Scope",
     "Send",
@@ -24,6 +25,10 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 MAX_BODY: Final = 4 * 1024 * 1024  # the default of limits.max_request_bytes
+# A scope key some servers fill (proxy.inbound.whole_post): a function that registers a callback
+# to run once when the client goes, and returns the function that unregisters it. Where it is
+# present, a request that must stop when its client goes needs no task waiting on ``receive``.
+ON_DISCONNECT: Final = "manifold.on_disconnect"
 JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 
 

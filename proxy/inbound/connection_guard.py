@@ -46,6 +46,7 @@ from uvicorn.server import ServerState
 from proxy.config.model import LimitsConfig
 from proxy.core.errors import LimitExceeded
 from proxy.inbound.admission import RETRY_AFTER, Admission, ConnectionBudget, connection_cap, refusal
+from proxy.inbound.whole_post import Posts, WholePost
 from proxy.observe.boundary import Boundary
 
 __all__ = ["ConnectionGuard", "GuardedHttpProtocol"]
@@ -88,6 +89,7 @@ class ConnectionGuard:
         self.boundary = boundary
         self.probes = frozenset(probe.encode() for probe in probes)
         self.max_header_bytes = limits.max_header_bytes
+        self.max_body = limits.max_request_bytes
         self.header_timeout = limits.header_timeout
         self.body_timeout = limits.body_timeout
         self.full = LimitExceeded("too many open connections", limit="max_connections", maximum=cap)
@@ -160,6 +162,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     docstring). Use :meth:`ConnectionGuard.protocol` for a class bound to a guard."""
 
     guard: ConnectionGuard
+    posts: Posts | None = None  # set by the server for a listener of MCP endpoints (whole POSTs)
 
     def __init__(
         self,
@@ -175,6 +178,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._ready_at = 0.0  # when the connection opened or its last response ended
         self._writer: _OneWrite | None = None
+        self._post: WholePost | None = None  # the last whole POST started on this connection
 
     # ---- the connection ------------------------------------------------------------------
 
@@ -193,6 +197,12 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+        post = self._post
+        if post is not None and not post.response_complete:
+            post.went()  # (uvicorn tells only its current cycle: a request pipelined behind may be)
+        cycle: RequestResponseCycle | None = self.cycle
+        if isinstance(cycle, WholePost) and cycle is not post and not cycle.response_complete:
+            cycle.abandoned()  # its body never completed: the app never saw it
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -244,12 +254,75 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if probes_only and httptools.parse_url(self.url).path not in guard.probes:
             self._refuse(guard.full)
             raise _Refused
+        posts = self.posts
+        if posts is not None and self._whole_post(posts):
+            return
         super().on_headers_complete()
         if self._writer is not None:
             self.cycle.transport = self._writer
 
+    def _whole_post(self, posts: Posts) -> bool:
+        """Make the request a :class:`WholePost` if it is one (see :mod:`proxy.inbound.whole_post`)."""
+        parser = self.parser
+        if parser.get_method() != b"POST" or self.expect_100_continue or parser.should_upgrade():
+            return False
+        cycle: RequestResponseCycle | None = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            return False  # pipelined behind an answer under way: uvicorn queues it
+        length = None
+        for name, value in self.headers:
+            if name == b"content-length":
+                if length is not None:
+                    return False
+                length = value
+            elif name == b"transfer-encoding":
+                return False
+        if length is None or not length.isdigit() or int(length) > posts.max_body:
+            return False
+        url = httptools.parse_url(self.url)
+        raw_path = url.path
+        if b"%" in raw_path:
+            return False
+        path = raw_path.decode("ascii")
+        app = posts.routes.endpoint(path)
+        if app is None:
+            return False
+        scope = self.scope
+        scope["method"] = "POST"
+        http_version = parser.get_http_version()
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        scope["path"] = self.root_path + path
+        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        scope["query_string"] = url.query or b""
+        keep_alive = http_version != "1.0" and parser.should_keep_alive()
+        self.cycle = WholePost(
+            posts,
+            app,
+            scope,  # type: ignore[arg-type]
+            self.transport,
+            self.flow,
+            self.server_state.default_headers,
+            keep_alive,
+            self.on_response_complete,
+        )
+        return True
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if type(cycle) is WholePost:
+            cycle.chunks.append(body)  # at most max_body: its Content-Length said so; httptools holds to it
+            return
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        cycle = self.cycle
+        if type(cycle) is WholePost and not cycle.disconnected:
+            cycle.more_body = False
+            self._post = cycle
+            cycle.start(self.tasks)
+        else:
+            super().on_message_complete()
         self._phase = _Phase.IDLE
         self._header_bytes = 0
         if self._deadline is not None:

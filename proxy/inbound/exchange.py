@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Final
 
 import anyio
@@ -41,12 +42,19 @@ def caller_of(envelope: Envelope, identity: Identity, transport: str) -> Statele
 
 class Exchange:
     """Run with ``tg.start_soon(exchange.run)``; read :attr:`notes` until it ends, then
-    :attr:`answer` is the response."""
+    :attr:`answer` is the response. ``on_note`` is called after each notification queued."""
 
-    def __init__(self, endpoint: Endpoint, caller: StatelessCaller, message: Message) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        caller: StatelessCaller,
+        message: Message,
+        on_note: Callable[[], None] | None = None,
+    ) -> None:
         self._endpoint = endpoint
         self._caller = caller
         self._message = message
+        self._on_note = on_note
         self._sink, self.notes = anyio.create_memory_object_stream[Message](_BUFFERED)
         self.answer: Message | None = None
 
@@ -63,3 +71,6 @@ class Exchange:
             )
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the request is answered: a late notification has nowhere to go
+        else:
+            if self._on_note is not None:
+                self._on_note()

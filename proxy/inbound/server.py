@@ -51,6 +51,7 @@ from proxy.inbound.observers import (
     public_health,
 )
 from proxy.inbound.streamable_http import McpEndpoint, OriginPolicy, Receive, Scope, Send
+from proxy.inbound.whole_post import Posts
 from proxy.observe.boundary import supervised
 from proxy.observe.logs import log_access
 from proxy.observe.metrics import Metrics
@@ -104,7 +105,13 @@ class _Observed:
                 sizes[1] += len(message.get("body", b""))
             await send(message)
 
-        path = scope["path"]
+        try:
+            await self.route(scope["path"])(scope, counted_receive, counted_send)
+        finally:
+            self.account(scope, status, sizes[0], sizes[1], started)
+
+    def route(self, path: str) -> Any:
+        """The app that serves ``path``."""
         app = (
             self._endpoint
             if path == "/mcp" and self._endpoint is not None
@@ -112,20 +119,26 @@ class _Observed:
         )
         for prefix, mounted in self._mounts:
             if path == prefix or path.startswith(prefix + "/"):
-                app = mounted
+                return mounted
+        return app
+
+    def endpoint(self, path: str) -> McpEndpoint | None:
+        """The MCP endpoint that serves ``path``, if any: its whole POSTs skip uvicorn's cycle and
+        this layer's wrappers, and are counted by :mod:`proxy.inbound.whole_post`."""
+        app = self.route(path)
+        return app if isinstance(app, McpEndpoint) else None
+
+    def account(self, scope: Scope, status: int, received: int, sent: int, started: float) -> None:
+        """Count a request's bytes and write its access-log line."""
+        self._metrics.bytes_in("http", received)
+        self._metrics.bytes_out("http", sent)
+        session = None
+        for k, v in scope["headers"]:  # a loop, not next(generator): a generator resumes per header
+            if k == b"mcp-session-id":
+                session = bytes(v).decode("latin-1")
                 break
-        try:
-            await app(scope, counted_receive, counted_send)
-        finally:
-            self._metrics.bytes_in("http", sizes[0])
-            self._metrics.bytes_out("http", sizes[1])
-            session = None
-            for k, v in scope["headers"]:  # a loop, not next(generator): a generator resumes per header
-                if k == b"mcp-session-id":
-                    session = bytes(v).decode("latin-1")
-                    break
-            elapsed = (time.perf_counter() - started) * 1000
-            log_access(scope["method"], scope["path"], status, elapsed, sizes[1], session)
+        elapsed = (time.perf_counter() - started) * 1000
+        log_access(scope["method"], scope["path"], status, elapsed, sent, session)
 
 
 def _observers(inbound: Inbound) -> Observers:
@@ -299,9 +312,10 @@ def _guard(inbound: Inbound) -> ConnectionGuard:
 
 async def _run_uvicorn(app: Any, sock: socket.socket, guard: ConnectionGuard) -> None:
     """Serve ``app`` on ``sock`` until cancelled, then let uvicorn drain its connections."""
+    http = guard.protocol()
     config = Config(
         app,
-        http=guard.protocol(),  # httptools, with limits.max_connections, headers and timeouts
+        http=http,  # httptools, with limits.max_connections, headers and timeouts
         ws="none",  # MCP has no WebSocket transport; an upgraded connection would leave the guard
         # An idle keep-alive connection is closed before its next request's header_timeout runs out.
         timeout_keep_alive=min(5, math.ceil(guard.header_timeout)),
@@ -313,6 +327,8 @@ async def _run_uvicorn(app: Any, sock: socket.socket, guard: ConnectionGuard) ->
         timeout_graceful_shutdown=2,
         backlog=ACCEPT_BATCH,  # asyncio accepts this many per wake-up: no burst takes every descriptor
     )
+    if isinstance(app, _Observed):  # a listener of MCP endpoints: their whole POSTs skip the cycle
+        http.posts = Posts(app, config, guard.max_body)
     server = _Server(config)
     stopped = anyio.Event()
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Final
 
@@ -41,10 +41,10 @@ from proxy.clients.session import StatelessCaller
 from proxy.core.errors import InvalidRequest, ProtocolError, request_id_of
 from proxy.inbound.asgi import (
     JSON_HEADERS,
+    ON_DISCONNECT,
     Receive,
     Scope,
     Send,
-    cancel_on_disconnect,
     header,
     read_body,
     respond,
@@ -162,7 +162,7 @@ class StatelessEndpoint:
         caller = caller_of(envelope, identity, "http")
         if message["method"] == LISTEN:
             return await self._listen(scope, caller, message, receive, send)
-        return await self._exchange(caller, message, receive, send)
+        return await self._exchange(caller, message, receive, send, scope.get(ON_DISCONNECT))
 
     async def _listen(
         self, scope: Scope, caller: StatelessCaller, message: Message, receive: Receive, send: Send
@@ -212,64 +212,77 @@ class StatelessEndpoint:
         return specs
 
     async def _exchange(
-        self, caller: StatelessCaller, message: Message, receive: Receive, send: Send
+        self,
+        caller: StatelessCaller,
+        message: Message,
+        receive: Receive,
+        send: Send,
+        on_disconnect: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
     ) -> None:
-        """Run the request; answer JSON, or SSE once it has a notification to send first.
+        """Run the request in this task; answer JSON, or SSE once it has a notification first.
 
-        The request runs in a task of its own and a second one watches for the client's
-        disconnect: plain asyncio tasks, not an anyio task group (whose ``start_soon`` costs
-        ~36 to 41 µs a task here against ~4 to 10 for ``loop.create_task``: on every call of this
-        path). What the group gave is kept by hand: a disconnect cancels the request (through
-        its own cancel scope, so the request's shielded cleanup still runs) and ends this
-        task's writing; both tasks have ended when this returns; the request's own failure
-        is raised here.
+        The request runs here, in a cancel scope of its own: the client's going cancels it
+        (and its shielded cleanup still runs). Its answer is JSON unless a notification comes
+        first or it is silent for ``_DEFER`` seconds: then a writer task takes the response over
+        as an SSE stream. So a JSON answer needs no task but this one; on the ASGI path one more
+        watches ``receive`` for the client's going, where the server offers
+        ``asgi.ON_DISCONNECT`` (a whole POST, :mod:`proxy.inbound.whole_post`) that is a
+        callback. (Plain asyncio tasks, not an anyio task group, whose ``start_soon`` costs ~36
+        to 41 µs a task here against ~4 to 10 for ``loop.create_task``.) Every task started
+        here has ended when this returns; the request's own failure is raised here.
         """
-        exchange = Exchange(self._endpoint, caller, message)
-        notes = exchange.notes
-        request, writing = anyio.CancelScope(), anyio.CancelScope()
+        loop = asyncio.get_running_loop()
+        request = anyio.CancelScope()
+        writer: asyncio.Task[None] | None = None
 
-        async def run() -> None:
+        def stream() -> None:  # the first notification, or _DEFER seconds of silence
+            nonlocal writer
+            if writer is None and exchange.answer is None and not request.cancel_called:
+                writer = loop.create_task(self._stream(exchange, send))
+
+        def gone() -> None:
+            request.cancel()
+            if writer is not None:
+                writer.cancel()
+
+        exchange = Exchange(self._endpoint, caller, message, stream)
+        watching = None if on_disconnect is not None else loop.create_task(_watch(receive, gone))
+        forget = None if on_disconnect is None else on_disconnect(gone)
+        timer = loop.call_later(_DEFER, stream)
+        try:
             with request:
                 await exchange.run()
-
-        async def watch() -> None:
-            await cancel_on_disconnect(receive, request)
-            writing.cancel()
-
-        loop = asyncio.get_running_loop()
-        running, watching = loop.create_task(run()), loop.create_task(watch())
-        try:
-            with notes, writing:
-                first = await _next(notes, _DEFER)
-                if first is None and exchange.answer is not None:
-                    response = exchange.answer
-                    await respond(
-                        send, stateless.http_status(response), jsonrpc.encode(response), JSON_HEADERS
-                    )
-                elif first is None and running.done():
-                    await running  # ended without an answer: its failure (or the disconnect's cancel)
-                else:  # a notification first, or silent for _DEFER seconds: SSE from here on
-                    await self._stream(exchange, first, running, notes, send)
+            if writer is None:
+                if (response := exchange.answer) is not None:  # (None: the client went)
+                    status = stateless.http_status(response)
+                    await respond(send, status, jsonrpc.encode(response), JSON_HEADERS)
+            else:
+                await asyncio.wait((writer,))
+                if not writer.cancelled():
+                    writer.result()  # its failure, if it failed
         finally:
-            watching.cancel()
-            if not running.done():
-                request.cancel()
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait((running, watching))
-        if not running.cancelled() and (failure := running.exception()) is not None:
-            raise failure
+            timer.cancel()
+            exchange.notes.close()
+            if forget is not None:
+                forget()
+            ending = [task for task in (writer, watching) if task is not None and not task.done()]
+            for task in ending:
+                task.cancel()
+            if ending:
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait(ending)
 
-    async def _stream(
-        self,
-        exchange: Exchange,
-        first: Message | None,
-        running: asyncio.Task[None],
-        notes: MemoryObjectReceiveStream[Message],
-        send: Send,
-    ) -> None:
-        """The SSE answer: ``first`` (``None``: a ping), what follows, pings, then the response."""
+    async def _stream(self, exchange: Exchange, send: Send) -> None:
+        """The SSE answer: the notifications so far (a ping if none), what follows, a ping after
+        every ``_KEEPALIVE`` seconds of silence, then the response (unless the request failed:
+        the boundary ends the stream then)."""
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
-        note = first
+        notes = exchange.notes
+        note: Message | None
+        try:
+            note = notes.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            note = None
         while True:
             body = encode_event(jsonrpc.encode(note)) if note is not None else _PING
             await send({"type": "http.response.body", "body": body, "more_body": True})
@@ -277,11 +290,16 @@ class StatelessEndpoint:
                 note = await _next(notes, _KEEPALIVE, end=True)
             except anyio.EndOfStream:
                 break
-        if exchange.answer is None:
-            await running  # its failure: the boundary ends the stream
-        assert exchange.answer is not None
-        final = encode_event(jsonrpc.encode(exchange.answer))
-        await send({"type": "http.response.body", "body": final, "more_body": False})
+        if exchange.answer is not None:
+            final = encode_event(jsonrpc.encode(exchange.answer))
+            await send({"type": "http.response.body", "body": final, "more_body": False})
+
+
+async def _watch(receive: Receive, gone: Callable[[], None]) -> None:
+    """Call ``gone`` when the client closes the connection (the ASGI path's way to know)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone()
 
 
 async def _next(

@@ -191,8 +191,11 @@ class Metrics:
             "tool",
             "outcome",
         )
-        self._decisions = counter(
-            "manifold_policy_decisions", "Policy decisions, by effect and deciding rule.", "effect", "rule"
+        self._decisions = PlainFamily.counter(  # one a call with a policy: plain, like the calls
+            r,
+            "manifold_policy_decisions",
+            "Policy decisions, by effect and deciding rule.",
+            ("effect", "rule"),
         )
         self._rate_limited = counter(
             "manifold_rate_limit_rejections", "Calls refused by a rate limit.", "limit"
@@ -397,7 +400,7 @@ class Metrics:
         A decision may name several rules (``Decision.rule_ids``, sorted): pass the first, so
         that the counts add up to the number of decisions.
         """
-        self._decisions.get(effect, self._rule_label(rule) if rule else DEFAULT_RULE).inc()
+        self._decisions.labels(effect, self._rule_label(rule) if rule else DEFAULT_RULE).inc()
 
     def rate_limited(self, limit: str | None) -> None:
         """Count one call refused by the limit rule ``limit``; ``None``: the limit store was down."""

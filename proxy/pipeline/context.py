@@ -84,7 +84,7 @@ class CallContext:
     @property
     def arguments(self) -> Mapping[str, Any]:
         arguments = self.params.get("arguments")
-        return arguments if isinstance(arguments, Mapping) else {}
+        return arguments if type(arguments) is dict or isinstance(arguments, Mapping) else {}
 
     @property
     def shown_arguments(self) -> Mapping[str, Any]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
@@ -90,6 +90,7 @@ class _Compiled:
     problem: str | None
     any_object: bool = False  # the schema accepts every JSON object: nothing to run for one
     backtracks: bool = False  # holds a regular expression only re runs: may cost minutes on any input
+    surely_valid: Callable[[object], bool] | None = None  # a plain object schema's fast check
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +230,7 @@ def _compile(schema: object) -> _Compiled:
     from jsonschema.validators import validator_for
 
     from proxy.policy.patterns import backtracks, linear_validator
+    from proxy.policy.plain_schema import plain_check
 
     try:
         cls = validator_for(schema, default=Draft202012Validator)
@@ -239,14 +241,18 @@ def _compile(schema: object) -> _Compiled:
         return _Compiled(schema, None, _shorten(f"{where}: {exc.message}"))
     except Exception as exc:  # a server's schema must never take a call down with it
         return _Compiled(schema, None, _shorten(f"{type(exc).__name__}: {exc}"))
-    return _Compiled(schema, validator, None, _accepts_any_object(schema), backtracks(schema))
+    return _Compiled(
+        schema, validator, None, _accepts_any_object(schema), backtracks(schema), plain_check(schema)
+    )
 
 
 def _run(compiled: _Compiled, instance: object, *, what: str, root: str) -> list[str]:
     if compiled.validator is None:
         return [f"the tool's {what} is invalid: {compiled.problem}"]
-    if compiled.any_object and isinstance(instance, Mapping):
+    if compiled.any_object and (type(instance) is dict or isinstance(instance, Mapping)):
         return []
+    if compiled.surely_valid is not None and compiled.surely_valid(instance):
+        return []  # else jsonschema decides, and words the problems
     try:
         errors = list(itertools.islice(compiled.validator.iter_errors(cast(Any, instance)), MAX_PROBLEMS + 1))
     except RecursionError:

@@ -12,8 +12,9 @@ import orjson
 import pytest
 
 from benchmarks.clients import HttpPoster, Reply, open_raw
+from benchmarks.figures import CallRow, Results, evaluate
 from benchmarks.load import CallTarget, WrongAnswer, check_echo, decode_reply, run_calls, wrong_answer_in
-from benchmarks.plan import MIDDLEWARES, Plan, deep_merge, manifold_config, materialize
+from benchmarks.plan import CORE_MIDDLEWARES, MIDDLEWARES, Plan, deep_merge, manifold_config, materialize
 from benchmarks.procs import manifold_check, write_config
 from benchmarks.profile import REPO, parse_collapsed
 from benchmarks.report import write
@@ -183,6 +184,8 @@ def test_overlays_merge_mappings_concatenate_lists_and_name_their_directory(tmp_
     assert deep_merge(merged, {"policy": {"files": []}})["policy"] == {"files": []}
     assert materialize({"files": ["{dir}/x.yaml"]}, tmp_path) == {"files": [f"{tmp_path}/x.yaml"]}
     assert set(MIDDLEWARES) == {
+        "auth",
+        "audit",
         "policy",
         "validation",
         "ratelimit",
@@ -192,6 +195,24 @@ def test_overlays_merge_mappings_concatenate_lists_and_name_their_directory(tmp_
         "tracing-100",
         "tracing-10",
     }
+
+
+def test_every_overlay_and_issue_34s_set_together_is_a_config_this_manifold_accepts(tmp_path: Path) -> None:
+    base = manifold_config({}, page_size=100)
+    configs: dict[str, dict[str, object]] = {}
+    for name, overlay in MIDDLEWARES.items():
+        for file_name, text in overlay.files.items():
+            (tmp_path / file_name).write_text(text)
+        configs[name] = deep_merge(base, materialize(overlay.on, tmp_path, "http://127.0.0.1:9/v1/traces"))
+    core = base
+    for name in CORE_MIDDLEWARES:
+        core = deep_merge(core, materialize(MIDDLEWARES[name].on, tmp_path))
+    configs["core"] = core
+    paths = {name: write_config(tmp_path / f"{name}.yaml", config) for name, config in configs.items()}
+    verdicts = manifold_check(list(paths.values()))
+    assert {name: verdicts[path] for name, path in paths.items()} == dict.fromkeys(paths, (True, ""))
+    assert core["auth"]["api_keys"]  # the load generator then sends the key
+    assert core["policy"]["audit"]["path"] == f"{tmp_path}/audit.jsonl"
 
 
 def test_manifold_check_tells_which_config_fragments_this_manifold_accepts(tmp_path: Path) -> None:
@@ -225,3 +246,27 @@ def test_collapsed_stacks_are_summarized_by_function_and_by_area() -> None:
         "proxy/app/gateway.py:handle",
         "proxy/protocol/jsonrpc.py:dumps",
     )
+
+
+def _middleware_row(target: str, concurrency: int, cpu_x: float) -> CallRow:
+    return CallRow(
+        target, concurrency, 3, 1000, 1.0, 2.0, 500.0, 50.0, 300.0 * cpu_x, 400.0, "mw:all-off",
+        1.0, 1.0, 1.0, 1.0, cpu_x, 1.0,
+    )  # fmt: skip
+
+
+def test_everything_on_is_judged_on_issue_34s_set_and_all_on_is_shown_beside_it() -> None:
+    results = Results(meta={})
+    for target, cpu_x in (("mw:policy", 1.02), ("mw:core-on", 1.05), ("mw:all-on", 1.6)):
+        results.middleware_rows += [_middleware_row(target, c, cpu_x) for c in (1, 16)]
+    targets = {t.what: t for t in evaluate(results, low=1, high=16)}
+    assert targets["everything on vs off: Manifold CPU per call (mw:core-on)"].verdict == "PASS"
+    informative = targets["  every row on together (mw:all-on) vs off: Manifold CPU per call"]
+    assert (informative.measured, informative.verdict) == ("c=1 1.60x, c=16 1.60x", "FAIL")
+    assert not [t for t in targets.values() if t.verdict == "SKIP" and "everything" in t.what]
+    only_all = Results(meta={}, middleware_rows=[_middleware_row("mw:all-on", c, 1.2) for c in (1, 16)])
+    verdicts = [(t.what, t.verdict) for t in evaluate(only_all, low=1, high=16) if "everything" in t.what]
+    assert verdicts == [
+        ("everything on vs everything off (mw:all-on)", "PASS"),
+        ("everything on vs off: Manifold CPU per call (mw:all-on)", "FAIL"),
+    ]

@@ -400,9 +400,9 @@ async def test_a_legacy_session_still_works_beside_modern_requests(asgi: Asgi) -
 async def test_a_failure_of_the_gateway_s_own_is_answered_and_leaves_no_task_behind(
     asgi: Asgi, monkeypatch: pytest.MonkeyPatch, after_a_note: bool
 ) -> None:
-    # The request runs in a task of its own (not a task group's): its failure must still reach
-    # the endpoint's boundary (a JSON-RPC error, or the stream ended), and neither it nor the
-    # disconnect watcher may outlive the request.
+    # The request runs beside plain asyncio tasks (no task group): its failure must still reach
+    # the endpoint's boundary (a JSON-RPC error, or the stream ended), and neither the stream's
+    # writer nor the disconnect watcher may outlive the request.
     async def broken(caller: Any, message: Any, emit: Callable[[Any], None]) -> Any:
         if after_a_note:
             emit(

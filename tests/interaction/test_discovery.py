@@ -243,7 +243,9 @@ async def test_call_tool_is_validated_rate_limited_and_audited_under_the_real_to
             outcomes.append((added.is_error, (added.meta or {}).get("dev.manifold/outcome")))
         assert outcomes == [(False, None), (False, None), (True, "rate_limited")]
         await client.call_tool(CALL, {"name": "alpha.echo", "arguments": {"audited": True}})
-    records = await audited(audit_path, 1)
+    records = await audited(
+        audit_path, 1, where=lambda r: (r["identity"], r["name"]) == ("rita", "alpha.echo")
+    )
     mine = [r for r in records if r["identity"] == "rita" and r["method"] == "tools/call"]
     assert mine[-1]["name"] == "alpha.echo"
     assert mine[-1]["server"] == "alpha"

@@ -151,7 +151,8 @@ async def test_metrics_and_the_audit_log_name_the_endpoint_a_call_came_in_on(
     ):
         metrics = await response.text()
     assert 'manifold_endpoint_tool_calls_total{endpoint="claude",outcome="ok"}' in metrics
-    records = [r for r in await audited(audit_path(manifold), 1) if r["name"] == "beta__echo"]
+    audited_here = await audited(audit_path(manifold), 1, where=lambda r: r["name"] == "beta__echo")
+    records = [r for r in audited_here if r["name"] == "beta__echo"]
     assert records
     for record in records:
         assert (record["endpoint"], record["canonical_name"]) == ("claude", "beta.echo")

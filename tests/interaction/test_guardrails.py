@@ -293,7 +293,9 @@ async def test_audit_only_records_the_detector_and_never_the_value(manifold: Run
     async with client(manifold, "legacy") as session:
         result = await session.call_tool("g.record", {"note": "write to carol@example.org"})
     assert not result.is_error
-    records = await audited(audit, 1)
+    records = await audited(
+        audit, 1, where=lambda r: r.get("event") == "guardrail" and "email" in r.get("detectors", {})
+    )
     mine = [r for r in records if r.get("event") == "guardrail" and "email" in r.get("detectors", {})]
     assert mine
     assert mine[-1]["effect"] == "audit"
