@@ -15,10 +15,11 @@ import argparse
 import json
 import os
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    import urllib.request
 
 __all__ = ["add_parser", "run"]
 
@@ -27,14 +28,18 @@ _TIMEOUT: Final = 30.0
 _MAX_ANSWER: Final = 64 * 1024 * 1024
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is refused, not followed: the key must not travel to wherever it points."""
+def _opener() -> urllib.request.OpenerDirector:
+    """An opener that refuses redirects: the key must not travel to wherever one points.
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    urllib.request (http.client, email, ...) is imported here, not with the module: the parser
+    is built on every ``manifold`` command, ``serve`` included, which never uses it (#34)."""
+    import urllib.request
 
+    class NoRedirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
 
-_OPENER: Final = urllib.request.build_opener(_NoRedirects())
+    return urllib.request.build_opener(NoRedirects())
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -142,9 +147,13 @@ def run(args: argparse.Namespace) -> int:
     headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
     if data is not None:
         headers["Content-Type"] = "application/json"
+    opener = _opener()
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(f"{base}/admin/api{path}", data=data, method=method, headers=headers)
     try:
-        with _OPENER.open(request, timeout=_TIMEOUT) as response:
+        with opener.open(request, timeout=_TIMEOUT) as response:
             answer = json.loads(response.read(_MAX_ANSWER))
     except urllib.error.HTTPError as exc:
         try:

@@ -15,7 +15,7 @@ import anyio
 import pytest
 import yaml
 
-from proxy.cli.admin import _request
+from proxy.cli.admin import _opener, _request
 from proxy.cli.commands import _parser
 from tests.interaction.harness import REPO, RunningManifold, fixture_server, running_manifold
 
@@ -104,3 +104,19 @@ def test_actions_become_the_api_requests_they_name(tmp_path: Path) -> None:
         "holder": {"source": "api_key", "issuer": "", "subject": "ann"},
     }
     assert _request(parse(["admin", "reload", "--apply"])) == ("POST", "/reload/apply", {"config": None})
+
+
+def test_the_admin_client_refuses_to_follow_a_redirect_with_the_key() -> None:
+    import io
+    import urllib.request
+    from http.client import HTTPMessage
+
+    handlers = getattr(_opener(), "handlers")  # noqa: B009  (not in the stubs)
+    handler = next(h for h in handlers if isinstance(h, urllib.request.HTTPRedirectHandler))
+    asked = urllib.request.Request(
+        "http://127.0.0.1:1/admin/api/servers", headers={"Authorization": "Bearer k"}
+    )
+    followed = handler.redirect_request(
+        asked, io.BytesIO(), 302, "Found", HTTPMessage(), "http://elsewhere.example/"
+    )
+    assert followed is None
