@@ -174,7 +174,7 @@ class Admin:
     ) -> list[dict[str, Any]]:
         """Recent audit entries (the calls' and the admin actions'), newest first, filtered."""
         log = self.gateway.audit
-        records = [*(log.recent if log is not None else ()), *self.actions]
+        records = [*(log.recent() if log is not None else ()), *self.actions]
         shown = []
         for record in records:
             if identity is not None and record.get("identity") != identity:

@@ -63,7 +63,9 @@ class AuditLog:
         assert settings.path is not None
         stdout = settings.path == "-"
         out: IO[bytes] = sys.stdout.buffer if stdout else open(settings.path, "ab")  # noqa: SIM115
-        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_KEPT)  # for the admin API
+        # The admin API's view, kept as the lines written: bytes are not tracked by the garbage
+        # collector, where a thousand live dicts (and their lists) were walked by every collection.
+        self._recent: deque[bytes] = deque(maxlen=RECENT_KEPT)
         self.lines = LineWriter(
             out, what="audit log", max_buffered=buffer_bytes, on_dropped=on_dropped, close_out=not stdout
         )
@@ -73,8 +75,13 @@ class AuditLog:
         request is traced, its ``trace_id`` and ``span_id`` go in the record."""
         if (ids := tracing.ids()) is not None:
             record["trace_id"], record["span_id"] = ids
-        self.recent.append(record)
-        self.lines.put(orjson.dumps(record) + b"\n")
+        line = orjson.dumps(record) + b"\n"
+        self._recent.append(line)
+        self.lines.put(line)
+
+    def recent(self) -> list[dict[str, Any]]:
+        """The last :data:`RECENT_KEPT` records, oldest first (for the admin API)."""
+        return [orjson.loads(line) for line in self._recent]
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write records until cancelled; then what is left, for a bounded time, and close."""
