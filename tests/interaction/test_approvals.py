@@ -426,14 +426,18 @@ async def test_a_rejection_on_the_page_refuses_the_call_naming_the_approver(
     assert _how(outcome["result"]) == "rejected"
     assert "mona rejected it" in _text(outcome["result"])
     audit = Path(manifold.log_path).parent / "audit.jsonl"
-    with anyio.fail_after(10):  # a worker thread writes the audit log, a moment after the answer
-        while not (decided := [r for r in _audit(audit) if r.get("outcome") == "rejected"]):  # noqa: ASYNC110
+    # A worker thread writes the audit log, up to ~50 ms after the answer; other tests' records
+    # (this module's Manifold is shared) may land after this one's: look for alice's.
+    with anyio.fail_after(10):
+        while not (  # noqa: ASYNC110 (a file has no event to wait on)
+            decided := [
+                (r["approver"], r["how"])
+                for r in _audit(audit)
+                if (r.get("outcome"), r.get("identity"), r.get("approver")) == ("rejected", "alice", "mona")
+            ]
+        ):
             await anyio.sleep(0.05)
-    assert (decided[-1]["approver"], decided[-1]["how"], decided[-1]["identity"]) == (
-        "mona",
-        "approval_page",
-        "alice",
-    )
+    assert decided[-1] == ("mona", "approval_page")
 
 
 def _audit(path: Path) -> list[dict[str, Any]]:
