@@ -202,7 +202,11 @@ async def calling(tasks: Tasks, pipeline: Handler, ctx: CallContext, running: bo
     asked = ctx.params.get("task")
     if not caller.stateless and asked is not None and not isinstance(asked, dict):
         raise InvalidParams('"task" must be an object (task-augmented tools/call)')
-    plain = replace(ctx, params={k: v for k, v in ctx.params.items() if k != "task"})
+    plain = (  # a plain call is passed on as it came (no copy: it is every call's path)
+        replace(ctx, params={k: v for k, v in ctx.params.items() if k != "task"})
+        if "task" in ctx.params
+        else ctx
+    )
     holds = modern.declares(caller.capabilities) if caller.stateless else isinstance(asked, dict)
     if not (running and holds):
         result = await pipeline(plain)
