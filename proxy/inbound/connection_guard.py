@@ -366,8 +366,11 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         cycle = self._current()
         if cycle is not None and not cycle.response_complete:
             # The app is not to read or write any more: it sees the client gone.
-            cycle.disconnected = True
-            cycle.message_event.set()
+            if isinstance(cycle, WholePost):
+                cycle.went()  # and a 2026-07-28 request's own callback ends it at once
+            else:
+                cycle.disconnected = True
+                cycle.message_event.set()
             if cycle.response_started:
                 self.transport.close()  # a response is half written: nothing else may follow it
                 return

@@ -25,6 +25,7 @@ and a request that arrives pipelined while another is being answered.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final, Protocol
@@ -122,6 +123,12 @@ class WholePost(RequestResponseCycle):
         self.received = 0
         self.sent = 0
         self._gone: Callable[[], None] | None = None  # what runs when the client goes
+        # What uvicorn's run_asgi uses when the app fails, returns early or is cancelled: it logs
+        # there, answers 500 if nothing was sent, and closes the connection. (The access log is
+        # Manifold's own: uvicorn's stays off.)
+        self.logger = logging.getLogger("uvicorn.error")
+        self.access_logger = logging.getLogger("uvicorn.access")
+        self.access_log = False
 
     def _on_disconnect(self, gone: Callable[[], None]) -> Callable[[], None]:
         """``asgi.ON_DISCONNECT``: run ``gone`` once when the client goes (at once if it has)."""

@@ -9,13 +9,14 @@ and mid-request.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -306,3 +307,102 @@ async def test_expect_100_continue_gets_its_interim_answer_from_the_asgi_path(se
     assert (interim.status, answered.status) == (100, 200)
     assert answered.json()["result"]["resultType"] == "complete"
     assert served.whole == []
+
+
+class _Transport:
+    """What a whole POST writes, and whether it closed its connection."""
+
+    def __init__(self) -> None:
+        self.written = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def writelines(self, parts: Any) -> None:
+        self.written += b"".join(parts)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class _Routes:
+    def __init__(self) -> None:
+        self.accounted: list[int] = []
+
+    def account(self, scope: Any, status: int, received: int, sent: int, started: float) -> None:
+        self.accounted.append(status)
+
+
+def _whole_post(app: Any) -> tuple[whole_post.WholePost, _Transport, _Routes]:
+    from uvicorn.config import Config
+    from uvicorn.protocols.http.flow_control import FlowControl
+
+    transport, routes = _Transport(), _Routes()
+    posts = whole_post.Posts(routes, Config(app=app, proxy_headers=False, log_config=None), MAX_BODY)  # type: ignore[arg-type]
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": []}
+    fake = cast(asyncio.Transport, transport)
+    cycle = whole_post.WholePost(posts, app, scope, fake, FlowControl(fake), [], True, lambda: None)
+    cycle.chunks = [b"{}"]
+    return cycle, transport, routes
+
+
+async def test_an_app_failing_before_its_answer_gets_a_500_and_the_connection_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def failing(scope: Any, receive: Any, send: Any) -> None:
+        raise ValueError("a bug")
+
+    cycle, transport, routes = _whole_post(failing)
+    tasks: set[Any] = set()
+    with caplog.at_level(logging.ERROR, "uvicorn.error"):
+        cycle.start(tasks)
+        await anyio.wait_all_tasks_blocked()
+        with anyio.fail_after(5):
+            while tasks:  # noqa: ASYNC110 (the task is the protocol's: no event to wait on)
+                await anyio.sleep(0.01)
+    assert transport.written.startswith(b"HTTP/1.1 500 ")
+    assert transport.closed
+    assert routes.accounted == [0]
+    assert "Exception in ASGI application" in caplog.text
+
+
+async def test_an_app_failing_between_head_and_body_closes_the_connection_mid_answer() -> None:
+    async def half(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
+        raise ValueError("a bug")
+
+    cycle, transport, routes = _whole_post(half)
+    tasks: set[Any] = set()
+    cycle.start(tasks)
+    with anyio.fail_after(5):
+        while tasks:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+    assert transport.closed  # a client is never left waiting for ten bytes that never come
+    assert routes.accounted == [200]
+
+
+async def test_a_whole_post_cancelled_at_shutdown_ends_cancelled() -> None:
+    started = anyio.Event()
+
+    async def hanging(scope: Any, receive: Any, send: Any) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    cycle, _, _ = _whole_post(hanging)
+    tasks: set[Any] = set()
+    cycle.start(tasks)
+    await started.wait()
+    (task,) = tasks
+    task.cancel()
+    with anyio.fail_after(5):
+        while not task.done():  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+    assert task.cancelled() or task.exception() is None
