@@ -2,12 +2,9 @@
 disk never holds up the event loop. The audit log writes through one.
 
 * :meth:`LineWriter.put` only queues (on the event loop, never blocking). :meth:`LineWriter.run`,
-  a task of the gateway's task group, waits for a line, lets more gather for ``linger`` seconds
-  (:data:`LINGER_SECONDS`, cut short once :data:`BATCH_BYTES` are queued), then hands
-  everything queued to a worker thread as one ``write`` and one ``flush``; what arrives
-  meanwhile is the next batch. A hand-off to a thread costs CPU on both sides of it, so lines
-  are written at most ``linger`` late rather than one hop per line (measured with the audit log
-  on: an audited call's Python calls 724 -> 687 at 16 calls in flight).
+  a task of the gateway's task group, hands everything queued so far to a worker thread as one
+  ``write`` and one ``flush``; what arrives meanwhile is the next batch, so a busy gateway
+  writes in fewer, larger batches and an idle one writes each line at once.
 * The queue is bounded (``max_buffered`` bytes). When the disk does not keep up and the queue is
   full, a line is **dropped**: counted (``on_dropped``), warned about once per stall, and
   reported by number once writing resumes. The alternatives were worse: blocking would freeze
@@ -32,11 +29,9 @@ import anyio
 import anyio.to_thread
 from anyio.abc import TaskStatus
 
-__all__ = ["BATCH_BYTES", "FLUSH_SECONDS", "LINGER_SECONDS", "LineWriter", "Output"]
+__all__ = ["FLUSH_SECONDS", "LineWriter", "Output"]
 
 FLUSH_SECONDS: Final = 2.0
-LINGER_SECONDS: Final = 0.05  # how late a queued line may be handed to the writing thread ...
-BATCH_BYTES: Final = 65_536  # ... unless this much is queued
 
 logger = logging.getLogger("proxy.observe.line_writer")
 
@@ -61,7 +56,6 @@ class LineWriter:
         on_dropped: Callable[[], None] = lambda: None,
         close_out: bool = True,
         flush_seconds: float = FLUSH_SECONDS,
-        linger: float = LINGER_SECONDS,
     ) -> None:
         self._out = out
         self._what = what
@@ -71,9 +65,7 @@ class LineWriter:
         self._flush_seconds = flush_seconds
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._linger = linger
         self._wake = anyio.Event()
-        self._full = anyio.Event()  # BATCH_BYTES queued: the linger ends
         self._lock = threading.Lock()  # one write at a time, even with an abandoned thread
         # The writing thread takes the queue itself: a cancellation before it starts leaves the
         # lines queued for the final flush, and one during its write leaves them to that write.
@@ -99,8 +91,6 @@ class LineWriter:
                 self._pending_bytes += len(line)
         if not full:
             self._wake.set()
-            if self._pending_bytes >= BATCH_BYTES:
-                self._full.set()
             return True
         self.dropped += 1
         self._on_dropped()
@@ -120,11 +110,7 @@ class LineWriter:
         try:
             while True:
                 await self._wake.wait()
-                if self._linger > 0:
-                    with anyio.move_on_after(self._linger):
-                        await self._full.wait()
-                # Lines queued from here on wake the next round; this one's thread takes them too.
-                self._wake, self._full = anyio.Event(), anyio.Event()
+                self._wake = anyio.Event()
                 await self._write_pending()
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._flush_seconds):

@@ -426,7 +426,7 @@ async def test_a_rejection_on_the_page_refuses_the_call_naming_the_approver(
     assert _how(outcome["result"]) == "rejected"
     assert "mona rejected it" in _text(outcome["result"])
     audit = Path(manifold.log_path).parent / "audit.jsonl"
-    # A worker thread writes the audit log, up to ~50 ms after the answer; other tests' records
+    # A worker thread writes the audit log, a moment after the answer; other tests' records
     # (this module's Manifold is shared) may land after this one's: look for alice's.
     with anyio.fail_after(10):
         while not (  # noqa: ASYNC110 (a file has no event to wait on)

@@ -199,7 +199,7 @@ async def audited(
     where: Callable[[dict[str, Any]], bool] = lambda _: True,
 ) -> list[dict[str, Any]]:
     """The audit records, once ``at_least`` of them are ``where``: a worker thread writes them in
-    batches, up to ~50 ms after the call's answer has left (a module's Manifold may hold other
+    batches, a moment after the call's answer has left (a module's Manifold may hold other
     tests' records already: ``where`` picks this test's)."""
     with anyio.fail_after(timeout):
         while sum(map(where, records := audit(path))) < at_least:  # noqa: ASYNC110 (a file: no event)

@@ -10,7 +10,7 @@ import time
 import anyio
 import pytest
 
-from proxy.observe.line_writer import BATCH_BYTES, LineWriter
+from proxy.observe.line_writer import LineWriter
 
 pytestmark = pytest.mark.anyio
 
@@ -139,34 +139,3 @@ async def test_a_failed_write_is_logged_and_counted_and_the_writer_goes_on(
         tg.cancel_scope.cancel()
     assert disk.writes == [b"kept\n"]
     assert "could not write 1 lines: [Errno 28] No space left on device" in caplog.text
-
-
-@pytest.mark.slow
-async def test_lines_put_one_by_one_within_the_linger_go_out_in_one_write() -> None:
-    disk = Disk()
-    writer = LineWriter(disk, what="test log", max_buffered=1 << 20, linger=1.0)
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
-        for n in range(20):
-            writer.put(b"%d\n" % n)
-            await anyio.sleep(0.005)  # calls a few ms apart: each would be a thread hop alone
-        await until(lambda: writer.batches == 1)
-        await anyio.sleep(0.05)
-        tg.cancel_scope.cancel()
-    assert disk.writes == [b"".join(b"%d\n" % n for n in range(20))]
-
-
-async def test_a_full_batch_is_written_at_once_without_waiting_out_the_linger() -> None:
-    disk = Disk()
-    writer = LineWriter(disk, what="test log", max_buffered=1 << 20, linger=60)
-    line = b"x" * 1023 + b"\n"
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
-        writer.put(line)
-        await anyio.sleep(0.01)
-        assert writer.batches == 0  # lingering
-        for _ in range(BATCH_BYTES // len(line)):
-            writer.put(line)
-        await until(lambda: writer.batches == 1, timeout=5)
-        tg.cancel_scope.cancel()
-    assert disk.writes == [line * (1 + BATCH_BYTES // len(line))]
