@@ -114,6 +114,10 @@ class Check:
         such as ``^(a+)+(?!b)$`` takes minutes on a 40-character string."""
         return self.compiled.backtracks
 
+    def accepts_at_once(self, instance: object) -> bool:
+        """The schema accepts every object and ``instance`` is one: nothing to run or measure."""
+        return self.compiled.any_object and type(instance) is dict
+
     def __call__(self, instance: object) -> list[str]:
         """Problems with ``instance``; ``[]`` when it conforms."""
         return _run(self.compiled, instance, what=self.what, root=self.root)

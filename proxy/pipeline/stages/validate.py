@@ -94,7 +94,7 @@ class Validate:
         return result
 
     async def _run(self, check: Check, value: object, name: str) -> list[str]:
-        if check.compiled.any_object and type(value) is dict:  # nothing to run, nothing to measure
+        if check.accepts_at_once(value):
             return []
         if not check.backtracks and _encoded_size(value) <= self._in_thread_bytes:
             # Inline, on the loop: nothing to wait for, so no deadline scope either (a scope
