@@ -30,7 +30,7 @@ from benchmarks.guard_cost import PAD
 from proxy.policy.guardrail_engine import GuardSubject
 from proxy.policy.model import Identity
 
-PARTS = ("check", "inspect", "select", "scan", "prefilter", "atoms", "shapes", "finish", "size", "decide")
+PARTS = ("check", "inspect", "select", "scan", "prefilter", "shapes", "finish", "size", "decide")
 MESSAGES = 256  # built whatever the calls (the baseline must build the same)
 _REFS = re.compile(rb"I\s+refs:\s+([\d,]+)")
 
@@ -64,9 +64,8 @@ def _parts() -> dict[str, Callable[[dict[str, Any]], Any]]:
     inspector = guard.inspector
     scanner = inspector._scanner
     prefilter = scanner._prefilters["result"]
-    assert prefilter._filter is not None
     assert prefilter._shapes is not None
-    atoms, shapes = prefilter._filter, prefilter._shapes
+    shapes = prefilter._shapes
     candidates = inspector.candidates(identity, subject)
     inspection = inspector.inspect(candidates, subject, _messages()[0])
 
@@ -86,7 +85,6 @@ def _parts() -> dict[str, Callable[[dict[str, Any]], Any]]:
         "inspect": lambda m: inspector.inspect(candidates, subject, m),
         "select": lambda m: inspector.selected("tool_results", m),
         "scan": lambda m: scanner.scan_blocks([text(m)], kind="result"),
-        "atoms": lambda m: atoms.Match(text(m).encode(), True),
         "shapes": lambda m: shapes.present(text(m).encode()),
         "encode": lambda m: text(m).encode(),
         "size": lambda m: _size(m, ("content", "structuredContent")),

@@ -113,6 +113,7 @@ RULES: Final[tuple[Rule, ...]] = (
         1,
         _data_uri,
         ALL_KINDS,
+        needs=r"(?i);base64,",
     ),
     Rule(
         "binary_content",

@@ -36,9 +36,11 @@ class Rule:
     ``not_after``: characters that must not stand just before the reported span (a token's
     left boundary, checked here rather than in the pattern: a pattern that begins with a literal
     lets RE2 skip ahead with ``memchr``, one that begins with ``(?:^|[^...])`` or ``\\b`` makes it
-    step through every byte). ``needs``: for a pattern without a literal RE2's prefilter can use,
-    a simpler pattern that every text holding a match also matches (a necessary condition, never
-    a sufficient one); the rule runs only where it is found (see :class:`Prefilter`).
+    step through every byte). ``needs``: a simpler pattern that every text holding a match also
+    matches (a necessary condition, never a sufficient one: a literal the match must contain, or
+    the pattern's core without its counted parts); the rule runs only where it is found (see
+    :class:`Prefilter`). Every built-in rule has one; a rule without one is prefiltered by its
+    literals instead, in a second pass.
     """
 
     detector: str
@@ -88,54 +90,61 @@ class Compiled:
 
 
 class Prefilter:
-    """Which of many rules can match a text, in two passes of RE2 over it, both in C.
+    """Which of many rules can match a text, in one pass of RE2 over it, in C.
 
-    1. RE2's FilteredRE2 reduces each pattern to literal "atoms" that any match must contain
-       (``akia`` for an AWS key id, ``ignore``/``disregard``/... for an override); one pass of an
-       automaton over the text finds the atoms present, and only the rules they allow run.
-    2. A pattern with no usable atom (a digit shape, a character class) has :attr:`Rule.needs`:
-       one RE2 set of all of them answers, in a second pass, which are present; a rule whose
-       ``needs`` is absent does not run.
+    Every rule with :attr:`Rule.needs` (every built-in rule has one) is looked for by its needs:
+    one RE2 set of all of them answers which are present, and a rule whose needs is absent does
+    not run. A rule without needs (a policy's own pattern) is looked for by the literal "atoms"
+    RE2's FilteredRE2 reduces it to (``akia`` for an AWS key id): a second pass, made only when
+    such rules exist.
 
-    Both automata are small (literals; short shapes with short counts), so their cost stays
-    linear and small on any input, unlike a set of the full patterns, whose DFA text with long
-    runs of letters and digits makes thrash. Should a set's DFA still run out of memory on some
-    text, every ``needs`` counts as present: slower, never blind.
+    The needs are literals and short shapes with short counts, so the set's automaton stays small
+    and its cost linear and small on any input, unlike a set of the full patterns, whose DFA text
+    with long runs of letters and digits makes thrash. Should the set's DFA still run out of
+    memory on some text, every needs counts as present: slower, never blind.
     """
 
     def __init__(self, rules: Sequence[Compiled], *, max_mem: int = _MAX_MEM) -> None:
         self._rules = tuple(rules)
-        self._filter: Any | None = None
-        if self._rules:
-            options = _options()
-            self._filter = _re2.Filter()
-            for compiled in self._rules:
-                if self._filter.Add(compiled.rule.pattern.encode("utf-8"), options) < 0:
-                    raise ValueError(f"{compiled.rule.detector}: RE2 cannot filter {compiled.rule.pattern!r}")
-            self._filter.Compile()
         needs = sorted({c.rule.needs for c in self._rules if c.rule.needs})
         self._shapes = Shapes(needs, max_mem=max_mem) if needs else None
-        # Per rule, the index of its needs in the set (-1: none).
-        self._needs = tuple(needs.index(c.rule.needs) if c.rule.needs else -1 for c in self._rules)
+        # Per needs (by its index in the set), the indices of the rules that need it.
+        by_needs: list[list[int]] = [[] for _ in needs]
+        for index, compiled in enumerate(self._rules):
+            if compiled.rule.needs:
+                by_needs[needs.index(compiled.rule.needs)].append(index)
+        self._by_needs = tuple(tuple(indices) for indices in by_needs)
+        self._all_needing = tuple(sorted(i for indices in self._by_needs for i in indices))
+        self._filter: Any | None = None
+        self._unfiltered = tuple(i for i, c in enumerate(self._rules) if not c.rule.needs)
+        if self._unfiltered:
+            options = _options()
+            self._filter = _re2.Filter()
+            for index in self._unfiltered:
+                pattern = self._rules[index].rule.pattern
+                if self._filter.Add(pattern.encode("utf-8"), options) < 0:
+                    raise ValueError(f"{self._rules[index].rule.detector}: RE2 cannot filter {pattern!r}")
+            self._filter.Compile()
 
     def candidates(self, encoded: bytes) -> list[Compiled]:
         """The rules that may match ``encoded``, in their order."""
-        if self._filter is None:
+        indices: list[int] = []
+        if self._shapes is not None:
+            present = self._shapes.present(encoded)
+            if present is None:
+                indices.extend(self._all_needing)
+            else:
+                by_needs = self._by_needs
+                for need in present:
+                    if need < len(by_needs):  # not the end-of-text sentinel
+                        indices.extend(by_needs[need])
+        if self._filter is not None:
+            unfiltered = self._unfiltered
+            indices.extend(unfiltered[i] for i in self._filter.Match(encoded, True) or ())
+        if not indices:
             return []
-        indices = sorted(self._filter.Match(encoded, True) or ())
-        present: frozenset[int] | None = None
-        looked = False
-        chosen = []
-        for index in indices:
-            need = self._needs[index]
-            if need >= 0:
-                if not looked:
-                    assert self._shapes is not None
-                    present, looked = self._shapes.present(encoded), True
-                if present is not None and need not in present:
-                    continue
-            chosen.append(self._rules[index])
-        return chosen
+        rules = self._rules
+        return [rules[i] for i in sorted(indices)]
 
 
 class Shapes:

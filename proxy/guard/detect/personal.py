@@ -143,6 +143,7 @@ RULES: Final[tuple[Rule, ...]] = (
         r"(?i)(?:bsn|burgerservicenummer|sofinummer|sofi-nummer)\W{0,3}(?:nr\.?|nummer|number|no\.?)?\W{0,3}"
         r"([0-9]{9}|[0-9]{4}\.[0-9]{2}\.[0-9]{3})" + _END,
         _value(bsn_ok),
+        needs=r"(?i)bsn|burgerservicenummer|sofi-?nummer",
     ),
     _pii(
         "national_id",
@@ -154,5 +155,6 @@ RULES: Final[tuple[Rule, ...]] = (
         "national_id",
         r"(?i)(?:aadhaar|aadhar|uidai)\W{0,3}(?:no\.?|number|card)?\W{0,3}([2-9][0-9]{11})" + _END,
         _value(aadhaar_ok),
+        needs=r"(?i)aadhaa?r|uidai",
     ),
 )

@@ -197,14 +197,16 @@ def _custom_rules(settings: ScannerSettings) -> list[Rule]:
     rules: list[Rule] = []
     own = sorted({s for s in settings.own_secrets if len(s) >= _MIN_OWN_SECRET}, key=len, reverse=True)
     if own:
-        rules.append(Rule("manifold_secret", "secret", "|".join(literal(s) for s in own)))
+        alternatives = "|".join(literal(s) for s in own)
+        rules.append(Rule("manifold_secret", "secret", alternatives, needs=alternatives))
     for name, pattern in settings.custom_patterns.items():
         rules.append(Rule(f"custom:{name}", "pii", pattern))
     for name, words in settings.word_lists.items():
         alternatives = "|".join(literal(w) for w in sorted(set(words), key=len, reverse=True) if w.strip())
         if alternatives:
             edge = r"[^\pL\pN_]"
-            rules.append(Rule(f"custom:{name}", "pii", f"(?i)(?:^|{edge})({alternatives})(?:{edge}|$)", 1))
+            pattern = f"(?i)(?:^|{edge})({alternatives})(?:{edge}|$)"
+            rules.append(Rule(f"custom:{name}", "pii", pattern, 1, needs=f"(?i){alternatives}"))
     return rules
 
 

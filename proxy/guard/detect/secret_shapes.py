@@ -101,6 +101,10 @@ _KEYWORD: Final = (
     r"private[_-]?key|token|credentials?)"
 )
 _VALUE: Final = r"([^\s\"'`,;<>(){}\[\]]{8,200})"
+# What every generic assignment holds: a keyword's last word, then the assignment.
+_ASSIGNED: Final = (
+    r"(?i)(?:passw(?:or)?d|pwd|passphrase|secret|key|token|credentials?)[\"']?\s*(?::=|=>|[:=])"
+)
 
 RULES: Final[tuple[Rule, ...]] = (
     # Cloud.
@@ -116,13 +120,15 @@ RULES: Final[tuple[Rule, ...]] = (
         r"(?i)(?:aws_?secret_?access_?key|secret_?access_?key|aws_?secret)[\"']?\s*[:=]\s*[\"']?"
         r"([A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)",
         _random_enough,
+        needs=r"(?i)secret_?access_?key|aws_?secret",
     ),
-    _token("gcp_api_key", r"AIza[0-9A-Za-z_-]{35}"),
-    _secret("gcp_service_account", r"\"private_key_id\"\s*:\s*\"([0-9a-f]{40})\""),
+    _token("gcp_api_key", r"AIza[0-9A-Za-z_-]{35}", needs="AIza"),
+    _secret("gcp_service_account", r"\"private_key_id\"\s*:\s*\"([0-9a-f]{40})\"", needs='"private_key_id"'),
     _secret(
         "azure_storage_key",
         r"(?i)(?:AccountKey|SharedAccessKey)\s*=\s*([A-Za-z0-9+/]{43,86}={0,2})(?:[^A-Za-z0-9+/=]|$)",
         _random_enough,
+        needs=r"(?i)(?:Account|SharedAccess)Key\s*=",
     ),
     # A 512-bit base64 value (an Azure storage key's shape) given as a credential.
     _secret(
@@ -133,22 +139,24 @@ RULES: Final[tuple[Rule, ...]] = (
         needs=r"[A-Za-z0-9+/]==",
     ),
     # Version control and package registries.
-    _token("github_token", r"gh[pousr]_[A-Za-z0-9]{36}", _crc, "A-Za-z0-9_"),
-    _token("github_token", r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}", None, "A-Za-z0-9_"),
+    _token("github_token", r"gh[pousr]_[A-Za-z0-9]{36}", _crc, "A-Za-z0-9_", "gh[pousr]_"),
+    _token("github_token", r"github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}", None, "A-Za-z0-9_", "github_pat_"),
     _token(
         "gitlab_token",
         r"gl(?:pat|dt|rt|ptt|ft|soat|agent|cbt|imt|oas)-[0-9A-Za-z_-]{20,300}(?:\.[0-9a-z]{2}\.[0-9a-z]{7,9})?"
         r"|GR1348941[0-9A-Za-z_-]{20}",
+        needs=r"gl(?:pat|dt|rt|ptt|ft|soat|agent|cbt|imt|oas)-|GR1348941",
     ),
-    _token("npm_token", r"npm_[A-Za-z0-9]{36}", _crc, "A-Za-z0-9_"),
-    _token("pypi_token", r"pypi-AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,}"),
+    _token("npm_token", r"npm_[A-Za-z0-9]{36}", _crc, "A-Za-z0-9_", "npm_"),
+    _token("pypi_token", r"pypi-AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,}", needs="pypi-AgE"),
     # Chat.
-    _token("slack_token", r"xox[abeoprs]-[0-9]{6,}-[0-9A-Za-z-]{10,250}"),
-    _token("slack_token", r"xapp-[0-9]-[A-Z0-9]+-[0-9]+-[a-f0-9]{32,}"),
+    _token("slack_token", r"xox[abeoprs]-[0-9]{6,}-[0-9A-Za-z-]{10,250}", needs="xox[abeoprs]-"),
+    _token("slack_token", r"xapp-[0-9]-[A-Z0-9]+-[0-9]+-[a-f0-9]{32,}", needs="xapp-"),
     _secret(
         "slack_webhook",
         r"(https://hooks\.slack\.com/(?:services/T[A-Z0-9]{6,12}/B[A-Z0-9]{6,12}/[A-Za-z0-9]{20,32}|"
         r"(?:workflows|triggers)/T[A-Z0-9]{6,12}/[A-Za-z0-9/]{20,120}))",
+        needs=r"https://hooks\.slack\.com/",
     ),
     # A bot token's head is a user id in base64: digits encode to [MNO][DTjz][AEIMQUYcgk]...
     _token(
@@ -160,34 +168,52 @@ RULES: Final[tuple[Rule, ...]] = (
     _secret(
         "discord_webhook",
         r"(https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/[A-Za-z0-9_-]{60,68})",
+        needs=r"discord(?:app)?\.com/api/webhooks/",
     ),
     # Payments and messaging providers.
-    _token("stripe_key", r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{24,247}", None, "A-Za-z0-9_"),
-    _token("stripe_key", r"whsec_[A-Za-z0-9]{32,}", None, "A-Za-z0-9_"),
+    _token(
+        "stripe_key",
+        r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{24,247}",
+        None,
+        "A-Za-z0-9_",
+        "[sr]k_(?:live|test)_",
+    ),
+    _token("stripe_key", r"whsec_[A-Za-z0-9]{32,}", None, "A-Za-z0-9_", "whsec_"),
     _token("twilio_key", r"SK[0-9a-f]{32}", None, "A-Za-z0-9", r"SK[0-9a-f]{4}"),
-    _token("sendgrid_key", r"SG\.[0-9A-Za-z_-]{22}\.[0-9A-Za-z_-]{43}"),
+    _token("sendgrid_key", r"SG\.[0-9A-Za-z_-]{22}\.[0-9A-Za-z_-]{43}", needs=r"SG\."),
     # LLM providers.
     _token(
-        "openai_key", r"sk-(?:(?:proj|svcacct|admin)-)?[A-Za-z0-9_-]{16,200}T3BlbkFJ[A-Za-z0-9_-]{16,200}"
+        "openai_key",
+        r"sk-(?:(?:proj|svcacct|admin)-)?[A-Za-z0-9_-]{16,200}T3BlbkFJ[A-Za-z0-9_-]{16,200}",
+        needs="T3BlbkFJ",
     ),
-    _token("openai_key", r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}"),
-    _token("anthropic_key", r"sk-ant-(?:api|admin|oat|ort)[0-9]{2}-[A-Za-z0-9_-]{80,120}"),
-    _token("huggingface_token", r"(?:hf_|api_org_)[A-Za-z]{34}", None, "A-Za-z0-9_"),
+    _token(
+        "openai_key", r"sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,250}", needs="sk-(?:proj|svcacct|admin)-"
+    ),
+    _token("anthropic_key", r"sk-ant-(?:api|admin|oat|ort)[0-9]{2}-[A-Za-z0-9_-]{80,120}", needs="sk-ant-"),
+    _token("huggingface_token", r"(?:hf_|api_org_)[A-Za-z]{34}", None, "A-Za-z0-9_", "hf_|api_org_"),
     # Keys and tokens by structure.
     _secret(
         "private_key",
         r"(-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----(?s:.*?)"
         r"-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----)",
         None,
+        "-----BEGIN",
     ),
     # A block cut short (no END line): the header and the base64 that follows.
     _secret(
         "private_key",
         r"(-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----(?:\s|\\n|\\r)+[A-Za-z0-9+/=:\s\\-]{40,})",
         None,
+        "-----BEGIN",
     ),
-    _secret("private_key", r"(PuTTY-User-Key-File-[0-9]+: [\s\S]{0,200}?Private-Lines: [0-9]+)", None),
-    _token("jwt", r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*", _jwt),
+    _secret(
+        "private_key",
+        r"(PuTTY-User-Key-File-[0-9]+: [\s\S]{0,200}?Private-Lines: [0-9]+)",
+        None,
+        "PuTTY-User-Key-File-",
+    ),
+    _token("jwt", r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*", _jwt, needs="eyJ"),
     # Generic assignments: key = value, "key": "value", <key>value</key>, --key value.
     # The key starts a line or follows a delimiter (an assignment, not prose that names a word).
     _secret(
@@ -197,9 +223,13 @@ RULES: Final[tuple[Rule, ...]] = (
         + r"[\"']?\s*(?::=|=>|[:=])\s*[\"']?"
         + _VALUE,
         _generic,
+        _ASSIGNED,
     ),
-    _secret("generic_secret", r"(?i)<" + _KEYWORD + r">([^<\s]{8,200})</", _generic),
+    _secret("generic_secret", r"(?i)<" + _KEYWORD + r">([^<\s]{8,200})</", _generic, f"(?i)<{_KEYWORD}>"),
     _secret(
-        "generic_secret", r"(?i)--(?:password|secret|token|api-key|client-secret)[ =]" + _VALUE, _generic
+        "generic_secret",
+        r"(?i)--(?:password|secret|token|api-key|client-secret)[ =]" + _VALUE,
+        _generic,
+        r"(?i)--(?:password|secret|token|api-key|client-secret)[ =]",
     ),
 )

@@ -75,13 +75,22 @@ def _addressed(text: str, start: int, end: int) -> bool:
 _WORD: Final = string.ascii_letters + string.digits + "_"
 
 
-def _rule(detector: str, category: str, pattern: str, check: Check | None, kinds: frozenset[str]) -> Rule:
+def _rule(
+    detector: str, category: str, pattern: str, check: Check | None, kinds: frozenset[str], needs: str = ""
+) -> Rule:
     """A case-insensitive rule; a leading ``\\b`` becomes the engine's left-boundary check (it
-    would make RE2 step through every byte instead of skipping to the first literal)."""
+    would make RE2 step through every byte instead of skipping to the first literal).
+
+    Its needs (see :class:`~proxy.guard.detect.engine.Rule`) is the pattern itself unless given:
+    these are words and spaces, which the prefilter's set takes cheaply; a pattern with a counted
+    part (``{0,40}``) names a needs without it, since counts multiply the set's states.
+    """
     not_after = ""
     if pattern.startswith(r"\b"):
         pattern, not_after = pattern[2:], _WORD
-    return Rule(detector, category, "(?i)" + pattern, 0, check, kinds, not_after=not_after)
+    pattern = "(?i)" + pattern
+    needs = "(?i)" + needs if needs else pattern
+    return Rule(detector, category, pattern, 0, check, kinds, not_after=not_after, needs=needs)
 
 
 _OVERRIDE_VERB: Final = r"(?:ignore|disregard|forget|override|bypass|skip|drop|abandon)"
@@ -187,18 +196,32 @@ _POISONING: Final = (
 )
 
 
+# The needs of the patterns with a counted part: each its part before or after the count.
+_CORES: Final = {
+    _REACH[
+        0
+    ]: r"(?:send|email|forward|post|upload|exfiltrate|paste|include|append|print|dump|leak|share|output|"
+    r"list)\s+(?:me\s+)?(?:the\s+user'?s|their|all(?:\s+the)?|every|your)\s",
+    _REACH[1]: _PATHS,
+    _POISONING[2]: r"ask(?:s|ing)?\s+(?:the\s+)?user\s+(?:for|to\s)",
+    _POISONING[-1]: rf"(?:private\s+key|{_SENSITIVE})",
+}
+
+
 def injection_rules() -> tuple[Rule, ...]:
     """Instructions addressed to the model: every kind of text."""
     everywhere = tuple(_rule("injection", "injection", p, _addressed, ALL_KINDS) for p in _INJECTION)
     flowing = frozenset({"text", "result"})
-    return everywhere + tuple(_rule("injection", "injection", p, _addressed, flowing) for p in _REACH)
+    return everywhere + tuple(
+        _rule("injection", "injection", p, _addressed, flowing, _CORES.get(p, "")) for p in _REACH
+    )
 
 
 def poisoning_rules() -> tuple[Rule, ...]:
     """Tool descriptions that reach for other tools, for the user's credentials or files, or
     hide from the user: definitions only (in a result these words are ordinary)."""
     kinds = frozenset({"definition"})
-    return tuple(_rule("tool_poisoning", "injection", p, None, kinds) for p in _POISONING)
+    return tuple(_rule("tool_poisoning", "injection", p, None, kinds, _CORES.get(p, "")) for p in _POISONING)
 
 
 def _comment(text: str, start: int, end: int) -> bool:
@@ -217,7 +240,7 @@ def hidden_rules() -> tuple[Rule, ...]:
     """Text a reader does not see: HTML comments with words in them, and elements styled
     invisible. (Invisible characters are found by the normalisation.)"""
     return (
-        _rule("hidden_text", "injection", r"<!--(?s:.*?)-->", _comment, ALL_KINDS),
+        _rule("hidden_text", "injection", r"<!--(?s:.*?)-->", _comment, ALL_KINDS, "<!--"),
         _rule(
             "hidden_text",
             "injection",
@@ -226,6 +249,7 @@ def hidden_rules() -> tuple[Rule, ...]:
             r"opacity\s*:\s*0(?:\.0+)?\s*[;\"']|color\s*:\s*transparent)[^>]{0,300}>[^<]{1,1000}",
             _styled,
             ALL_KINDS,
+            r"style\s*=\s*[\"']",
         ),
     )
 
@@ -306,6 +330,7 @@ def exfil_rules(allowed_hosts: Sequence[str]) -> tuple[Rule, ...]:
             1,
             markdown,
             ALL_KINDS,
+            needs=r"\]\(\s*<?https?://",
         ),
         Rule(
             "exfil_link",
@@ -314,5 +339,6 @@ def exfil_rules(allowed_hosts: Sequence[str]) -> tuple[Rule, ...]:
             1,
             check(True),
             ALL_KINDS,
+            needs=r"(?i)<img\b",
         ),
     )
