@@ -23,6 +23,7 @@ import orjson
 
 from proxy.guardrails.hooks import Hook, HookAnswer, HookFailure, request_body
 from proxy.guardrails.inspector import NOTHING, SELECTED, Inspection, Inspector
+from proxy.guardrails.walk import one_text
 from proxy.observe.metrics import Metrics
 from proxy.policy.guardrail_engine import GuardDecision, GuardSubject
 from proxy.policy.model import Confirmation, ConfirmOptions, Identity
@@ -62,12 +63,17 @@ class Verdict:
 
 def _size(message: Mapping[str, Any], keys: tuple[str, ...]) -> int:
     """The JSON size of what ``keys`` select in ``message`` (each part encoded on its own: no
-    dictionary of them built)."""
+    dictionary of them built); one ASCII text block counts its length, unencoded."""
     size = 0
     for key in keys:
         if key in message:
+            value = message[key]
+            text = one_text(value)
+            if text is not None and text.isascii():  # isascii: O(1), a flag of the string
+                size += len(text)
+                continue
             try:
-                size += len(orjson.dumps(message[key]))
+                size += len(orjson.dumps(value))
             except (orjson.JSONEncodeError, TypeError):
                 return 1 << 62  # unusual (an integer past 64 bits): scanned on a thread
     return size

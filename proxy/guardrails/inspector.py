@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from proxy.guard.detect import BlockFinding, Finding, Scanner, redact
-from proxy.guardrails.walk import Path, Texts, replace, texts
+from proxy.guardrails.walk import Path, Texts, one_text, replace, texts
 from proxy.policy.guardrail_engine import ALLOW, GuardDecision, GuardEngine, GuardSubject, _Candidate
 from proxy.policy.guardrail_loader import LIMIT_DETECTOR
 from proxy.policy.guardrails import Direction
@@ -127,8 +127,14 @@ class Inspector:
         for key in SELECTED[direction]:
             if key not in message:
                 continue
+            value = message[key]
+            text = one_text(value) if content and self.max_depth > 1 else None
+            if text is not None:  # one text block (most results): what the walk would find
+                if not found.add(text, (key, 0, "text"), self.max_bytes):
+                    break
+                continue
             texts(
-                message[key],
+                value,
                 max_chars=self.max_bytes,
                 max_depth=self.max_depth,
                 keys=keys,

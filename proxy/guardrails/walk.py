@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
-__all__ = ["KEY", "MAX_BLOCKS", "Path", "Texts", "replace", "texts"]
+__all__ = ["KEY", "MAX_BLOCKS", "Path", "Texts", "one_text", "replace", "texts"]
 
 KEY: Final = "\x00key"  # a path step meaning "the key itself" (``(KEY, name)``), not its value
 MAX_BLOCKS: Final = 65_536  # strings kept per message; past it the walk stops ("count")
@@ -99,6 +99,19 @@ def texts(
     found = Texts() if into is None else into
     _walk(value, base, 0, found, max_chars, max_depth, keys, content)
     return found
+
+
+def one_text(value: Any) -> str | None:
+    """The text of content that is one text block and nothing else (``[{"type": "text",
+    "text": ...}]``: most tool results), else None. What :func:`texts` with ``content`` finds in
+    it is that string alone, at ``(0, "text")``, two levels down: found here without the walk."""
+    if type(value) is list and len(value) == 1:
+        block = value[0]
+        if type(block) is dict and len(block) == 2 and block.get("type") == "text":
+            text = block.get("text")
+            if type(text) is str:
+                return text
+    return None
 
 
 def _walk(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from proxy.guardrails.walk import KEY, replace, texts
+from proxy.guardrails.walk import KEY, one_text, replace, texts
 
 
 def test_every_string_and_key_is_a_block_with_its_path() -> None:
@@ -77,3 +77,19 @@ def test_a_flood_of_tiny_strings_stops_at_the_block_count_and_says_so() -> None:
     found = texts(["a"] * (MAX_BLOCKS + 10), max_chars=10 * MAX_BLOCKS, max_depth=10)
     assert len(found.blocks) == MAX_BLOCKS
     assert (found.truncated, found.why) == (True, "count")
+
+
+def test_one_text_is_the_string_of_content_that_is_one_text_block_and_nothing_else() -> None:
+    assert one_text([{"type": "text", "text": "hi"}]) == "hi"
+    assert one_text([{"text": "hi", "type": "text"}]) == "hi"
+    for other in (
+        [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}],
+        [{"type": "text", "text": "hi", "annotations": {}}],
+        [{"type": "resource", "text": "hi"}],
+        [{"type": "text", "text": ["hi"]}],
+        ({"type": "text", "text": "hi"},),
+        {"type": "text", "text": "hi"},
+        [],
+        "hi",
+    ):
+        assert one_text(other) is None, other
