@@ -123,7 +123,7 @@ RULES: Final[tuple[Rule, ...]] = (
         _blob,
         ALL_KINDS,
         not_after=string.ascii_letters + string.digits + "+/:,",
-        needs="[A-Za-z0-9+/]{16}",
+        needs_run=(string.ascii_letters + string.digits + "+/", 256),
     ),
     Rule(
         "binary_content",

@@ -117,7 +117,7 @@ RULES: Final[tuple[Rule, ...]] = (
         "iban",
         r"([A-Z]{2}[0-9]{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?))" + _END,
         _value(iban_ok),
-        needs=r"[A-Z]{2}[0-9]{2} ?[A-Z0-9]{4}",
+        needs=r"[A-Z]{2}[0-9]{2}",
     ),
     _pii(
         "national_id",

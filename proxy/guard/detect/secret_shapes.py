@@ -163,7 +163,7 @@ RULES: Final[tuple[Rule, ...]] = (
         "discord_token",
         r"[MNO][DTjz][AEIMQUYcgk][A-Za-z0-9_-]{20,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
         _discord,
-        needs=r"[A-Za-z0-9_-]\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{4}",
+        needs="[MNO][DTjz][AEIMQUYcgk]",
     ),
     _secret(
         "discord_webhook",

@@ -74,3 +74,30 @@ def test_shapes_answer_which_patterns_are_present() -> None:
 def test_a_needs_pattern_re2_refuses_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="RE2 cannot compile"):
         Shapes([r"(a)\1"])
+
+
+def test_a_rule_with_a_needs_run_runs_only_where_a_long_enough_run_of_its_alphabet_is_found() -> None:
+    rule = Rule("blob", "content", r"[ab]{8,}", needs_run=("ab", 8))
+    word = Rule("word", "pii", r"[a-z]+@[a-z]+", needs="@")
+    prefilter = _prefilter(rule, word)
+    assert prefilter.candidates(b"abababa ababab") == []  # runs of 7 and 6
+    assert [c.rule for c in prefilter.candidates(b"x abababab x")] == [rule]
+    assert [c.rule for c in prefilter.candidates("\u00e9abababab@x".encode())] == [rule, word]
+    assert prefilter.candidates("abab\u00e9abab".encode()) == []  # a non-ASCII character breaks the run
+    assert prefilter._filter is None  # no rule without a needs: no atoms pass
+
+
+def test_a_needs_run_alphabet_must_be_ascii() -> None:
+    with pytest.raises(ValueError, match="ASCII"):
+        _prefilter(Rule("x", "pii", "\u00e9{3}", needs_run=("\u00e9", 3)))
+
+
+def test_a_long_needs_run_is_found_wherever_it_starts_and_a_much_shorter_one_never() -> None:
+    """A long run is looked for in every 8th character (32 of them in a row for 256): a run
+    of 248 holds at most 31 of them, so it is never taken for one of 256."""
+    rule = Rule("blob", "content", r"[ab]{256,}", needs_run=("ab", 256))
+    prefilter = _prefilter(rule)
+    for start in range(0, 20):
+        for length, present in ((256, True), (300, True), (248, False)):
+            text = b"x" * start + b"ab" * (length // 2) + b"a" * (length % 2) + b" x"
+            assert bool(prefilter.candidates(text)) is present, (start, length)

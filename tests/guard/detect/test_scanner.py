@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.guard.detect import Finding, Scanner, ScannerSettings, redact
-from proxy.guard.detect.engine import _UNANCHORED, Compiled, Shapes
+from proxy.guard.detect.engine import _UNANCHORED, Compiled, Prefilter
 from tests.guard.detect.helpers import SCANNER, crc_token, detectors, found
 
 KEY = "AKIAQ3EGZ5TJ7LMB4XHN"
@@ -178,7 +178,7 @@ _BUILTIN: Final = tuple(
 def test_every_built_in_rule_has_a_needs() -> None:
     """So the default prefilter is one pass of one RE2 set (no FilteredRE2 atoms pass)."""
     assert len(_BUILTIN) > 90
-    assert [c.rule.pattern for c in _BUILTIN if not c.rule.needs] == []
+    assert [c.rule.pattern for c in _BUILTIN if not c.rule.needs and c.rule.needs_run is None] == []
     assert all(prefilter._filter is None for prefilter in SCANNER._prefilters.values())
 
 
@@ -188,12 +188,11 @@ def test_every_needs_is_found_wherever_its_rule_matches_in_the_corpus() -> None:
     texts = _needs_cases()
     matched: set[str] = set()
     for rule in _BUILTIN:
-        shapes = Shapes([rule.rule.needs])
         for text in texts:
             encoded = text.encode()
             if rule.program.Match(_UNANCHORED, encoded, 0, len(encoded))[0][0] >= 0:
                 matched.add(rule.rule.pattern)
-                assert shapes.present(encoded) == frozenset({0, 1}), (
+                assert _alone(rule).candidates(encoded) == [rule], (
                     rule.rule.detector,
                     rule.rule.pattern,
                     text,
@@ -216,9 +215,10 @@ def test_every_needs_is_found_in_text_generated_from_its_rule(rule: Compiled, da
     text = data.draw(st.from_regex(re.compile(rule.rule.pattern, re.ASCII), alphabet=_ASCII))
     encoded = text.encode()
     assert rule.program.Match(_UNANCHORED, encoded, 0, len(encoded))[0][0] >= 0, text
-    assert _alone(rule.rule.needs).present(encoded) == frozenset({0, 1}), (rule.rule.needs, text)
+    assert _alone(rule).candidates(encoded) == [rule], (rule.rule.needs, text)
 
 
 @functools.cache
-def _alone(needs: str) -> Shapes:
-    return Shapes([needs])
+def _alone(rule: Compiled) -> Prefilter:
+    """A prefilter of ``rule`` alone: it chooses the rule where its needs is found."""
+    return Prefilter([rule])
