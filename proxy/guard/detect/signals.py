@@ -197,11 +197,12 @@ _POISONING: Final = (
 
 
 # The needs of the patterns with a counted part: each its part before or after the count.
+_REACH_CORE: Final = (
+    r"(?:send|email|forward|post|upload|exfiltrate|paste|include|append|print|dump|leak|share|output|list)\s+"
+    r"(?:me\s+)?(?:the\s+user'?s|their|all(?:\s+the)?|every|your)\s"
+)
 _CORES: Final = {
-    _REACH[
-        0
-    ]: r"(?:send|email|forward|post|upload|exfiltrate|paste|include|append|print|dump|leak|share|output|"
-    r"list)\s+(?:me\s+)?(?:the\s+user'?s|their|all(?:\s+the)?|every|your)\s",
+    _REACH[0]: _REACH_CORE,
     _REACH[1]: _PATHS,
     _POISONING[2]: r"ask(?:s|ing)?\s+(?:the\s+)?user\s+(?:for|to\s)",
     _POISONING[-1]: rf"(?:private\s+key|{_SENSITIVE})",
