@@ -37,7 +37,7 @@ from proxy.core.errors import GuardrailDenied
 from proxy.enforce.access import Access
 from proxy.pipeline.context import CallContext, Caller, GuardQuestion, Handler, tool_error
 from proxy.policy import SchemaValidators
-from proxy.policy.guardrail_engine import both_ask
+from proxy.policy.guardrail_engine import GuardSubject, both_ask
 from proxy.protocol.results import is_input_required
 
 __all__ = ["GUARDRAIL_KEY", "Guard", "Guardable", "GuardedRequest", "asked_checked"]
@@ -56,14 +56,13 @@ class Guard:
         guard = self._access.guard
         if guard is None or ctx.method not in _KIND:
             return await call_next(ctx)
-        from proxy.policy.guardrail_engine import GuardSubject  # loaded with the guard: cheap now
-
         identity = ctx.caller.identity
         name = ctx.subject.name if ctx.subject is not None else ctx.name
         kind = _KIND[ctx.method]
         enforce = not self._access.settings.dry_run
+        directions = guard.inspector.directions  # a direction no rule reads is not looked at
         asked = None
-        if not guard.inspector.directions.isdisjoint(_ASKED):
+        if not directions.isdisjoint(_ASKED):
             # The server's own requests about this call (sampling, elicitation) and the client's
             # answers pass through the guardrails too, on their way either side.
             asked = _Asked(self._access, ctx.server_id, kind, name, ctx.endpoint)
@@ -74,7 +73,7 @@ class Guard:
                 ctx = dataclasses.replace(ctx, caller=ctx.caller.guarded(asked))
             if isinstance(ctx.params.get("inputResponses"), Mapping):  # a 2026-07-28 retry's answers
                 ctx = dataclasses.replace(ctx, params=await asked.responses(identity, ctx.params))
-        if ctx.method == "tools/call":
+        if ctx.method == "tools/call" and "tool_arguments" in directions:
             subject = GuardSubject("tool_arguments", ctx.server_id, kind, name, ctx.endpoint)  # type: ignore[arg-type]
             verdict = await guard.check(identity, subject, ctx.params)
             if verdict is not None and enforce:
@@ -99,6 +98,8 @@ class Guard:
         if is_input_required(result):
             return result if asked is None else await asked.requests(identity, result)
         direction = "tool_results" if ctx.method == "tools/call" else _DIRECTION[ctx.method]
+        if direction not in directions:
+            return result
         subject = GuardSubject(direction, ctx.server_id, kind, name, ctx.endpoint)  # type: ignore[arg-type]
         verdict = await guard.check(identity, subject, result)
         if verdict is None or not enforce:
@@ -173,8 +174,6 @@ class _Asked:
         guard = self.access.guard
         if guard is None:
             return message
-        from proxy.policy.guardrail_engine import GuardSubject
-
         subject = GuardSubject(direction, self.server_id, self.kind, self.name, self.endpoint)  # type: ignore[arg-type]
         verdict = await guard.check(identity, subject, message)
         if verdict is None or self.access.settings.dry_run:
