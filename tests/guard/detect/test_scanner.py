@@ -207,7 +207,7 @@ _ASCII: Final = st.characters(codec="ascii", exclude_characters="\x0b")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rule", _BUILTIN, ids=lambda c: c.rule.detector)
-@settings(max_examples=30, deadline=None, database=None)
+@settings(max_examples=30, deadline=None, database=None, derandomize=True)  # the same texts every run
 @given(data=st.data())
 def test_every_needs_is_found_in_text_generated_from_its_rule(rule: Compiled, data: st.DataObject) -> None:
     """The same, on text made from each pattern, so every rule is shown matches (the corpus has
