@@ -116,10 +116,11 @@ class Prefilter:
         needs = sorted({c.rule.needs for c in self._rules if c.rule.needs})
         self._shapes = Shapes(needs, max_mem=max_mem) if needs else None
         # Per needs (by its index in the set), the indices of the rules that need it.
+        position = {need: i for i, need in enumerate(needs)}
         by_needs: list[list[int]] = [[] for _ in needs]
         for index, compiled in enumerate(self._rules):
             if compiled.rule.needs:
-                by_needs[needs.index(compiled.rule.needs)].append(index)
+                by_needs[position[compiled.rule.needs]].append(index)
         self._by_needs = tuple(tuple(indices) for indices in by_needs)
         self._all_needing = tuple(sorted(i for indices in self._by_needs for i in indices))
         runs: dict[tuple[str, int], list[int]] = {}
