@@ -122,15 +122,18 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-def spawn_manifold(name: str, workdir: Path, config: dict[str, Any]) -> Spawned:
-    """``manifold serve`` as a real process on a free loopback port, at the config's log level."""
+def spawn_manifold(
+    name: str, workdir: Path, config: dict[str, Any], *, wrapper: Sequence[str] = ()
+) -> Spawned:
+    """``manifold serve`` as a real process on a free loopback port, at the config's log level;
+    ``wrapper`` is a command that runs it (``valgrind --tool=cachegrind``, say)."""
     port = free_port()
     home = workdir / f"manifold-{name}"  # relative paths in the config (pins, say) resolve here
     home.mkdir(exist_ok=True)
     config_path = write_config(home / "manifold.yaml", config)
     log_path = home / "manifold.log"
     launcher = _WITHOUT_UVLOOP if os.environ.get(LOOP_ENV) == "asyncio" else MANIFOLD
-    argv = [*launcher, "serve", "--config", str(config_path), "--port", str(port)]
+    argv = [*wrapper, *launcher, "serve", "--config", str(config_path), "--port", str(port)]
     process = _popen(argv, log_path)
     spawned = Spawned(name, process, f"http://127.0.0.1:{port}/mcp", log_path, config_path)
     spawned.server_ids = list(config.get("servers", {}))
