@@ -11,7 +11,8 @@ loopback by the load generator (:data:`VARIANTS`):
   only), each call's ``echo`` carrying 4 KiB of prose, so each result the guardrails read is
   ~4 KiB and never the same twice;
 * ``all-off``, ``core-on``: ``make bench``'s middleware configs "all off" and issue #34's
-  everything on (auth, policy, validation, rate limits, audit, metrics), plain ``echo`` calls.
+  everything on (auth, policy, validation, rate limits, audit, metrics), plain ``echo`` calls;
+  and each of those six alone (``auth``, ``policy``, ...), against ``all-off``.
 
 Per variant three processes run the same start-up, 16 sessions and a warm-up at c=16, then:
 ``base`` nothing more; ``c1`` ``--calls`` calls at c=1; ``c16`` the same, then ``--calls`` at c=16.
@@ -101,6 +102,8 @@ VARIANTS: Final[Mapping[str, Variant]] = {
     # make bench's "mw:all-off" and "mw:core-on" (issue #34's everything on; plain echo calls)
     "all-off": _middlewares(),
     "core-on": _middlewares(*CORE_MIDDLEWARES),
+    # and each of those alone, against "all-off"
+    **{name: _middlewares(name) for name in CORE_MIDDLEWARES},
 }
 _STAGES: Final = ("base", "c1", "c16")
 _WARMUP: Final = 30  # calls per worker at c=16 before anything is counted
@@ -188,7 +191,7 @@ def _cli() -> None:
     sys.stdout.write(f"| variant | instructions per call, c=1 | c=16 | ({calls} calls, whole process) |\n")
     sys.stdout.write("|---|---:|---:|---|\n")
     for variant, row in report.items():
-        base = "all-off" if variant in ("all-off", "core-on") else "off"
+        base = "off" if variant in ("off", "guard", "secrets") else "all-off"
         off = report.get(base)
         ratio = ""
         if off is not None and variant != base:

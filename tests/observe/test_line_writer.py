@@ -66,6 +66,35 @@ async def test_lines_queued_during_a_write_go_out_together_in_one_write_and_one_
     assert disk.closed
 
 
+async def test_lines_put_one_by_one_within_the_linger_go_out_in_one_write() -> None:
+    disk = Disk()
+    writer = LineWriter(disk, what="test log", max_buffered=1 << 20, linger=1.0)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        for n in range(20):
+            assert writer.put(b"%d\n" % n)
+            await anyio.sleep(0.001)  # the writer task runs between puts: it lingers
+        await until(lambda: writer.batches == 1)
+        await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    assert writer.batches == 1
+    assert disk.writes == [b"".join(b"%d\n" % n for n in range(20))]
+
+
+async def test_shutdown_does_not_wait_out_the_linger_and_writes_what_is_queued() -> None:
+    disk = Disk()
+    writer = LineWriter(disk, what="test log", max_buffered=1 << 20, linger=30.0)
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        writer.put(b"last\n")
+        await anyio.sleep(0.01)  # the writer is lingering
+        tg.cancel_scope.cancel()
+    assert time.perf_counter() - started < 5
+    assert disk.writes == [b"last\n"]
+    assert disk.closed
+
+
 async def test_a_stalled_disk_drops_lines_past_the_bound_counts_them_and_never_blocks(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
