@@ -205,6 +205,7 @@ class Access:
         # and the tools drifted now, by pin key.
         self._approved: dict[str, dict[str, Any]] = {}
         self._changes: dict[str, PinChange] = {}
+        self._confirming = False  # the policy in force has a confirm rule
         # ... and kept beside the pins file, so that a restart does not forget what was approved.
         self._definitions = Definitions(definitions_path(settings.pins.path))
         store = self._pins_store
@@ -275,6 +276,7 @@ class Access:
             self.guard = guard
             self._judged.clear()
             self.engine = PolicyEngine(policy)
+            self._confirming = any(rule.effect == "confirm" for rule in policy.rules)
             self.limits = policy.limits
             self._limits_by_id = {rule.id: rule for rule in policy.limits}
         self._pins = pins
@@ -508,6 +510,13 @@ class Access:
                 self._changes[key] = PinChange(drift, summarise_change(approved, entry.definition))
         if kept:
             self._definitions_store.save_definitions(self._definitions.stored)
+
+    @property
+    def asks(self) -> bool:
+        """Whether a call may need a person's approval for what the policy says: a confirm rule
+        in force, or a tool whose pin drifted under ``pins.mode: confirm`` (a guardrail's
+        question comes with the call: ``CallContext.guard_question``)."""
+        return self._confirming or bool(self._changes)
 
     def pin_change(self, entry: Entry) -> PinChange | None:
         """The drift of ``entry``'s tool under ``pins.mode: confirm``, if it has drifted."""

@@ -119,8 +119,21 @@ def compose(stages: Sequence[Stage], endpoint: Handler) -> Handler:
 
 
 def _bind(stage: Stage, call_next: Handler) -> Handler:
-    async def run(ctx: CallContext) -> Any:
-        return await stage(ctx, call_next)
+    """One link of the chain: a plain function that returns the stage's awaitable, so a call
+    runs no coroutine of the link's own per stage; a stage with a ``passes(ctx)`` method is
+    stepped over while it says so (a rate-limit stage with no limit loaded, say), without a
+    coroutine of its own either. The stage itself must still pass such a call on unchanged:
+    it may be run without its link (inside a span, :mod:`proxy.pipeline.stages.traced`)."""
+    passes = getattr(stage, "passes", None)
+    if passes is None:
+
+        def run(ctx: CallContext) -> Awaitable[Any]:
+            return stage(ctx, call_next)
+
+    else:
+
+        def run(ctx: CallContext) -> Awaitable[Any]:
+            return call_next(ctx) if passes(ctx) else stage(ctx, call_next)
 
     return run
 

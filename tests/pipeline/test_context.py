@@ -86,3 +86,32 @@ async def test_compose_runs_the_first_stage_outermost() -> None:
     handler = compose([stage("a"), stage("b")], endpoint)
     assert await handler(None) == "done"  # type: ignore[arg-type]
     assert seen == ["a in", "b in", "endpoint", "b out", "a out"]
+
+
+class _Stepped:
+    """A stage that may be stepped over: ``passes`` says so for calls named "skip"."""
+
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+
+    def passes(self, ctx: Any) -> bool:
+        self.seen.append(f"passes {ctx}")
+        return bool(ctx == "skip")
+
+    async def __call__(self, ctx: Any, call_next: Handler) -> Any:
+        self.seen.append(f"stage {ctx}")
+        return await call_next(ctx)
+
+
+@pytest.mark.anyio
+async def test_a_stage_that_passes_a_call_is_stepped_over_and_runs_for_the_others() -> None:
+    seen: list[str] = []
+
+    async def endpoint(ctx: CallContext) -> str:
+        seen.append(f"endpoint {ctx}")
+        return "done"
+
+    handler = compose([_Stepped(seen)], endpoint)
+    assert await handler("skip") == "done"  # type: ignore[arg-type]
+    assert await handler("run") == "done"  # type: ignore[arg-type]
+    assert seen == ["passes skip", "endpoint skip", "passes run", "stage run", "endpoint run"]

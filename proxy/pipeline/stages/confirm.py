@@ -141,6 +141,13 @@ class Confirm:
         self._forwarded = forwarded  # the states proxy.pipeline.bridge issues: a server's carries our mark
         self._clock = clock  # wall clock: a deadline sealed here may be checked by another replica
 
+    def passes(self, ctx: CallContext) -> bool:
+        """Nobody is to be asked about this call, whoever makes it: not a tool call, a dry run,
+        or no confirm rule, drifted pin or guardrail question (the chain steps over this stage)."""
+        if ctx.method != "tools/call" or ctx.subject is None or self._access.settings.dry_run:
+            return True
+        return ctx.guard_question is None and not self._access.asks
+
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
         if ctx.method != "tools/call" or ctx.subject is None or self._access.settings.dry_run:
             return await call_next(ctx)

@@ -52,6 +52,11 @@ class Guard:
         self._access = access
         self._validators = validators
 
+    def passes(self, ctx: CallContext) -> bool:
+        """No guardrail rule is loaded, or the method carries nothing they read (the chain steps
+        over this stage)."""
+        return self._access.guard is None or ctx.method not in _KIND
+
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
         guard = self._access.guard
         if guard is None or ctx.method not in _KIND:

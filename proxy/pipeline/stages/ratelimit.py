@@ -34,6 +34,10 @@ class RateLimit:
         self._rules: tuple[LimitRule, ...] = ()
         self._checks: dict[tuple[Identity, str | None, str | None, str], tuple[LimitCheck, ...]] = {}
 
+    def passes(self, ctx: CallContext) -> bool:
+        """No limit is loaded: nothing to count (the chain steps over this stage)."""
+        return not self._access.limits
+
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
         rules = self._access.limits
         if not rules:

@@ -340,3 +340,17 @@ async def test_a_clean_result_is_timed_and_passes_with_nothing_to_do(setup: Any)
     assert not registry.get_sample_value(
         "manifold_guardrail_findings_total", labels | {"detector": "email", "effect": "audit"}
     )
+
+
+async def test_the_chain_steps_over_the_stage_while_no_guardrail_rule_is_loaded_or_nothing_is_read(
+    tmp_path: Path,
+) -> None:
+    access = access_for(tmp_path)  # a policy without guardrails
+    stage = Guard(access, SchemaValidators())
+    ctx = tool_context(served_tools(access), "gh.get_issue")
+    assert stage.passes(ctx)
+    (tmp_path / "policy.yaml").write_text(POLICY + GUARDRAILS)  # a reload brings rules
+    assert access.reload()
+    assert not stage.passes(ctx)
+    listing = call_context(method="tools/list", name="", params={})  # nothing a rule reads
+    assert stage.passes(listing)

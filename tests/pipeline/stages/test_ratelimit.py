@@ -17,6 +17,7 @@ from proxy.policy.model import Identity
 from proxy.ratelimit import LimitCheck, LimitOutcome, MemoryBackend
 from tests.pipeline.stages.contexts import (
     BOB,
+    POLICY,
     Recorder,
     access_for,
     call_context,
@@ -271,3 +272,13 @@ async def test_many_callers_each_keep_their_own_bucket_past_the_stage_s_cache_bo
     for caller in callers[:3]:  # each has one call left of its burst of 2, then is limited
         assert await limiter.stage(call_context(identity=caller), call_next) is call_next.result
         assert await limiter.stage(call_context(identity=caller), call_next) is not call_next.result
+
+
+async def test_the_chain_steps_over_the_stage_exactly_while_no_limit_is_loaded(tmp_path: Path) -> None:
+    access = access_for(tmp_path, "version: 1\ndefault: allow\n")
+    stage = RateLimit(access, MemoryBackend(), Metrics(process_metrics=False))
+    ctx = tool_context(served_tools(access), "gh.get_issue")
+    assert stage.passes(ctx)
+    (tmp_path / "policy.yaml").write_text(POLICY)  # a reload brings a limit: counted from now on
+    assert access.reload()
+    assert not stage.passes(ctx)
