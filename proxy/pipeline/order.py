@@ -4,10 +4,12 @@
       → SignIn → (forward)
 
 SwitchedOff (tools an operator switched off, ``admin:``) follows Authorize, so its refusals
-are audited. A stage that has nothing to do is left out, so switched-off features cost nothing. Guard (the
-guardrail rules: present with any policy file, since a reload may bring rules; it passes calls
-straight on while there are none) reads arguments after they are shaped and valid, and results
-before validate checks them on their way out. Confirm is
+are audited. A stage that has nothing to do is left out, so switched-off features cost nothing;
+Guard, RateLimit and Confirm are present with any policy file, since a reload may bring
+guardrail rules, limits or confirm rules, and the chain steps over each while the policy in
+force gives it nothing to do (their ``passes``, :func:`proxy.pipeline.context.compose`). Guard
+reads arguments after they are shaped and valid, and results before validate checks them on
+their way out. Confirm is
 last but one: nobody is asked to approve a call that a later check would refuse. SignIn (servers
 in ``credentials.mode: oauth``) is last: nobody signs in for a call that would be refused.
 """
