@@ -84,8 +84,10 @@ class SSEDecoder:
         name, _, value = line.partition(":")
         value = value.removeprefix(" ")
         if name == "data":
+            # The lines are joined with a newline each: counted too, or a stream of empty data
+            # lines would grow an event without bound.
+            self._size += len(value) + (1 if self._data else 0)
             self._data.append(value)
-            self._size += len(value)
             if self._size > self._max:  # a chunk may hold a whole event, past the check in feed
                 raise self._too_large()
         elif name == "event":

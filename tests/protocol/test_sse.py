@@ -45,6 +45,14 @@ def test_an_event_past_the_limit_is_refused_even_when_one_chunk_brings_it_whole(
         SSEDecoder(max_event_size=10).feed(b"data: 123456\ndata: 789012\n\n")
 
 
+def test_empty_data_lines_count_their_newlines_so_a_flood_of_them_is_refused() -> None:
+    # Each data line after the first adds a newline to the event: a hostile server's stream of
+    # "data:" lines is an event that grows by one character per six bytes.
+    with pytest.raises(MessageTooLarge, match="exceeded 100 bytes"):
+        SSEDecoder(max_event_size=100).feed(b"data:\n" * 1000)
+    assert SSEDecoder(max_event_size=10).feed(b"data:\n" * 11 + b"\n") == [SSEEvent(data="\n" * 10)]
+
+
 def test_a_retry_with_more_digits_than_int_takes_is_ignored() -> None:
     events = SSEDecoder().feed(b"retry: " + b"9" * 5000 + b"\ndata: x\n\n")
     assert events == [SSEEvent(data="x")]
