@@ -7,7 +7,7 @@ deciding rule ids, arguments digest or "*", options digest)``:
 * the identity's *key* (source, issuer, subject), never its name, which two issuers may share;
 * the session for "for this session" (so another session of the same person is asked again),
   none for "for N minutes";
-* the rule ids and a digest of their options (:func:`proxy.pipeline.stages.confirm.approval_mark`), so
+* the rule ids and a digest of their options (:func:`proxy.pipeline.stages.confirm_need.approval_mark`), so
   a new confirm rule, or one edited (its reason, timeout, remembering, approver), asks again;
 * the arguments digest unless the rule says ``remember_any_arguments: true``.
 

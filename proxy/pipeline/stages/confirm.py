@@ -34,7 +34,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
@@ -63,11 +62,12 @@ from proxy.pipeline.bridge.mrtr import boundary_of
 from proxy.pipeline.bridge.state import RequestStates, arguments_digest
 from proxy.pipeline.context import CallContext, Handler, tool_error
 from proxy.pipeline.stages.authorize import AuditLog
-from proxy.policy.model import DEFAULT_CONFIRM_TIMEOUT, Confirmation
+from proxy.pipeline.stages.confirm_need import PIN_QUESTION, Need, approval_mark
+from proxy.policy.model import Confirmation
 from proxy.protocol import jsonrpc
 from proxy.protocol.results import is_input_required
 
-__all__ = ["QUESTION_KEY", "Confirm", "Need", "approval_mark"]
+__all__ = ["QUESTION_KEY", "Confirm"]
 
 logger = logging.getLogger("proxy.pipeline.stages.confirm")
 
@@ -78,39 +78,6 @@ PROGRESS_EVERY: Final = 10.0  # seconds between progress notifications while a c
 ABANDON_WITHIN: Final = 2.0  # seconds to mark a given-up question so on the page (shielded)
 _T = TypeVar("_T")
 _ELICIT: Final = "elicitation/create"
-# pins.mode confirm, for a tool no confirm rule asks about: the change is the reason.
-PIN_QUESTION: Final = Confirmation(
-    reasons=("Its server changed this tool since it was approved; check the change before it runs.",),
-    timeout=DEFAULT_CONFIRM_TIMEOUT,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Need:
-    """What the person is asked to approve: the deciding rules (``("pins",)`` for a drifted pin
-    alone), how, and the pin change to show, if any."""
-
-    rule_ids: tuple[str, ...]
-    confirm: Confirmation
-    change: PinChange | None = None
-
-
-def approval_mark(need: Need) -> str:
-    """A digest of what decided to ask: the rules, their combined options, the pin change. An
-    approval given under one policy is not good under another (a rule edited to ask an approver,
-    to stop remembering, …)."""
-    confirm = need.confirm
-    facts = [
-        list(need.rule_ids),
-        list(confirm.reasons),
-        confirm.timeout,
-        confirm.remember,
-        confirm.remember_minutes,
-        confirm.remember_any_arguments,
-        sorted(confirm.approver_roles),
-        need.change.drift.new_hash if need.change is not None else None,
-    ]
-    return hashlib.sha256(orjson.dumps(facts)).hexdigest()[:32]
 
 
 def _pin_key(ctx: CallContext, change: PinChange) -> RememberKey:
