@@ -127,10 +127,14 @@ async def test_a_slow_call_is_answered_at_once_and_read_from_another_session(
         with pytest.raises(MCPError) as refused:
             await _raw(bob, "tasks/result", {"taskId": task["taskId"]})
         assert refused.value.error.code == -32602
-    audit = [
-        orjson.loads(line) for line in (manifold.log_path.parent / "audit.jsonl").read_bytes().splitlines()
-    ]
-    mine = [r for r in audit if r.get("event") == "task" and r.get("task") == task["taskId"]]
+    path = manifold.log_path.parent / "audit.jsonl"
+    with anyio.fail_after(10):
+        while True:  # written in batches off the event loop: read until both are there
+            audit = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+            mine = [r for r in audit if r.get("event") == "task" and r.get("task") == task["taskId"]]
+            if len(mine) >= 2:
+                break
+            await anyio.sleep(0.05)
     assert [r["outcome"] for r in mine] == ["created", "completed"]
 
 
