@@ -35,6 +35,7 @@ import argparse
 import functools
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -46,7 +47,7 @@ import anyio
 import anyio.to_thread
 
 from benchmarks.clients import open_raw
-from benchmarks.guard_cost import PAD, _configs
+from benchmarks.guard_cost import PAD, guard_configs
 from benchmarks.load import CallTarget, run_calls
 from benchmarks.plan import (
     BENCH_API_KEY,
@@ -74,7 +75,7 @@ class Variant:
 
 
 def _guarded(guardrails: dict[str, Any] | None, rules: str = "guard.yaml") -> Variant:
-    return Variant(lambda directory, servers: _configs(directory, servers, guardrails, rules))
+    return Variant(lambda directory, servers: guard_configs(directory, servers, guardrails, rules))
 
 
 def _middlewares(*on: str) -> Variant:
@@ -146,7 +147,11 @@ async def _stage(workdir: Path, variant: str, stage: str, calls: int) -> int:
                     raise RuntimeError(f"{manifold.name}: {run.calls} of {calls} calls in the time bound")
     finally:
         manifold.process.send_signal(signal.SIGTERM)
-        await anyio.to_thread.run_sync(manifold.process.wait, 300)
+        try:
+            await anyio.to_thread.run_sync(manifold.process.wait, 300)
+        except subprocess.TimeoutExpired:
+            manifold.process.kill()  # no count then (below): nothing left running
+            manifold.process.wait()
     found = _REFS.search(manifold.log_path.read_bytes())
     if found is None:
         raise RuntimeError(f"{manifold.name}: no instruction count in {manifold.log_path}")

@@ -65,7 +65,7 @@ guardrails:
 """
 
 
-def _configs(
+def guard_configs(
     directory: Path, servers: dict[str, Any], guardrails: dict[str, Any] | None, rules: str = "guard.yaml"
 ) -> dict[str, Any]:
     (directory / "allow.yaml").write_text(ALLOW_ALL)
@@ -83,9 +83,9 @@ def _configs(
 
 async def cpu_per_call(workdir: Path, rounds: int, duration: float) -> dict[str, Any]:
     servers = {"s00": stdio_server("s00", tools=10, page_size=100)}
-    off = spawn_manifold("guard-off", workdir, _configs(workdir, servers, None))
-    on = spawn_manifold("guard-on", workdir, _configs(workdir, servers, {}))
-    secrets = spawn_manifold("guard-secrets", workdir, _configs(workdir, servers, {}, "secrets.yaml"))
+    off = spawn_manifold("guard-off", workdir, guard_configs(workdir, servers, None))
+    on = spawn_manifold("guard-on", workdir, guard_configs(workdir, servers, {}))
+    secrets = spawn_manifold("guard-secrets", workdir, guard_configs(workdir, servers, {}, "secrets.yaml"))
     spawned = [off, on, secrets]
     try:
         await wait_listening(spawned, 60)
@@ -140,10 +140,9 @@ async def loop_lag(workdir: Path, size: int, calls: int) -> dict[str, Any]:
     server = {
         "g": {"command": sys.executable, "args": [GUARD_SERVER, "--record", str(workdir / "rec.jsonl")]}
     }
-    threaded = spawn_manifold("lag-thread", workdir, _configs(workdir, server, {"max_bytes": 8 << 20}))
-    inline = spawn_manifold(
-        "lag-inline", workdir, _configs(workdir, server, {"max_bytes": 8 << 20, "in_thread_bytes": 64 << 20})
-    )
+    threaded = spawn_manifold("lag-thread", workdir, guard_configs(workdir, server, {"max_bytes": 8 << 20}))
+    inline_settings = {"max_bytes": 8 << 20, "in_thread_bytes": 64 << 20}
+    inline = spawn_manifold("lag-inline", workdir, guard_configs(workdir, server, inline_settings))
     spawned = [threaded, inline]
     report: dict[str, Any] = {}
     try:

@@ -116,7 +116,7 @@ class Confirm:
         return ctx.guard_question is None and not self._access.asks
 
     async def __call__(self, ctx: CallContext, call_next: Handler) -> Any:
-        if ctx.method != "tools/call" or ctx.subject is None or self._access.settings.dry_run:
+        if self.passes(ctx):  # also when run without the chain's link (in a span)
             return await call_next(ctx)
         decision = self._need(ctx)
         if decision is None:
