@@ -10,6 +10,7 @@ URL-mode elicitation carries through the provider's login and consent pages to M
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -495,7 +496,10 @@ async def test_a_sign_in_started_on_one_replica_completes_on_the_other_and_both_
                 assert (await whoami(session, "guarded"))["subject"] == "alice"
         stored = await _redis_dump(redis.url)
     assert stored
-    assert not any(b"access_token" in value or b"eyJ" in value for value in stored)  # sealed
+    # Sealed: no token response and no JWT in clear (a JWT's header and payload both begin
+    # "eyJ"; sealed bytes may hold "eyJ" by chance, about once in 250,000 places).
+    jwt = re.compile(rb"eyJ[A-Za-z0-9_-]{8,}\.eyJ")
+    assert not any(b"access_token" in value or jwt.search(value) for value in stored)
 
 
 async def _redis_dump(url: str) -> list[bytes]:
